@@ -1,0 +1,196 @@
+"""Hand-written conversions between domain types and the generated protobuf messages.
+
+The one place both the server's servicers and the user-node client translate the wire format,
+so no protobuf type leaks past server/grpc or client/.
+"""
+
+from __future__ import annotations
+
+from appliance._proto.v1 import cluster_pb2, common_pb2
+from appliance.domain.job import EventKind, Job, JobEvent, Progress, Replica, ReplicaPhase
+from appliance.domain.phases import Phase
+from appliance.domain.plan import Role
+from appliance.domain.spec import JobSpec, Mode, Priority
+
+_PHASE_TO_PB = {p: common_pb2.Phase.Value(f"PHASE_{p.value}") for p in Phase}
+_PHASE_FROM_PB = {v: k for k, v in _PHASE_TO_PB.items()}
+_MODE_TO_PB = {m: common_pb2.Mode.Value(f"MODE_{m.name}") for m in Mode}
+_MODE_FROM_PB = {v: k for k, v in _MODE_TO_PB.items()}
+_PRIO_TO_PB = {p: common_pb2.Priority.Value(f"PRIORITY_{p.name}") for p in Priority}
+_PRIO_FROM_PB = {v: k for k, v in _PRIO_TO_PB.items()}
+_RPHASE_TO_PB = {r: common_pb2.ReplicaPhase.Value(f"REPLICA_PHASE_{r.value}") for r in ReplicaPhase}
+_RPHASE_FROM_PB = {v: k for k, v in _RPHASE_TO_PB.items()}
+_KIND_TO_PB = {
+    EventKind.PHASE: cluster_pb2.JOB_EVENT_KIND_PHASE,
+    EventKind.PROGRESS: cluster_pb2.JOB_EVENT_KIND_PROGRESS,
+}
+_KIND_FROM_PB = {v: k for k, v in _KIND_TO_PB.items()}
+
+
+def phase_to_pb(phase: Phase) -> common_pb2.Phase.ValueType:
+    return _PHASE_TO_PB[phase]
+
+
+def phase_from_pb(value: int) -> Phase | None:
+    return _PHASE_FROM_PB.get(value)  # type: ignore[call-overload]
+
+
+def mode_to_pb(mode: Mode) -> common_pb2.Mode.ValueType:
+    return _MODE_TO_PB[mode]
+
+
+def mode_from_pb(value: int) -> Mode | None:
+    """None for MODE_UNSPECIFIED or an unknown number."""
+    return _MODE_FROM_PB.get(value)  # type: ignore[call-overload]
+
+
+def priority_to_pb(priority: Priority) -> common_pb2.Priority.ValueType:
+    return _PRIO_TO_PB[priority]
+
+
+def priority_from_pb(value: int) -> Priority | None:
+    return _PRIO_FROM_PB.get(value)  # type: ignore[call-overload]
+
+
+def spec_to_pb(spec: JobSpec) -> cluster_pb2.JobSpec:
+    return cluster_pb2.JobSpec(
+        params_yaml=spec.params_yaml,
+        num_csx=spec.num_csx,
+        num_steps=spec.num_steps,
+        mode=mode_to_pb(spec.mode),
+        labels=dict(spec.labels),
+        priority=priority_to_pb(spec.priority),
+        model_dir=spec.model_dir,
+    )
+
+
+def spec_from_pb(msg: cluster_pb2.JobSpec) -> JobSpec:
+    """For specs the server already validated (what it sends back); not for user input."""
+    return JobSpec(
+        params_yaml=msg.params_yaml,
+        num_csx=msg.num_csx,
+        num_steps=msg.num_steps,
+        mode=mode_from_pb(msg.mode) or Mode.TRAIN,
+        labels=dict(msg.labels),
+        priority=priority_from_pb(msg.priority) or Priority.P2,
+        model_dir=msg.model_dir,
+    )
+
+
+def progress_to_pb(p: Progress) -> common_pb2.Progress:
+    return common_pb2.Progress(
+        step=p.step,
+        num_steps=p.num_steps,
+        loss=p.loss,
+        steps_per_second=p.steps_per_second,
+        samples_per_second=p.samples_per_second,
+        reported_at=p.reported_at,
+    )
+
+
+def progress_from_pb(msg: common_pb2.Progress) -> Progress:
+    return Progress(
+        step=msg.step,
+        num_steps=msg.num_steps,
+        loss=msg.loss,
+        steps_per_second=msg.steps_per_second,
+        samples_per_second=msg.samples_per_second,
+        reported_at=msg.reported_at,
+    )
+
+
+def replica_to_pb(r: Replica) -> cluster_pb2.Replica:
+    return cluster_pb2.Replica(
+        name=r.name,
+        role=r.role.value,
+        index=r.index,
+        phase=_RPHASE_TO_PB[r.phase],
+        node=r.node,
+        address=r.address,
+        pid=r.pid,
+        has_exit_code=r.exit_code is not None,
+        exit_code=r.exit_code or 0,
+        message=r.message,
+        log_tail=r.log_tail,
+    )
+
+
+def replica_from_pb(job_id: str, msg: cluster_pb2.Replica) -> Replica:
+    return Replica(
+        job_id=job_id,
+        name=msg.name,
+        role=Role(msg.role),
+        index=msg.index,
+        node=msg.node,
+        phase=_RPHASE_FROM_PB.get(msg.phase, ReplicaPhase.PENDING),
+        address=msg.address,
+        pid=msg.pid,
+        exit_code=msg.exit_code if msg.has_exit_code else None,
+        message=msg.message,
+        log_tail=msg.log_tail,
+    )
+
+
+def job_to_pb(job: Job) -> cluster_pb2.Job:
+    return cluster_pb2.Job(
+        id=job.id,
+        user=job.user,
+        spec=spec_to_pb(job.spec),
+        phase=phase_to_pb(job.phase),
+        reason=job.reason,
+        pending_reason=job.pending_reason,
+        queue_position=job.queue_position,
+        systems=list(job.systems),
+        progress=progress_to_pb(job.progress),
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        replicas=[replica_to_pb(r) for r in job.replicas],
+    )
+
+
+def job_from_pb(msg: cluster_pb2.Job) -> Job:
+    return Job(
+        id=msg.id,
+        user=msg.user,
+        spec=spec_from_pb(msg.spec),
+        phase=phase_from_pb(msg.phase) or Phase.QUEUED,
+        created_at=msg.created_at,
+        updated_at=msg.updated_at,
+        reason=msg.reason,
+        pending_reason=msg.pending_reason,
+        queue_position=msg.queue_position,
+        systems=tuple(msg.systems),
+        progress=progress_from_pb(msg.progress),
+        started_at=msg.started_at,
+        finished_at=msg.finished_at,
+        replicas=tuple(replica_from_pb(msg.id, r) for r in msg.replicas),
+    )
+
+
+def event_to_pb(ev: JobEvent) -> cluster_pb2.JobEvent:
+    msg = cluster_pb2.JobEvent(
+        job_id=ev.job_id, kind=_KIND_TO_PB[ev.kind], seq=ev.seq, time=ev.time, reason=ev.reason
+    )
+    if ev.from_phase is not None:
+        msg.from_phase = phase_to_pb(ev.from_phase)
+    if ev.to_phase is not None:
+        msg.to_phase = phase_to_pb(ev.to_phase)
+    if ev.progress is not None:
+        msg.progress.CopyFrom(progress_to_pb(ev.progress))
+    return msg
+
+
+def event_from_pb(msg: cluster_pb2.JobEvent) -> JobEvent:
+    kind = _KIND_FROM_PB.get(msg.kind, EventKind.PHASE)
+    return JobEvent(
+        job_id=msg.job_id,
+        kind=kind,
+        time=msg.time,
+        seq=msg.seq,
+        from_phase=phase_from_pb(msg.from_phase),
+        to_phase=phase_from_pb(msg.to_phase),
+        reason=msg.reason,
+        progress=progress_from_pb(msg.progress) if kind is EventKind.PROGRESS else None,
+    )

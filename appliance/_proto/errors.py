@@ -1,0 +1,45 @@
+"""The one mapping between the domain error taxonomy and gRPC status codes (both directions)."""
+
+from __future__ import annotations
+
+import grpc
+
+from appliance.domain import errors
+
+FIELD_KEY = "appliance-error-field"
+
+# Most specific first: InsufficientCapacity is an InvalidSpec.
+TO_CODE: tuple[tuple[type[errors.ApplianceError], grpc.StatusCode], ...] = (
+    (errors.InvalidSpec, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+)
+_FROM_CODE = {code: cls for cls, code in TO_CODE}
+
+
+def code_for(exc: errors.ApplianceError) -> grpc.StatusCode:
+    for cls, code in TO_CODE:
+        if isinstance(exc, cls):
+            return code
+    return grpc.StatusCode.UNKNOWN
+
+
+def error_from_rpc(exc: grpc.RpcError, *, address: str = "") -> errors.ApplianceError:
+    """Turn a failed call into the project's own exception with the server's message."""
+    code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and address:
+        if not details or "connect" in details.lower() or code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            return errors.Unavailable(
+                f"cannot reach the appliance at {address}; is `appliance serve` running there? "
+                "(set --server or CSCTL_SERVER)"
+            )
+    field = None
+    if isinstance(exc, grpc.Call):
+        for key, value in exc.trailing_metadata() or ():
+            if key == FIELD_KEY:
+                field = str(value)
+    cls = _FROM_CODE.get(code, errors.ApplianceError)
+    return cls(details or f"request failed: {code.name}", field=field)

@@ -1,0 +1,36 @@
+"""The one error taxonomy. Transports map these once (gRPC codes, HTTP statuses)."""
+
+from __future__ import annotations
+
+
+class ApplianceError(Exception):
+    """Base class; `message` is a sentence a user can act on."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidSpec(ApplianceError):
+    """The request is malformed; `field` names the offending field."""
+
+
+class NotFound(ApplianceError):
+    """The named object does not exist."""
+
+
+class Conflict(ApplianceError):
+    """The object is not in a state that allows the operation."""
+
+
+class PermissionDenied(ApplianceError):
+    """The caller may not do this."""
+
+
+class InsufficientCapacity(InvalidSpec):
+    """The request can never fit the cluster's pool (a kind of invalid spec)."""
+
+
+class Unavailable(ApplianceError):
+    """A dependency (database, backend) cannot be reached right now; retry later."""

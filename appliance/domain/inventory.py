@@ -1,0 +1,55 @@
+"""The cluster's finite pool: named CS-2 systems, MemoryX and SwarmX nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class NodeKind(enum.StrEnum):
+    SYSTEM = "system"  # a CS-2, exclusive per job
+    MEMORYX = "memoryx"  # shared by memory capacity
+    SWARMX = "swarmx"  # shared by port capacity
+
+
+class NodeState(enum.StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    MAINTENANCE = "maintenance"
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One entry of the pool. `capacity` is 1 for systems, bytes for MemoryX, ports for SwarmX."""
+
+    name: str
+    kind: NodeKind
+    capacity: int
+    state: NodeState = NodeState.OK
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeUsage:
+    """A node with what the running jobs hold on it."""
+
+    node: Node
+    used: int
+
+    @property
+    def free(self) -> int:
+        return self.node.capacity - self.used if self.node.state is NodeState.OK else 0
+
+
+def default_pool(
+    systems: int = 4,
+    memoryx: int = 4,
+    swarmx: int = 2,
+    memoryx_bytes: int = 16 << 30,
+    swarmx_ports: int = 4,
+) -> list[Node]:
+    """The embedded default: cs2-01..04, memx-01..04 (16 GiB each), swarmx-01..02 (4 ports)."""
+    return (
+        [Node(f"cs2-{i:02d}", NodeKind.SYSTEM, 1) for i in range(1, systems + 1)]
+        + [Node(f"memx-{i:02d}", NodeKind.MEMORYX, memoryx_bytes) for i in range(1, memoryx + 1)]
+        + [Node(f"swarmx-{i:02d}", NodeKind.SWARMX, swarmx_ports) for i in range(1, swarmx + 1)]
+    )

@@ -1,0 +1,79 @@
+"""A wsjob's status as the store knows it: the job, its replicas, its events, its progress."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from appliance.domain.phases import Phase
+from appliance.domain.plan import Role
+from appliance.domain.spec import JobSpec
+
+
+class ReplicaPhase(enum.StrEnum):
+    PENDING = "PENDING"  # planned, not started
+    STARTED = "STARTED"  # process or pod exists
+    READY = "READY"  # registered with the coordinator
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"  # torn down by the coordinator
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    step: int = 0
+    num_steps: int = 0
+    loss: float = 0.0
+    steps_per_second: float = 0.0
+    samples_per_second: float = 0.0
+    reported_at: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Replica:
+    job_id: str
+    name: str
+    role: Role
+    index: int
+    node: str
+    phase: ReplicaPhase = ReplicaPhase.PENDING
+    address: str = ""
+    pid: int = 0
+    exit_code: int | None = None
+    message: str = ""
+    log_tail: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    id: str
+    user: str
+    spec: JobSpec
+    phase: Phase
+    created_at: float
+    updated_at: float
+    reason: str = ""
+    pending_reason: str = ""
+    queue_position: int = 0
+    systems: tuple[str, ...] = ()
+    progress: Progress = Progress()
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    replicas: tuple[Replica, ...] = ()
+
+
+class EventKind(enum.StrEnum):
+    PHASE = "phase"
+    PROGRESS = "progress"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobEvent:
+    job_id: str
+    kind: EventKind
+    time: float
+    seq: int = 0
+    from_phase: Phase | None = None
+    to_phase: Phase | None = None
+    reason: str = ""
+    progress: Progress | None = None

@@ -1,0 +1,53 @@
+"""The one state machine of a wsjob.
+
+QUEUED -> SCHEDULED -> INITIALIZING -> RUNNING -> SUCCEEDED, and FAILED or CANCELLED from any
+non-terminal phase. Terminal phases never change. Only JobStore.set_phase applies transitions,
+and it checks them against TRANSITIONS.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Phase(enum.StrEnum):
+    QUEUED = "QUEUED"
+    SCHEDULED = "SCHEDULED"
+    INITIALIZING = "INITIALIZING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
+ACTIVE = frozenset(Phase) - TERMINAL
+# Phases in which the job holds reserved resources.
+HOLDS_RESOURCES = frozenset({Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING})
+
+_FORWARD = [
+    (Phase.QUEUED, Phase.SCHEDULED),
+    (Phase.SCHEDULED, Phase.INITIALIZING),
+    (Phase.INITIALIZING, Phase.RUNNING),
+    (Phase.RUNNING, Phase.SUCCEEDED),
+]
+TRANSITIONS: frozenset[tuple[Phase, Phase]] = frozenset(
+    _FORWARD + [(p, Phase.FAILED) for p in ACTIVE] + [(p, Phase.CANCELLED) for p in ACTIVE]
+)
+
+
+def can_transition(current: Phase, target: Phase) -> bool:
+    return (current, target) in TRANSITIONS
+
+
+class Outcome(enum.Enum):
+    """What a phase change did (it never silently does nothing)."""
+
+    APPLIED = "applied"
+    ALREADY = "already"  # the job was already in the target phase
+    LOST = "lost"  # the job left the expected phase before we wrote
+    INVALID = "invalid"  # the transition is not in the table

@@ -1,0 +1,88 @@
+"""The replica plan: a pure function from a job spec and the pool's shape to replica groups."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Sequence
+
+from appliance.domain import models
+from appliance.domain.errors import InsufficientCapacity
+from appliance.domain.inventory import Node, NodeKind
+from appliance.domain.spec import JobSpec
+
+
+class Role(enum.StrEnum):
+    CHIEF = "chief"  # the per-job driver (never "coordinator": that is the control plane)
+    CS2 = "cs2"
+    MEMORYX = "memoryx"
+    SWARMX = "swarmx"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaGroup:
+    role: Role
+    count: int
+    # What one replica holds on its node: bytes on a MemoryX node, ports on a SwarmX node.
+    demand: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaPlan:
+    groups: tuple[ReplicaGroup, ...]
+    model_bytes: int
+
+    def group(self, role: Role) -> ReplicaGroup:
+        return next(g for g in self.groups if g.role is role)
+
+    def replica_names(self) -> list[tuple[str, Role, int]]:
+        return [(f"{g.role}-{i}", g.role, i) for g in self.groups for i in range(g.count)]
+
+
+def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
+    """chief x1, cs2 x num_csx, memoryx x M (model bytes over node capacity), swarmx x S.
+
+    Raises InsufficientCapacity when the plan can never fit the pool, whatever else runs.
+    """
+    systems = [n for n in pool if n.kind is NodeKind.SYSTEM]
+    memx = [n for n in pool if n.kind is NodeKind.MEMORYX]
+    swarm = [n for n in pool if n.kind is NodeKind.SWARMX]
+    if spec.num_csx > len(systems):
+        raise InsufficientCapacity(
+            f"num_csx={spec.num_csx} is more than the {len(systems)} CS-2 systems in the "
+            f"cluster; ask for at most {len(systems)}",
+            field="num_csx",
+        )
+    if not memx or not swarm:
+        raise InsufficientCapacity("the cluster has no MemoryX or no SwarmX nodes")
+
+    model_bytes = models.memory_bytes(spec.params)
+    node_bytes = max(n.capacity for n in memx)
+    memx_count = max(1, math.ceil(model_bytes / node_bytes))
+    if memx_count > len(memx):
+        raise InsufficientCapacity(
+            f"the model needs {model_bytes} bytes of MemoryX but the cluster has "
+            f"{node_bytes * len(memx)} ({len(memx)} nodes of {node_bytes}); make it smaller",
+            field="params",
+        )
+    per_memx = math.ceil(model_bytes / memx_count)
+
+    fanout = max(n.capacity for n in swarm)
+    swarm_count = math.ceil(spec.num_csx / fanout)
+    if swarm_count > len(swarm):
+        raise InsufficientCapacity(
+            f"num_csx={spec.num_csx} needs {swarm_count} SwarmX nodes of {fanout} ports but the "
+            f"cluster has {len(swarm)}",
+            field="num_csx",
+        )
+    per_swarm = math.ceil(spec.num_csx / swarm_count)
+    return ReplicaPlan(
+        groups=(
+            ReplicaGroup(Role.CHIEF, 1),
+            ReplicaGroup(Role.CS2, spec.num_csx, demand=1),
+            ReplicaGroup(Role.MEMORYX, memx_count, demand=per_memx),
+            ReplicaGroup(Role.SWARMX, swarm_count, demand=per_swarm),
+        ),
+        model_bytes=model_bytes,
+    )

@@ -1,0 +1,197 @@
+"""What a user asks for: the job spec and its validation (every rule names its field)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from appliance.domain.errors import InvalidSpec
+
+
+class Mode(enum.StrEnum):
+    TRAIN = "train"
+    EVAL = "eval"
+    TRAIN_AND_EVAL = "train_and_eval"
+    COMPILE = "compile"
+
+
+class Priority(enum.IntEnum):
+    """Lower value runs first. P0 is admin-only; P2 is the default."""
+
+    P0 = 0
+    P1 = 1
+    P2 = 2
+    P3 = 3
+
+    @classmethod
+    def parse(cls, text: str) -> Priority:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise InvalidSpec(
+                f"priority {text!r} is not one of p0, p1, p2, p3", field="priority"
+            ) from None
+
+
+PARAMS_SECTIONS = frozenset({"model", "train_input", "eval_input", "optimizer", "runconfig"})
+MAX_PARAMS_BYTES = 1 << 20
+MAX_STEPS = 10**9
+MAX_LABELS = 64
+MAX_MODEL_DIR = 4096
+MAX_USER = 253
+
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_NAME_RE = re.compile(rf"^{_LABEL_NAME}$")
+_DNS_SUBDOMAIN_RE = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_USER_RE = re.compile(r"^[A-Za-z0-9_][-A-Za-z0-9_.@]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """A validated request to run a wsjob. Build it with `validate_spec`."""
+
+    params_yaml: str
+    num_csx: int
+    num_steps: int
+    mode: Mode = Mode.TRAIN
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    priority: Priority = Priority.P2
+    model_dir: str = ""
+
+    @property
+    def params(self) -> dict[str, Any]:
+        loaded = yaml.safe_load(self.params_yaml)
+        assert isinstance(loaded, dict)
+        return loaded
+
+
+def validate_spec(
+    *,
+    params_yaml: str,
+    num_csx: int,
+    num_steps: int,
+    mode: str | Mode = Mode.TRAIN,
+    labels: Mapping[str, str] | None = None,
+    priority: Priority = Priority.P2,
+    model_dir: str = "",
+) -> JobSpec:
+    """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field."""
+    if not isinstance(num_csx, int) or num_csx <= 0:
+        raise InvalidSpec(f"num_csx must be a positive integer, got {num_csx}", field="num_csx")
+    if not isinstance(num_steps, int) or not 0 < num_steps <= MAX_STEPS:
+        raise InvalidSpec(
+            f"num_steps must be between 1 and {MAX_STEPS}, got {num_steps}", field="num_steps"
+        )
+    parsed_mode = parse_mode(mode)
+    validate_params(params_yaml)
+    clean_labels = validate_labels(labels or {})
+    if len(model_dir) > MAX_MODEL_DIR or "\x00" in model_dir:
+        raise InvalidSpec(
+            f"model_dir must be a path of at most {MAX_MODEL_DIR} characters", field="model_dir"
+        )
+    return JobSpec(
+        params_yaml=params_yaml,
+        num_csx=num_csx,
+        num_steps=num_steps,
+        mode=parsed_mode,
+        labels=clean_labels,
+        priority=priority,
+        model_dir=model_dir,
+    )
+
+
+def parse_mode(mode: str | Mode) -> Mode:
+    try:
+        return Mode(mode)
+    except ValueError:
+        choices = ", ".join(m.value for m in Mode)
+        raise InvalidSpec(f"mode {mode!r} is not one of {choices}", field="mode") from None
+
+
+def validate_params(params_yaml: str) -> dict[str, Any]:
+    """The params file must be a YAML mapping of Model Zoo sections with a `model` section."""
+    if not params_yaml.strip():
+        raise InvalidSpec("params is empty; pass a params YAML file", field="params")
+    if len(params_yaml.encode()) > MAX_PARAMS_BYTES:
+        raise InvalidSpec(
+            f"params is larger than {MAX_PARAMS_BYTES} bytes; keep data out of the params file",
+            field="params",
+        )
+    try:
+        params = yaml.safe_load(params_yaml)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise InvalidSpec(f"params is not valid YAML{at}", field="params") from None
+    if not isinstance(params, dict):
+        raise InvalidSpec("params must be a YAML mapping of sections", field="params")
+    unknown = sorted(str(k) for k in params if k not in PARAMS_SECTIONS)
+    if unknown:
+        allowed = ", ".join(sorted(PARAMS_SECTIONS))
+        raise InvalidSpec(
+            f"params has unknown section(s) {', '.join(unknown)}; allowed: {allowed}",
+            field="params",
+        )
+    for section, value in params.items():
+        if value is not None and not isinstance(value, dict):
+            raise InvalidSpec(f"params section {section!r} must be a mapping", field="params")
+    if not params.get("model"):
+        raise InvalidSpec("params needs a non-empty `model` section", field="params")
+    return params
+
+
+def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """Kubernetes label syntax: `[prefix/]name` keys, values of at most 63 characters."""
+    if len(labels) > MAX_LABELS:
+        raise InvalidSpec(f"at most {MAX_LABELS} labels are allowed", field="labels")
+    for key, value in labels.items():
+        _check_label_key(key)
+        if value and not _LABEL_NAME_RE.match(value):
+            raise InvalidSpec(
+                f"label value {value!r} for {key!r} must be at most 63 characters of "
+                "letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+                field="labels",
+            )
+    return dict(labels)
+
+
+def _check_label_key(key: str) -> None:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.match(prefix)):
+        raise InvalidSpec(
+            f"label key {key!r} has an invalid prefix; use a DNS subdomain like example.com/",
+            field="labels",
+        )
+    if not _LABEL_NAME_RE.match(name):
+        raise InvalidSpec(
+            f"label key {key!r} must be at most 63 characters of letters, digits, '-', '_' "
+            "or '.', starting and ending with a letter or digit",
+            field="labels",
+        )
+
+
+def validate_user(user: str) -> str:
+    if not user or len(user) > MAX_USER or not _USER_RE.match(user):
+        raise InvalidSpec(
+            "user must be 1-253 characters of letters, digits, '-', '_', '.' or '@'",
+            field="user",
+        )
+    return user
+
+
+def parse_label_selector(text: str) -> dict[str, str]:
+    """`k=v,k2=v2` as used by csctl -l."""
+    selector: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise InvalidSpec(f"label selector {part!r} must be key=value", field="labels")
+        selector[key.strip()] = value.strip()
+    return validate_labels(selector)
