@@ -1,0 +1,1 @@
+"""Where replicas run: the Backend protocol and its implementations."""

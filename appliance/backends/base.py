@@ -1,0 +1,51 @@
+"""The Backend protocol: how the reconciler starts, watches, stops and re-finds replicas."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+from appliance.domain.job import Job, Replica
+
+
+class ReplicaEventKind(enum.Enum):
+    STARTED = "started"
+    EXITED = "exited"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaEvent:
+    """A replica's process or pod started or ended.
+
+    exit_code follows the shell and Kubernetes convention: 128 + signal for a replica killed by
+    a signal; None when it cannot be known (a replica adopted after a restart).
+    """
+
+    job_id: str
+    replica: str
+    kind: ReplicaEventKind
+    pid: int = 0
+    exit_code: int | None = None
+    message: str = ""
+
+
+class Backend(Protocol):
+    async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
+        """Start every replica of the job (idempotent for replicas already running)."""
+
+    def observe(self) -> AsyncIterator[ReplicaEvent]:
+        """Replica state changes, for as long as the backend is open."""
+
+    async def teardown(self, job_id: str) -> None:
+        """Stop every replica of the job: SIGTERM (or pod delete), then force after a grace."""
+
+    async def adopt(self) -> dict[str, set[str]]:
+        """After a restart: the replicas still running, by job id, now watched again."""
+
+    def log_tail(self, job_id: str, replica: str, lines: int) -> str:
+        """The last lines of a replica's log."""
+
+    async def close(self) -> None:
+        """Stop watching; replicas keep running (a restarted coordinator adopts them)."""

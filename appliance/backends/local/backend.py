@@ -1,0 +1,220 @@
+"""Replicas as local subprocesses: `python -m appliance.workers <role> ...`.
+
+Each replica runs in its own session (process group), logs to
+<data_dir>/jobs/<job>/logs/<replica>.log and leaves its pid in .../pids/<replica>.pid, so a
+restarted coordinator can find (adopt) and stop what is still running. Replicas outlive a
+coordinator restart on purpose; they stop themselves when the coordinator stays away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections import deque
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from pathlib import Path
+
+from appliance.backends.base import ReplicaEvent, ReplicaEventKind
+from appliance.domain.job import Job, Replica
+
+log = logging.getLogger(__name__)
+
+
+class _Running:
+    """One live replica process: a child we started, or an adopted one we watch by pidfd."""
+
+    def __init__(self, job_id: str, replica: str, pid: int) -> None:
+        self.job_id = job_id
+        self.replica = replica
+        self.pid = pid
+        self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def signal(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+
+class LocalBackend:
+    def __init__(
+        self,
+        data_dir: Path,
+        coordinator_address: str,
+        *,
+        grace_seconds: float = 5.0,
+        orphan_timeout: float = 60.0,
+        python: str = sys.executable,
+    ) -> None:
+        self.jobs_dir = data_dir / "jobs"
+        self.coordinator_address = coordinator_address
+        self.grace_seconds = grace_seconds
+        self.orphan_timeout = orphan_timeout
+        self.python = python
+        self._running: dict[tuple[str, str], _Running] = {}
+        self._events: asyncio.Queue[ReplicaEvent] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ---- paths ----------------------------------------------------------------------------
+
+    def log_path(self, job_id: str, replica: str) -> Path:
+        return self.jobs_dir / job_id / "logs" / f"{replica}.log"
+
+    def _pid_path(self, job_id: str, replica: str) -> Path:
+        return self.jobs_dir / job_id / "pids" / f"{replica}.pid"
+
+    # ---- protocol -------------------------------------------------------------------------
+
+    async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
+        for replica in replicas:
+            if (job.id, replica.name) in self._running:
+                continue
+            await self._start(job.id, replica)
+
+    async def _start(self, job_id: str, replica: Replica) -> None:
+        log_path = self.log_path(job_id, replica.name)
+        pid_path = self._pid_path(job_id, replica.name)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        pid_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "APPLIANCE_JOB_ID": job_id,
+            "APPLIANCE_REPLICA": replica.name,
+            "APPLIANCE_COORDINATOR": self.coordinator_address,
+        }
+        command = [
+            self.python, "-m", "appliance.workers", replica.role.value,
+            "--job-id", job_id, "--replica", replica.name,
+            "--coordinator", self.coordinator_address,
+            "--orphan-timeout", str(self.orphan_timeout),
+        ]  # fmt: skip
+        with log_path.open("ab") as log_file:
+            proc = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        pid_path.write_text(f"{proc.pid}\n")
+        running = _Running(job_id, replica.name, proc.pid)
+        self._running[(job_id, replica.name)] = running
+        self._events.put_nowait(
+            ReplicaEvent(job_id, replica.name, ReplicaEventKind.STARTED, pid=proc.pid)
+        )
+        self._spawn(self._wait_child(running, proc))
+
+    async def _wait_child(self, running: _Running, proc: asyncio.subprocess.Process) -> None:
+        code = await proc.wait()
+        message = ""
+        if code < 0:
+            message = f"killed by {signal.Signals(-code).name}"
+            code = 128 - code
+        self._finish(running, code, message)
+
+    def _finish(self, running: _Running, code: int | None, message: str) -> None:
+        self._running.pop((running.job_id, running.replica), None)
+        with contextlib.suppress(FileNotFoundError):
+            self._pid_path(running.job_id, running.replica).unlink()
+        if not running.exited.done():
+            running.exited.set_result(None)
+        self._events.put_nowait(
+            ReplicaEvent(
+                running.job_id, running.replica, ReplicaEventKind.EXITED,
+                pid=running.pid, exit_code=code, message=message,
+            )
+        )  # fmt: skip
+
+    async def observe(self) -> AsyncIterator[ReplicaEvent]:
+        while True:
+            yield await self._events.get()
+
+    async def teardown(self, job_id: str) -> None:
+        victims = [r for (j, _), r in list(self._running.items()) if j == job_id]
+        if not victims:
+            return
+        for r in victims:
+            r.signal(signal.SIGTERM)
+        _, late = await asyncio.wait([r.exited for r in victims], timeout=self.grace_seconds)
+        if late:
+            for r in victims:
+                if not r.exited.done():
+                    log.warning("replica %s/%s ignored SIGTERM; killing", job_id, r.replica)
+                    r.signal(signal.SIGKILL)
+            await asyncio.wait([r.exited for r in victims], timeout=self.grace_seconds)
+
+    async def adopt(self) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for pid_path in sorted(self.jobs_dir.glob("*/pids/*.pid")):
+            job_id, replica = pid_path.parent.parent.name, pid_path.stem
+            if (job_id, replica) in self._running:
+                found.setdefault(job_id, set()).add(replica)
+                continue
+            pid = _read_pid(pid_path)
+            if pid is None or not _is_our_replica(pid, job_id, replica):
+                pid_path.unlink(missing_ok=True)
+                continue
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                pid_path.unlink(missing_ok=True)
+                continue
+            running = _Running(job_id, replica, pid)
+            self._running[(job_id, replica)] = running
+            self._spawn(self._wait_adopted(running, pidfd))
+            found.setdefault(job_id, set()).add(replica)
+        return found
+
+    async def _wait_adopted(self, running: _Running, pidfd: int) -> None:
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(pidfd, lambda: gone.done() or gone.set_result(None))
+        try:
+            await gone
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        self._finish(running, None, "exit code unknown: replica was adopted after a restart")
+
+    def log_tail(self, job_id: str, replica: str, lines: int) -> str:
+        path = self.log_path(job_id, replica)
+        try:
+            with path.open("rb") as f:
+                f.seek(max(0, path.stat().st_size - 64 * 1024))
+                tail = deque(f.read().decode(errors="replace").splitlines(), maxlen=lines)
+        except FileNotFoundError:
+            return ""
+        return "\n".join(tail)
+
+    def live_pids(self, job_id: str) -> list[int]:
+        return [r.pid for (j, _), r in self._running.items() if j == job_id]
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _is_our_replica(pid: int, job_id: str, replica: str) -> bool:
+    """Guard against pid reuse: the process must be the worker we started for this replica."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"appliance.workers" in argv and job_id.encode() in argv and replica.encode() in argv

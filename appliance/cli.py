@@ -1,0 +1,151 @@
+"""The `appliance` command: run the coordinator, or run it with a demo job."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+from appliance.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, Settings
+from appliance.server.app import Coordinator
+
+EXAMPLE_PARAMS = Path(__file__).parent / "examples" / "params_fc_mnist.yaml"
+
+
+def _settings(data_dir: Path | None, grpc_port: int | None, http_port: int | None) -> Settings:
+    overrides: dict[str, object] = {}
+    if data_dir is not None:
+        overrides["data_dir"] = data_dir
+    if grpc_port is not None:
+        overrides["grpc_port"] = grpc_port
+    if http_port is not None:
+        overrides["http_port"] = http_port
+    return Settings(**overrides)  # type: ignore[arg-type]
+
+
+_server_options = [
+    click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+                 help="Store, logs and model dirs [default: .appliance, or APPLIANCE_DATA_DIR]."),
+    click.option("--grpc-port", type=click.IntRange(0, 65535), default=None,
+                 help=f"gRPC port; 0 picks a free one [default: {DEFAULT_GRPC_PORT}]."),
+    click.option("--http-port", type=click.IntRange(0, 65535), default=None,
+                 help=f"HTTP port; 0 picks a free one [default: {DEFAULT_HTTP_PORT}]."),
+]  # fmt: skip
+
+
+def server_options(fn):  # type: ignore[no-untyped-def]
+    for option in reversed(_server_options):
+        fn = option(fn)
+    return fn
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level.")
+def main(verbose: bool) -> None:
+    """Run the appliance's coordinator service."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@main.command()
+@server_options
+def serve(data_dir: Path | None, grpc_port: int | None, http_port: int | None) -> None:
+    """Start the coordinator (SQLite + local worker processes unless configured otherwise).
+
+    \b
+    Example:
+      appliance serve --data-dir /tmp/appliance --grpc-port 0
+    """
+    asyncio.run(_serve(_settings(data_dir, grpc_port, http_port), demo=False))
+
+
+@main.command()
+@server_options
+@click.option("--num-csx", default=2, show_default=True, help="CS-2 systems for the demo job.")
+@click.option("--num-steps", default=200, show_default=True, help="Steps of the demo job.")
+def demo(
+    data_dir: Path | None,
+    grpc_port: int | None,
+    http_port: int | None,
+    num_csx: int,
+    num_steps: int,
+) -> None:
+    """Start the coordinator, submit a demo fc_mnist job and follow it; keep serving after.
+
+    \b
+    Example:
+      appliance demo            # then, in another terminal: csctl get jobs -a
+    """
+    settings = _settings(data_dir, grpc_port, http_port)
+    asyncio.run(_serve(settings, demo=True, num_csx=num_csx, num_steps=num_steps))
+
+
+async def _serve(
+    settings: Settings, *, demo: bool, num_csx: int = 2, num_steps: int = 200
+) -> None:
+    coordinator = Coordinator(settings)
+    try:
+        await coordinator.start()
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {settings.host}: {exc.strerror}; pick another port with "
+            "--grpc-port/--http-port (0 = any free port)"
+        ) from None
+    click.echo(
+        f"appliance {coordinator.address} (gRPC), http://{settings.host}:"
+        f"{coordinator.http_port} (HTTP), data in {settings.data_dir.resolve()}"
+    )
+    click.echo(f"try: csctl --server {coordinator.address} get jobs -a")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if demo:
+        threading.Thread(
+            target=_run_demo_job, args=(coordinator.address, num_csx, num_steps), daemon=True
+        ).start()
+    await stop.wait()
+    click.echo("stopping: draining servers (running replicas are left to finish)")
+    await coordinator.stop()
+
+
+def _run_demo_job(address: str, num_csx: int, num_steps: int) -> None:
+    from appliance.client import ApplianceClient
+    from appliance.domain.errors import ApplianceError
+
+    try:
+        with ApplianceClient(address) as client:
+            job = client.submit(
+                params=EXAMPLE_PARAMS,
+                num_csx=num_csx,
+                num_steps=num_steps,
+                labels={"demo": "fc-mnist"},
+            )
+            click.echo(
+                f"submitted {job.id}; follow it with: csctl --server {address} get job {job.id}"
+            )
+            for event in job.watch():
+                click.echo(f"  {job.id}: {_describe(event)}")
+            click.echo(
+                f"demo job {job.id} is {job.status.phase.value}; Ctrl-C stops the appliance"
+            )
+    except ApplianceError as exc:
+        click.echo(f"demo job failed: {exc.message}", err=True)
+
+
+def _describe(event: object) -> str:
+    from appliance.domain.job import JobEvent
+
+    assert isinstance(event, JobEvent)
+    if event.progress is not None:
+        p = event.progress
+        return f"step {p.step}/{p.num_steps} loss {p.loss:.4f} ({p.steps_per_second:.1f} steps/s)"
+    before = event.from_phase.value if event.from_phase else "-"
+    after = event.to_phase.value if event.to_phase else "-"
+    return f"{before} -> {after}: {event.reason}"

@@ -1,0 +1,1 @@
+"""Loops that move jobs through phases from what the backend reports."""

@@ -1,0 +1,183 @@
+"""The reconciler: launches scheduled jobs, turns replica exits into job phases, tears down.
+
+It decides nothing about admission (the scheduler does) and writes phases only through
+Context.set_phase. Every step is idempotent, so a pass may be repeated or interrupted safely;
+`recover` re-finds running replicas after a coordinator restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from appliance.backends.base import Backend, ReplicaEvent, ReplicaEventKind
+from appliance.domain.job import ReplicaPhase
+from appliance.domain.phases import Phase
+from appliance.domain.plan import Role
+from appliance.services.context import Context
+from appliance.services.replicas import ReplicaService
+
+log = logging.getLogger(__name__)
+SWEEP_INTERVAL = 1.0
+
+
+class Reconciler:
+    def __init__(self, ctx: Context, backend: Backend, replicas: ReplicaService) -> None:
+        self.ctx = ctx
+        self.backend = backend
+        self.replicas = replicas
+        # Jobs whose replicas this coordinator started or adopted and has not torn down.
+        self.active: set[str] = set()
+        self._teardowns: dict[str, asyncio.Task[None]] = {}
+
+    # ---- restart ----------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Adopt what still runs; fail jobs whose replicas are gone; stop leftovers."""
+        live = await self.backend.adopt()
+        store = self.ctx.store
+        holding = await self.ctx.db(
+            store.jobs_in, [Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING]
+        )
+        for job in holding:
+            alive = live.pop(job.id, set())
+            expected = {r.name for r in await self.ctx.db(store.replicas, job.id)}
+            if job.phase is Phase.SCHEDULED:
+                if alive:
+                    self.active.add(job.id)  # the sweep launches the missing ones
+                continue
+            missing = sorted(expected - alive)
+            self.active.add(job.id)
+            if missing:
+                reason = "replicas gone after a coordinator restart: " + ", ".join(missing)
+                await self.ctx.set_phase(job.id, Phase.FAILED, reason, expected=job.phase)
+            else:
+                log.info("adopted %s (%d replicas)", job.id, len(alive))
+        for job_id in live:  # replicas of jobs that ended while we were away
+            self.active.add(job_id)
+        self.ctx.bus.wake_reconciler()
+
+    # ---- loops ------------------------------------------------------------------------------
+
+    async def run_events(self) -> None:
+        async for event in self.backend.observe():
+            try:
+                await self.on_replica_event(event)
+            except Exception:
+                log.exception("handling %s failed", event)
+
+    async def run_sweeps(self) -> None:
+        wanted = self.ctx.bus.reconcile_wanted
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wanted.wait(), SWEEP_INTERVAL)
+            wanted.clear()
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("reconciler sweep failed")
+
+    async def sweep(self) -> None:
+        store = self.ctx.store
+        for job in await self.ctx.db(store.jobs_in, [Phase.SCHEDULED]):
+            await self._launch(job.id)
+        phases = await self.ctx.db(store.phases_of, list(self.active))
+        now = self.ctx.clock()
+        for job_id, phase in phases.items():
+            if phase.terminal:
+                self._start_teardown(job_id)
+        for job in await self.ctx.db(store.jobs_in, [Phase.INITIALIZING]):
+            if now - job.updated_at > self.ctx.settings.init_timeout_seconds:
+                waiting = [
+                    r.name
+                    for r in await self.ctx.db(store.replicas, job.id)
+                    if r.phase is not ReplicaPhase.READY
+                ]
+                reason = (
+                    f"replicas not ready after {self.ctx.settings.init_timeout_seconds:.0f}"
+                    f" s: {', '.join(waiting)}"
+                )
+                await self.ctx.set_phase(job.id, Phase.FAILED, reason, expected=Phase.INITIALIZING)
+
+    async def _launch(self, job_id: str) -> None:
+        job = await self.ctx.db(self.ctx.store.get_job, job_id)
+        self.active.add(job_id)
+        try:
+            await self.backend.launch(job, job.replicas)
+        except Exception as exc:
+            log.exception("launching %s failed", job_id)
+            await self.ctx.set_phase(
+                job_id, Phase.FAILED, f"could not start replicas: {exc}", expected=Phase.SCHEDULED
+            )
+            return
+        change = await self.ctx.set_phase(
+            job_id,
+            Phase.INITIALIZING,
+            f"started {len(job.replicas)} replicas",
+            expected=Phase.SCHEDULED,
+        )
+        if change.applied:
+            await self.replicas.start_if_all_ready(job_id)
+
+    def _start_teardown(self, job_id: str) -> None:
+        if job_id in self._teardowns:
+            return
+
+        async def teardown() -> None:
+            try:
+                await self.backend.teardown(job_id)
+                self.active.discard(job_id)
+            finally:
+                self._teardowns.pop(job_id, None)
+
+        self._teardowns[job_id] = asyncio.get_running_loop().create_task(teardown())
+
+    # ---- replica events -----------------------------------------------------------------------
+
+    async def on_replica_event(self, event: ReplicaEvent) -> None:
+        store = self.ctx.store
+        if event.kind is ReplicaEventKind.STARTED:
+            await self.ctx.db(
+                store.update_replica,
+                event.job_id,
+                event.replica,
+                phase=ReplicaPhase.STARTED,
+                pid=event.pid,
+            )
+            return
+        phase = await self.ctx.db(store.phase_of, event.job_id)
+        code = event.exit_code
+        tail = self.backend.log_tail(event.job_id, event.replica, self.ctx.settings.log_tail_lines)
+        if phase is not None and phase.terminal and code != 0:
+            replica_phase = ReplicaPhase.STOPPED
+        else:
+            replica_phase = ReplicaPhase.SUCCEEDED if code == 0 else ReplicaPhase.FAILED
+        await self.ctx.db(
+            store.update_replica,
+            event.job_id,
+            event.replica,
+            phase=replica_phase,
+            exit_code=code,
+            message=event.message,
+            log_tail=tail,
+        )
+        if phase is None or phase.terminal:
+            return
+        if code != 0:
+            what = f"exit code {code}" if code is not None else "an unknown exit code"
+            detail = f" ({event.message})" if event.message else ""
+            reason = f"replica {event.replica} exited with {what}{detail}"
+            await self.ctx.set_phase(event.job_id, Phase.FAILED, reason)
+        elif event.replica == f"{Role.CHIEF}-0":
+            if phase is Phase.RUNNING:
+                await self.ctx.set_phase(
+                    event.job_id,
+                    Phase.SUCCEEDED,
+                    "chief finished all steps",
+                    expected=Phase.RUNNING,
+                )
+            else:
+                await self.ctx.set_phase(
+                    event.job_id, Phase.FAILED, f"chief exited while the job was {phase.value}"
+                )

@@ -1,0 +1,1 @@
+"""The coordinator service: composition root, gRPC servicers (and REST routers later)."""

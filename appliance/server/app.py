@@ -1,0 +1,115 @@
+"""Composition root: build the store, backend, loops and servers from Settings; run; drain.
+
+Stopping drains the servers and stops the loops but leaves replicas running: a restarted
+coordinator adopts them (see Reconciler.recover).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import uvicorn
+
+from appliance._proto.v1 import cluster_pb2_grpc, control_pb2_grpc
+from appliance.backends.local import LocalBackend
+from appliance.config import Settings
+from appliance.reconciler.loop import Reconciler
+from appliance.scheduler.loop import SchedulerLoop
+from appliance.server.grpc.cluster import ClusterServicer
+from appliance.server.grpc.control import ReplicaControlServicer
+from appliance.server.rest.app import create_app
+from appliance.services.bus import JobBus
+from appliance.services.context import Context
+from appliance.services.jobs import JobService
+from appliance.services.replicas import ReplicaService
+from appliance.store.engine import make_engine, migrate
+from appliance.store.jobs import JobStore
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    """One coordinator process: gRPC + HTTP servers, scheduler and reconciler loops."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.grpc_port = 0
+        self.http_port = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._grpc: grpc.aio.Server | None = None
+        self._http: uvicorn.Server | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.settings.host}:{self.grpc_port}"
+
+    async def start(self) -> None:
+        s = self.settings
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+        self.engine = make_engine(s.sqlalchemy_url)
+        migrate(self.engine)
+        store = JobStore(self.engine)
+        store.sync_pool(s.pool())
+        threads = 1 if self.engine.dialect.name == "sqlite" else 8
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="store")
+        self.ctx = Context(settings=s, store=store, bus=JobBus(), executor=self.executor)
+        self.jobs = JobService(self.ctx)
+        replicas = ReplicaService(self.ctx)
+
+        self._grpc = grpc.aio.server()
+        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
+            ClusterServicer(self.jobs), self._grpc
+        )
+        control_pb2_grpc.add_ReplicaControlServicer_to_server(
+            ReplicaControlServicer(replicas), self._grpc
+        )
+        self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
+        await self._grpc.start()
+
+        self.backend = LocalBackend(
+            s.data_dir,
+            f"127.0.0.1:{self.grpc_port}",
+            grace_seconds=s.cancel_grace_seconds,
+            orphan_timeout=s.worker_orphan_timeout,
+        )
+        self.reconciler = Reconciler(self.ctx, self.backend, replicas)
+        await self.reconciler.recover()
+        scheduler = SchedulerLoop(self.ctx)
+        self._spawn(scheduler.run())
+        self._spawn(self.reconciler.run_events())
+        self._spawn(self.reconciler.run_sweeps())
+        self.ctx.bus.wake_scheduler()
+
+        config = uvicorn.Config(
+            create_app(self.ctx), host=s.host, port=s.http_port, log_level="warning",
+            lifespan="off",
+        )  # fmt: skip
+        self._http = uvicorn.Server(config)
+        sock = socket.create_server((s.host, s.http_port), reuse_port=False)
+        self.http_port = sock.getsockname()[1]
+        self._spawn(self._http.serve(sockets=[sock]))
+
+    def _spawn(self, coro: object) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(coro))  # type: ignore[arg-type]
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Drain the servers, stop the loops, leave the store consistent; replicas keep running."""
+        if self._http is not None:
+            self._http.should_exit = True
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.backend.close()
+        self.executor.shutdown(wait=True)
+        self.engine.dispose()
+
+    async def wait_stopped(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._tasks)

@@ -1,0 +1,1 @@
+"""Thin gRPC servicers: convert, call a service, convert back."""

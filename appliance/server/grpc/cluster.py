@@ -1,0 +1,109 @@
+"""ClusterService: what csctl, the client and programs call."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+import appliance
+from appliance._proto import convert
+from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_spec
+from appliance.server.grpc.errors import stream, unary
+from appliance.services.jobs import JobService
+from appliance.store.jobs import JobQuery
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+
+class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
+    def __init__(self, jobs: JobService) -> None:
+        self.jobs = jobs
+
+    @unary
+    async def SubmitJob(
+        self, request: cluster_pb2.SubmitJobRequest, context: Ctx
+    ) -> cluster_pb2.Job:
+        job = await self.jobs.submit(spec_from_request(request.spec), request.user or "anonymous")
+        return convert.job_to_pb(job)
+
+    @unary
+    async def GetJob(self, request: cluster_pb2.GetJobRequest, context: Ctx) -> cluster_pb2.Job:
+        return convert.job_to_pb(await self.jobs.get(request.job_id))
+
+    @unary
+    async def ListJobs(
+        self, request: cluster_pb2.ListJobsRequest, context: Ctx
+    ) -> cluster_pb2.ListJobsResponse:
+        jobs, token = await self.jobs.list(query_from_request(request))
+        return cluster_pb2.ListJobsResponse(
+            jobs=[convert.job_to_pb(j) for j in jobs], next_page_token=token
+        )
+
+    @stream
+    async def StreamJobs(
+        self, request: cluster_pb2.ListJobsRequest, context: Ctx
+    ) -> AsyncIterator[cluster_pb2.ListJobsResponse]:
+        async for page in self.jobs.stream(query_from_request(request)):
+            yield cluster_pb2.ListJobsResponse(jobs=[convert.job_to_pb(j) for j in page])
+
+    @unary
+    async def CancelJob(
+        self, request: cluster_pb2.CancelJobRequest, context: Ctx
+    ) -> cluster_pb2.CancelJobResponse:
+        job, changed, message = await self.jobs.cancel(request.job_id, request.reason)
+        return cluster_pb2.CancelJobResponse(
+            job=convert.job_to_pb(job), changed=changed, message=message
+        )
+
+    @stream
+    async def WatchJob(
+        self, request: cluster_pb2.WatchJobRequest, context: Ctx
+    ) -> AsyncIterator[cluster_pb2.JobEvent]:
+        async for event in self.jobs.watch(request.job_id, request.after_seq):
+            yield convert.event_to_pb(event)
+
+    @unary
+    async def GetJobEvents(
+        self, request: cluster_pb2.GetJobEventsRequest, context: Ctx
+    ) -> cluster_pb2.GetJobEventsResponse:
+        events = await self.jobs.events(request.job_id)
+        return cluster_pb2.GetJobEventsResponse(events=[convert.event_to_pb(e) for e in events])
+
+    @unary
+    async def GetVersion(
+        self, request: cluster_pb2.GetVersionRequest, context: Ctx
+    ) -> cluster_pb2.GetVersionResponse:
+        return cluster_pb2.GetVersionResponse(version=appliance.__version__)
+
+
+def spec_from_request(msg: cluster_pb2.JobSpec) -> JobSpec:
+    """Validate a submitted spec; enum zero means the default, unknown numbers are errors."""
+    mode = convert.mode_from_pb(msg.mode) if msg.mode else Mode.TRAIN
+    if mode is None:
+        raise InvalidSpec(f"mode {msg.mode} is not a known mode", field="mode")
+    priority = convert.priority_from_pb(msg.priority) if msg.priority else Priority.P2
+    if priority is None:
+        raise InvalidSpec(f"priority {msg.priority} is not one of P0-P3", field="priority")
+    return validate_spec(
+        params_yaml=msg.params_yaml,
+        num_csx=msg.num_csx,
+        num_steps=msg.num_steps,
+        mode=mode,
+        labels=dict(msg.labels),
+        priority=priority,
+        model_dir=msg.model_dir,
+    )
+
+
+def query_from_request(msg: cluster_pb2.ListJobsRequest) -> JobQuery:
+    return JobQuery(
+        include_terminal=msg.all,
+        user=msg.user,
+        labels=validate_labels(dict(msg.labels)),
+        limit=msg.limit,
+        page_token=msg.page_token,
+    )

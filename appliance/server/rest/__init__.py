@@ -1,0 +1,1 @@
+"""REST doors (FastAPI). Health endpoints now; the job API comes with the REST issue."""

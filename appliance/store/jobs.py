@@ -1,0 +1,524 @@
+"""JobStore: every read and write of jobs, and the only writer of job phase.
+
+`set_phase` checks the transition table and writes with compare-and-set on the current phase,
+recording an event in the same transaction. Leaving the resource-holding phases releases the
+job's placements in that same transaction, so the pool can never leak.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Engine, and_, delete, func, or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from appliance.domain.errors import InvalidSpec, NotFound
+from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
+from appliance.domain.job import EventKind, Job, JobEvent, Progress, Replica, ReplicaPhase
+from appliance.domain.phases import (
+    ACTIVE,
+    HOLDS_RESOURCES,
+    TERMINAL,
+    Outcome,
+    Phase,
+    can_transition,
+)
+from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
+from appliance.domain.spec import JobSpec, Mode, Priority
+from appliance.scheduler.admission import Placement, QueuedJob
+from appliance.store.tables import (
+    JobEventRow,
+    JobLabelRow,
+    JobRow,
+    NodeRow,
+    PlacementRow,
+    ReplicaRow,
+)
+
+DEFAULT_LIMIT = 500
+MAX_LIMIT = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class JobQuery:
+    include_terminal: bool = False
+    user: str = ""
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    limit: int = DEFAULT_LIMIT
+    page_token: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseChange:
+    """The outcome of a phase change, and the event it recorded when it was applied."""
+
+    outcome: Outcome
+    event: JobEvent | None = None
+
+    @property
+    def applied(self) -> bool:
+        return self.outcome is Outcome.APPLIED
+
+
+class JobStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    # ---- pool -------------------------------------------------------------------------------
+
+    def sync_pool(self, nodes: Sequence[Node]) -> None:
+        """Make the stored pool match the configured one (names, kinds, capacities).
+
+        A node removed from the configuration is kept while a job holds it, so nothing that
+        runs loses its placement; states set by an admin are kept.
+        """
+        with self._sessions.begin() as s:
+            existing = {r.name: r for r in s.scalars(select(NodeRow))}
+            for node in nodes:
+                row = existing.pop(node.name, None)
+                if row is None:
+                    s.add(
+                        NodeRow(
+                            name=node.name,
+                            kind=node.kind.value,
+                            capacity=node.capacity,
+                            state=node.state.value,
+                        )
+                    )
+                else:
+                    row.kind, row.capacity = node.kind.value, node.capacity
+            held = set(s.scalars(select(PlacementRow.node).distinct()))
+            for name, row in existing.items():
+                if name not in held:
+                    s.delete(row)
+
+    def pool_usage(self) -> list[NodeUsage]:
+        with self._sessions() as s:
+            used = dict(
+                s.execute(
+                    select(PlacementRow.node, func.sum(PlacementRow.amount)).group_by(
+                        PlacementRow.node
+                    )
+                )
+                .tuples()
+                .all()
+            )
+            return [
+                NodeUsage(
+                    Node(r.name, NodeKind(r.kind), r.capacity, NodeState(r.state)),
+                    int(used.get(r.name, 0)),
+                )
+                for r in s.scalars(select(NodeRow).order_by(NodeRow.name))
+            ]
+
+    def pool(self) -> list[Node]:
+        return [u.node for u in self.pool_usage()]
+
+    # ---- jobs -------------------------------------------------------------------------------
+
+    def create_job(
+        self, job_id: str, user: str, spec: JobSpec, plan: ReplicaPlan, now: float
+    ) -> Job:
+        """Persist a new QUEUED job with its labels and its first event, all or nothing."""
+        row = JobRow(
+            id=job_id,
+            user=user,
+            phase=Phase.QUEUED.value,
+            priority=int(spec.priority),
+            mode=spec.mode.value,
+            num_csx=spec.num_csx,
+            num_steps=spec.num_steps,
+            model_dir=spec.model_dir,
+            params_yaml=spec.params_yaml,
+            labels=dict(spec.labels),
+            plan=_plan_to_json(plan),
+            reason="",
+            pending_reason="waiting for the scheduler",
+            systems="",
+            created_at=now,
+            updated_at=now,
+            started_at=0.0,
+            finished_at=0.0,
+            progress={},
+        )
+        with self._sessions.begin() as s:
+            s.add(row)
+            s.flush()
+            s.add_all(JobLabelRow(job_id=job_id, key=k, value=v) for k, v in spec.labels.items())
+            s.add(
+                JobEventRow(
+                    job_id=job_id,
+                    time=now,
+                    from_phase=None,
+                    to_phase=Phase.QUEUED.value,
+                    reason=f"submitted by {user}",
+                )
+            )
+        return _job_from_row(row)
+
+    def get_job(self, job_id: str, *, with_replicas: bool = True) -> Job:
+        with self._sessions() as s:
+            row = s.get(JobRow, job_id)
+            if row is None:
+                raise NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+            replicas: tuple[Replica, ...] = ()
+            if with_replicas:
+                replicas = tuple(
+                    _replica_from_row(r)
+                    for r in s.scalars(select(ReplicaRow).where(ReplicaRow.job_id == job_id))
+                )
+            position = 0
+            if row.phase == Phase.QUEUED.value:
+                position = self._queue_position(s, row)
+            return _job_from_row(row, replicas=_sorted_replicas(replicas), position=position)
+
+    def _queue_position(self, s: Session, row: JobRow) -> int:
+        ahead = s.scalar(
+            select(func.count())
+            .select_from(JobRow)
+            .where(
+                JobRow.phase == Phase.QUEUED.value,
+                or_(
+                    JobRow.priority < row.priority,
+                    and_(JobRow.priority == row.priority, JobRow.created_at < row.created_at),
+                    and_(
+                        JobRow.priority == row.priority,
+                        JobRow.created_at == row.created_at,
+                        JobRow.id < row.id,
+                    ),
+                ),
+            )
+        )
+        return int(ahead or 0) + 1
+
+    def list_jobs(self, query: JobQuery) -> tuple[list[Job], str]:
+        """Newest first, keyset-paginated; returns (jobs, next page token or "")."""
+        limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
+        if limit > MAX_LIMIT:
+            raise InvalidSpec(f"limit must be at most {MAX_LIMIT}", field="limit")
+        stmt = select(JobRow)
+        if not query.include_terminal:
+            stmt = stmt.where(JobRow.phase.in_([p.value for p in ACTIVE]))
+        if query.user:
+            stmt = stmt.where(JobRow.user == query.user)
+        for key, value in query.labels.items():
+            stmt = stmt.where(
+                select(JobLabelRow.job_id)
+                .where(
+                    JobLabelRow.job_id == JobRow.id,
+                    JobLabelRow.key == key,
+                    JobLabelRow.value == value,
+                )
+                .exists()
+            )
+        if query.page_token:
+            created, last_id = _decode_token(query.page_token)
+            stmt = stmt.where(
+                or_(
+                    JobRow.created_at < created,
+                    and_(JobRow.created_at == created, JobRow.id < last_id),
+                )
+            )
+        stmt = stmt.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit + 1)
+        with self._sessions() as s:
+            rows = list(s.scalars(stmt))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        token = _encode_token(rows[-1].created_at, rows[-1].id) if more else ""
+        return [_job_from_row(r) for r in rows], token
+
+    def jobs_in(self, phases: Iterable[Phase]) -> list[Job]:
+        with self._sessions() as s:
+            rows = s.scalars(select(JobRow).where(JobRow.phase.in_([p.value for p in phases])))
+            return [_job_from_row(r) for r in rows]
+
+    def plan_of(self, job_id: str) -> ReplicaPlan:
+        with self._sessions() as s:
+            plan = s.scalar(select(JobRow.plan).where(JobRow.id == job_id))
+        if plan is None:
+            raise NotFound(f"job {job_id} not found")
+        return _plan_from_json(plan)
+
+    def queued_jobs(self) -> list[QueuedJob]:
+        """The queue snapshot the scheduler decides on, in queue order."""
+        stmt = (
+            select(JobRow.id, JobRow.priority, JobRow.created_at, JobRow.plan)
+            .where(JobRow.phase == Phase.QUEUED.value)
+            .order_by(JobRow.priority, JobRow.created_at, JobRow.id)
+        )
+        with self._sessions() as s:
+            return [
+                QueuedJob(job_id, Priority(prio), created, _plan_from_json(plan))
+                for job_id, prio, created, plan in s.execute(stmt).tuples()
+            ]
+
+    # ---- phase: the one writer ----------------------------------------------------------------
+
+    def set_phase(
+        self, job_id: str, target: Phase, reason: str, now: float, expected: Phase | None = None
+    ) -> PhaseChange:
+        """Move a job to `target` if the table allows it; record the event; release resources.
+
+        `expected` pins the phase the caller decided on (compare-and-set); without it the
+        current phase is read in the same transaction.
+        """
+        with self._sessions.begin() as s:
+            return self._set_phase(s, job_id, target, reason, now, expected)
+
+    def _set_phase(
+        self,
+        s: Session,
+        job_id: str,
+        target: Phase,
+        reason: str,
+        now: float,
+        expected: Phase | None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> PhaseChange:
+        current_value = s.scalar(select(JobRow.phase).where(JobRow.id == job_id))
+        if current_value is None:
+            raise NotFound(f"job {job_id} not found")
+        current = Phase(current_value)
+        if expected is not None and current is not expected:
+            return PhaseChange(Outcome.ALREADY if current is target else Outcome.LOST)
+        if current is target:
+            return PhaseChange(Outcome.ALREADY)
+        if not can_transition(current, target):
+            return PhaseChange(Outcome.INVALID)
+        values: dict[str, Any] = {"phase": target.value, "updated_at": now, **(extra or {})}
+        if target is Phase.RUNNING:
+            values["started_at"] = now
+        if target in TERMINAL:
+            values["finished_at"] = now
+            values["reason"] = reason
+            values["pending_reason"] = ""
+        elif target is not Phase.QUEUED:
+            values["pending_reason"] = ""
+        result = s.execute(
+            update(JobRow).where(JobRow.id == job_id, JobRow.phase == current.value).values(values)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            return PhaseChange(Outcome.LOST)
+        if target not in HOLDS_RESOURCES:
+            s.execute(delete(PlacementRow).where(PlacementRow.job_id == job_id))
+        row = JobEventRow(
+            job_id=job_id, time=now, from_phase=current.value, to_phase=target.value, reason=reason
+        )
+        s.add(row)
+        s.flush()  # assigns the event's sequence number
+        return PhaseChange(Outcome.APPLIED, _event_from_row(row))
+
+    def schedule(self, job_id: str, placements: Sequence[Placement], now: float) -> PhaseChange:
+        """QUEUED -> SCHEDULED with the job's placements and replica rows, all or nothing."""
+        systems = [p.node for p in placements if p.role is Role.CS2]
+        reason = "reserved " + ", ".join(systems) if systems else "reserved"
+        with self._sessions.begin() as s:
+            change = self._set_phase(
+                s,
+                job_id,
+                Phase.SCHEDULED,
+                reason,
+                now,
+                Phase.QUEUED,
+                extra={"systems": ",".join(systems)},
+            )
+            if not change.applied:
+                return change
+            s.add_all(
+                PlacementRow(job_id=job_id, replica=p.replica, node=p.node, amount=p.amount)
+                for p in placements
+            )
+            node_of = {p.replica: p.node for p in placements}
+            plan = _plan_from_json(s.scalar(select(JobRow.plan).where(JobRow.id == job_id)))
+            s.add_all(
+                ReplicaRow(
+                    job_id=job_id,
+                    name=name,
+                    role=role.value,
+                    index=index,
+                    node=node_of.get(name, "mgmt"),
+                    phase=ReplicaPhase.PENDING.value,
+                    address="",
+                    pid=0,
+                    exit_code=None,
+                    message="",
+                    log_tail="",
+                )
+                for name, role, index in plan.replica_names()
+            )
+            return change
+
+    def set_pending_reasons(self, reasons: Mapping[str, str], now: float) -> int:
+        """Write the reasons of queued jobs that changed; returns how many changed."""
+        if not reasons:
+            return 0
+        with self._sessions.begin() as s:
+            current = dict(
+                s.execute(
+                    select(JobRow.id, JobRow.pending_reason).where(
+                        JobRow.phase == Phase.QUEUED.value
+                    )
+                )
+                .tuples()
+                .all()
+            )
+            changed = [
+                {"id": j, "pending_reason": r}
+                for j, r in reasons.items()
+                if j in current and current[j] != r
+            ]
+            if changed:
+                s.execute(
+                    update(JobRow)
+                    .where(JobRow.phase == Phase.QUEUED.value)
+                    .execution_options(synchronize_session=None),
+                    changed,
+                )
+            return len(changed)
+
+    # ---- replicas and progress ----------------------------------------------------------------
+
+    def update_replica(self, job_id: str, name: str, **fields: Any) -> bool:
+        """Update a replica row; returns False if the job has no such replica."""
+        if "phase" in fields:
+            fields["phase"] = ReplicaPhase(fields["phase"]).value
+        with self._sessions.begin() as s:
+            result = s.execute(
+                update(ReplicaRow)
+                .where(ReplicaRow.job_id == job_id, ReplicaRow.name == name)
+                .values(**fields)
+            )
+            return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def replicas(self, job_id: str) -> list[Replica]:
+        with self._sessions() as s:
+            rows = s.scalars(select(ReplicaRow).where(ReplicaRow.job_id == job_id))
+            return list(_sorted_replicas(tuple(_replica_from_row(r) for r in rows)))
+
+    def phase_of(self, job_id: str) -> Phase | None:
+        with self._sessions() as s:
+            value = s.scalar(select(JobRow.phase).where(JobRow.id == job_id))
+            return Phase(value) if value is not None else None
+
+    def phases_of(self, job_ids: Iterable[str]) -> dict[str, Phase]:
+        ids = list(job_ids)
+        if not ids:
+            return {}
+        with self._sessions() as s:
+            rows = s.execute(select(JobRow.id, JobRow.phase).where(JobRow.id.in_(ids))).tuples()
+            return {job_id: Phase(phase) for job_id, phase in rows}
+
+    def set_progress(self, job_id: str, progress: Progress) -> None:
+        with self._sessions.begin() as s:
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id)
+                .values(progress=dataclasses.asdict(progress))
+            )
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[JobEvent]:
+        with self._sessions() as s:
+            if s.get(JobRow, job_id) is None:
+                raise NotFound(f"job {job_id} not found")
+            rows = s.scalars(
+                select(JobEventRow)
+                .where(JobEventRow.job_id == job_id, JobEventRow.seq > after_seq)
+                .order_by(JobEventRow.seq)
+            )
+            return [_event_from_row(r) for r in rows]
+
+
+# ---- row conversion -------------------------------------------------------------------------
+
+
+def _plan_to_json(plan: ReplicaPlan) -> dict[str, Any]:
+    return {
+        "model_bytes": plan.model_bytes,
+        "groups": [[g.role.value, g.count, g.demand] for g in plan.groups],
+    }
+
+
+def _plan_from_json(data: Mapping[str, Any] | None) -> ReplicaPlan:
+    assert data is not None
+    groups = tuple(ReplicaGroup(Role(r), int(c), int(d)) for r, c, d in data["groups"])
+    return ReplicaPlan(groups=groups, model_bytes=int(data["model_bytes"]))
+
+
+def _job_from_row(row: JobRow, *, replicas: tuple[Replica, ...] = (), position: int = 0) -> Job:
+    spec = JobSpec(
+        params_yaml=row.params_yaml,
+        num_csx=row.num_csx,
+        num_steps=row.num_steps,
+        mode=Mode(row.mode),
+        labels=dict(row.labels or {}),
+        priority=Priority(row.priority),
+        model_dir=row.model_dir,
+    )
+    return Job(
+        id=row.id,
+        user=row.user,
+        spec=spec,
+        phase=Phase(row.phase),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        reason=row.reason,
+        pending_reason=row.pending_reason,
+        queue_position=position,
+        systems=tuple(filter(None, row.systems.split(","))),
+        progress=Progress(**row.progress) if row.progress else Progress(),
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        replicas=replicas,
+    )
+
+
+def _replica_from_row(r: ReplicaRow) -> Replica:
+    return Replica(
+        job_id=r.job_id,
+        name=r.name,
+        role=Role(r.role),
+        index=r.index,
+        node=r.node,
+        phase=ReplicaPhase(r.phase),
+        address=r.address,
+        pid=r.pid,
+        exit_code=r.exit_code,
+        message=r.message,
+        log_tail=r.log_tail,
+    )
+
+
+_ROLE_ORDER = {Role.CHIEF: 0, Role.CS2: 1, Role.SWARMX: 2, Role.MEMORYX: 3}
+
+
+def _sorted_replicas(replicas: tuple[Replica, ...]) -> tuple[Replica, ...]:
+    return tuple(sorted(replicas, key=lambda r: (_ROLE_ORDER[r.role], r.index)))
+
+
+def _event_from_row(r: JobEventRow) -> JobEvent:
+    return JobEvent(
+        job_id=r.job_id,
+        kind=EventKind.PHASE,
+        time=r.time,
+        seq=r.seq,
+        from_phase=Phase(r.from_phase) if r.from_phase else None,
+        to_phase=Phase(r.to_phase),
+        reason=r.reason,
+    )
+
+
+def _encode_token(created_at: float, job_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([created_at, job_id]).encode()).decode()
+
+
+def _decode_token(token: str) -> tuple[float, str]:
+    try:
+        created, job_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return float(created), str(job_id)
+    except (ValueError, TypeError):
+        raise InvalidSpec("page_token is not one this server issued", field="page_token") from None

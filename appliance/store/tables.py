@@ -1,0 +1,109 @@
+"""SQLAlchemy 2.0 tables. Alembic migrations in store/migrations must match these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(String(253), index=True)
+    phase: Mapped[str] = mapped_column(String(16))
+    priority: Mapped[int] = mapped_column(Integer)
+    mode: Mapped[str] = mapped_column(String(32))
+    num_csx: Mapped[int] = mapped_column(Integer)
+    num_steps: Mapped[int] = mapped_column(BigInteger)
+    model_dir: Mapped[str] = mapped_column(Text, default="")
+    params_yaml: Mapped[str] = mapped_column(Text)
+    # Labels are also rows of job_labels (for filtering); this copy is what reads return.
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    plan: Mapped[dict[str, Any]] = mapped_column(JSON)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    pending_reason: Mapped[str] = mapped_column(Text, default="")
+    systems: Mapped[str] = mapped_column(Text, default="")  # comma-separated system names
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float] = mapped_column(Float, default=0.0)
+    finished_at: Mapped[float] = mapped_column(Float, default=0.0)
+    progress: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    __table_args__ = (
+        Index("ix_jobs_created", "created_at", "id"),
+        Index("ix_jobs_phase_created", "phase", "created_at", "id"),
+    )
+
+
+class JobLabelRow(Base):
+    __tablename__ = "job_labels"
+
+    job_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(317), primary_key=True)
+    value: Mapped[str] = mapped_column(String(63))
+
+    __table_args__ = (Index("ix_job_labels_kv", "key", "value"),)
+
+
+class JobEventRow(Base):
+    __tablename__ = "job_events"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("jobs.id", ondelete="CASCADE"), index=True
+    )
+    time: Mapped[float] = mapped_column(Float)
+    from_phase: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_phase: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class ReplicaRow(Base):
+    __tablename__ = "replicas"
+
+    job_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    index: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(253))
+    phase: Mapped[str] = mapped_column(String(16))
+    address: Mapped[str] = mapped_column(String(253), default="")
+    pid: Mapped[int] = mapped_column(Integer, default=0)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    log_tail: Mapped[str] = mapped_column(Text, default="")
+
+
+class NodeRow(Base):
+    """One entry of the pool: a CS-2 system, a MemoryX node or a SwarmX node."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    capacity: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(16))
+
+
+class PlacementRow(Base):
+    """What a job holds on a node while it is SCHEDULED, INITIALIZING or RUNNING."""
+
+    __tablename__ = "placements"
+
+    job_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    replica: Mapped[str] = mapped_column(String(64), primary_key=True)
+    node: Mapped[str] = mapped_column(String(253), ForeignKey("nodes.name"), index=True)
+    amount: Mapped[int] = mapped_column(BigInteger)
