@@ -104,9 +104,7 @@ class JobStore:
                     select(PlacementRow.node, func.sum(PlacementRow.amount)).group_by(
                         PlacementRow.node
                     )
-                )
-                .tuples()
-                .all()
+                ).all()
             )
             return [
                 NodeUsage(
@@ -254,7 +252,7 @@ class JobStore:
         with self._sessions() as s:
             return [
                 QueuedJob(job_id, Priority(prio), created, _plan_from_json(plan))
-                for job_id, prio, created, plan in s.execute(stmt).tuples()
+                for job_id, prio, created, plan in s.execute(stmt)
             ]
 
     # ---- phase: the one writer ----------------------------------------------------------------
@@ -363,9 +361,7 @@ class JobStore:
                     select(JobRow.id, JobRow.pending_reason).where(
                         JobRow.phase == Phase.QUEUED.value
                     )
-                )
-                .tuples()
-                .all()
+                ).all()
             )
             changed = [
                 {"id": j, "pending_reason": r}
@@ -410,7 +406,7 @@ class JobStore:
         if not ids:
             return {}
         with self._sessions() as s:
-            rows = s.execute(select(JobRow.id, JobRow.phase).where(JobRow.id.in_(ids))).tuples()
+            rows = s.execute(select(JobRow.id, JobRow.phase).where(JobRow.id.in_(ids)))
             return {job_id: Phase(phase) for job_id, phase in rows}
 
     def set_progress(self, job_id: str, progress: Progress) -> None:

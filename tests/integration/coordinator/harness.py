@@ -1,0 +1,95 @@
+"""A real coordinator on ephemeral ports, in a thread of the test process, plus process checks."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from appliance.config import Settings
+from appliance.server.app import Coordinator
+
+
+class RunningCoordinator:
+    """Start/stop a Coordinator on its own event loop thread; the test talks to it over gRPC."""
+
+    def __init__(self, data_dir: Path, **overrides: object) -> None:
+        values: dict[str, object] = {
+            "data_dir": data_dir,
+            "grpc_port": 0,
+            "http_port": 0,
+            "cancel_grace_seconds": 2.0,
+        }
+        self.settings = Settings(**{**values, **overrides})  # type: ignore[arg-type]
+        self.stopped = False
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.coordinator = Coordinator(self.settings)
+
+    def start(self) -> RunningCoordinator:
+        self.thread.start()
+        self.call(self.coordinator.start())
+        return self
+
+    def call(self, coro: object, timeout: float = 30) -> object:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        return future.result(timeout)
+
+    @property
+    def address(self) -> str:
+        return self.coordinator.address
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        try:
+            self.call(self.coordinator.stop(grace=1.0))
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+
+
+def worker_processes(
+    job_id: str | None = None, coordinator: str | None = None
+) -> list[psutil.Process]:
+    """Live `python -m appliance.workers` processes, optionally of one job or coordinator."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if "appliance.workers" not in cmdline or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if job_id is not None and job_id not in cmdline:
+            continue
+        if coordinator is not None and coordinator not in cmdline:
+            continue
+        found.append(proc)
+    return found
+
+
+def kill_workers(coordinator: str) -> None:
+    for proc in worker_processes(coordinator=coordinator):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    psutil.wait_procs(worker_processes(coordinator=coordinator), timeout=10)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    """Poll a real condition until it holds (the condition is the synchronisation)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(0.02)
+
+
+__all__ = ["RunningCoordinator", "concurrent", "kill_workers", "wait_until", "worker_processes"]
