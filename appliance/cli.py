@@ -6,7 +6,9 @@ import asyncio
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -37,7 +39,10 @@ _server_options = [
 ]  # fmt: skip
 
 
-def server_options(fn):  # type: ignore[no-untyped-def]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def server_options(fn: F) -> F:
     for option in reversed(_server_options):
         fn = option(fn)
     return fn

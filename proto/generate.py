@@ -25,9 +25,10 @@ _PYI_REF = re.compile(r"\bappliance\.v1\.(\w+_pb2)\b")
 
 
 def _rewrite(name: str, text: str) -> str:
-    if name.endswith(".pyi"):
-        return _PYI_REF.sub(r"appliance._proto.v1.\1", text)
-    return _PY_IMPORT.sub(r"\1 appliance._proto.v1", text)
+    text = _PY_IMPORT.sub(r"\1 appliance._proto.v1", text)
+    if name.endswith(".pyi"):  # stubs also name types by their module path
+        text = _PYI_REF.sub(r"appliance._proto.v1.\1", text)
+    return text
 
 
 def generate() -> dict[str, str]:

@@ -40,7 +40,7 @@ class JobService:
         _check_id(job_id)
         return await self.ctx.db(self.ctx.store.get_job, job_id)
 
-    async def list(self, query: JobQuery) -> tuple[list[Job], str]:
+    async def list_jobs(self, query: JobQuery) -> tuple[list[Job], str]:
         if query.limit < 0:
             raise InvalidSpec("limit must not be negative", field="limit")
         return await self.ctx.db(self.ctx.store.list_jobs, query)
@@ -49,7 +49,7 @@ class JobService:
         """Every matching job in pages, newest first."""
         page = dataclasses.replace(query, limit=query.limit or STREAM_PAGE)
         while True:
-            jobs, token = await self.list(page)
+            jobs, token = await self.list_jobs(page)
             if jobs:
                 yield jobs
             if not token:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, and_, delete, func, or_, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, defer, sessionmaker
 
 from appliance.domain.errors import InvalidSpec, NotFound
 from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
@@ -199,7 +199,8 @@ class JobStore:
         limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
         if limit > MAX_LIMIT:
             raise InvalidSpec(f"limit must be at most {MAX_LIMIT}", field="limit")
-        stmt = select(JobRow)
+        # List views leave out the params YAML (up to 1 MiB a job); get_job returns it.
+        stmt = select(JobRow).options(defer(JobRow.params_yaml, raiseload=True))
         if not query.include_terminal:
             stmt = stmt.where(JobRow.phase.in_([p.value for p in ACTIVE]))
         if query.user:
@@ -228,7 +229,7 @@ class JobStore:
         more = len(rows) > limit
         rows = rows[:limit]
         token = _encode_token(rows[-1].created_at, rows[-1].id) if more else ""
-        return [_job_from_row(r) for r in rows], token
+        return [_job_from_row(r, summary=True) for r in rows], token
 
     def jobs_in(self, phases: Iterable[Phase]) -> list[Job]:
         with self._sessions() as s:
@@ -445,9 +446,11 @@ def _plan_from_json(data: Mapping[str, Any] | None) -> ReplicaPlan:
     return ReplicaPlan(groups=groups, model_bytes=int(data["model_bytes"]))
 
 
-def _job_from_row(row: JobRow, *, replicas: tuple[Replica, ...] = (), position: int = 0) -> Job:
+def _job_from_row(
+    row: JobRow, *, replicas: tuple[Replica, ...] = (), position: int = 0, summary: bool = False
+) -> Job:
     spec = JobSpec(
-        params_yaml=row.params_yaml,
+        params_yaml="" if summary else row.params_yaml,
         num_csx=row.num_csx,
         num_steps=row.num_steps,
         mode=Mode(row.mode),

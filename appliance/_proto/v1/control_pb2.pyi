@@ -3,7 +3,7 @@
 isort:skip_file
 """
 
-from appliance.v1 import common_pb2 as _common_pb2
+from appliance._proto.v1 import common_pb2 as _common_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

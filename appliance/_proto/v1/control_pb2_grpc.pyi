@@ -3,7 +3,7 @@
 isort:skip_file
 """
 
-from appliance.v1 import control_pb2 as _control_pb2
+from appliance._proto.v1 import control_pb2 as _control_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1

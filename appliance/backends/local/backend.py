@@ -172,7 +172,12 @@ class LocalBackend:
     async def _wait_adopted(self, running: _Running, pidfd: int) -> None:
         loop = asyncio.get_running_loop()
         gone: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(pidfd, lambda: gone.done() or gone.set_result(None))
+
+        def on_exit() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        loop.add_reader(pidfd, on_exit)
         try:
             await gone
         finally:

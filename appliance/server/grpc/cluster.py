@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -16,7 +16,7 @@ from appliance.server.grpc.errors import stream, unary
 from appliance.services.jobs import JobService
 from appliance.store.jobs import JobQuery
 
-Ctx = grpc.aio.ServicerContext[Any, Any]
+Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
@@ -38,7 +38,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def ListJobs(
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> cluster_pb2.ListJobsResponse:
-        jobs, token = await self.jobs.list(query_from_request(request))
+        jobs, token = await self.jobs.list_jobs(query_from_request(request))
         return cluster_pb2.ListJobsResponse(
             jobs=[convert.job_to_pb(j) for j in jobs], next_page_token=token
         )

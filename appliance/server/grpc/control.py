@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -11,7 +11,7 @@ from appliance._proto.v1 import control_pb2, control_pb2_grpc
 from appliance.server.grpc.errors import unary
 from appliance.services.replicas import ReplicaService
 
-Ctx = grpc.aio.ServicerContext[Any, Any]
+Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 MAX_AWAIT_SECONDS = 600.0
 
 
