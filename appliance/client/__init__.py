@@ -1,0 +1,30 @@
+"""User-node Python client: submit, watch, wait and cancel wsjobs over gRPC.
+
+    from appliance.client import ApplianceClient
+
+    with ApplianceClient("127.0.0.1:50051") as client:
+        job = client.submit(params="params.yaml", num_csx=2, num_steps=50)
+        for event in job.watch():
+            print(event)
+        final = job.wait()
+
+Results are the domain types of `appliance.domain` (Job, JobEvent, ...); failures are the
+project's errors (`appliance.domain.errors`), plus JobFailed and JobCancelled from `wait()`.
+"""
+
+from appliance.client.client import DEFAULT_ADDRESS, ApplianceClient, CancelResult
+from appliance.client.errors import JobCancelled, JobFailed
+from appliance.client.handle import JobHandle
+from appliance.client.params import ParamsSource
+from appliance.client.watch import WatchRetry
+
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "ApplianceClient",
+    "CancelResult",
+    "JobCancelled",
+    "JobFailed",
+    "JobHandle",
+    "ParamsSource",
+    "WatchRetry",
+]

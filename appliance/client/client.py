@@ -1,0 +1,216 @@
+"""The user-node Python client of the appliance's ClusterService.
+
+Every call goes through one gRPC channel; every failed call is turned into the project's own
+exception (NotFound, InvalidSpec, Unavailable, ...) by `error_from_rpc`, so no protobuf or gRPC
+type reaches the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import time
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
+from typing import TypeVar
+
+import grpc
+
+from appliance._proto import convert
+from appliance._proto.errors import error_from_rpc
+from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.client.handle import JobHandle
+from appliance.client.params import ParamsSource, load_params_yaml
+from appliance.client.watch import WatchRetry, watch_job_events
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.job import Job, JobEvent
+from appliance.domain.spec import Mode, Priority, validate_labels, validate_spec
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a page of jobs carries every job's params
+_T = TypeVar("_T")
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelResult:
+    """What a cancel request did: `changed` is False when the job had already finished."""
+
+    job: Job
+    changed: bool
+    message: str = ""
+
+
+class ApplianceClient:
+    """A connection to the coordinator's gRPC API (`host:port`).
+
+    Example:
+        with ApplianceClient("127.0.0.1:50051") as client:
+            job = client.submit(params="params.yaml", num_csx=2, num_steps=50)
+            final = job.wait()
+
+    `timeout` bounds each request/response call in seconds; streams (watch, list all) have no
+    deadline of their own. `watch_retry` controls how a broken watch stream is resumed.
+    """
+
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        timeout: float | None = 10.0,
+        watch_retry: WatchRetry | None = None,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.watch_retry = watch_retry or WatchRetry()
+        self._channel = grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+            ],
+        )
+        self._stub = cluster_pb2_grpc.ClusterServiceStub(self._channel)
+
+    def close(self) -> None:
+        """Close the channel; the client cannot be used afterwards."""
+        self._channel.close()
+
+    def __enter__(self) -> ApplianceClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ApplianceClient({self.address!r})"
+
+    def submit(
+        self,
+        params: ParamsSource,
+        *,
+        num_csx: int,
+        num_steps: int,
+        mode: str | Mode = Mode.TRAIN,
+        labels: Mapping[str, str] | None = None,
+        priority: str | Priority = Priority.P2,
+        model_dir: str = "",
+        user: str | None = None,
+    ) -> JobHandle:
+        """Submit a wsjob and return a handle to it.
+
+        `params` is the path of a params YAML file (read here, on the user node) or the params
+        as a mapping. `user` defaults to the OS user. Raises InvalidSpec naming the bad field
+        before anything is sent, or the server's error.
+        """
+        spec = validate_spec(
+            params_yaml=load_params_yaml(params),
+            num_csx=num_csx,
+            num_steps=num_steps,
+            mode=mode,
+            labels=labels,
+            priority=priority if isinstance(priority, Priority) else Priority.parse(priority),
+            model_dir=model_dir,
+        )
+        request = cluster_pb2.SubmitJobRequest(
+            spec=convert.spec_to_pb(spec), user=user or _os_user()
+        )
+        job = convert.job_from_pb(self._call(self._stub.SubmitJob, request))
+        return JobHandle(self, job.id)
+
+    def job(self, job_id: str) -> JobHandle:
+        """A handle on an existing job (no call is made until it is used)."""
+        return JobHandle(self, job_id)
+
+    def get_job(self, job_id: str) -> Job:
+        """The job's current status, replicas included. Raises NotFound."""
+        request = cluster_pb2.GetJobRequest(job_id=job_id)
+        return convert.job_from_pb(self._call(self._stub.GetJob, request))
+
+    def list_jobs(
+        self,
+        *,
+        all: bool = False,
+        user: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        limit: int | None = None,
+    ) -> list[Job]:
+        """Jobs newest first: active ones, or every one with `all`; at most `limit` of them.
+
+        `user` keeps one user's jobs; every label in `labels` must match.
+        """
+        if limit is not None and limit <= 0:
+            raise InvalidSpec(f"limit must be a positive number, got {limit}", field="limit")
+        request = cluster_pb2.ListJobsRequest(
+            all=all, user=user or "", labels=validate_labels(labels or {})
+        )
+        if limit is None:
+            pages: Iterator[cluster_pb2.ListJobsResponse] = self._stream(
+                self._stub.StreamJobs, request
+            )
+            return [convert.job_from_pb(job) for page in pages for job in page.jobs]
+        jobs: list[Job] = []
+        while len(jobs) < limit:
+            request.limit = limit - len(jobs)
+            page = self._call(self._stub.ListJobs, request)
+            jobs.extend(convert.job_from_pb(job) for job in page.jobs)
+            if not page.next_page_token or not page.jobs:
+                break
+            request.page_token = page.next_page_token
+        return jobs[:limit]
+
+    def cancel_job(self, job_id: str, *, reason: str = "") -> CancelResult:
+        """Cancel a job; cancelling a finished job changes nothing and says so."""
+        request = cluster_pb2.CancelJobRequest(job_id=job_id, reason=reason)
+        response = self._call(self._stub.CancelJob, request)
+        return CancelResult(
+            job=convert.job_from_pb(response.job),
+            changed=response.changed,
+            message=response.message,
+        )
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        """The recorded phase events of a job, oldest first."""
+        request = cluster_pb2.GetJobEventsRequest(job_id=job_id)
+        response = self._call(self._stub.GetJobEvents, request)
+        return [convert.event_from_pb(event) for event in response.events]
+
+    def watch(self, job_id: str, *, timeout: float | None = None) -> Iterator[JobEvent]:
+        """Recorded then live events of a job, ending after its terminal phase event.
+
+        Raises TimeoutError if `timeout` seconds pass first. A stream broken by a lost
+        connection is resumed where it stopped (see WatchRetry).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return watch_job_events(
+            self._stub, job_id, address=self.address, retry=self.watch_retry, deadline=deadline
+        )
+
+    def version(self) -> str:
+        """The coordinator's version string."""
+        return str(self._call(self._stub.GetVersion, cluster_pb2.GetVersionRequest()).version)
+
+    def _call(self, method: Callable[..., _T], request: object) -> _T:
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, address=self.address) from exc
+
+    def _stream(self, method: Callable[..., Iterator[_T]], request: object) -> Iterator[_T]:
+        try:
+            yield from method(request)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, address=self.address) from exc
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        raise InvalidSpec(
+            "cannot tell the OS user of this process; pass user=... to submit()", field="user"
+        ) from None

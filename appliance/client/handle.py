@@ -1,0 +1,73 @@
+"""A handle on one wsjob: its id plus the calls a user makes on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from appliance.client.errors import JobCancelled, JobFailed
+from appliance.domain.errors import Unavailable
+from appliance.domain.job import Job, JobEvent
+from appliance.domain.phases import Phase
+
+if TYPE_CHECKING:
+    from appliance.client.client import ApplianceClient, CancelResult
+
+
+class JobHandle:
+    """A submitted (or looked-up) job. Holds only the id; every property asks the server."""
+
+    def __init__(self, client: ApplianceClient, job_id: str) -> None:
+        self._client = client
+        self._id = job_id
+
+    @property
+    def id(self) -> str:
+        """The job's name, `wsjob-...`."""
+        return self._id
+
+    @property
+    def status(self) -> Job:
+        """The job's current status, fetched from the server on every access."""
+        return self._client.get_job(self._id)
+
+    def watch(self, *, timeout: float | None = None) -> Iterator[JobEvent]:
+        """Phase changes and progress as they happen; ends after the terminal phase event."""
+        return self._client.watch(self._id, timeout=timeout)
+
+    def wait(self, timeout: float | None = None) -> Job:
+        """Block until the job is terminal and return its final status.
+
+        Raises JobFailed or JobCancelled (each carrying the final Job) unless it SUCCEEDED, and
+        TimeoutError if `timeout` seconds pass first.
+        """
+        for _ in self.watch(timeout=timeout):
+            pass
+        job = self.status
+        if job.phase is Phase.FAILED:
+            raise JobFailed(job)
+        if job.phase is Phase.CANCELLED:
+            raise JobCancelled(job)
+        if job.phase is not Phase.SUCCEEDED:
+            raise Unavailable(
+                f"the event stream of job {self._id} ended while the job is {job.phase}; "
+                "the coordinator may be restarting, wait again"
+            )
+        return job
+
+    def cancel(self, *, reason: str = "") -> CancelResult:
+        """Cancel the job; a job that already finished is left as it is (`changed` False)."""
+        return self._client.cancel_job(self._id, reason=reason)
+
+    def events(self) -> list[JobEvent]:
+        """The job's recorded phase events, oldest first."""
+        return self._client.events(self._id)
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self._id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobHandle) and other._id == self._id
+
+    def __hash__(self) -> int:
+        return hash(self._id)

@@ -1,0 +1,115 @@
+"""A job's event stream that survives a broken connection.
+
+WatchJob replays the recorded phase events of a job, then sends live phase changes and progress
+until the job is terminal. If the stream breaks with UNAVAILABLE (a coordinator restart, a
+dropped connection) after the server was reached once, the stream is reopened with `after_seq`
+set to the last phase event seen, so no recorded event is delivered twice and none is lost.
+Progress events are not recorded; the ones sent while disconnected are skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+
+import grpc
+
+from appliance._proto.convert import event_from_pb
+from appliance._proto.errors import error_from_rpc
+from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.domain.errors import Unavailable
+from appliance.domain.job import EventKind, JobEvent
+from appliance.domain.phases import Phase
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchRetry:
+    """How often a broken watch stream is reopened before giving up (consecutive failures)."""
+
+    attempts: int = 5
+    initial_backoff: float = 0.2
+    max_backoff: float = 3.0
+
+    def backoff(self, failure: int) -> float:
+        """Seconds to wait before reopening after the n-th consecutive failure (1-based)."""
+        return float(min(self.max_backoff, self.initial_backoff * 2 ** (failure - 1)))
+
+
+@dataclasses.dataclass
+class _WatchState:
+    after_seq: int = 0
+    reached_server: bool = False
+    failures: int = 0
+    last_phase: Phase | None = None
+
+
+def watch_job_events(
+    stub: cluster_pb2_grpc.ClusterServiceStub,
+    job_id: str,
+    *,
+    address: str,
+    retry: WatchRetry,
+    deadline: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[JobEvent]:
+    """Yield the job's events until a terminal phase event; `deadline` is a monotonic time.
+
+    Raises TimeoutError when the deadline passes first and the project's errors otherwise.
+    """
+    state = _WatchState()
+    while True:
+        request = cluster_pb2.WatchJobRequest(job_id=job_id, after_seq=state.after_seq)
+        call = stub.WatchJob(request, timeout=_remaining(deadline))
+        try:
+            for message in call:
+                event = event_from_pb(message)
+                _record(state, event)
+                yield event
+                if event.kind is EventKind.PHASE and event.to_phase and event.to_phase.terminal:
+                    return
+            broken: Exception = Unavailable(
+                f"the event stream of job {job_id} ended before the job finished"
+            )
+        except grpc.RpcError as exc:
+            timed_out = _past(deadline) or _code(exc) is grpc.StatusCode.DEADLINE_EXCEEDED
+            if deadline is not None and timed_out:
+                raise _timeout(job_id, state) from None
+            if _code(exc) is not grpc.StatusCode.UNAVAILABLE or not state.reached_server:
+                raise error_from_rpc(exc, address=address) from exc
+            broken = error_from_rpc(exc, address=address)
+        finally:
+            call.cancel()
+        state.failures += 1
+        if state.failures > retry.attempts:
+            raise broken
+        pause = retry.backoff(state.failures)
+        remaining = _remaining(deadline)
+        if remaining is not None and remaining <= pause:
+            raise _timeout(job_id, state)
+        sleep(pause)
+
+
+def _record(state: _WatchState, event: JobEvent) -> None:
+    state.reached_server = True
+    state.failures = 0
+    state.after_seq = max(state.after_seq, event.seq)
+    if event.to_phase is not None:
+        state.last_phase = event.to_phase
+
+
+def _code(exc: grpc.RpcError) -> grpc.StatusCode | None:
+    return exc.code() if isinstance(exc, grpc.Call) else None
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _timeout(job_id: str, state: _WatchState) -> TimeoutError:
+    phase = f" (still {state.last_phase})" if state.last_phase else ""
+    return TimeoutError(f"timed out waiting for job {job_id} to finish{phase}")

@@ -1,0 +1,1 @@
+"""csctl: the appliance's command line (see `csctl --help`)."""

@@ -1,0 +1,5 @@
+"""`python -m csctl`."""
+
+from csctl.cli import main
+
+main()

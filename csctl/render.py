@@ -1,0 +1,178 @@
+"""How csctl prints jobs: tables like the real csctl, and JSON/YAML documents."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import yaml
+
+from appliance.domain.job import Job, Replica
+
+JOB_COLUMNS = ("NAME", "AGE", "PHASE", "SYSTEMS", "USER", "LABELS")
+WIDE_COLUMNS = (*JOB_COLUMNS, "PRIORITY", "STEP", "PENDING")
+REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "MESSAGE")
+
+
+def format_age(seconds: float) -> str:
+    """A short relative age: `42s`, `5m`, `18h`, `3d`."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def format_labels(labels: Iterable[tuple[str, str]]) -> str:
+    """`k=v,k2=v2`, sorted by key."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels))
+
+
+def job_row(job: Job, *, now: float, wide: bool = False) -> list[str]:
+    """One table row for `job`; `now` is the Unix time ages are measured from."""
+    row = [
+        job.id,
+        format_age(now - job.created_at) if job.created_at else "-",
+        job.phase.value,
+        ",".join(job.systems),
+        job.user,
+        format_labels(job.spec.labels.items()),
+    ]
+    if wide:
+        row += [
+            job.spec.priority.name,
+            f"{job.progress.step}/{job.spec.num_steps}",
+            _pending(job),
+        ]
+    return row
+
+
+def jobs_table(jobs: Sequence[Job], *, now: float, wide: bool = False) -> str:
+    """The `csctl get jobs` table, in the order given."""
+    header = WIDE_COLUMNS if wide else JOB_COLUMNS
+    return format_table(header, [job_row(job, now=now, wide=wide) for job in jobs])
+
+
+def job_detail_table(job: Job, *, now: float) -> str:
+    """`csctl get job ID -o table`: the wide job row, then one row per replica."""
+    text = jobs_table([job], now=now, wide=True)
+    if job.reason:
+        text += f"\n\nREASON: {job.reason}"
+    if job.replicas:
+        rows = [_replica_row(replica) for replica in job.replicas]
+        text += "\n\n" + format_table(REPLICA_COLUMNS, rows)
+    return text
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by three spaces, like kubectl and csctl."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=False)]
+    lines = [
+        "   ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in (header, *rows)
+    ]
+    return "\n".join(lines)
+
+
+def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
+    """A job as plain data for JSON/YAML; params (the full YAML) only when asked for."""
+    spec: dict[str, Any] = {
+        "num_csx": job.spec.num_csx,
+        "num_steps": job.spec.num_steps,
+        "mode": job.spec.mode.value,
+        "priority": job.spec.priority.name.lower(),
+        "labels": dict(job.spec.labels),
+        "model_dir": job.spec.model_dir,
+    }
+    if with_params:
+        spec["params"] = yaml.safe_load(job.spec.params_yaml) if job.spec.params_yaml else {}
+    progress = job.progress
+    return {
+        "name": job.id,
+        "user": job.user,
+        "phase": job.phase.value,
+        "reason": job.reason,
+        "pending_reason": job.pending_reason,
+        "queue_position": job.queue_position,
+        "systems": list(job.systems),
+        "spec": spec,
+        "progress": {
+            "step": progress.step,
+            "num_steps": progress.num_steps,
+            "loss": progress.loss,
+            "steps_per_second": progress.steps_per_second,
+            "samples_per_second": progress.samples_per_second,
+            "reported_at": _timestamp(progress.reported_at),
+        },
+        "created_at": _timestamp(job.created_at),
+        "updated_at": _timestamp(job.updated_at),
+        "started_at": _timestamp(job.started_at),
+        "finished_at": _timestamp(job.finished_at),
+        "replicas": [_replica_document(replica) for replica in job.replicas],
+    }
+
+
+def to_json(document: Any) -> str:
+    """Indented JSON."""
+    return json.dumps(document, indent=2)
+
+
+def to_yaml(document: Any) -> str:
+    """Block-style YAML in the given key order; multi-line strings (log tails) as `|` blocks."""
+    return yaml.dump(document, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True).rstrip()
+
+
+class _BlockDumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)
+
+
+def _pending(job: Job) -> str:
+    if not job.pending_reason:
+        return ""
+    if job.queue_position:
+        return f"#{job.queue_position}: {job.pending_reason}"
+    return job.pending_reason
+
+
+def _replica_row(replica: Replica) -> list[str]:
+    return [
+        replica.name,
+        replica.role.value,
+        replica.node,
+        replica.phase.value,
+        str(replica.pid) if replica.pid else "",
+        "" if replica.exit_code is None else str(replica.exit_code),
+        next(iter(replica.message.splitlines()), ""),
+    ]
+
+
+def _replica_document(replica: Replica) -> dict[str, Any]:
+    return {
+        "name": replica.name,
+        "role": replica.role.value,
+        "index": replica.index,
+        "node": replica.node,
+        "phase": replica.phase.value,
+        "address": replica.address,
+        "pid": replica.pid,
+        "exit_code": replica.exit_code,
+        "message": replica.message,
+        "log_tail": replica.log_tail,
+    }
+
+
+def _timestamp(unix_seconds: float) -> str | None:
+    if not unix_seconds:
+        return None
+    moment = datetime.datetime.fromtimestamp(unix_seconds, tz=datetime.UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -1,0 +1,58 @@
+"""What every csctl command shares: the resolved server, one client, one way to fail."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import IO, Any, NoReturn
+
+import click
+
+from appliance.client import ApplianceClient
+from appliance.domain.errors import ApplianceError
+from csctl.config import ConfigError, ServerAddress, resolve_server
+
+
+class CsctlError(click.ClickException):
+    """A failure shown to the user as one `error: ...` line; exit status 1."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True, file=file)
+
+
+class CsctlConfigError(CsctlError):
+    """A configuration mistake (bad address, unreadable config file); exit status 2."""
+
+    exit_code = 2
+
+
+def fail(error: ApplianceError | TimeoutError) -> NoReturn:
+    """Stop with the error's sentence and exit status 1."""
+    message = error.message if isinstance(error, ApplianceError) else str(error)
+    raise CsctlError(message) from None
+
+
+@dataclasses.dataclass
+class Session:
+    """Per-invocation state: the `--server` flag and, once needed, one client."""
+
+    server_flag: str | None
+    _client: ApplianceClient | None = None
+    _server: ServerAddress | None = None
+
+    @property
+    def server(self) -> ServerAddress:
+        """The resolved server address (flag, environment, config file, default)."""
+        if self._server is None:
+            try:
+                self._server = resolve_server(self.server_flag, os.environ)
+            except ConfigError as exc:
+                raise CsctlConfigError(str(exc)) from None
+        return self._server
+
+    def client(self) -> ApplianceClient:
+        """The client for this invocation, created on first use and closed at exit."""
+        if self._client is None:
+            self._client = ApplianceClient(self.server.address)
+            click.get_current_context().call_on_close(self._client.close)
+        return self._client

@@ -1,0 +1,42 @@
+"""Fixtures for the client tests: a fake ClusterService on a real gRPC server."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_cluster_service import FakeCluster, serve_fake_cluster
+
+from appliance.client import ApplianceClient, WatchRetry
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    fake = serve_fake_cluster()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def client(cluster: FakeCluster) -> Iterator[ApplianceClient]:
+    with ApplianceClient(
+        cluster.address, timeout=5.0, watch_retry=WatchRetry(attempts=3, initial_backoff=0.0)
+    ) as appliance_client:
+        yield appliance_client
+
+
+@pytest.fixture
+def dead_address() -> Iterator[str]:
+    """An address where nothing listens: the port is held by a socket that never listens."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"127.0.0.1:{held.getsockname()[1]}"
+
+
+@pytest.fixture
+def params_file(tmp_path: Path) -> Path:
+    path = tmp_path / "params_fc_mnist.yaml"
+    path.write_text("model:\n  hidden_size: 64\ntrain_input:\n  batch_size: 32\n")
+    return path
