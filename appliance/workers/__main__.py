@@ -1,0 +1,106 @@
+"""Command line of a replica process: `python -m appliance.workers <role> [options]`.
+
+Options fall back to environment variables (APPLIANCE_JOB_ID, APPLIANCE_REPLICA,
+APPLIANCE_COORDINATOR, APPLIANCE_ORPHAN_TIMEOUT), which is how the Kubernetes backend passes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from appliance.workers.runtime import ReplicaRole, WorkerOptions
+
+ROLES = ("chief", "cs2", "memoryx", "swarmx")
+_REPLICA_NAME = re.compile(r"^(chief|cs2|memoryx|swarmx)-(\d+)$")
+
+
+def build_role(options: WorkerOptions) -> ReplicaRole:
+    """The role object for a replica name such as `cs2-1` (its index comes from the name)."""
+    match = _REPLICA_NAME.match(options.replica)
+    if match is None or match.group(1) != options.role:
+        raise click.BadParameter(
+            f"replica {options.replica!r} is not a {options.role}-<index> name",
+            param_hint="--replica",
+        )
+    index = int(match.group(2))
+    from appliance.workers.chief import ChiefRole
+    from appliance.workers.cs2 import CS2Role
+    from appliance.workers.memoryx import MemoryXRole
+    from appliance.workers.swarmx import SwarmXRole
+
+    if options.role == "chief":
+        return ChiefRole(options.replica, options.step_timeout)
+    if options.role == "cs2":
+        return CS2Role(index, options.step_timeout)
+    if options.role == "memoryx":
+        return MemoryXRole(index)
+    return SwarmXRole(index, options.step_timeout)
+
+
+@click.command()
+@click.argument("role", type=click.Choice(ROLES))
+@click.option("--job-id", envvar="APPLIANCE_JOB_ID", required=True, help="wsjob-... id")
+@click.option("--replica", envvar="APPLIANCE_REPLICA", required=True, help="e.g. cs2-1")
+@click.option(
+    "--coordinator",
+    envvar="APPLIANCE_COORDINATOR",
+    required=True,
+    help="HOST:PORT of ReplicaControl",
+)
+@click.option(
+    "--orphan-timeout",
+    envvar="APPLIANCE_ORPHAN_TIMEOUT",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="exit with code 3 once the coordinator is unreachable for this many seconds",
+)
+@click.option(
+    "--step-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="deadline of one step's data-plane calls",
+)
+def main(
+    role: str,
+    job_id: str,
+    replica: str,
+    coordinator: str,
+    orphan_timeout: float,
+    step_timeout: float,
+) -> None:
+    """Run one replica of a wsjob until it finishes, is told to stop, or fails."""
+    # Many replicas share a host and each multiplies small matrices: one BLAS thread apiece
+    # (spinning BLAS thread pools made a 2-CS-2 job 3x slower). Must be set before NumPy loads,
+    # hence the imports below.
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
+    from appliance.workers.runtime import WorkerOptions, run_replica
+
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format=f"%(asctime)s {replica} %(levelname)s %(name)s: %(message)s",
+    )
+    options = WorkerOptions(
+        role=role,
+        job_id=job_id,
+        replica=replica,
+        coordinator=coordinator,
+        orphan_timeout=orphan_timeout,
+        step_timeout=step_timeout,
+    )
+    sys.exit(asyncio.run(run_replica(options, build_role(options))))
+
+
+if __name__ == "__main__":
+    main()

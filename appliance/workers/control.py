@@ -1,0 +1,134 @@
+"""A replica's calls to the coordinator's ReplicaControl service, with retries and orphan guard.
+
+Registration, AwaitPeers and heartbeats retry on a backoff ladder while the coordinator is
+unreachable (it may be restarting). If no call has succeeded for longer than the orphan timeout,
+the replica gives up with exit code 3, so no replica outlives a dead control plane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+
+from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
+from appliance.workers.lifecycle import EXIT_ORPHANED, ReplicaExit, StopSignal
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+BACKOFF_LADDER = (0.2, 0.5, 1.0, 2.0, 5.0)
+CALL_TIMEOUT = 5.0
+AWAIT_PEERS_WINDOW = 10.0
+
+
+class ControlPlane:
+    """The coordinator as seen from one replica of one job."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        job_id: str,
+        replica: str,
+        orphan_timeout: float,
+    ) -> None:
+        self._stub = control_pb2_grpc.ReplicaControlStub(channel)
+        self.job_id = job_id
+        self.replica = replica
+        self._orphan_timeout = orphan_timeout
+        self._last_contact = time.monotonic()
+
+    async def register(self, address: str, pid: int) -> None:
+        """Announce that this replica serves at `address`."""
+        request = control_pb2.RegisterReplicaRequest(
+            job_id=self.job_id, replica=self.replica, address=address, pid=pid
+        )
+        await self._with_retry(
+            "RegisterReplica", lambda: self._stub.RegisterReplica(request, timeout=CALL_TIMEOUT)
+        )
+        log.info("registered %s of %s at %s", self.replica, self.job_id, address)
+
+    async def await_peers(self) -> control_pb2.Topology:
+        """Block until every replica of the job registered; returns the job's topology."""
+        request = control_pb2.AwaitPeersRequest(
+            job_id=self.job_id, replica=self.replica, timeout_seconds=AWAIT_PEERS_WINDOW
+        )
+        topology: control_pb2.Topology = await self._with_retry(
+            "AwaitPeers",
+            lambda: self._stub.AwaitPeers(request, timeout=AWAIT_PEERS_WINDOW + CALL_TIMEOUT),
+            orphan_clock=False,
+        )
+        return topology
+
+    async def report_progress(
+        self, progress: common_pb2.Progress, retry: bool
+    ) -> control_pb2.ReplicaDirective | None:
+        """Send the chief's progress; without `retry`, a failed report is logged and skipped."""
+        request = control_pb2.ReportProgressRequest(
+            job_id=self.job_id, replica=self.replica, progress=progress
+        )
+        if retry:
+            directive: control_pb2.ReplicaDirective = await self._with_retry(
+                "ReportProgress", lambda: self._stub.ReportProgress(request, timeout=CALL_TIMEOUT)
+            )
+            return directive
+        try:
+            directive = await self._stub.ReportProgress(request, timeout=CALL_TIMEOUT)
+        except grpc.aio.AioRpcError as err:
+            log.warning("progress report at step %d failed: %s", progress.step, err.code())
+            return None
+        self._last_contact = time.monotonic()
+        return directive
+
+    async def heartbeat_forever(self, interval: float, stop: StopSignal) -> None:
+        """Heartbeat every `interval` seconds; asks `stop` to exit 0 once told to stop."""
+        request = control_pb2.HeartbeatRequest(job_id=self.job_id, replica=self.replica)
+        while True:
+            directive: control_pb2.ReplicaDirective = await self._with_retry(
+                "Heartbeat", lambda: self._stub.Heartbeat(request, timeout=CALL_TIMEOUT)
+            )
+            if not directive.keep_running:
+                stop.request(0, "the coordinator says the job is over")
+                return
+            await asyncio.sleep(interval)
+
+    async def _with_retry(
+        self, what: str, call: Callable[[], Awaitable[T]], orphan_clock: bool = True
+    ) -> T:
+        """Retry `call` while the coordinator is unreachable, up to the orphan timeout.
+
+        `orphan_clock=False` is for long polls (AwaitPeers) whose DEADLINE_EXCEEDED only means
+        "not yet": those retries do not count as the coordinator being unreachable.
+        """
+        attempt = 0
+        while True:
+            try:
+                result = await call()
+            except grpc.aio.AioRpcError as err:
+                code = err.code()
+                if code not in RETRYABLE:
+                    raise
+                waiting_on_peers = code is grpc.StatusCode.DEADLINE_EXCEEDED and not orphan_clock
+                if waiting_on_peers:
+                    self._last_contact = time.monotonic()
+                    continue
+                silent_for = time.monotonic() - self._last_contact
+                if silent_for > self._orphan_timeout:
+                    raise ReplicaExit(
+                        EXIT_ORPHANED,
+                        f"coordinator unreachable for {silent_for:.0f}s (> orphan timeout "
+                        f"{self._orphan_timeout:.0f}s) during {what}: {code.name}",
+                    ) from err
+                delay = BACKOFF_LADDER[min(attempt, len(BACKOFF_LADDER) - 1)]
+                log.warning("%s failed (%s); retrying in %.1fs", what, code.name, delay)
+                attempt += 1
+                await asyncio.sleep(delay)
+            else:
+                self._last_contact = time.monotonic()
+                return result

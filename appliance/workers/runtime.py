@@ -1,0 +1,139 @@
+"""The life of one replica process: serve, register, heartbeat, run the role, exit.
+
+Every role follows the same protocol: start a gRPC server on 127.0.0.1:0, RegisterReplica with
+that address, then heartbeat every ~2 s while the role runs. The chief's role drives the job and
+returns when done; the other roles serve the data plane until a Shutdown, a heartbeat answer of
+keep_running=false or SIGTERM. Exit codes are documented in appliance.workers.lifecycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import signal
+from typing import Protocol
+
+import grpc
+
+from appliance._proto.v1 import dataplane_pb2_grpc
+from appliance.workers.control import ControlPlane
+from appliance.workers.lifecycle import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SIGTERM,
+    LifecycleServicer,
+    ReplicaExit,
+    StopSignal,
+)
+from appliance.workers.topology import JobLayout
+
+log = logging.getLogger(__name__)
+
+SERVER_GRACE_SECONDS = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOptions:
+    """Command-line (or environment) settings of one replica process."""
+
+    role: str
+    job_id: str
+    replica: str
+    coordinator: str
+    orphan_timeout: float = 60.0
+    heartbeat_interval: float = 2.0
+    # Deadline of one training step's data-plane calls; a dead peer fails the step, no hang.
+    step_timeout: float = 30.0
+
+
+class ReplicaRole(Protocol):
+    """What differs between chief, cs2, memoryx and swarmx."""
+
+    def add_services(self, server: grpc.aio.Server) -> None:
+        """Add the role's data-plane servicers (ReplicaLifecycle is added by the runtime)."""
+
+    def configure(self, layout: JobLayout) -> None:
+        """Take the job topology handed over by the chief (unused by the chief itself)."""
+
+    async def run(self, control: ControlPlane, stop: StopSignal) -> None:
+        """The role's main work; returning ends the process with exit code 0."""
+
+    async def close(self) -> None:
+        """Release channels to peers."""
+
+
+async def run_replica(options: WorkerOptions, role: ReplicaRole) -> int:
+    """Run one replica until it finishes or is stopped; returns the process exit code."""
+    stop = StopSignal()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.request, EXIT_SIGTERM, "SIGTERM received")
+    loop.add_signal_handler(signal.SIGINT, stop.request, EXIT_SIGTERM, "SIGINT received")
+
+    server = grpc.aio.server()
+    on_configure = None if options.role == "chief" else role.configure
+    dataplane_pb2_grpc.add_ReplicaLifecycleServicer_to_server(
+        LifecycleServicer(stop, on_configure), server
+    )
+    role.add_services(server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    address = f"127.0.0.1:{port}"
+    log.info(
+        "%s of %s serving on %s (pid %d)", options.replica, options.job_id, address, os.getpid()
+    )
+
+    channel = grpc.aio.insecure_channel(options.coordinator)
+    control = ControlPlane(channel, options.job_id, options.replica, options.orphan_timeout)
+    main = asyncio.create_task(_register_and_run(options, role, control, stop, address))
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({main, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        code = _exit_code(main, stop)
+    finally:
+        for task in (main, stopped):
+            task.cancel()
+        await asyncio.gather(main, stopped, return_exceptions=True)
+        await server.stop(SERVER_GRACE_SECONDS)
+        await role.close()
+        await channel.close()
+    return code
+
+
+async def _register_and_run(
+    options: WorkerOptions,
+    role: ReplicaRole,
+    control: ControlPlane,
+    stop: StopSignal,
+    address: str,
+) -> None:
+    await control.register(address, os.getpid())
+    heartbeat = asyncio.create_task(control.heartbeat_forever(options.heartbeat_interval, stop))
+    work = asyncio.create_task(role.run(control, stop))
+    try:
+        done, _ = await asyncio.wait({heartbeat, work}, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()  # re-raise a failure of either
+        if heartbeat in done:  # told to stop: the stop signal ends the process
+            await asyncio.Future()
+    finally:
+        for task in (heartbeat, work):
+            task.cancel()
+        await asyncio.gather(heartbeat, work, return_exceptions=True)
+
+
+def _exit_code(main: asyncio.Task[None], stop: StopSignal) -> int:
+    """Log why the replica ends and pick its exit code."""
+    if stop.requested:
+        log.info("stopping: %s (exit %d)", stop.reason, stop.code)
+        return stop.code
+    error = main.exception()
+    if error is None:
+        log.info("finished (exit 0)")
+        return EXIT_OK
+    if isinstance(error, ReplicaExit):
+        log.error("exiting: %s (exit %d)", error.reason, error.code)
+        return error.code
+    log.error("failed: %s", error, exc_info=error)
+    return EXIT_FAILED

@@ -1,0 +1,100 @@
+"""Who talks to whom inside one wsjob, derived from the coordinator's Topology.
+
+Invariants of the weight-streaming wiring:
+- layer l lives on memoryx-(l % M);
+- cs2-i streams through swarmx-(i // fanout) with fanout = ceil(N / S);
+- MemoryX applies a layer's update once every SwarmX with at least one CS-2 behind it (all of
+  them, unless S is oversized for N) has handed over its partial sum for that layer and step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import yaml
+
+from appliance._proto.v1 import control_pb2
+from appliance.workers.fc_mnist import TrainingConfig, training_config
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerAddress:
+    """One replica of the job and where it serves."""
+
+    name: str
+    role: str
+    index: int
+    address: str
+
+
+@dataclasses.dataclass(frozen=True)
+class JobLayout:
+    """The job's replicas by role, its training config and the streaming wiring."""
+
+    job_id: str
+    num_steps: int
+    model_dir: str
+    config: TrainingConfig
+    cs2: tuple[PeerAddress, ...]
+    memoryx: tuple[PeerAddress, ...]
+    swarmx: tuple[PeerAddress, ...]
+
+    @property
+    def fanout(self) -> int:
+        """How many CS-2s each SwarmX serves."""
+        return math.ceil(len(self.cs2) / len(self.swarmx))
+
+    def swarmx_of_cs2(self, cs2_index: int) -> PeerAddress:
+        return self.swarmx[cs2_index // self.fanout]
+
+    def cs2_of_swarmx(self, swarmx_index: int) -> list[int]:
+        """Indices of the CS-2s that stream through swarmx `swarmx_index` (may be empty)."""
+        return [i for i in range(len(self.cs2)) if i // self.fanout == swarmx_index]
+
+    def feeding_swarmx(self) -> list[int]:
+        """Indices of the SwarmX replicas that have CS-2s behind them."""
+        return [j for j in range(len(self.swarmx)) if self.cs2_of_swarmx(j)]
+
+    def memoryx_of_layer(self, layer: int) -> PeerAddress:
+        return self.memoryx[layer % len(self.memoryx)]
+
+    def layers_of_memoryx(self, memoryx_index: int) -> list[int]:
+        return [
+            layer
+            for layer in range(self.config.num_layers)
+            if layer % len(self.memoryx) == memoryx_index
+        ]
+
+    def others(self, chief_name: str) -> list[PeerAddress]:
+        """Every replica except the chief."""
+        return [p for p in (*self.cs2, *self.memoryx, *self.swarmx) if p.name != chief_name]
+
+
+def job_layout(topology: control_pb2.Topology) -> JobLayout:
+    """Check the topology is complete and build the layout; raises ValueError otherwise."""
+    params: Any = yaml.safe_load(topology.params_yaml or "{}") or {}
+    if not isinstance(params, dict):
+        raise ValueError("params_yaml is not a mapping")
+    by_role: dict[str, list[PeerAddress]] = {"cs2": [], "memoryx": [], "swarmx": []}
+    for peer in topology.peers:
+        if peer.role in by_role:
+            by_role[peer.role].append(PeerAddress(peer.name, peer.role, peer.index, peer.address))
+    for role, peers in by_role.items():
+        peers.sort(key=lambda p: p.index)
+        if not peers or [p.index for p in peers] != list(range(len(peers))):
+            raise ValueError(f"topology has no contiguous {role}-0..{role}-K replicas")
+    if len(by_role["cs2"]) != topology.num_csx:
+        raise ValueError(
+            f"topology lists {len(by_role['cs2'])} cs2 but num_csx={topology.num_csx}"
+        )
+    return JobLayout(
+        job_id=topology.job_id,
+        num_steps=topology.num_steps,
+        model_dir=topology.model_dir,
+        config=training_config(params),
+        cs2=tuple(by_role["cs2"]),
+        memoryx=tuple(by_role["memoryx"]),
+        swarmx=tuple(by_role["swarmx"]),
+    )
