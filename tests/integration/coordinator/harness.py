@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import os
 import signal
 import threading
@@ -76,10 +76,8 @@ def worker_processes(
 
 def kill_workers(coordinator: str) -> None:
     for proc in worker_processes(coordinator=coordinator):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     psutil.wait_procs(worker_processes(coordinator=coordinator), timeout=10)
 
 
@@ -92,4 +90,4 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str =
         time.sleep(0.02)
 
 
-__all__ = ["RunningCoordinator", "concurrent", "kill_workers", "wait_until", "worker_processes"]
+__all__ = ["RunningCoordinator", "kill_workers", "wait_until", "worker_processes"]

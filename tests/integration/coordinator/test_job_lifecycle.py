@@ -1,4 +1,4 @@
-"""A wsjob from submit to a terminal phase on the embedded default: real gRPC, SQLite, processes."""
+"""A wsjob from submit to a terminal phase on the embedded default (gRPC, SQLite, processes)."""
 
 from __future__ import annotations
 

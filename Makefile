@@ -1,0 +1,39 @@
+# The front door: `make demo` runs the appliance with a demo job; `make test` runs the tests.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo serve test lint proto bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)  ## start the appliance (SQLite + local processes) and run a demo job
+	$(BIN)/appliance demo
+
+serve: $(STAMP)
+	$(BIN)/appliance serve
+
+test: $(STAMP)  ## unit, integration (SQLite and PostgreSQL) and end-to-end tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/python proto/generate.py --check
+
+proto: $(STAMP)  ## regenerate appliance/_proto/v1 from proto/
+	$(BIN)/python proto/generate.py
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .appliance build *.egg-info
