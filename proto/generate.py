@@ -36,8 +36,11 @@ def generate() -> dict[str, str]:
     sources = sorted(str(p.relative_to(PROTO_DIR)) for p in PROTO_DIR.glob("appliance/v1/*.proto"))
     include = str(Path(protoc.__file__).parent / "_proto")
     with tempfile.TemporaryDirectory() as tmp:
+        bin_dir = Path(sys.executable).parent  # mypy-protobuf's plugins live beside python
         args = [
             "protoc",
+            f"--plugin=protoc-gen-mypy={bin_dir / 'protoc-gen-mypy'}",
+            f"--plugin=protoc-gen-mypy_grpc={bin_dir / 'protoc-gen-mypy_grpc'}",
             f"-I{PROTO_DIR}",
             f"-I{include}",
             f"--python_out={tmp}",
