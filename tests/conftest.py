@@ -1,0 +1,44 @@
+"""Generic fixtures shared by the whole suite. Keep area-specific fixtures next to their tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.postgres import REQUIRE_ENV, PostgresServer, PostgresUnavailable, postgres_server
+
+_skipped_postgres: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session (see tests/postgres.py); skips without one."""
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(postgres_server())
+        except PostgresUnavailable as exc:
+            if os.environ.get(REQUIRE_ENV) == "1":
+                pytest.fail(f"{REQUIRE_ENV}=1 but: {exc}", pytrace=False)
+            _skipped_postgres.append(str(exc))
+            pytest.skip(str(exc))
+        yield server
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database: a SQLite file in tmp_path, or a fresh database on the server."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'appliance.db'}"
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    with server.fresh_database() as url:
+        yield url
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _skipped_postgres:
+        terminalreporter.write_line(f"PostgreSQL tests skipped: {_skipped_postgres[0]}")

@@ -1,0 +1,103 @@
+"""LocalBackend against real processes: stop escalation, exit codes, adoption, log tails."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import sys
+from pathlib import Path
+
+import psutil
+
+from appliance.backends.base import ReplicaEvent, ReplicaEventKind
+from appliance.backends.local import LocalBackend
+from appliance.domain.job import Job, Replica
+from appliance.domain.phases import Phase
+from appliance.domain.plan import Role
+from appliance.domain.spec import JobSpec
+from tests.integration.coordinator.harness import wait_until
+
+JOB_ID = "wsjob-backendtest0001"
+
+
+def _fake_worker(tmp_path: Path, body: str) -> str:
+    """A stand-in interpreter: the backend runs `<it> -m appliance.workers <role> ...`."""
+    script = tmp_path / "fake-python"
+    script.write_text(f"#!{sys.executable}\nimport signal, sys, time\n{body}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def _job(names: list[str]) -> tuple[Job, list[Replica]]:
+    spec = JobSpec(params_yaml="model: {name: fc_mnist}", num_csx=1, num_steps=1)
+    job = Job(id=JOB_ID, user="u", spec=spec, phase=Phase.SCHEDULED, created_at=0, updated_at=0)
+    replicas = [Replica(JOB_ID, n, Role.CS2, i, "cs2-01") for i, n in enumerate(names)]
+    return job, replicas
+
+
+async def _next(events: object, kind: ReplicaEventKind) -> ReplicaEvent:
+    async for event in events:  # type: ignore[attr-defined]
+        if event.kind is kind:
+            return event
+    raise AssertionError("event stream ended")
+
+
+async def test_teardown_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path: Path) -> None:
+    python = _fake_worker(
+        tmp_path,
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)",
+    )
+    backend = LocalBackend(tmp_path, "127.0.0.1:1", grace_seconds=0.5, python=python)
+    job, replicas = _job(["cs2-0"])
+    await backend.launch(job, replicas)
+    events = backend.observe()
+    started = await _next(events, ReplicaEventKind.STARTED)
+    log = backend.log_path(JOB_ID, "cs2-0")
+    # From "ready" on, the stand-in ignores SIGTERM.
+    await asyncio.to_thread(wait_until, lambda: "ready" in log.read_text(), 10, "ready")
+
+    await backend.teardown(JOB_ID)
+    exited = await asyncio.wait_for(_next(events, ReplicaEventKind.EXITED), 5)
+    assert exited.pid == started.pid
+    assert (exited.exit_code, exited.message) == (137, "killed by SIGKILL")
+    assert not psutil.pid_exists(started.pid) or psutil.Process(started.pid).status() == "zombie"
+    assert backend.log_tail(JOB_ID, "cs2-0", 5) == "ready"
+    await backend.close()
+
+
+async def test_exit_code_and_signal_are_reported(tmp_path: Path) -> None:
+    python = _fake_worker(tmp_path, "sys.exit(7)")
+    backend = LocalBackend(tmp_path, "127.0.0.1:1", python=python)
+    job, replicas = _job(["cs2-0"])
+    await backend.launch(job, replicas)
+    exited = await asyncio.wait_for(_next(backend.observe(), ReplicaEventKind.EXITED), 10)
+    assert (exited.replica, exited.exit_code, exited.message) == ("cs2-0", 7, "")
+    assert not list((tmp_path / "jobs" / JOB_ID / "pids").iterdir())
+    await backend.close()
+
+
+async def test_restarted_backend_adopts_live_replicas_and_can_stop_them(tmp_path: Path) -> None:
+    python = _fake_worker(tmp_path, "time.sleep(600)")
+    first = LocalBackend(tmp_path, "127.0.0.1:1", python=python)
+    job, replicas = _job(["cs2-0", "cs2-1"])
+    await first.launch(job, replicas)
+    pids = first.live_pids(JOB_ID)
+    await first.close()  # the coordinator goes away; the replicas stay
+
+    second = LocalBackend(tmp_path, "127.0.0.1:1", python=python, grace_seconds=2)
+    assert await second.adopt() == {JOB_ID: {"cs2-0", "cs2-1"}}
+    assert sorted(second.live_pids(JOB_ID)) == sorted(pids)
+    events = second.observe()
+    os.kill(pids[0], signal.SIGKILL)
+    exited = await asyncio.wait_for(_next(events, ReplicaEventKind.EXITED), 5)
+    assert exited.exit_code is None and "adopted" in exited.message
+    await second.teardown(JOB_ID)
+    assert second.live_pids(JOB_ID) == []
+    await second.close()
+    for pid in pids:
+        if psutil.pid_exists(pid):
+            assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
