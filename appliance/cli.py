@@ -72,6 +72,36 @@ def serve(data_dir: Path | None, grpc_port: int | None, http_port: int | None) -
 
 
 @main.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Data dir of the SQLite store [default: .appliance].",
+)
+def migrate(data_dir: Path | None) -> None:
+    """Apply the store's schema migrations (serve also does this on start).
+
+    \b
+    Example:
+      APPLIANCE_DATABASE_URL=postgresql://app@127.0.0.1/appliance appliance migrate
+    """
+    from appliance.store.engine import make_engine
+    from appliance.store.engine import migrate as apply_migrations
+
+    settings = _settings(data_dir, None, None)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.sqlalchemy_url)
+    try:
+        apply_migrations(engine)
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0]
+        raise click.ClickException(f"cannot migrate {engine.url!r}: {first_line}") from None
+    finally:
+        engine.dispose()
+    click.echo(f"{engine.url!r} is at the newest schema")
+
+
+@main.command()
 @server_options
 @click.option("--num-csx", default=2, show_default=True, help="CS-2 systems for the demo job.")
 @click.option("--num-steps", default=200, show_default=True, help="Steps of the demo job.")

@@ -83,9 +83,11 @@ def validate_spec(
     model_dir: str = "",
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field."""
-    if not isinstance(num_csx, int) or num_csx <= 0:
+    if isinstance(num_csx, bool) or not isinstance(num_csx, int) or num_csx <= 0:
         raise InvalidSpec(f"num_csx must be a positive integer, got {num_csx}", field="num_csx")
-    if not isinstance(num_steps, int) or not 0 < num_steps <= MAX_STEPS:
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int):
+        raise InvalidSpec(f"num_steps must be an integer, got {num_steps!r}", field="num_steps")
+    if not 0 < num_steps <= MAX_STEPS:
         raise InvalidSpec(
             f"num_steps must be between 1 and {MAX_STEPS}, got {num_steps}", field="num_steps"
         )

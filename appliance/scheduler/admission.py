@@ -1,8 +1,10 @@
 """Gang admission: a pure function from a queue snapshot and the pool to decisions.
 
 Order is priority, then submit time. A job gets every placement its plan needs or nothing.
-The first job that does not fit (the head) reserves what is free of what it needs, so jobs
-behind it may start only on what is left: backfill never delays the head.
+The first job that does not fit (the head) reserves what is free of what it needs, and for
+each replica it cannot place on a shared node it holds back a whole node that could host it
+once that node drains. Jobs behind it may start only on what is left: backfill never delays
+the head.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from appliance.domain.inventory import NodeKind, NodeUsage
+from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
 from appliance.domain.plan import ReplicaPlan, Role
 from appliance.domain.spec import Priority
 
@@ -57,6 +59,7 @@ class Admission:
 def admit(queue: Sequence[QueuedJob], pool: Sequence[NodeUsage]) -> Admission:
     free = {u.node.name: u.free for u in pool}
     kinds = {u.node.name: u.node.kind for u in pool}
+    usable = {u.node.name: u.node.capacity if u.node.state is NodeState.OK else 0 for u in pool}
     admitted: list[Decision] = []
     pending: dict[str, str] = {}
     head: QueuedJob | None = None
@@ -69,6 +72,7 @@ def admit(queue: Sequence[QueuedJob], pool: Sequence[NodeUsage]) -> Admission:
         if head is None:
             head = job
             _take(free, placements)  # the head holds what it can already get
+            _hold_for(job.plan, placements, free, kinds, usable)
             pending[job.job_id] = "; ".join(shortfall)
         else:
             pending[job.job_id] = "; ".join(shortfall) + f"; behind {_describe(head)}"
@@ -128,6 +132,31 @@ def _shortfall(
 
 def _gib(num_bytes: int) -> str:
     return f"{num_bytes / (1 << 30):.2f} GiB"
+
+
+def _hold_for(
+    plan: ReplicaPlan,
+    placements: Sequence[Placement],
+    free: dict[str, int],
+    kinds: dict[str, NodeKind],
+    usable: dict[str, int],
+) -> None:
+    """Keep backfill off whole shared nodes the head will need for what it could not place."""
+    for group in plan.groups:
+        kind = _KIND_OF_ROLE.get(group.role)
+        if kind is None or kind is NodeKind.SYSTEM:
+            continue  # busy systems are exclusive anyway; the head gets them first when freed
+        missing = group.count - sum(1 for p in placements if p.role is group.role)
+        candidates = sorted(
+            (
+                n
+                for n, k in kinds.items()
+                if k is kind and free[n] > 0 and usable[n] >= group.demand
+            ),
+            key=lambda n: (-free[n], n),
+        )
+        for node in candidates[:missing]:
+            free[node] = 0
 
 
 def _take(free: dict[str, int], placements: Sequence[Placement]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -518,6 +519,8 @@ def _encode_token(created_at: float, job_id: str) -> str:
 def _decode_token(token: str) -> tuple[float, str]:
     try:
         created, job_id = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return float(created), str(job_id)
+        if not math.isfinite(float(created)) or not isinstance(job_id, str):
+            raise ValueError(token)
+        return float(created), job_id
     except (ValueError, TypeError):
         raise InvalidSpec("page_token is not one this server issued", field="page_token") from None

@@ -146,9 +146,11 @@ def test_the_head_reserves_what_it_can_use_so_a_smaller_job_cannot_take_it() -> 
 
 
 def test_a_job_behind_the_head_backfills_on_what_the_head_cannot_use() -> None:
-    # The head is blocked on MemoryX memory while systems are free: it keeps cs2-01/02 and its
-    # SwarmX ports; a job behind it may run on cs2-03/04 and the MemoryX room that is left.
-    nodes = pool(swarmx=(4, 4), used={"memx-01": 12 * GIB})
+    # The head is blocked on MemoryX memory while systems are free: it keeps cs2-01/02, its
+    # SwarmX ports and one whole MemoryX node to drain (memx-01); a job behind it may run on
+    # cs2-03/04 and the MemoryX room left on memx-02.
+    nodes = pool(swarmx=(4, 4), memx=(16 * GIB, 16 * GIB),
+                 used={"memx-01": 12 * GIB, "memx-02": 12 * GIB})  # fmt: skip
     head = job("head", 2, priority=Priority.P1, at=0.0, memx_bytes=8 * GIB)
     backfill = job("backfill", 2, at=1.0, memx_bytes=2 * GIB)
     late = job("late", 1, at=2.0)
@@ -157,15 +159,31 @@ def test_a_job_behind_the_head_backfills_on_what_the_head_cannot_use() -> None:
 
     assert admitted(result) == ["backfill"]
     assert placed(result, "backfill", Role.CS2) == ["cs2-03", "cs2-04"]
-    assert placed(result, "backfill", Role.MEMORYX) == ["memx-01"]
+    assert placed(result, "backfill", Role.MEMORYX) == ["memx-02"]
     assert result.pending == {
         "head": "needs 1 MemoryX x 8.00 GiB, room for 0",
         "late": "needs 1 system, 0 free; behind head (P1, 2 systems)",
     }
 
 
+def test_backfill_never_takes_room_on_the_memoryx_node_the_head_waits_for() -> None:
+    # memx-01 is the only node that can ever host the head's 8 GiB replica: a small job that
+    # took 2 GiB of it would keep the head waiting after the 12 GiB job ends.
+    nodes = pool(swarmx=(4, 4), used={"memx-01": 12 * GIB})
+    head = job("head", 2, priority=Priority.P1, at=0.0, memx_bytes=8 * GIB)
+    small = job("small", 1, at=1.0, memx_bytes=2 * GIB)
+
+    assert admitted(admit([small], nodes)) == ["small"]  # it would fit on its own
+    result = admit([head, small], nodes)
+    assert result.admitted == []
+    assert result.pending["small"] == (
+        "needs 1 MemoryX x 2.00 GiB, room for 0; behind head (P1, 2 systems)"
+    )
+
+
 def test_backfill_never_takes_swarmx_ports_the_head_holds() -> None:
-    nodes = pool(used={"memx-01": 12 * GIB}, swarmx=(4,))
+    nodes = pool(memx=(16 * GIB, 16 * GIB), used={"memx-01": 12 * GIB, "memx-02": 12 * GIB},
+                 swarmx=(4,))  # fmt: skip
     head = job("head", 2, priority=Priority.P1, memx_bytes=8 * GIB, ports=3)
     behind = job("behind", 1, at=1.0, ports=2)
 
