@@ -1,0 +1,274 @@
+"""Shared helpers of the benchmarks: data dirs, the coordinator subprocess, cleanup, results.
+
+Every benchmark runs the coordinator as a separate `appliance serve` process on 127.0.0.1 so
+the load generator never shares its GIL, and kills it (and any replica it left) at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+from sqlalchemy import update
+
+from appliance.config import Settings
+from appliance.store.engine import make_engine, migrate
+from appliance.store.jobs import JobStore
+from appliance.store.tables import NodeRow
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = ROOT / "bench"
+RESULTS = BENCH_DIR / "results.json"
+EXAMPLE_PARAMS = ROOT / "examples" / "params_fc_mnist.yaml"
+WORK = Path(os.environ.get("BENCH_WORK", tempfile.gettempdir())) / "appliance-bench"
+APPLIANCE = Path(sys.executable).parent / "appliance"
+SYSTEMS = ("cs2-01", "cs2-02", "cs2-03", "cs2-04")
+
+
+def fresh_dir(name: str) -> Path:
+    path = WORK / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def prepare_store(data_dir: Path, maintenance: Sequence[str] = ()) -> None:
+    """Create (or migrate) the store of `data_dir`, sync the default pool, and put `maintenance`
+    systems in maintenance (sync_pool keeps admin-set states, so the coordinator keeps them)."""
+    settings = Settings(data_dir=data_dir)
+    engine = make_engine(settings.sqlalchemy_url)
+    try:
+        migrate(engine)
+        JobStore(engine).sync_pool(settings.pool())
+        with engine.begin() as conn:
+            conn.execute(update(NodeRow).values(state="ok"))
+            if maintenance:
+                conn.execute(
+                    update(NodeRow)
+                    .where(NodeRow.name.in_(list(maintenance)))
+                    .values(state="maintenance")
+                )
+    finally:
+        engine.dispose()
+    checkpoint(data_dir)
+
+
+def checkpoint(data_dir: Path) -> None:
+    """Fold the WAL into the database file, so a copy of appliance.db alone is complete."""
+    conn = sqlite3.connect(data_dir / "appliance.db")
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+class CoordinatorProcess:
+    """`appliance serve` on free ports; `address` is parsed from its first stdout line."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        extra_env: dict[str, str] | None = None,
+        profile: Path | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.log_path = data_dir / "coordinator.log"
+        env = {**os.environ, **(extra_env or {})}
+        self._log = self.log_path.open("ab")
+        self.started = time.perf_counter()
+        serve = ["serve", "--data-dir", str(data_dir), "--grpc-port", "0", "--http-port", "0"]
+        if profile is None:
+            command = [str(APPLIANCE), *serve]
+        else:
+            command = [sys.executable, "-m", "bench._profiled_serve", str(profile), *serve]
+        self.proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )  # fmt: skip
+        self.address = ""
+        self.ready_after = 0.0
+
+    def wait_address(self, timeout: float = 60.0) -> str:
+        """Block until the address line is printed (the servers are listening by then)."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        os.set_blocking(self.proc.stdout.fileno(), True)
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                raise RuntimeError(f"coordinator exited early; see {self.log_path}")
+            if line.startswith("appliance "):
+                self.address = line.split()[1]
+                self.ready_after = time.perf_counter() - self.started
+                return self.address
+        raise TimeoutError("coordinator did not print its address")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def rss_bytes(self) -> int:
+        return int(psutil.Process(self.proc.pid).memory_info().rss)
+
+    def thread_cpu(self) -> dict[str, float]:
+        """CPU seconds (user + system) per thread of the coordinator ("name/tid"; the main
+        thread, which runs the asyncio event loop, is "main")."""
+        totals: dict[str, float] = {}
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                name = (task / "comm").read_text().strip() + "/" + task.name
+                if task.name == str(self.proc.pid):
+                    name = "main"
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                ticks = int(fields[11]) + int(fields[12])  # utime + stime
+                totals[name] = totals.get(name, 0.0) + ticks / os.sysconf("SC_CLK_TCK")
+        return totals
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (graceful drain), SIGKILL after `timeout`; then kill leftover replicas."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+        kill_workers(self.data_dir)
+
+    def __enter__(self) -> CoordinatorProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def worker_pids(marker: str) -> list[int]:
+    """Pids of `appliance.workers` processes whose command line contains `marker`."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if "appliance.workers" in cmd and any(marker in part for part in cmd):
+            found.append(proc.info["pid"])
+    return found
+
+
+def pids_with(marker: str) -> list[int]:
+    """Pids of any process whose command line contains `marker` (the cancel check)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if any(marker in part for part in cmd) and proc.info["pid"] != os.getpid():
+            found.append(proc.info["pid"])
+    return found
+
+
+def kill_workers(data_dir: Path) -> int:
+    """Kill replicas started for jobs under `data_dir` (their pidfiles name them)."""
+    killed = 0
+    for pid_file in data_dir.glob("jobs/*/pids/*.pid"):
+        with contextlib.suppress(ValueError, OSError, psutil.Error):
+            pid = int(pid_file.read_text().strip())
+            job_id = pid_file.parent.parent.name
+            cmd = psutil.Process(pid).cmdline()
+            if "appliance.workers" in cmd and job_id in cmd:
+                os.killpg(pid, signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sample."""
+    ordered = sorted(values)
+    rank = max(1, int(-(-q * len(ordered) // 100)))  # ceil(q/100 * n)
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def summarize_ms(values_s: Sequence[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values_s]
+    return {
+        "n": len(ms),
+        "p50_ms": round(percentile(ms, 50), 2),
+        "p90_ms": round(percentile(ms, 90), 2),
+        "p99_ms": round(percentile(ms, 99), 2),
+        "max_ms": round(max(ms), 2),
+        "mean_ms": round(statistics.fmean(ms), 2),
+    }
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = bool(
+        subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT, capture_output=True, text=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def record(name: str, result: dict[str, Any], command: str) -> None:
+    """Merge one benchmark's result into bench/results.json (keyed by benchmark name)."""
+    data: dict[str, Any] = {}
+    if RESULTS.exists():
+        with contextlib.suppress(ValueError):
+            data = json.loads(RESULTS.read_text())
+    data.setdefault("benchmarks", {})[name] = {
+        "command": command,
+        "machine": machine(),
+        **result,
+    }
+    RESULTS.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def emit(name: str, result: dict[str, Any], argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv if argv is None else argv)
+    command = "python -m bench." + Path(argv[0]).stem + "".join(" " + a for a in argv[1:])
+    print(json.dumps({"benchmark": name, **result}, indent=2))
+    if "--no-record" not in argv:
+        record(name, result, command)
+
+
+@contextlib.contextmanager
+def bounded(seconds: float) -> Iterator[float]:
+    """A deadline (monotonic) for loops that must stop in time."""
+    yield time.monotonic() + seconds

@@ -1,0 +1,131 @@
+"""Run every benchmark one after another (each in its own process), then write the table.
+
+python -m bench.run_all            # all five goals, ~6 minutes on 2 cores
+python -m bench.run_all --table    # only rewrite the table in bench/README.md from results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from typing import Any
+
+from bench.common import BENCH_DIR, RESULTS, ROOT
+
+BENCHMARKS = ["submit_throughput", "list_jobs", "job_latency", "rss", "restart"]
+TABLE_START = "<!-- results-table:start -->"
+TABLE_END = "<!-- results-table:end -->"
+
+
+def rows(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    b = data.get("benchmarks", {})
+    out: list[tuple[str, str, str, str]] = []
+
+    def ok(flag: object) -> str:
+        return "met" if flag else "**missed**"
+
+    if s := b.get("submit_throughput"):
+        out.append((
+            f"1. Submit throughput, {s['clients']} gRPC clients, SQLite",
+            ">= 500 jobs/s persisted",
+            f"{s['persisted_queued_per_s']} jobs/s ({s['persisted_by_phase'].get('QUEUED', 0)}"
+            f" QUEUED in {s['elapsed_s']} s; submit p99 {s['latency']['p99_ms']} ms)",
+            ok(s["met"]),
+        ))  # fmt: skip
+    if s := b.get("list_jobs"):
+        d, a, st, sa = (
+            s["list_default"],
+            s["list_all_active_one_call"],
+            s["stream_active"],
+            s["stream_all"],
+        )
+        out.append((
+            "2a. ListJobs default view (active, server limit "
+            f"{d['server_default_limit']}), 100k jobs / 10k active",
+            "p99 <= 100 ms",
+            f"p50 {d['p50_ms']} ms, p99 {d['p99_ms']} ms ({d['jobs_returned']} jobs a call)",
+            ok(d["met"]),
+        ))  # fmt: skip
+        out.append((
+            "2b. All 10,000 active jobs (ListJobs limit=10000 / StreamJobs)",
+            "(no goal; reported)",
+            f"one call p50 {a['p50_ms']} ms, p99 {a['p99_ms']} ms; "
+            f"stream p50 {st['p50_ms']} ms",
+            "-",
+        ))  # fmt: skip
+        out.append((
+            "2c. StreamJobs(all=True), 100,000 jobs",
+            "<= 1 s",
+            f"median {sa['median_s']} s (runs {', '.join(map(str, sa['runs_s']))})",
+            ok(sa["met"]),
+        ))  # fmt: skip
+    if s := b.get("job_latency"):
+        r, c = s["submit_to_running"], s["cancel_to_gone"]
+        out.append((
+            f"3a. Submit -> RUNNING, 1 CS-2, local backend ({s['jobs']} jobs)",
+            "p99 <= 5 s",
+            f"p50 {r['p50_ms'] / 1000:.2f} s, p99 {r['p99_ms'] / 1000:.2f} s",
+            ok(r["met"]),
+        ))  # fmt: skip
+        out.append((
+            "3b. Cancel running job -> replica processes gone",
+            "p99 <= 1 s",
+            f"p50 {c['p50_ms'] / 1000:.2f} s, p99 {c['p99_ms'] / 1000:.2f} s",
+            ok(c["met"]),
+        ))  # fmt: skip
+    if s := b.get("rss"):
+        out.append((
+            "4. Coordinator RSS, 100k jobs, after stream-all + 10k list + 200 GetJob",
+            "<= 470 MB",
+            f"{s['rss_mb']} MB (peak {s['peak_rss_mb']} MB; {s['rss_after_start_mb']} MB idle)",
+            ok(s["met"]),
+        ))  # fmt: skip
+    if s := b.get("restart"):
+        out.append((
+            "5. Restart on 100k jobs (10k queued) -> fresh job SCHEDULED",
+            "<= 5 s",
+            f"median {s['scheduled_s_median']} s, max {s['scheduled_s_max']} s",
+            ok(s["met"]),
+        ))  # fmt: skip
+    return out
+
+
+def write_table() -> str:
+    data = json.loads(RESULTS.read_text())
+    machines = {json.dumps(v["machine"], sort_keys=True) for v in data["benchmarks"].values()}
+    m = json.loads(sorted(machines)[-1])
+    dirty = " (+ uncommitted changes)" if m["git_dirty"] else ""
+    lines = [
+        f"Measured on {m['nproc']} cores, {m['memory_gib']} GiB, {m['cpu_model']}, Python "
+        f"{m['python']}, commit {m['git_commit']}{dirty},"
+        f" {m['date']}.",
+        "",
+        "| Goal | Target | Measured | |",
+        "|---|---|---|---|",
+        *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows(data)),
+    ]
+    table = "\n".join(lines)
+    readme = BENCH_DIR / "README.md"
+    text = readme.read_text()
+    start, end = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
+    readme.write_text(text[:start] + "\n" + table + "\n" + text[end:])
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", action="store_true")
+    args = parser.parse_args()
+    if not args.table:
+        subprocess.run([sys.executable, "-m", "bench.seed"], cwd=ROOT, check=True)
+        for name in BENCHMARKS:
+            print(f"== {name}", file=sys.stderr, flush=True)
+            subprocess.run([sys.executable, "-m", f"bench.{name}"], cwd=ROOT, check=False,
+                           timeout=300)  # fmt: skip
+    print(write_table())
+
+
+if __name__ == "__main__":
+    main()
