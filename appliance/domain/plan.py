@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 from collections.abc import Sequence
 
@@ -32,6 +33,11 @@ class ReplicaGroup:
 class ReplicaPlan:
     groups: tuple[ReplicaGroup, ...]
     model_bytes: int
+
+    @functools.cached_property
+    def shape(self) -> tuple[tuple[str, int, int], ...]:
+        """The groups as plain tuples: a cheap key for plans that need the same resources."""
+        return tuple((g.role.value, g.count, g.demand) for g in self.groups)
 
     def group(self, role: Role) -> ReplicaGroup:
         return next(g for g in self.groups if g.role is role)

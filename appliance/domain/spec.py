@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -65,9 +66,10 @@ class JobSpec:
     priority: Priority = Priority.P2
     model_dir: str = ""
 
-    @property
+    @functools.cached_property
     def params(self) -> dict[str, Any]:
-        loaded = yaml.safe_load(self.params_yaml)
+        """The parsed params (parsed once per spec object)."""
+        loaded = load_yaml(self.params_yaml)
         assert isinstance(loaded, dict)
         return loaded
 
@@ -92,13 +94,13 @@ def validate_spec(
             f"num_steps must be between 1 and {MAX_STEPS}, got {num_steps}", field="num_steps"
         )
     parsed_mode = parse_mode(mode)
-    validate_params(params_yaml)
+    params = validate_params(params_yaml)
     clean_labels = validate_labels(labels or {})
     if len(model_dir) > MAX_MODEL_DIR or "\x00" in model_dir:
         raise InvalidSpec(
             f"model_dir must be a path of at most {MAX_MODEL_DIR} characters", field="model_dir"
         )
-    return JobSpec(
+    spec = JobSpec(
         params_yaml=params_yaml,
         num_csx=num_csx,
         num_steps=num_steps,
@@ -107,6 +109,8 @@ def validate_spec(
         priority=priority,
         model_dir=model_dir,
     )
+    spec.__dict__["params"] = params  # seed the cached parse: YAML is parsed once per submit
+    return spec
 
 
 def parse_mode(mode: str | Mode) -> Mode:
@@ -127,7 +131,7 @@ def validate_params(params_yaml: str) -> dict[str, Any]:
             field="params",
         )
     try:
-        params = yaml.safe_load(params_yaml)
+        params = load_yaml(params_yaml)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""
@@ -147,6 +151,13 @@ def validate_params(params_yaml: str) -> dict[str, Any]:
     if not params.get("model"):
         raise InvalidSpec("params needs a non-empty `model` section", field="params")
     return params
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
+
+
+def load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_LOADER)
 
 
 def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:

@@ -62,20 +62,28 @@ def admit(queue: Sequence[QueuedJob], pool: Sequence[NodeUsage]) -> Admission:
     usable = {u.node.name: u.node.capacity if u.node.state is NodeState.OK else 0 for u in pool}
     admitted: list[Decision] = []
     pending: dict[str, str] = {}
-    head: QueuedJob | None = None
+    behind = ""  # "; behind <head>" once the head is known
+    # While `free` is unchanged, jobs with the same plan shape fit (or not) the same way: a queue
+    # of thousands of like jobs costs one _fit per shape, not one per job.
+    tried: dict[tuple[tuple[str, int, int], ...], tuple[list[Placement], str]] = {}
     for job in sorted(queue, key=lambda j: j.order):
-        placements, shortfall = _fit(job.plan, free, kinds)
-        if not shortfall:
+        key = job.plan.shape
+        if key not in tried:
+            placements, shortfall = _fit(job.plan, free, kinds)
+            tried[key] = (placements, "; ".join(shortfall))
+        placements, reason = tried[key]
+        if not reason:
             _take(free, placements)
+            tried.clear()
             admitted.append(Decision(job.job_id, tuple(placements)))
-            continue
-        if head is None:
-            head = job
+        elif not behind:
             _take(free, placements)  # the head holds what it can already get
             _hold_for(job.plan, placements, free, kinds, usable)
-            pending[job.job_id] = "; ".join(shortfall)
+            tried.clear()
+            behind = f"; behind {_describe(job)}"
+            pending[job.job_id] = reason
         else:
-            pending[job.job_id] = "; ".join(shortfall) + f"; behind {_describe(head)}"
+            pending[job.job_id] = reason + behind
     return Admission(admitted, pending)
 
 

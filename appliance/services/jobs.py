@@ -12,15 +12,17 @@ from appliance.domain.job import Job, JobEvent
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import JobSpec, validate_user
+from appliance.services.batching import SubmitBatcher
 from appliance.services.context import Context
-from appliance.store.jobs import JobQuery
+from appliance.store.jobs import MAX_LIMIT, JobKey, JobQuery, NewJob
 
-STREAM_PAGE = 1000
+STREAM_PAGE = 20_000
 
 
 class JobService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._batcher = SubmitBatcher(ctx)
 
     async def submit(self, spec: JobSpec, user: str) -> Job:
         """Plan against the pool (rejecting what can never fit), persist QUEUED, wake the queue."""
@@ -30,9 +32,7 @@ class JobService:
         job_id = new_job_id()
         if not spec.model_dir:
             spec = _with_model_dir(spec, self.ctx.settings.data_dir / "model_dirs" / job_id)
-        job = await self.ctx.db(
-            self.ctx.store.create_job, job_id, user, spec, plan, self.ctx.clock()
-        )
+        job = await self._batcher.write(NewJob(job_id, user, spec, plan))
         self.ctx.bus.wake_scheduler()
         return job
 
@@ -40,21 +40,25 @@ class JobService:
         _check_id(job_id)
         return await self.ctx.db(self.ctx.store.get_job, job_id)
 
-    async def list_jobs(self, query: JobQuery) -> tuple[list[Job], str]:
-        if query.limit < 0:
-            raise InvalidSpec("limit must not be negative", field="limit")
-        return await self.ctx.db(self.ctx.store.list_jobs, query)
+    async def list_keys(self, query: JobQuery) -> tuple[list[JobKey], str]:
+        """One page of summary keys (see JobStore.list_job_keys), at most MAX_LIMIT."""
+        if query.limit < 0 or query.limit > MAX_LIMIT:
+            raise InvalidSpec(f"limit must be between 0 and {MAX_LIMIT}", field="limit")
+        return await self.ctx.db(self.ctx.store.list_job_keys, query)
 
-    async def stream(self, query: JobQuery) -> AsyncIterator[list[Job]]:
-        """Every matching job in pages, newest first."""
+    async def stream_keys(self, query: JobQuery) -> AsyncIterator[list[JobKey]]:
+        """Keys of every matching job in pages, newest first (see JobStore.list_job_keys)."""
         page = dataclasses.replace(query, limit=query.limit or STREAM_PAGE)
         while True:
-            jobs, token = await self.list_jobs(page)
-            if jobs:
-                yield jobs
+            keys, token = await self.ctx.db(self.ctx.store.list_job_keys, page)
+            if keys:
+                yield keys
             if not token:
                 return
             page = dataclasses.replace(page, page_token=token)
+
+    async def summaries(self, job_ids: list[str]) -> list[Job]:
+        return await self.ctx.db(self.ctx.store.job_summaries, job_ids)
 
     async def cancel(self, job_id: str, reason: str = "") -> tuple[Job, bool, str]:
         """Cancel a job; cancelling a terminal job changes nothing and says so."""

@@ -39,5 +39,13 @@ def alembic_config(engine: Engine) -> Config:
 
 
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision (idempotent)."""
+    """Bring the schema to the newest revision (idempotent), then refresh planner statistics.
+
+    SQLite's planner picks the partial indexes (active view, queue order) only with statistics;
+    a bounded ANALYZE keeps this to a fraction of a second on large stores.
+    """
     command.upgrade(alembic_config(engine), "head")
+    if engine.dialect.name == "sqlite":
+        with engine.begin() as conn:
+            conn.exec_driver_sql("PRAGMA analysis_limit=1000")
+            conn.exec_driver_sql("ANALYZE")

@@ -11,17 +11,16 @@ import base64
 import dataclasses
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, and_, delete, func, or_, select, update
-from sqlalchemy.orm import Session, defer, sessionmaker
+from sqlalchemy import Engine, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
 
 from appliance.domain.errors import InvalidSpec, NotFound
 from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
 from appliance.domain.job import EventKind, Job, JobEvent, Progress, Replica, ReplicaPhase
 from appliance.domain.phases import (
-    ACTIVE,
     HOLDS_RESOURCES,
     TERMINAL,
     Outcome,
@@ -32,6 +31,8 @@ from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
 from appliance.domain.spec import JobSpec, Mode, Priority
 from appliance.scheduler.admission import Placement, QueuedJob
 from appliance.store.tables import (
+    ACTIVE_PHASES_SQL,
+    QUEUED_SQL,
     JobEventRow,
     JobLabelRow,
     JobRow,
@@ -42,6 +43,7 @@ from appliance.store.tables import (
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 10_000
+MAX_KEYS_LIMIT = 50_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +53,20 @@ class JobQuery:
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     limit: int = DEFAULT_LIMIT
     page_token: str = ""
+
+
+# (id, created_at, version): one version of a job's summary; what a summary shows changes
+# only together with `version`. Plain tuples straight from the driver: listing 100,000 keys
+# must cost no per-row object.
+JobKey = tuple[str, float, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class NewJob:
+    job_id: str
+    user: str
+    spec: JobSpec
+    plan: ReplicaPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +85,7 @@ class JobStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._pool: list[Node] | None = None
 
     # ---- pool -------------------------------------------------------------------------------
 
@@ -78,6 +95,7 @@ class JobStore:
         A node removed from the configuration is kept while a job holds it, so nothing that
         runs loses its placement; states set by an admin are kept.
         """
+        self._pool = None
         with self._sessions.begin() as s:
             existing = {r.name: r for r in s.scalars(select(NodeRow))}
             for node in nodes:
@@ -116,7 +134,10 @@ class JobStore:
             ]
 
     def pool(self) -> list[Node]:
-        return [u.node for u in self.pool_usage()]
+        """The pool's shape (names, kinds, capacities, states), cached until it changes."""
+        if self._pool is None:
+            self._pool = [u.node for u in self.pool_usage()]
+        return self._pool
 
     # ---- jobs -------------------------------------------------------------------------------
 
@@ -124,41 +145,43 @@ class JobStore:
         self, job_id: str, user: str, spec: JobSpec, plan: ReplicaPlan, now: float
     ) -> Job:
         """Persist a new QUEUED job with its labels and its first event, all or nothing."""
-        row = JobRow(
-            id=job_id,
-            user=user,
-            phase=Phase.QUEUED.value,
-            priority=int(spec.priority),
-            mode=spec.mode.value,
-            num_csx=spec.num_csx,
-            num_steps=spec.num_steps,
-            model_dir=spec.model_dir,
-            params_yaml=spec.params_yaml,
-            labels=dict(spec.labels),
-            plan=_plan_to_json(plan),
-            reason="",
-            pending_reason="waiting for the scheduler",
-            systems="",
-            created_at=now,
-            updated_at=now,
-            started_at=0.0,
-            finished_at=0.0,
-            progress={},
-        )
-        with self._sessions.begin() as s:
-            s.add(row)
-            s.flush()
-            s.add_all(JobLabelRow(job_id=job_id, key=k, value=v) for k, v in spec.labels.items())
-            s.add(
-                JobEventRow(
-                    job_id=job_id,
-                    time=now,
-                    from_phase=None,
-                    to_phase=Phase.QUEUED.value,
-                    reason=f"submitted by {user}",
-                )
-            )
-        return _job_from_row(row)
+        return self.create_jobs([NewJob(job_id, user, spec, plan)], now)[0]
+
+    def create_jobs(self, new: Sequence[NewJob], now: float) -> list[Job]:
+        """Persist several new QUEUED jobs in one transaction (group commit of submits)."""
+        jobs = [
+            {
+                "id": n.job_id, "user": n.user, "phase": Phase.QUEUED.value,
+                "priority": int(n.spec.priority), "mode": n.spec.mode.value,
+                "num_csx": n.spec.num_csx, "num_steps": n.spec.num_steps,
+                "model_dir": n.spec.model_dir, "params_yaml": n.spec.params_yaml,
+                "labels": dict(n.spec.labels), "plan": _plan_to_json(n.plan), "reason": "",
+                "pending_reason": "waiting for the scheduler", "systems": "",
+                "created_at": now, "updated_at": now, "started_at": 0.0, "finished_at": 0.0,
+                "progress": {},
+            }
+            for n in new
+        ]  # fmt: skip
+        labels = [
+            {"job_id": n.job_id, "key": k, "value": v}
+            for n in new
+            for k, v in n.spec.labels.items()
+        ]
+        events = [
+            {"job_id": n.job_id, "time": now, "from_phase": None,
+             "to_phase": Phase.QUEUED.value, "reason": f"submitted by {n.user}"}
+            for n in new
+        ]  # fmt: skip
+        with self.engine.begin() as conn:
+            conn.execute(insert(JobRow), jobs)
+            if labels:
+                conn.execute(insert(JobLabelRow), labels)
+            conn.execute(insert(JobEventRow), events)
+        return [
+            Job(id=n.job_id, user=n.user, spec=n.spec, phase=Phase.QUEUED, created_at=now,
+                updated_at=now, pending_reason="waiting for the scheduler")
+            for n in new
+        ]  # fmt: skip
 
     def get_job(self, job_id: str, *, with_replicas: bool = True) -> Job:
         with self._sessions() as s:
@@ -196,41 +219,48 @@ class JobStore:
         return int(ahead or 0) + 1
 
     def list_jobs(self, query: JobQuery) -> tuple[list[Job], str]:
-        """Newest first, keyset-paginated; returns (jobs, next page token or "")."""
-        limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
-        if limit > MAX_LIMIT:
-            raise InvalidSpec(f"limit must be at most {MAX_LIMIT}", field="limit")
-        # List views leave out the params YAML (up to 1 MiB a job); get_job returns it.
-        stmt = select(JobRow).options(defer(JobRow.params_yaml, raiseload=True))
-        if not query.include_terminal:
-            stmt = stmt.where(JobRow.phase.in_([p.value for p in ACTIVE]))
-        if query.user:
-            stmt = stmt.where(JobRow.user == query.user)
-        for key, value in query.labels.items():
-            stmt = stmt.where(
-                select(JobLabelRow.job_id)
-                .where(
-                    JobLabelRow.job_id == JobRow.id,
-                    JobLabelRow.key == key,
-                    JobLabelRow.value == value,
-                )
-                .exists()
-            )
-        if query.page_token:
-            created, last_id = _decode_token(query.page_token)
-            stmt = stmt.where(
-                or_(
-                    JobRow.created_at < created,
-                    and_(JobRow.created_at == created, JobRow.id < last_id),
-                )
-            )
-        stmt = stmt.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit + 1)
+        """Newest first, keyset-paginated; returns (job summaries, next page token or "").
+
+        Summaries leave out the params YAML (up to 1 MiB a job) and replicas; get_job has them.
+        """
         with self._sessions() as s:
-            rows = list(s.scalars(stmt))
-        more = len(rows) > limit
+            rows = s.execute(_page_stmt(query, _SUMMARY)).all()
+        rows, token = _page(rows, query)
+        return [_job_from_summary(r) for r in rows], token
+
+    def list_job_keys(self, query: JobQuery) -> tuple[list[JobKey], str]:
+        """Like list_jobs, but only what a caller needs to reuse summaries it already has."""
+        columns = (JobRow.id, JobRow.created_at, JobRow.version)  # covered by ix_jobs_created
+        rows = self._driver_rows(_page_stmt(query, columns, MAX_KEYS_LIMIT))
+        limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
+        if len(rows) <= limit:
+            return rows, ""
         rows = rows[:limit]
-        token = _encode_token(rows[-1].created_at, rows[-1].id) if more else ""
-        return [_job_from_row(r, summary=True) for r in rows], token
+        return rows, _encode_token(rows[-1][1], rows[-1][0])
+
+    def _driver_rows(self, stmt: Any) -> list[Any]:
+        """Run a select of plain columns (no type conversions) and return the driver's tuples."""
+        compiled = stmt.compile(dialect=self.engine.dialect)
+        params = compiled.construct_params()
+        args: Any = params
+        if compiled.positional:
+            args = tuple(params[name] for name in compiled.positiontup or ())
+        with self.engine.connect() as conn:
+            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            try:
+                cursor.execute(compiled.string, args)
+                return list(cursor.fetchall())
+            finally:
+                cursor.close()
+
+    def job_summaries(self, job_ids: Sequence[str]) -> list[Job]:
+        """Summaries of the given jobs, in no particular order (unknown ids are left out)."""
+        found: list[Job] = []
+        with self._sessions() as s:
+            for chunk in _chunks(list(job_ids)):
+                rows = s.execute(select(*_SUMMARY).where(JobRow.id.in_(chunk)))
+                found += (_job_from_summary(r) for r in rows)
+        return found
 
     def jobs_in(self, phases: Iterable[Phase]) -> list[Job]:
         with self._sessions() as s:
@@ -244,18 +274,30 @@ class JobStore:
             raise NotFound(f"job {job_id} not found")
         return _plan_from_json(plan)
 
-    def queued_jobs(self) -> list[QueuedJob]:
-        """The queue snapshot the scheduler decides on, in queue order."""
-        stmt = (
-            select(JobRow.id, JobRow.priority, JobRow.created_at, JobRow.plan)
-            .where(JobRow.phase == Phase.QUEUED.value)
+    def queued_jobs(self, known: Mapping[str, ReplicaPlan] | None = None) -> list[QueuedJob]:
+        """The queue snapshot the scheduler decides on, in queue order.
+
+        Plans never change, so a caller that keeps them passes `known` and only the plans of
+        jobs it has not seen are read and decoded.
+        """
+        known = known or {}
+        order = (
+            select(JobRow.id, JobRow.priority, JobRow.created_at)
+            .where(QUEUED_SQL)
             .order_by(JobRow.priority, JobRow.created_at, JobRow.id)
         )
         with self._sessions() as s:
-            return [
-                QueuedJob(job_id, Priority(prio), created, _plan_from_json(plan))
-                for job_id, prio, created, plan in s.execute(stmt)
-            ]
+            rows = s.execute(order).all()
+            missing = [job_id for job_id, _, _ in rows if job_id not in known]
+            plans = dict(known)
+            for chunk in _chunks(missing):
+                stmt = select(JobRow.id, JobRow.plan).where(JobRow.id.in_(chunk))
+                plans.update((job_id, _plan_from_json(plan)) for job_id, plan in s.execute(stmt))
+        return [
+            QueuedJob(job_id, Priority(prio), created, plans[job_id])
+            for job_id, prio, created in rows
+            if job_id in plans
+        ]
 
     # ---- phase: the one writer ----------------------------------------------------------------
 
@@ -290,7 +332,10 @@ class JobStore:
             return PhaseChange(Outcome.ALREADY)
         if not can_transition(current, target):
             return PhaseChange(Outcome.INVALID)
-        values: dict[str, Any] = {"phase": target.value, "updated_at": now, **(extra or {})}
+        values: dict[str, Any] = {
+            "phase": target.value, "updated_at": now, "version": JobRow.version + 1,
+            **(extra or {}),
+        }  # fmt: skip
         if target is Phase.RUNNING:
             values["started_at"] = now
         if target in TERMINAL:
@@ -355,29 +400,25 @@ class JobStore:
 
     def set_pending_reasons(self, reasons: Mapping[str, str], now: float) -> int:
         """Write the reasons of queued jobs that changed; returns how many changed."""
-        if not reasons:
-            return 0
+        changed = []
         with self._sessions.begin() as s:
-            current = dict(
-                s.execute(
+            for chunk in _chunks(list(reasons)):
+                current = s.execute(
                     select(JobRow.id, JobRow.pending_reason).where(
-                        JobRow.phase == Phase.QUEUED.value
+                        JobRow.id.in_(chunk), JobRow.phase == Phase.QUEUED.value
                     )
-                ).all()
-            )
-            changed = [
-                {"id": j, "pending_reason": r}
-                for j, r in reasons.items()
-                if j in current and current[j] != r
-            ]
+                )
+                changed += [
+                    {"b_job": j, "b_reason": reasons[j]} for j, r in current if reasons[j] != r
+                ]
             if changed:
-                s.execute(
+                s.connection().execute(
                     update(JobRow)
-                    .where(JobRow.phase == Phase.QUEUED.value)
-                    .execution_options(synchronize_session=None),
+                    .where(JobRow.id == bindparam("b_job"), JobRow.phase == Phase.QUEUED.value)
+                    .values(pending_reason=bindparam("b_reason"), version=JobRow.version + 1),
                     changed,
                 )
-            return len(changed)
+        return len(changed)
 
     # ---- replicas and progress ----------------------------------------------------------------
 
@@ -416,7 +457,7 @@ class JobStore:
             s.execute(
                 update(JobRow)
                 .where(JobRow.id == job_id)
-                .values(progress=dataclasses.asdict(progress))
+                .values(progress=dataclasses.asdict(progress), version=JobRow.version + 1)
             )
 
     def events(self, job_id: str, after_seq: int = 0) -> list[JobEvent]:
@@ -510,6 +551,75 @@ def _event_from_row(r: JobEventRow) -> JobEvent:
         to_phase=Phase(r.to_phase),
         reason=r.reason,
     )
+
+
+_SUMMARY = (
+    JobRow.id, JobRow.user, JobRow.phase, JobRow.priority, JobRow.mode, JobRow.num_csx,
+    JobRow.num_steps, JobRow.model_dir, JobRow.labels, JobRow.reason, JobRow.pending_reason,
+    JobRow.systems, JobRow.created_at, JobRow.updated_at, JobRow.started_at, JobRow.finished_at,
+    JobRow.progress,
+)  # fmt: skip
+
+
+def _page_stmt(query: JobQuery, columns: Sequence[Any], max_limit: int = MAX_LIMIT) -> Any:
+    """One page of a list query: filters, keyset position, newest first, one row extra."""
+    limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
+    if limit > max_limit:
+        raise InvalidSpec(f"limit must be at most {max_limit}", field="limit")
+    stmt = select(*columns)
+    if not query.include_terminal:
+        stmt = stmt.where(ACTIVE_PHASES_SQL)
+    if query.user:
+        stmt = stmt.where(JobRow.user == query.user)
+    for key, value in query.labels.items():
+        stmt = stmt.where(
+            select(JobLabelRow.job_id)
+            .where(
+                JobLabelRow.job_id == JobRow.id, JobLabelRow.key == key, JobLabelRow.value == value
+            )
+            .exists()
+        )
+    if query.page_token:
+        created, last_id = _decode_token(query.page_token)
+        stmt = stmt.where(
+            or_(
+                JobRow.created_at < created,
+                and_(JobRow.created_at == created, JobRow.id < last_id),
+            )
+        )
+    return stmt.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit + 1)
+
+
+def _page(rows: Sequence[Any], query: JobQuery) -> tuple[Sequence[Any], str]:
+    """Trim the extra row; the token points after the last row kept (rows start id, created)."""
+    limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
+    if len(rows) <= limit:
+        return rows, ""
+    rows = rows[:limit]
+    return rows, _encode_token(rows[-1].created_at, rows[-1].id)
+
+
+def _job_from_summary(r: Any) -> Job:
+    spec = JobSpec(
+        params_yaml="", num_csx=r.num_csx, num_steps=r.num_steps, mode=Mode(r.mode),
+        labels=r.labels or {}, priority=Priority(r.priority), model_dir=r.model_dir,
+    )  # fmt: skip
+    return Job(
+        id=r.id, user=r.user, spec=spec, phase=Phase(r.phase), created_at=r.created_at,
+        updated_at=r.updated_at, reason=r.reason, pending_reason=r.pending_reason,
+        systems=tuple(filter(None, r.systems.split(","))),
+        progress=Progress(**r.progress) if r.progress else _NO_PROGRESS,
+        started_at=r.started_at, finished_at=r.finished_at,
+    )  # fmt: skip
+
+
+_NO_PROGRESS = Progress()
+
+
+def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
+    """Split IN lists: SQLite and PostgreSQL both cap bound parameters per statement."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def _encode_token(created_at: float, job_id: str) -> str:

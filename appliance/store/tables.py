@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class Base(DeclarativeBase):
     pass
+
+
+# Literal predicates (not bound parameters), so the planners can match the partial indexes.
+ACTIVE_PHASES_SQL = text("phase IN ('QUEUED', 'SCHEDULED', 'INITIALIZING', 'RUNNING')")
+QUEUED_SQL = text("phase = 'QUEUED'")
 
 
 class JobRow(Base):
@@ -32,14 +37,27 @@ class JobRow(Base):
     systems: Mapped[str] = mapped_column(Text, default="")  # comma-separated system names
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+    # Bumped by every write that changes what a job summary shows (phase, reasons, progress,
+    # labels...), so readers can cache a summary under (id, version).
+    version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     started_at: Mapped[float] = mapped_column(Float, default=0.0)
     finished_at: Mapped[float] = mapped_column(Float, default=0.0)
     progress: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
     __table_args__ = (
-        Index("ix_jobs_created", "created_at", "id"),
-        Index("ix_jobs_phase_created", "phase", "created_at", "id"),
-    )
+        Index("ix_jobs_created", "created_at", "id", "version"),
+        Index("ix_jobs_phase", "phase"),
+        # The default list view (active jobs, newest first) and the queue in admission order,
+        # each read from a small partial index instead of sorting the whole history.
+        Index(
+            "ix_jobs_active_created", "created_at", "id",
+            sqlite_where=ACTIVE_PHASES_SQL, postgresql_where=ACTIVE_PHASES_SQL,
+        ),
+        Index(
+            "ix_jobs_queue", "priority", "created_at", "id",
+            sqlite_where=QUEUED_SQL, postgresql_where=QUEUED_SQL,
+        ),
+    )  # fmt: skip
 
 
 class JobLabelRow(Base):

@@ -13,6 +13,7 @@ from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_spec
 from appliance.server.grpc.errors import stream, unary
+from appliance.server.grpc.summaries import SummaryCache
 from appliance.services.jobs import JobService
 from appliance.store.jobs import JobQuery
 
@@ -22,6 +23,7 @@ Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     def __init__(self, jobs: JobService) -> None:
         self.jobs = jobs
+        self.summaries = SummaryCache()
 
     @unary
     async def SubmitJob(
@@ -38,17 +40,19 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def ListJobs(
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> cluster_pb2.ListJobsResponse:
-        jobs, token = await self.jobs.list_jobs(query_from_request(request))
-        return cluster_pb2.ListJobsResponse(
-            jobs=[convert.job_to_pb(j) for j in jobs], next_page_token=token
-        )
+        keys, token = await self.jobs.list_keys(query_from_request(request))
+        parts = await self.summaries.responses(keys, self.jobs.summaries, max_bytes=1 << 62)
+        response = parts[0] if parts else cluster_pb2.ListJobsResponse()
+        response.next_page_token = token
+        return response
 
     @stream
     async def StreamJobs(
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> AsyncIterator[cluster_pb2.ListJobsResponse]:
-        async for page in self.jobs.stream(query_from_request(request)):
-            yield cluster_pb2.ListJobsResponse(jobs=[convert.job_to_pb(j) for j in page])
+        async for keys in self.jobs.stream_keys(query_from_request(request)):
+            for response in await self.summaries.responses(keys, self.jobs.summaries):
+                yield response
 
     @unary
     async def CancelJob(

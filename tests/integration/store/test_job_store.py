@@ -664,3 +664,53 @@ def test_sync_pool_keeps_a_removed_node_while_a_job_holds_it(store: JobStore) ->
     store.set_phase("wsjob-a", Phase.CANCELLED, "done", T0 + 2)
     store.sync_pool(smaller)
     assert sorted(n.name for n in store.pool()) == sorted(n.name for n in smaller)
+
+
+# ---- summary keys (what StreamJobs caches under) ------------------------------------------------
+
+
+def all_keys(store: JobStore, query: JobQuery) -> list[tuple[str, float, int]]:
+    keys: list[tuple[str, float, int]] = []
+    while True:
+        page, token = store.list_job_keys(query)
+        keys += page
+        if not token:
+            return keys
+        query = dataclasses.replace(query, page_token=token)
+
+
+def test_job_keys_page_like_list_jobs(store: JobStore) -> None:
+    for i in range(12):
+        submit(store, f"wsjob-key{i:04d}", now=T0 + (i // 4) * 0.001)
+    drive(store, "wsjob-key0003", Phase.CANCELLED)
+
+    for include_terminal in (False, True):
+        listed = ids(store.list_jobs(JobQuery(include_terminal=include_terminal, limit=500))[0])
+        keys = all_keys(store, JobQuery(include_terminal=include_terminal, limit=5))
+        assert [k[0] for k in keys] == listed
+    assert "wsjob-key0003" not in [k[0] for k in all_keys(store, JobQuery(limit=5))]
+
+
+def test_every_change_a_summary_shows_bumps_its_version(store: JobStore) -> None:
+    submit(store, "wsjob-ver0")
+
+    def version() -> int:
+        [(_, _, v)] = all_keys(store, JobQuery(include_terminal=True))
+        return v
+
+    seen = [version()]
+    store.set_pending_reasons({"wsjob-ver0": "needs 1 system, 0 free"}, T0)
+    seen.append(version())
+    store.set_pending_reasons({"wsjob-ver0": "needs 1 system, 0 free"}, T0)  # unchanged
+    assert version() == seen[-1]
+    drive(store, "wsjob-ver0", Phase.RUNNING)
+    seen.append(version())
+    store.set_progress("wsjob-ver0", Progress(step=3, num_steps=100, loss=1.5))
+    seen.append(version())
+    store.set_phase("wsjob-ver0", Phase.SUCCEEDED, "done", T0 + 2)
+    seen.append(version())
+    assert seen == sorted(set(seen)), seen
+
+    [summary] = store.job_summaries(["wsjob-ver0", "wsjob-unknown"])
+    assert summary.phase is Phase.SUCCEEDED and summary.progress.step == 3
+    assert summary.spec.params_yaml == ""  # summaries leave out the params

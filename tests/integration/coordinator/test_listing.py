@@ -1,0 +1,80 @@
+"""ListJobs and StreamJobs serve cached summaries: they must always match GetJob."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from appliance._proto.v1 import cluster_pb2 as pb
+from appliance._proto.v1 import cluster_pb2_grpc, common_pb2
+from appliance.client import ApplianceClient
+from appliance.domain.phases import Phase
+from tests.integration.coordinator.harness import RunningCoordinator, wait_until
+
+
+@pytest.fixture
+def stub(coordinator: RunningCoordinator) -> Iterator[cluster_pb2_grpc.ClusterServiceStub]:
+    with grpc.insecure_channel(coordinator.address) as channel:
+        yield cluster_pb2_grpc.ClusterServiceStub(channel)
+
+
+def _listed(stub: cluster_pb2_grpc.ClusterServiceStub, **request: object) -> dict[str, pb.Job]:
+    jobs = stub.ListJobs(pb.ListJobsRequest(**request)).jobs  # type: ignore[arg-type]
+    return {j.id: j for j in jobs}
+
+
+def _streamed(stub: cluster_pb2_grpc.ClusterServiceStub, **request: object) -> dict[str, pb.Job]:
+    pages = stub.StreamJobs(pb.ListJobsRequest(**request), timeout=30)  # type: ignore[arg-type]
+    return {j.id: j for page in pages for j in page.jobs}
+
+
+def test_listings_follow_every_change_of_a_job(
+    client: ApplianceClient, stub: cluster_pb2_grpc.ClusterServiceStub, params_file: Path
+) -> None:
+    running = client.submit(params=params_file, num_csx=4, num_steps=1_000_000)
+    wait_until(lambda: running.status.phase is Phase.RUNNING, 60, "the job to run")
+    queued = client.submit(params=params_file, num_csx=1, num_steps=2, labels={"k": "v"})
+    wait_until(lambda: queued.status.pending_reason.startswith("needs 1 system"), 10)
+
+    for listing in (_listed(stub, all=True), _streamed(stub, all=True)):
+        assert listing[queued.id].pending_reason == "needs 1 system, 0 free"
+        assert listing[queued.id].spec.labels == {"k": "v"}
+        assert listing[queued.id].spec.params_yaml == ""  # summaries leave the params out
+    step = _streamed(stub)[running.id].progress.step
+    wait_until(lambda: _streamed(stub)[running.id].progress.step > step, 30, "progress")
+
+    running.cancel()
+    assert queued.wait(timeout=60).phase is Phase.SUCCEEDED
+    for listing in (_listed(stub, all=True), _streamed(stub, all=True)):
+        assert listing[running.id].phase == common_pb2.PHASE_CANCELLED
+        assert listing[queued.id].phase == common_pb2.PHASE_SUCCEEDED
+        assert listing[queued.id].progress.step == 2
+    assert _listed(stub) == {} and _streamed(stub) == {}  # nothing active is left
+    for job_id in (running.id, queued.id):
+        full = stub.GetJob(pb.GetJobRequest(job_id=job_id))
+        summary = _streamed(stub, all=True)[job_id]
+        full.ClearField("replicas")
+        full.spec.params_yaml = ""
+        assert summary == full
+
+
+def test_list_pages_and_limits(
+    client: ApplianceClient, stub: cluster_pb2_grpc.ClusterServiceStub, tmp_path: Path
+) -> None:
+    params = tmp_path / "p.yaml"
+    params.write_text("model: {name: fc_mnist, hidden_sizes: [4]}\n")
+    submitted = [client.submit(params=params, num_csx=1, num_steps=1).id for _ in range(5)]
+    for job_id in submitted:
+        client.job(job_id).wait(timeout=60)
+    first = stub.ListJobs(pb.ListJobsRequest(all=True, limit=3))
+    second = stub.ListJobs(pb.ListJobsRequest(all=True, limit=3, page_token=first.next_page_token))
+    assert [j.id for j in first.jobs] + [j.id for j in second.jobs] == submitted[::-1]
+    assert second.next_page_token == ""
+    pages = list(stub.StreamJobs(pb.ListJobsRequest(all=True, limit=2)))
+    assert [len(p.jobs) for p in pages] == [2, 2, 1]
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ListJobs(pb.ListJobsRequest(limit=10_001))
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
