@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     server: PostgresServer = request.getfixturevalue("postgres")
     with server.fresh_database() as url:
         yield url
+
+
+@pytest.fixture
+def dead_address() -> Iterator[str]:
+    """An address where nothing listens: the port is held by a socket that never listens."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"127.0.0.1:{held.getsockname()[1]}"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

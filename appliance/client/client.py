@@ -27,8 +27,11 @@ from appliance.domain.job import Job, JobEvent
 from appliance.domain.spec import Mode, Priority, validate_labels, validate_spec
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
-_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a page of jobs carries every job's params
+_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a full job (GetJob) carries up to 1 MiB of params
 _T = TypeVar("_T")
+
+
+PAGE_SIZE = 1000  # the server caps a ListJobs page at 10,000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +158,7 @@ class ApplianceClient:
             return [convert.job_from_pb(job) for page in pages for job in page.jobs]
         jobs: list[Job] = []
         while len(jobs) < limit:
-            request.limit = limit - len(jobs)
+            request.limit = min(limit - len(jobs), PAGE_SIZE)
             page = self._call(self._stub.ListJobs, request)
             jobs.extend(convert.job_from_pb(job) for job in page.jobs)
             if not page.next_page_token or not page.jobs:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,14 +24,6 @@ def client(cluster: FakeCluster) -> Iterator[ApplianceClient]:
         cluster.address, timeout=5.0, watch_retry=WatchRetry(attempts=3, initial_backoff=0.0)
     ) as appliance_client:
         yield appliance_client
-
-
-@pytest.fixture
-def dead_address() -> Iterator[str]:
-    """An address where nothing listens: the port is held by a socket that never listens."""
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        yield f"127.0.0.1:{held.getsockname()[1]}"
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,14 +19,6 @@ def cluster() -> Iterator[FakeCluster]:
     fake = serve_fake_cluster()
     yield fake
     fake.stop()
-
-
-@pytest.fixture
-def dead_address() -> Iterator[str]:
-    """An address where nothing listens: the port is held by a socket that never listens."""
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        yield f"127.0.0.1:{held.getsockname()[1]}"
 
 
 @pytest.fixture
