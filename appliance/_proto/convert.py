@@ -7,18 +7,28 @@ so no protobuf type leaks past server/grpc or client/.
 from __future__ import annotations
 
 from appliance._proto.v1 import cluster_pb2, common_pb2
-from appliance.domain.job import EventKind, Job, JobEvent, Progress, Replica, ReplicaPhase
+from appliance.domain.job import (
+    EventKind,
+    Job,
+    JobEvent,
+    Lease,
+    Progress,
+    Replica,
+    ReplicaPhase,
+)
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.domain.spec import JobSpec, Mode, Priority
 
 _PHASE_TO_PB = {p: common_pb2.Phase.Value(f"PHASE_{p.value}") for p in Phase}
-_PHASE_FROM_PB = {v: k for k, v in _PHASE_TO_PB.items()}
+_PHASE_FROM_PB: dict[int, Phase] = {int(v): k for k, v in _PHASE_TO_PB.items()}
 _MODE_TO_PB = {m: common_pb2.Mode.Value(f"MODE_{m.name}") for m in Mode}
-_MODE_FROM_PB = {v: k for k, v in _MODE_TO_PB.items()}
+_MODE_FROM_PB: dict[int, Mode] = {int(v): k for k, v in _MODE_TO_PB.items()}
 _PRIO_TO_PB = {p: common_pb2.Priority.Value(f"PRIORITY_{p.name}") for p in Priority}
-_PRIO_FROM_PB = {v: k for k, v in _PRIO_TO_PB.items()}
-_RPHASE_TO_PB = {r: common_pb2.ReplicaPhase.Value(f"REPLICA_PHASE_{r.value}") for r in ReplicaPhase}
+_PRIO_FROM_PB: dict[int, Priority] = {int(v): k for k, v in _PRIO_TO_PB.items()}
+_RPHASE_TO_PB = {
+    r: common_pb2.ReplicaPhase.Value(f"REPLICA_PHASE_{r.value}") for r in ReplicaPhase
+}
 _RPHASE_FROM_PB = {v: k for k, v in _RPHASE_TO_PB.items()}
 _KIND_TO_PB = {
     EventKind.PHASE: cluster_pb2.JOB_EVENT_KIND_PHASE,
@@ -32,7 +42,7 @@ def phase_to_pb(phase: Phase) -> common_pb2.Phase.ValueType:
 
 
 def phase_from_pb(value: int) -> Phase | None:
-    return _PHASE_FROM_PB.get(value)  # type: ignore[call-overload]
+    return _PHASE_FROM_PB.get(value)
 
 
 def mode_to_pb(mode: Mode) -> common_pb2.Mode.ValueType:
@@ -41,7 +51,7 @@ def mode_to_pb(mode: Mode) -> common_pb2.Mode.ValueType:
 
 def mode_from_pb(value: int) -> Mode | None:
     """None for MODE_UNSPECIFIED or an unknown number."""
-    return _MODE_FROM_PB.get(value)  # type: ignore[call-overload]
+    return _MODE_FROM_PB.get(value)
 
 
 def priority_to_pb(priority: Priority) -> common_pb2.Priority.ValueType:
@@ -49,7 +59,7 @@ def priority_to_pb(priority: Priority) -> common_pb2.Priority.ValueType:
 
 
 def priority_from_pb(value: int) -> Priority | None:
-    return _PRIO_FROM_PB.get(value)  # type: ignore[call-overload]
+    return _PRIO_FROM_PB.get(value)
 
 
 def spec_to_pb(spec: JobSpec) -> cluster_pb2.JobSpec:
@@ -147,7 +157,18 @@ def job_to_pb(job: Job) -> cluster_pb2.Job:
         started_at=job.started_at,
         finished_at=job.finished_at,
         replicas=[replica_to_pb(r) for r in job.replicas],
+        lease=lease_to_pb(job.lease) if job.lease else None,
     )
+
+
+def lease_to_pb(lease: Lease) -> cluster_pb2.Lease:
+    return cluster_pb2.Lease(
+        lease_seconds=lease.lease_seconds, expires_at=lease.expires_at, holder=lease.holder
+    )
+
+
+def lease_from_pb(msg: cluster_pb2.Lease) -> Lease:
+    return Lease(lease_seconds=msg.lease_seconds, expires_at=msg.expires_at, holder=msg.holder)
 
 
 def job_from_pb(msg: cluster_pb2.Job) -> Job:
@@ -166,6 +187,7 @@ def job_from_pb(msg: cluster_pb2.Job) -> Job:
         started_at=msg.started_at,
         finished_at=msg.finished_at,
         replicas=tuple(replica_from_pb(msg.id, r) for r in msg.replicas),
+        lease=lease_from_pb(msg.lease) if msg.HasField("lease") else None,
     )
 
 

@@ -30,12 +30,14 @@ def error_from_rpc(exc: grpc.RpcError, *, address: str = "") -> errors.Appliance
     """Turn a failed call into the project's own exception with the server's message."""
     code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
     details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and address:
-        if not details or "connect" in details.lower() or code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            return errors.Unavailable(
-                f"cannot reach the appliance at {address}; is `appliance serve` running there? "
-                "(set --server or CSCTL_SERVER)"
-            )
+    unreachable = code is grpc.StatusCode.DEADLINE_EXCEEDED or (
+        code is grpc.StatusCode.UNAVAILABLE and (not details or "connect" in details.lower())
+    )
+    if unreachable and address:
+        return errors.Unavailable(
+            f"cannot reach the appliance at {address}; is `appliance serve` running there? "
+            "(set --server or CSCTL_SERVER)"
+        )
     field = None
     if isinstance(exc, grpc.Call):
         for key, value in exc.trailing_metadata() or ():

@@ -44,8 +44,14 @@ class Backend(Protocol):
     async def adopt(self) -> dict[str, set[str]]:
         """After a restart: the replicas still running, by job id, now watched again."""
 
+    def exit_codes(self, job_id: str) -> dict[str, int]:
+        """After a restart: exit codes of the job's replicas that ended while nobody watched."""
+
     def log_tail(self, job_id: str, replica: str, lines: int) -> str:
         """The last lines of a replica's log."""
+
+    def read_log(self, job_id: str, replica: str, offset: int) -> tuple[str, int]:
+        """A replica's log from byte `offset` on (complete lines only) and the next offset."""
 
     async def close(self) -> None:
         """Stop watching; replicas keep running (a restarted coordinator adopts them)."""

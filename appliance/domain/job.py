@@ -45,6 +45,15 @@ class Replica:
 
 
 @dataclasses.dataclass(frozen=True)
+class Lease:
+    """A job tied to its client: cancelled when no heartbeat arrives for `lease_seconds`."""
+
+    lease_seconds: float
+    expires_at: float
+    holder: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Job:
     id: str
     user: str
@@ -60,6 +69,7 @@ class Job:
     started_at: float = 0.0
     finished_at: float = 0.0
     replicas: tuple[Replica, ...] = ()
+    lease: Lease | None = None
 
 
 class EventKind(enum.StrEnum):

@@ -20,6 +20,7 @@ from appliance.services.replicas import ReplicaService
 
 log = logging.getLogger(__name__)
 SWEEP_INTERVAL = 1.0
+CHIEF = f"{Role.CHIEF}-0"
 
 
 class Reconciler:
@@ -30,11 +31,13 @@ class Reconciler:
         # Jobs whose replicas this coordinator started or adopted and has not torn down.
         self.active: set[str] = set()
         self._teardowns: dict[str, asyncio.Task[None]] = {}
+        self._recovered_at = 0.0
 
     # ---- restart ----------------------------------------------------------------------------
 
     async def recover(self) -> None:
-        """Adopt what still runs; fail jobs whose replicas are gone; stop leftovers."""
+        """Adopt what still runs; settle jobs whose replicas ended while we were away."""
+        self._recovered_at = self.ctx.clock()
         live = await self.backend.adopt()
         store = self.ctx.store
         holding = await self.ctx.db(
@@ -43,20 +46,32 @@ class Reconciler:
         for job in holding:
             alive = live.pop(job.id, set())
             expected = {r.name for r in await self.ctx.db(store.replicas, job.id)}
-            if job.phase is Phase.SCHEDULED:
-                if alive:
-                    self.active.add(job.id)  # the sweep launches the missing ones
-                continue
-            missing = sorted(expected - alive)
             self.active.add(job.id)
-            if missing:
-                reason = "replicas gone after a coordinator restart: " + ", ".join(missing)
-                await self.ctx.set_phase(job.id, Phase.FAILED, reason, expected=job.phase)
-            else:
+            if job.phase is Phase.SCHEDULED:
+                continue  # the sweep launches what is missing
+            missing = sorted(expected - alive)
+            if not missing:
                 log.info("adopted %s (%d replicas)", job.id, len(alive))
+                continue
+            await self._settle_while_away(job.id, job.phase, missing)
         for job_id in live:  # replicas of jobs that ended while we were away
             self.active.add(job_id)
         self.ctx.bus.wake_reconciler()
+
+    async def _settle_while_away(self, job_id: str, phase: Phase, missing: list[str]) -> None:
+        """Replicas ended while no coordinator watched: decide from the exit codes they left."""
+        codes = self.backend.exit_codes(job_id)
+        failed = {name: code for name, code in codes.items() if code != 0}
+        if failed:
+            name, code = sorted(failed.items())[0]
+            reason = f"replica {name} exited with exit code {code} while the coordinator was away"
+            await self.ctx.set_phase(job_id, Phase.FAILED, reason, expected=phase)
+        elif codes.get(CHIEF) == 0 and phase is Phase.RUNNING:
+            reason = "chief finished all steps while the coordinator was away"
+            await self.ctx.set_phase(job_id, Phase.SUCCEEDED, reason, expected=phase)
+        else:
+            reason = "replicas gone after a coordinator restart: " + ", ".join(missing)
+            await self.ctx.set_phase(job_id, Phase.FAILED, reason, expected=phase)
 
     # ---- loops ------------------------------------------------------------------------------
 
@@ -87,8 +102,17 @@ class Reconciler:
         for job_id, phase in phases.items():
             if phase.terminal:
                 self._start_teardown(job_id)
+        for job in await self.ctx.db(store.expired_leases, now):
+            assert job.lease is not None
+            holder = f" from {job.lease.holder}" if job.lease.holder else ""
+            reason = (
+                f"client lease expired: no heartbeat{holder} for {job.lease.lease_seconds:.0f} s"
+            )
+            await self.ctx.set_phase(job.id, Phase.CANCELLED, reason, expected=job.phase)
         for job in await self.ctx.db(store.jobs_in, [Phase.INITIALIZING]):
-            if now - job.updated_at > self.ctx.settings.init_timeout_seconds:
+            # After a restart the clock starts again: replicas could not register meanwhile.
+            since = max(job.updated_at, self._recovered_at)
+            if now - since > self.ctx.settings.init_timeout_seconds:
                 waiting = [
                     r.name
                     for r in await self.ctx.db(store.replicas, job.id)
@@ -120,6 +144,11 @@ class Reconciler:
         if change.applied:
             await self.replicas.start_if_all_ready(job_id)
 
+    async def drain(self, wait_seconds: float) -> None:
+        """Wait for teardowns under way (a coordinator stopping lets them finish)."""
+        if self._teardowns:
+            await asyncio.wait(list(self._teardowns.values()), timeout=wait_seconds)
+
     def _start_teardown(self, job_id: str) -> None:
         if job_id in self._teardowns:
             return
@@ -138,13 +167,11 @@ class Reconciler:
     async def on_replica_event(self, event: ReplicaEvent) -> None:
         store = self.ctx.store
         if event.kind is ReplicaEventKind.STARTED:
+            # The replica may have registered (READY) before this event is handled.
             await self.ctx.db(
-                store.update_replica,
-                event.job_id,
-                event.replica,
-                phase=ReplicaPhase.STARTED,
-                pid=event.pid,
-            )
+                store.update_replica, event.job_id, event.replica, pid=event.pid,
+                only_from=ReplicaPhase.PENDING, phase=ReplicaPhase.STARTED,
+            )  # fmt: skip
             return
         phase = await self.ctx.db(store.phase_of, event.job_id)
         code = event.exit_code
@@ -169,7 +196,7 @@ class Reconciler:
             detail = f" ({event.message})" if event.message else ""
             reason = f"replica {event.replica} exited with {what}{detail}"
             await self.ctx.set_phase(event.job_id, Phase.FAILED, reason)
-        elif event.replica == f"{Role.CHIEF}-0":
+        elif event.replica == CHIEF:
             if phase is Phase.RUNNING:
                 await self.ctx.set_phase(
                     event.job_id,

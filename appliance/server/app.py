@@ -26,6 +26,7 @@ from appliance.server.rest.app import create_app
 from appliance.services.bus import JobBus
 from appliance.services.context import Context
 from appliance.services.jobs import JobService
+from appliance.services.logs import LogService
 from appliance.services.replicas import ReplicaService
 from appliance.store.engine import make_engine, migrate
 from appliance.store.jobs import JobStore
@@ -61,24 +62,26 @@ class Coordinator:
         self.jobs = JobService(self.ctx)
         replicas = ReplicaService(self.ctx)
 
+        # The replicas' coordinator address is completed once the gRPC port is known.
+        self.backend = LocalBackend(
+            s.data_dir,
+            "",
+            grace_seconds=s.cancel_grace_seconds,
+            orphan_timeout=s.worker_orphan_timeout,
+        )
+        logs = LogService(self.ctx, self.backend)
         self._grpc = grpc.aio.server()
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
-            ClusterServicer(self.jobs), self._grpc
+            ClusterServicer(self.jobs, logs), self._grpc
         )
         control_pb2_grpc.add_ReplicaControlServicer_to_server(
             ReplicaControlServicer(replicas), self._grpc
         )
         self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
-        await self._grpc.start()
-
-        self.backend = LocalBackend(
-            s.data_dir,
-            f"127.0.0.1:{self.grpc_port}",
-            grace_seconds=s.cancel_grace_seconds,
-            orphan_timeout=s.worker_orphan_timeout,
-        )
+        self.backend.coordinator_address = f"127.0.0.1:{self.grpc_port}"
         self.reconciler = Reconciler(self.ctx, self.backend, replicas)
-        await self.reconciler.recover()
+        await self.reconciler.recover()  # before serving: no call acts on a job not yet adopted
+        await self._grpc.start()
         scheduler = SchedulerLoop(self.ctx)
         self._spawn(scheduler.run())
         self._spawn(self.reconciler.run_events())
@@ -103,6 +106,7 @@ class Coordinator:
             self._http.should_exit = True
         if self._grpc is not None:
             await self._grpc.stop(grace)
+        await self.reconciler.drain(wait_seconds=grace)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from appliance.domain.errors import Unavailable
 from appliance.domain.job import Job
 from appliance.services.context import Context
 from appliance.store.jobs import NewJob
@@ -32,17 +33,28 @@ class SubmitBatcher:
         try:
             while self._pending:
                 batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-                try:
-                    jobs = await self.ctx.db(
-                        self.ctx.store.create_jobs, [n for n, _ in batch], self.ctx.clock()
-                    )
-                except Exception as exc:
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                    continue
-                for (_, future), job in zip(batch, jobs, strict=True):
-                    if not future.done():
-                        future.set_result(job)
+                await self._write(batch)
         finally:
             self._writer = None
+            for _, future in self._pending:  # only left behind when the writer is cancelled
+                if not future.done():
+                    future.set_exception(Unavailable("the coordinator is stopping; submit again"))
+            self._pending = []
+
+    async def _write(self, batch: list[tuple[NewJob, asyncio.Future[Job]]]) -> None:
+        """One transaction for the batch; if it fails, each job alone, so one bad job fails only
+        its own submit."""
+        try:
+            jobs = await self.ctx.db(
+                self.ctx.store.create_jobs, [n for n, _ in batch], self.ctx.clock()
+            )
+        except Exception as exc:
+            if len(batch) > 1:
+                for item in batch:
+                    await self._write([item])
+            elif not batch[0][1].done():
+                batch[0][1].set_exception(exc)
+            return
+        for (_, future), job in zip(batch, jobs, strict=True):
+            if not future.done():
+                future.set_result(job)

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.ids import is_job_id, new_job_id
+from appliance.domain.inventory import NodeUsage
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
-from appliance.domain.spec import JobSpec, validate_user
+from appliance.domain.spec import JobSpec, Priority, validate_labels, validate_user
 from appliance.services.batching import SubmitBatcher
 from appliance.services.context import Context
 from appliance.store.jobs import MAX_LIMIT, JobKey, JobQuery, NewJob
 
 STREAM_PAGE = 20_000
+MAX_LEASE_SECONDS = 86_400.0
 
 
 class JobService:
@@ -24,20 +26,31 @@ class JobService:
         self.ctx = ctx
         self._batcher = SubmitBatcher(ctx)
 
-    async def submit(self, spec: JobSpec, user: str) -> Job:
-        """Plan against the pool (rejecting what can never fit), persist QUEUED, wake the queue."""
+    async def submit(
+        self, spec: JobSpec, user: str, lease_seconds: float = 0.0, lease_holder: str = ""
+    ) -> Job:
+        """Plan against the pool (rejecting what can never fit), persist QUEUED, wake the queue.
+
+        With `lease_seconds` the job is cancelled when its client stops heartbeating.
+        """
         validate_user(user)
+        if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
+            raise InvalidSpec(
+                f"lease_seconds must be between 0 (detached) and {MAX_LEASE_SECONDS:.0f}",
+                field="lease_seconds",
+            )
         pool = await self.ctx.db(self.ctx.store.pool)
         plan = plan_replicas(spec, pool)
         job_id = new_job_id()
         if not spec.model_dir:
             spec = _with_model_dir(spec, self.ctx.settings.data_dir / "model_dirs" / job_id)
-        job = await self._batcher.write(NewJob(job_id, user, spec, plan))
+        new = NewJob(job_id, user, spec, plan, lease_seconds, lease_holder[:300])
+        job = await self._batcher.write(new)
         self.ctx.bus.wake_scheduler()
         return job
 
     async def get(self, job_id: str) -> Job:
-        _check_id(job_id)
+        check_job_id(job_id)
         return await self.ctx.db(self.ctx.store.get_job, job_id)
 
     async def list_keys(self, query: JobQuery) -> tuple[list[JobKey], str]:
@@ -62,7 +75,7 @@ class JobService:
 
     async def cancel(self, job_id: str, reason: str = "") -> tuple[Job, bool, str]:
         """Cancel a job; cancelling a terminal job changes nothing and says so."""
-        _check_id(job_id)
+        check_job_id(job_id)
         why = reason.strip()[:1024] or "cancelled by user"
         while True:
             job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
@@ -76,33 +89,62 @@ class JobService:
                 return job, True, f"job {job_id} cancelled"
             # The job moved on between our read and our write: decide again on its new phase.
 
+    async def set_priority(self, job_id: str, priority: Priority) -> Job:
+        """Re-prioritise a queued or running job; the queue re-orders at once."""
+        check_job_id(job_id)
+        job = await self.ctx.db(self.ctx.store.set_priority, job_id, priority, self.ctx.clock())
+        self.ctx.bus.wake_scheduler()
+        return job
+
+    async def update_labels(
+        self, job_id: str, set_labels: Mapping[str, str], remove: Sequence[str]
+    ) -> Job:
+        check_job_id(job_id)
+        validate_labels(set_labels)
+        return await self.ctx.db(
+            self.ctx.store.update_labels, job_id, dict(set_labels), list(remove), self.ctx.clock()
+        )
+
+    async def renew_lease(self, job_id: str, holder: str) -> Job:
+        check_job_id(job_id)
+        return await self.ctx.db(
+            self.ctx.store.renew_lease, job_id, holder[:300], self.ctx.clock()
+        )
+
+    async def nodes(self) -> list[tuple[NodeUsage, list[str]]]:
+        """The pool with what each node holds and for which jobs."""
+        usage = await self.ctx.db(self.ctx.store.pool_usage)
+        holders = await self.ctx.db(self.ctx.store.node_holders)
+        return [(u, holders.get(u.node.name, [])) for u in usage]
+
     async def events(self, job_id: str) -> list[JobEvent]:
-        _check_id(job_id)
+        check_job_id(job_id)
         return await self.ctx.db(self.ctx.store.events, job_id)
 
     async def watch(self, job_id: str, after_seq: int = 0) -> AsyncIterator[JobEvent]:
-        """Recorded events after `after_seq`, then live ones, until the job is terminal."""
-        _check_id(job_id)
+        """Recorded events after `after_seq`, then live ones, until the job is terminal.
+
+        Phase events always come from the store, in sequence order: a live phase event only
+        says "read again", so events published out of order by concurrent writers are neither
+        lost nor reordered. Progress events come straight from the bus.
+        """
+        check_job_id(job_id)
+        last_seq = after_seq
         with self.ctx.bus.subscribe(job_id) as live:
-            recorded = await self.ctx.db(self.ctx.store.events, job_id, after_seq)
-            last_seq = after_seq
-            for event in recorded:
-                last_seq = event.seq
-                yield event
-                if event.to_phase is not None and event.to_phase.terminal:
-                    return
             while True:
-                event = await live.get()
-                if event.progress is None:
-                    if event.seq <= last_seq:
-                        continue  # already replayed from the store
+                for event in await self.ctx.db(self.ctx.store.events, job_id, last_seq):
                     last_seq = event.seq
-                yield event
-                if event.to_phase is not None and event.to_phase.terminal:
-                    return
+                    yield event
+                    if event.to_phase is not None and event.to_phase.terminal:
+                        return
+                while True:
+                    event = await live.get()
+                    if event.progress is None:
+                        break  # a phase changed: read the store again
+                    yield event
 
 
-def _check_id(job_id: str) -> None:
+def check_job_id(job_id: str) -> None:
     if not is_job_id(job_id):
         raise InvalidSpec(
             f"{job_id!r} is not a job id; job ids look like wsjob-0a1b2c3d4e5f6g", field="job_id"

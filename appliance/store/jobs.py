@@ -17,9 +17,9 @@ from typing import Any
 from sqlalchemy import Engine, and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from appliance.domain.errors import InvalidSpec, NotFound
+from appliance.domain.errors import Conflict, InvalidSpec, NotFound
 from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
-from appliance.domain.job import EventKind, Job, JobEvent, Progress, Replica, ReplicaPhase
+from appliance.domain.job import EventKind, Job, JobEvent, Lease, Progress, Replica, ReplicaPhase
 from appliance.domain.phases import (
     HOLDS_RESOURCES,
     TERMINAL,
@@ -28,7 +28,7 @@ from appliance.domain.phases import (
     can_transition,
 )
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
-from appliance.domain.spec import JobSpec, Mode, Priority
+from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels
 from appliance.scheduler.admission import Placement, QueuedJob
 from appliance.store.tables import (
     ACTIVE_PHASES_SQL,
@@ -67,6 +67,8 @@ class NewJob:
     user: str
     spec: JobSpec
     plan: ReplicaPlan
+    lease_seconds: float = 0.0
+    lease_holder: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +118,15 @@ class JobStore:
                 if name not in held:
                     s.delete(row)
 
+    def set_node_state(self, names: Iterable[str], state: NodeState) -> int:
+        """Mark nodes ok, in error or in maintenance; returns how many exist."""
+        with self._sessions.begin() as s:
+            result = s.execute(
+                update(NodeRow).where(NodeRow.name.in_(list(names))).values(state=state.value)
+            )
+        self._pool = None
+        return int(result.rowcount)  # type: ignore[attr-defined]
+
     def pool_usage(self) -> list[NodeUsage]:
         with self._sessions() as s:
             used = dict(
@@ -158,7 +169,9 @@ class JobStore:
                 "labels": dict(n.spec.labels), "plan": _plan_to_json(n.plan), "reason": "",
                 "pending_reason": "waiting for the scheduler", "systems": "",
                 "created_at": now, "updated_at": now, "started_at": 0.0, "finished_at": 0.0,
-                "progress": {},
+                "progress": {}, "lease_seconds": n.lease_seconds,
+                "lease_expires_at": now + n.lease_seconds if n.lease_seconds else 0.0,
+                "lease_holder": n.lease_holder,
             }
             for n in new
         ]  # fmt: skip
@@ -179,7 +192,8 @@ class JobStore:
             conn.execute(insert(JobEventRow), events)
         return [
             Job(id=n.job_id, user=n.user, spec=n.spec, phase=Phase.QUEUED, created_at=now,
-                updated_at=now, pending_reason="waiting for the scheduler")
+                updated_at=now, pending_reason="waiting for the scheduler",
+                lease=_lease(n.lease_seconds, now + n.lease_seconds, n.lease_holder))
             for n in new
         ]  # fmt: skip
 
@@ -422,17 +436,27 @@ class JobStore:
 
     # ---- replicas and progress ----------------------------------------------------------------
 
-    def update_replica(self, job_id: str, name: str, **fields: Any) -> bool:
-        """Update a replica row; returns False if the job has no such replica."""
-        if "phase" in fields:
-            fields["phase"] = ReplicaPhase(fields["phase"]).value
+    def update_replica(
+        self, job_id: str, name: str, *, only_from: ReplicaPhase | None = None, **fields: Any
+    ) -> bool:
+        """Update a replica row; returns False if the job has no such replica.
+
+        With `only_from`, a new `phase` is written only while the replica is in that phase
+        (the other fields are written regardless), so a late event cannot move it back.
+        """
+        phase = fields.pop("phase", None)
+        where = (ReplicaRow.job_id == job_id, ReplicaRow.name == name)
         with self._sessions.begin() as s:
-            result = s.execute(
-                update(ReplicaRow)
-                .where(ReplicaRow.job_id == job_id, ReplicaRow.name == name)
-                .values(**fields)
-            )
-            return bool(result.rowcount)  # type: ignore[attr-defined]
+            if s.scalar(select(ReplicaRow.name).where(*where)) is None:
+                return False
+            if fields:
+                s.execute(update(ReplicaRow).where(*where).values(**fields))
+            if phase is not None:
+                stmt = update(ReplicaRow).where(*where).values(phase=ReplicaPhase(phase).value)
+                if only_from is not None:
+                    stmt = stmt.where(ReplicaRow.phase == only_from.value)
+                s.execute(stmt)
+            return True
 
     def replicas(self, job_id: str) -> list[Replica]:
         with self._sessions() as s:
@@ -456,9 +480,81 @@ class JobStore:
         with self._sessions.begin() as s:
             s.execute(
                 update(JobRow)
-                .where(JobRow.id == job_id)
+                .where(JobRow.id == job_id, ACTIVE_PHASES_SQL)  # terminal jobs never change
                 .values(progress=dataclasses.asdict(progress), version=JobRow.version + 1)
             )
+
+    # ---- priority, labels, leases -----------------------------------------------------------
+
+    def set_priority(self, job_id: str, priority: Priority, now: float) -> Job:
+        """Re-prioritise a job that has not finished (terminal jobs are frozen)."""
+        with self._sessions.begin() as s:
+            result = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, ACTIVE_PHASES_SQL)
+                .values(priority=int(priority), updated_at=now, version=JobRow.version + 1)
+            )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                phase = s.scalar(select(JobRow.phase).where(JobRow.id == job_id))
+                if phase is None:
+                    raise NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+                raise Conflict(
+                    f"job {job_id} is {phase}; the priority of a finished job is frozen"
+                )
+        return self.get_job(job_id)
+
+    def update_labels(
+        self, job_id: str, set_labels: Mapping[str, str], remove: Iterable[str], now: float
+    ) -> Job:
+        """Add or change `set_labels`, drop `remove`; the JSON copy and the rows move together."""
+        with self._sessions.begin() as s:
+            row = s.get(JobRow, job_id, with_for_update=True)
+            if row is None:
+                raise NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+            labels = {k: v for k, v in (row.labels or {}).items() if k not in set(remove)}
+            labels.update(set_labels)
+            validate_labels(labels)
+            s.execute(delete(JobLabelRow).where(JobLabelRow.job_id == job_id))
+            if labels:
+                s.execute(
+                    insert(JobLabelRow),
+                    [{"job_id": job_id, "key": k, "value": v} for k, v in labels.items()],
+                )
+            row.labels = labels
+            row.updated_at = now
+            row.version = row.version + 1
+        return self.get_job(job_id)
+
+    def renew_lease(self, job_id: str, holder: str, now: float) -> Job:
+        """Push a leased, non-terminal job's lease expiry to now + its lease duration."""
+        with self._sessions.begin() as s:
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.lease_seconds > 0, ACTIVE_PHASES_SQL)
+                .values(
+                    lease_expires_at=now + JobRow.lease_seconds,
+                    lease_holder=holder or JobRow.lease_holder,
+                    version=JobRow.version + 1,
+                )
+            )
+        return self.get_job(job_id, with_replicas=False)
+
+    def expired_leases(self, now: float) -> list[Job]:
+        """Active leased jobs whose client has not heartbeated in time."""
+        stmt = select(JobRow).where(
+            ACTIVE_PHASES_SQL, JobRow.lease_seconds > 0, JobRow.lease_expires_at < now
+        )
+        with self._sessions() as s:
+            return [_job_from_row(r, summary=True) for r in s.scalars(stmt)]
+
+    def node_holders(self) -> dict[str, list[str]]:
+        """Which jobs hold something on each node."""
+        stmt = select(PlacementRow.node, PlacementRow.job_id).distinct()
+        holders: dict[str, list[str]] = {}
+        with self._sessions() as s:
+            for node, job_id in s.execute(stmt):
+                holders.setdefault(node, []).append(job_id)
+        return {node: sorted(jobs) for node, jobs in holders.items()}
 
     def events(self, job_id: str, after_seq: int = 0) -> list[JobEvent]:
         with self._sessions() as s:
@@ -515,7 +611,12 @@ def _job_from_row(
         started_at=row.started_at,
         finished_at=row.finished_at,
         replicas=replicas,
+        lease=_lease(row.lease_seconds, row.lease_expires_at, row.lease_holder),
     )
+
+
+def _lease(seconds: float, expires_at: float, holder: str) -> Lease | None:
+    return Lease(seconds, expires_at, holder) if seconds > 0 else None
 
 
 def _replica_from_row(r: ReplicaRow) -> Replica:
@@ -557,7 +658,7 @@ _SUMMARY = (
     JobRow.id, JobRow.user, JobRow.phase, JobRow.priority, JobRow.mode, JobRow.num_csx,
     JobRow.num_steps, JobRow.model_dir, JobRow.labels, JobRow.reason, JobRow.pending_reason,
     JobRow.systems, JobRow.created_at, JobRow.updated_at, JobRow.started_at, JobRow.finished_at,
-    JobRow.progress,
+    JobRow.progress, JobRow.lease_seconds, JobRow.lease_expires_at, JobRow.lease_holder,
 )  # fmt: skip
 
 
@@ -610,6 +711,7 @@ def _job_from_summary(r: Any) -> Job:
         systems=tuple(filter(None, r.systems.split(","))),
         progress=Progress(**r.progress) if r.progress else _NO_PROGRESS,
         started_at=r.started_at, finished_at=r.finished_at,
+        lease=_lease(r.lease_seconds, r.lease_expires_at, r.lease_holder),
     )  # fmt: skip
 
 

@@ -43,6 +43,10 @@ class JobRow(Base):
     started_at: Mapped[float] = mapped_column(Float, default=0.0)
     finished_at: Mapped[float] = mapped_column(Float, default=0.0)
     progress: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # A leased job is cancelled when its client stops heartbeating (lease_seconds 0: detached).
+    lease_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    lease_expires_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    lease_holder: Mapped[str] = mapped_column(String(300), default="", server_default="")
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),

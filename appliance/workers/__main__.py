@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -64,6 +65,13 @@ def build_role(options: WorkerOptions) -> ReplicaRole:
     help="exit with code 3 once the coordinator is unreachable for this many seconds",
 )
 @click.option(
+    "--exit-file",
+    envvar="APPLIANCE_EXIT_FILE",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="write the exit code here on the way out (lets a restarted coordinator learn it)",
+)
+@click.option(
     "--step-timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=30.0,
@@ -76,6 +84,7 @@ def main(
     replica: str,
     coordinator: str,
     orphan_timeout: float,
+    exit_file: str | None,
     step_timeout: float,
 ) -> None:
     """Run one replica of a wsjob until it finishes, is told to stop, or fails."""
@@ -99,7 +108,10 @@ def main(
         orphan_timeout=orphan_timeout,
         step_timeout=step_timeout,
     )
-    sys.exit(asyncio.run(run_replica(options, build_role(options))))
+    code = asyncio.run(run_replica(options, build_role(options)))
+    if exit_file:
+        Path(exit_file).write_text(f"{code}\n")
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,31 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.GetVersionRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.GetVersionResponse.FromString,
                 _registered_method=True)
+        self.SetJobPriority = channel.unary_unary(
+                '/appliance.v1.ClusterService/SetJobPriority',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.SetJobPriorityRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.Job.FromString,
+                _registered_method=True)
+        self.UpdateJobLabels = channel.unary_unary(
+                '/appliance.v1.ClusterService/UpdateJobLabels',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.UpdateJobLabelsRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.Job.FromString,
+                _registered_method=True)
+        self.ListNodes = channel.unary_unary(
+                '/appliance.v1.ClusterService/ListNodes',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.ListNodesRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.ListNodesResponse.FromString,
+                _registered_method=True)
+        self.HeartbeatLease = channel.unary_unary(
+                '/appliance.v1.ClusterService/HeartbeatLease',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.HeartbeatLeaseRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.HeartbeatLeaseResponse.FromString,
+                _registered_method=True)
+        self.GetJobLogs = channel.unary_stream(
+                '/appliance.v1.ClusterService/GetJobLogs',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.GetJobLogsRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.LogChunk.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -132,6 +157,42 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetJobPriority(self, request, context):
+        """Change a non-terminal job's priority; the queue re-orders at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateJobLabels(self, request, context):
+        """Add, change or remove labels of a job (finished jobs too).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListNodes(self, request, context):
+        """The pool: CS-2 systems, MemoryX and SwarmX nodes, their state and what holds them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HeartbeatLease(self, request, context):
+        """The submitting client is still there; extends the job's lease.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJobLogs(self, request, context):
+        """The log of one replica (or every replica, prefixed) from the start; with `follow`, then
+        new lines until the job is terminal.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -174,6 +235,31 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.GetVersion,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.GetVersionRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.GetVersionResponse.SerializeToString,
+            ),
+            'SetJobPriority': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetJobPriority,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.SetJobPriorityRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.Job.SerializeToString,
+            ),
+            'UpdateJobLabels': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateJobLabels,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.UpdateJobLabelsRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.Job.SerializeToString,
+            ),
+            'ListNodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNodes,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.ListNodesRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.ListNodesResponse.SerializeToString,
+            ),
+            'HeartbeatLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.HeartbeatLease,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.HeartbeatLeaseRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.HeartbeatLeaseResponse.SerializeToString,
+            ),
+            'GetJobLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetJobLogs,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.GetJobLogsRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.LogChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -393,6 +479,141 @@ class ClusterService:
             '/appliance.v1.ClusterService/GetVersion',
             appliance_dot_v1_dot_cluster__pb2.GetVersionRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.GetVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetJobPriority(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/SetJobPriority',
+            appliance_dot_v1_dot_cluster__pb2.SetJobPriorityRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateJobLabels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/UpdateJobLabels',
+            appliance_dot_v1_dot_cluster__pb2.UpdateJobLabelsRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/ListNodes',
+            appliance_dot_v1_dot_cluster__pb2.ListNodesRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.ListNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HeartbeatLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/HeartbeatLease',
+            appliance_dot_v1_dot_cluster__pb2.HeartbeatLeaseRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.HeartbeatLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/appliance.v1.ClusterService/GetJobLogs',
+            appliance_dot_v1_dot_cluster__pb2.GetJobLogsRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.LogChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,18 @@ class ClusterServiceStub:
     """Recorded events of the job, then live phase changes and progress until the job is terminal."""
     GetJobEvents: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetJobEventsRequest, _cluster_pb2.GetJobEventsResponse]
     GetVersion: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetVersionRequest, _cluster_pb2.GetVersionResponse]
+    SetJobPriority: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.SetJobPriorityRequest, _cluster_pb2.Job]
+    """Change a non-terminal job's priority; the queue re-orders at once."""
+    UpdateJobLabels: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.UpdateJobLabelsRequest, _cluster_pb2.Job]
+    """Add, change or remove labels of a job (finished jobs too)."""
+    ListNodes: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ListNodesRequest, _cluster_pb2.ListNodesResponse]
+    """The pool: CS-2 systems, MemoryX and SwarmX nodes, their state and what holds them."""
+    HeartbeatLease: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.HeartbeatLeaseRequest, _cluster_pb2.HeartbeatLeaseResponse]
+    """The submitting client is still there; extends the job's lease."""
+    GetJobLogs: _grpc.UnaryStreamMultiCallable[_cluster_pb2.GetJobLogsRequest, _cluster_pb2.LogChunk]
+    """The log of one replica (or every replica, prefixed) from the start; with `follow`, then
+    new lines until the job is terminal.
+    """
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -61,6 +73,18 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     """Recorded events of the job, then live phase changes and progress until the job is terminal."""
     GetJobEvents: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetJobEventsRequest, _cluster_pb2.GetJobEventsResponse]  # type: ignore[assignment]
     GetVersion: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetVersionRequest, _cluster_pb2.GetVersionResponse]  # type: ignore[assignment]
+    SetJobPriority: _aio.UnaryUnaryMultiCallable[_cluster_pb2.SetJobPriorityRequest, _cluster_pb2.Job]  # type: ignore[assignment]
+    """Change a non-terminal job's priority; the queue re-orders at once."""
+    UpdateJobLabels: _aio.UnaryUnaryMultiCallable[_cluster_pb2.UpdateJobLabelsRequest, _cluster_pb2.Job]  # type: ignore[assignment]
+    """Add, change or remove labels of a job (finished jobs too)."""
+    ListNodes: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ListNodesRequest, _cluster_pb2.ListNodesResponse]  # type: ignore[assignment]
+    """The pool: CS-2 systems, MemoryX and SwarmX nodes, their state and what holds them."""
+    HeartbeatLease: _aio.UnaryUnaryMultiCallable[_cluster_pb2.HeartbeatLeaseRequest, _cluster_pb2.HeartbeatLeaseResponse]  # type: ignore[assignment]
+    """The submitting client is still there; extends the job's lease."""
+    GetJobLogs: _aio.UnaryStreamMultiCallable[_cluster_pb2.GetJobLogsRequest, _cluster_pb2.LogChunk]  # type: ignore[assignment]
+    """The log of one replica (or every replica, prefixed) from the start; with `follow`, then
+    new lines until the job is terminal.
+    """
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     """Cluster management: what csctl, the Python client and programs call."""
@@ -123,5 +147,47 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cluster_pb2.GetVersionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.GetVersionResponse, _abc.Awaitable[_cluster_pb2.GetVersionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SetJobPriority(
+        self,
+        request: _cluster_pb2.SetJobPriorityRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.Job, _abc.Awaitable[_cluster_pb2.Job]]:
+        """Change a non-terminal job's priority; the queue re-orders at once."""
+
+    @_abc_1.abstractmethod
+    def UpdateJobLabels(
+        self,
+        request: _cluster_pb2.UpdateJobLabelsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.Job, _abc.Awaitable[_cluster_pb2.Job]]:
+        """Add, change or remove labels of a job (finished jobs too)."""
+
+    @_abc_1.abstractmethod
+    def ListNodes(
+        self,
+        request: _cluster_pb2.ListNodesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.ListNodesResponse, _abc.Awaitable[_cluster_pb2.ListNodesResponse]]:
+        """The pool: CS-2 systems, MemoryX and SwarmX nodes, their state and what holds them."""
+
+    @_abc_1.abstractmethod
+    def HeartbeatLease(
+        self,
+        request: _cluster_pb2.HeartbeatLeaseRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.HeartbeatLeaseResponse, _abc.Awaitable[_cluster_pb2.HeartbeatLeaseResponse]]:
+        """The submitting client is still there; extends the job's lease."""
+
+    @_abc_1.abstractmethod
+    def GetJobLogs(
+        self,
+        request: _cluster_pb2.GetJobLogsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_cluster_pb2.LogChunk], _abc.AsyncIterator[_cluster_pb2.LogChunk]]:
+        """The log of one replica (or every replica, prefixed) from the start; with `follow`, then
+        new lines until the job is terminal.
+        """
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -22,6 +22,7 @@ from appliance.backends.base import ReplicaEvent, ReplicaEventKind
 from appliance.domain.job import Job, Replica
 
 log = logging.getLogger(__name__)
+READ_CHUNK = 1 << 20
 
 
 class _Running:
@@ -65,6 +66,10 @@ class LocalBackend:
     def _pid_path(self, job_id: str, replica: str) -> Path:
         return self.jobs_dir / job_id / "pids" / f"{replica}.pid"
 
+    def _exit_path(self, job_id: str, replica: str) -> Path:
+        """Where the worker writes its exit code (absent after SIGKILL)."""
+        return self.jobs_dir / job_id / "pids" / f"{replica}.exit"
+
     # ---- protocol -------------------------------------------------------------------------
 
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
@@ -78,6 +83,8 @@ class LocalBackend:
         pid_path = self._pid_path(job_id, replica.name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         pid_path.parent.mkdir(parents=True, exist_ok=True)
+        exit_path = self._exit_path(job_id, replica.name)
+        exit_path.unlink(missing_ok=True)
         env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",
@@ -90,6 +97,7 @@ class LocalBackend:
             "--job-id", job_id, "--replica", replica.name,
             "--coordinator", self.coordinator_address,
             "--orphan-timeout", str(self.orphan_timeout),
+            "--exit-file", str(exit_path),
         ]  # fmt: skip
         with log_path.open("ab") as log_file:
             proc = await asyncio.create_subprocess_exec(
@@ -120,6 +128,7 @@ class LocalBackend:
         self._running.pop((running.job_id, running.replica), None)
         with contextlib.suppress(FileNotFoundError):
             self._pid_path(running.job_id, running.replica).unlink()
+        self._exit_path(running.job_id, running.replica).unlink(missing_ok=True)
         if not running.exited.done():
             running.exited.set_result(None)
         self._events.put_nowait(
@@ -154,7 +163,7 @@ class LocalBackend:
             if (job_id, replica) in self._running:
                 found.setdefault(job_id, set()).add(replica)
                 continue
-            pid = _read_pid(pid_path)
+            pid = _read_int(pid_path)
             if pid is None or not _is_our_replica(pid, job_id, replica):
                 pid_path.unlink(missing_ok=True)
                 continue
@@ -183,7 +192,19 @@ class LocalBackend:
         finally:
             loop.remove_reader(pidfd)
             os.close(pidfd)
-        self._finish(running, None, "exit code unknown: replica was adopted after a restart")
+        # Not our child: the exit status is the one the worker wrote, if it could.
+        code = _read_int(self._exit_path(running.job_id, running.replica))
+        message = "" if code is not None else "killed while adopted (no exit code written)"
+        self._finish(running, code, message)
+
+    def exit_codes(self, job_id: str) -> dict[str, int]:
+        """Exit codes left by replicas of the job that ended while nobody watched them."""
+        codes = {}
+        for path in sorted((self.jobs_dir / job_id / "pids").glob("*.exit")):
+            code = _read_int(path)
+            if code is not None and (job_id, path.stem) not in self._running:
+                codes[path.stem] = code
+        return codes
 
     def log_tail(self, job_id: str, replica: str, lines: int) -> str:
         path = self.log_path(job_id, replica)
@@ -194,6 +215,16 @@ class LocalBackend:
         except FileNotFoundError:
             return ""
         return "\n".join(tail)
+
+    def read_log(self, job_id: str, replica: str, offset: int) -> tuple[str, int]:
+        try:
+            with self.log_path(job_id, replica).open("rb") as f:
+                f.seek(offset)
+                data = f.read(READ_CHUNK)
+        except FileNotFoundError:
+            return "", offset
+        complete = data[: data.rfind(b"\n") + 1]  # a partial last line waits for its end
+        return complete.decode(errors="replace"), offset + len(complete)
 
     def live_pids(self, job_id: str) -> list[int]:
         return [r.pid for (j, _), r in self._running.items() if j == job_id]
@@ -209,7 +240,7 @@ class LocalBackend:
         task.add_done_callback(self._tasks.discard)
 
 
-def _read_pid(path: Path) -> int | None:
+def _read_int(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
     except (OSError, ValueError):

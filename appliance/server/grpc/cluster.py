@@ -14,22 +14,29 @@ from appliance.domain.errors import InvalidSpec
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_spec
 from appliance.server.grpc.errors import stream, unary
 from appliance.server.grpc.summaries import SummaryCache
-from appliance.services.jobs import JobService
+from appliance.services.jobs import JobService, check_job_id
+from appliance.services.logs import LogService
 from appliance.store.jobs import JobQuery
 
 Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
-    def __init__(self, jobs: JobService) -> None:
+    def __init__(self, jobs: JobService, logs: LogService) -> None:
         self.jobs = jobs
+        self.logs = logs
         self.summaries = SummaryCache()
 
     @unary
     async def SubmitJob(
         self, request: cluster_pb2.SubmitJobRequest, context: Ctx
     ) -> cluster_pb2.Job:
-        job = await self.jobs.submit(spec_from_request(request.spec), request.user or "anonymous")
+        job = await self.jobs.submit(
+            spec_from_request(request.spec),
+            request.user or "anonymous",
+            lease_seconds=request.lease_seconds,
+            lease_holder=request.lease_holder,
+        )
         return convert.job_to_pb(job)
 
     @unary
@@ -82,6 +89,57 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self, request: cluster_pb2.GetVersionRequest, context: Ctx
     ) -> cluster_pb2.GetVersionResponse:
         return cluster_pb2.GetVersionResponse(version=appliance.__version__)
+
+    @unary
+    async def SetJobPriority(
+        self, request: cluster_pb2.SetJobPriorityRequest, context: Ctx
+    ) -> cluster_pb2.Job:
+        priority = convert.priority_from_pb(request.priority)
+        if priority is None:
+            raise InvalidSpec("priority must be one of P0, P1, P2, P3", field="priority")
+        return convert.job_to_pb(await self.jobs.set_priority(request.job_id, priority))
+
+    @unary
+    async def UpdateJobLabels(
+        self, request: cluster_pb2.UpdateJobLabelsRequest, context: Ctx
+    ) -> cluster_pb2.Job:
+        job = await self.jobs.update_labels(
+            request.job_id, dict(request.set), list(request.remove)
+        )
+        return convert.job_to_pb(job)
+
+    @unary
+    async def ListNodes(
+        self, request: cluster_pb2.ListNodesRequest, context: Ctx
+    ) -> cluster_pb2.ListNodesResponse:
+        nodes = [
+            cluster_pb2.Node(
+                name=usage.node.name, kind=usage.node.kind.value, state=usage.node.state.value,
+                capacity=usage.node.capacity, used=usage.used, jobs=jobs,
+            )
+            for usage, jobs in await self.jobs.nodes()
+        ]  # fmt: skip
+        return cluster_pb2.ListNodesResponse(nodes=nodes)
+
+    @unary
+    async def HeartbeatLease(
+        self, request: cluster_pb2.HeartbeatLeaseRequest, context: Ctx
+    ) -> cluster_pb2.HeartbeatLeaseResponse:
+        job = await self.jobs.renew_lease(request.job_id, request.holder)
+        response = cluster_pb2.HeartbeatLeaseResponse(keep_running=not job.phase.terminal)
+        if job.lease is not None:
+            response.lease.CopyFrom(convert.lease_to_pb(job.lease))
+        return response
+
+    @stream
+    async def GetJobLogs(
+        self, request: cluster_pb2.GetJobLogsRequest, context: Ctx
+    ) -> AsyncIterator[cluster_pb2.LogChunk]:
+        check_job_id(request.job_id)
+        async for replica, lines in self.logs.read(
+            request.job_id, request.replica, request.follow
+        ):
+            yield cluster_pb2.LogChunk(replica=replica, lines=lines)
 
 
 def spec_from_request(msg: cluster_pb2.JobSpec) -> JobSpec:

@@ -81,3 +81,49 @@ def test_restart_fails_job_whose_replicas_are_gone(tmp_path: Path, params_file: 
     finally:
         kill_workers(address)
         (second or first).stop()
+
+
+def test_adopted_job_runs_to_succeeded(tmp_path: Path, params_file: Path) -> None:
+    data_dir = tmp_path / "data"
+    first = RunningCoordinator(data_dir).start()
+    address = first.address
+    second = None
+    try:
+        with ApplianceClient(address) as client:
+            job = client.submit(params=params_file, num_csx=1, num_steps=150)
+            wait_until(lambda: job.status.progress.step > 0, 60, "the job to make progress")
+        second = _restart(first, data_dir)
+        with ApplianceClient(address) as client:
+            final = client.job(job.id).wait(timeout=120)
+        assert final.phase is Phase.SUCCEEDED, final.reason
+        assert final.progress.step == 150
+        chief = next(r for r in final.replicas if r.name == "chief-0")
+        assert chief.exit_code == 0  # read from the exit file the adopted chief left
+        wait_until(lambda: not worker_processes(job.id), 10, "replicas to exit")
+    finally:
+        kill_workers(address)
+        (second or first).stop()
+
+
+def test_job_that_finished_while_the_coordinator_was_away_succeeds(
+    tmp_path: Path, params_file: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    first = RunningCoordinator(data_dir).start()
+    address = first.address
+    second = None
+    try:
+        with ApplianceClient(address) as client:
+            job = client.submit(params=params_file, num_csx=1, num_steps=5)
+            wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
+        port = first.coordinator.grpc_port
+        first.stop()
+        # The chief cannot report its last step while no coordinator listens: it keeps trying
+        # (workers exit only when told, or after the orphan timeout). Kill nothing; restart.
+        second = RunningCoordinator(data_dir, grpc_port=port).start()
+        with ApplianceClient(address) as client:
+            final = client.job(job.id).wait(timeout=60)
+        assert final.phase is Phase.SUCCEEDED, final.reason
+    finally:
+        kill_workers(address)
+        (second or first).stop()

@@ -1,0 +1,51 @@
+"""Replica logs: read from the backend, optionally followed until the job ends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from appliance.backends.base import Backend
+from appliance.domain.errors import NotFound
+from appliance.services.context import Context
+
+FOLLOW_POLL_SECONDS = 0.25
+
+
+class LogService:
+    def __init__(self, ctx: Context, backend: Backend) -> None:
+        self.ctx = ctx
+        self.backend = backend
+
+    async def read(
+        self, job_id: str, replica: str = "", follow: bool = False
+    ) -> AsyncIterator[tuple[str, list[str]]]:
+        """(replica, lines) chunks of one replica's log, or of every replica's in turn.
+
+        With `follow`, keeps reading new lines (like `tail -f`) until the job is terminal, then
+        returns what is left.
+        """
+        names = await self._replica_names(job_id)
+        if replica and replica not in names:
+            known = ", ".join(names) or "none yet"
+            raise NotFound(f"job {job_id} has no replica {replica!r} (replicas: {known})")
+        offsets: dict[str, int] = {}
+        while True:
+            phase = await self.ctx.db(self.ctx.store.phase_of, job_id)
+            if not replica:
+                names = await self._replica_names(job_id)  # a queued job has none yet
+            for name in [replica] if replica else names:
+                while True:
+                    text, offsets[name] = self.backend.read_log(job_id, name, offsets.get(name, 0))
+                    if not text:
+                        break
+                    yield name, text.splitlines()
+            if not follow or phase is None or phase.terminal:
+                return
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)  # log files offer nothing to await
+
+    async def _replica_names(self, job_id: str) -> list[str]:
+        replicas = await self.ctx.db(self.ctx.store.replicas, job_id)
+        if not replicas:
+            await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)  # NotFound
+        return [r.name for r in replicas]
