@@ -22,8 +22,15 @@ def params_file() -> Path:
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[RunningCoordinator]:
-    running = RunningCoordinator(tmp_path / "data").start()
+def coordinator_database() -> str:
+    """The store the coordinator uses: "" is SQLite in its data dir. Modules that must run
+    against every store override this with `store_url` (SQLite file and PostgreSQL)."""
+    return ""
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path, coordinator_database: str) -> Iterator[RunningCoordinator]:
+    running = RunningCoordinator(tmp_path / "data", database_url=coordinator_database).start()
     try:
         yield running
     finally:

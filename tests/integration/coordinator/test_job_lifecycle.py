@@ -16,6 +16,12 @@ from appliance.domain.phases import Phase
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until, worker_processes
 
 
+@pytest.fixture
+def coordinator_database(store_url: str) -> str:
+    """Run every test here against SQLite and PostgreSQL."""
+    return store_url
+
+
 def test_two_cs2_job_reaches_succeeded_with_progress(
     client: ApplianceClient, params_file: Path
 ) -> None:

@@ -31,6 +31,12 @@ def _streamed(stub: cluster_pb2_grpc.ClusterServiceStub, **request: object) -> d
     return {j.id: j for page in pages for j in page.jobs}
 
 
+@pytest.fixture
+def coordinator_database(store_url: str) -> str:
+    """Run every test here against SQLite and PostgreSQL."""
+    return store_url
+
+
 def test_listings_follow_every_change_of_a_job(
     client: ApplianceClient, stub: cluster_pb2_grpc.ClusterServiceStub, params_file: Path
 ) -> None:
