@@ -47,6 +47,10 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="Replicas exit when the coordinator is gone this long."
     )
     log_tail_lines: int = Field(default=20, ge=1, le=1000)
+    auth_tokens_file: Path | None = Field(
+        default=None,
+        description="YAML file of hashed tokens (`appliance token create`); unset = auth off.",
+    )
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -14,6 +14,7 @@ TO_CODE: tuple[tuple[type[errors.ApplianceError], grpc.StatusCode], ...] = (
     (errors.NotFound, grpc.StatusCode.NOT_FOUND),
     (errors.Conflict, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
 )
 _FROM_CODE = {code: cls for cls, code in TO_CODE}

@@ -24,6 +24,10 @@ class Conflict(ApplianceError):
     """The object is not in a state that allows the operation."""
 
 
+class Unauthenticated(ApplianceError):
+    """Authentication is on and the call carries no valid token."""
+
+
 class PermissionDenied(ApplianceError):
     """The caller may not do this."""
 

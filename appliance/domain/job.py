@@ -70,6 +70,8 @@ class Job:
     finished_at: float = 0.0
     replicas: tuple[Replica, ...] = ()
     lease: Lease | None = None
+    # The owner's groups when it submitted (who else may act on the job).
+    groups: tuple[str, ...] = ()
 
 
 class EventKind(enum.StrEnum):

@@ -20,6 +20,7 @@ from appliance.backends.local import LocalBackend
 from appliance.config import Settings
 from appliance.reconciler.loop import Reconciler
 from appliance.scheduler.loop import SchedulerLoop
+from appliance.server.auth import Authenticator
 from appliance.server.grpc.cluster import ClusterServicer
 from appliance.server.grpc.control import ReplicaControlServicer
 from appliance.server.rest.app import create_app
@@ -70,9 +71,10 @@ class Coordinator:
             orphan_timeout=s.worker_orphan_timeout,
         )
         logs = LogService(self.ctx, self.backend)
+        self.auth = Authenticator.from_file(s.auth_tokens_file)
         self._grpc = grpc.aio.server()
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
-            ClusterServicer(self.jobs, logs), self._grpc
+            ClusterServicer(self.jobs, logs, self.auth), self._grpc
         )
         control_pb2_grpc.add_ReplicaControlServicer_to_server(
             ReplicaControlServicer(replicas), self._grpc

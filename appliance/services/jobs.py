@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
+from appliance.domain.auth import Principal, check_may_act_on, check_may_use_priority
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import NodeUsage
@@ -27,12 +28,22 @@ class JobService:
         self._batcher = SubmitBatcher(ctx)
 
     async def submit(
-        self, spec: JobSpec, user: str, lease_seconds: float = 0.0, lease_holder: str = ""
+        self,
+        spec: JobSpec,
+        user: str,
+        lease_seconds: float = 0.0,
+        lease_holder: str = "",
+        *,
+        by: Principal | None = None,
     ) -> Job:
         """Plan against the pool (rejecting what can never fit), persist QUEUED, wake the queue.
 
-        With `lease_seconds` the job is cancelled when its client stops heartbeating.
+        With `lease_seconds` the job is cancelled when its client stops heartbeating. `by` is
+        the authenticated caller (None: authentication is off); the job belongs to them.
         """
+        if by is not None:
+            check_may_use_priority(by, spec.priority)
+            user = by.user
         validate_user(user)
         if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
             raise InvalidSpec(
@@ -44,7 +55,8 @@ class JobService:
         job_id = new_job_id()
         if not spec.model_dir:
             spec = _with_model_dir(spec, self.ctx.settings.data_dir / "model_dirs" / job_id)
-        new = NewJob(job_id, user, spec, plan, lease_seconds, lease_holder[:300])
+        groups = by.groups if by is not None else ()
+        new = NewJob(job_id, user, spec, plan, lease_seconds, lease_holder[:300], groups)
         job = await self._batcher.write(new)
         self.ctx.bus.wake_scheduler()
         return job
@@ -73,12 +85,16 @@ class JobService:
     async def summaries(self, job_ids: list[str]) -> list[Job]:
         return await self.ctx.db(self.ctx.store.job_summaries, job_ids)
 
-    async def cancel(self, job_id: str, reason: str = "") -> tuple[Job, bool, str]:
+    async def cancel(
+        self, job_id: str, reason: str = "", *, by: Principal | None = None
+    ) -> tuple[Job, bool, str]:
         """Cancel a job; cancelling a terminal job changes nothing and says so."""
         check_job_id(job_id)
-        why = reason.strip()[:1024] or "cancelled by user"
+        why = reason.strip()[:1024] or (f"cancelled by {by.user}" if by else "cancelled by user")
         while True:
             job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
+            if by is not None:
+                check_may_act_on(by, job.user, job.groups, "cancel")
             if job.phase.terminal:
                 if job.phase is Phase.CANCELLED:
                     return job, False, f"job {job_id} was already cancelled"
@@ -89,27 +105,45 @@ class JobService:
                 return job, True, f"job {job_id} cancelled"
             # The job moved on between our read and our write: decide again on its new phase.
 
-    async def set_priority(self, job_id: str, priority: Priority) -> Job:
+    async def set_priority(
+        self, job_id: str, priority: Priority, *, by: Principal | None = None
+    ) -> Job:
         """Re-prioritise a queued or running job; the queue re-orders at once."""
         check_job_id(job_id)
+        if by is not None:
+            await self._check_owner(job_id, by, "re-prioritise")
+            check_may_use_priority(by, priority)
         job = await self.ctx.db(self.ctx.store.set_priority, job_id, priority, self.ctx.clock())
         self.ctx.bus.wake_scheduler()
         return job
 
     async def update_labels(
-        self, job_id: str, set_labels: Mapping[str, str], remove: Sequence[str]
+        self,
+        job_id: str,
+        set_labels: Mapping[str, str],
+        remove: Sequence[str],
+        *,
+        by: Principal | None = None,
     ) -> Job:
         check_job_id(job_id)
         validate_labels(set_labels)
+        if by is not None:
+            await self._check_owner(job_id, by, "relabel")
         return await self.ctx.db(
             self.ctx.store.update_labels, job_id, dict(set_labels), list(remove), self.ctx.clock()
         )
 
-    async def renew_lease(self, job_id: str, holder: str) -> Job:
+    async def renew_lease(self, job_id: str, holder: str, *, by: Principal | None = None) -> Job:
         check_job_id(job_id)
+        if by is not None:
+            await self._check_owner(job_id, by, "hold the lease of")
         return await self.ctx.db(
             self.ctx.store.renew_lease, job_id, holder[:300], self.ctx.clock()
         )
+
+    async def _check_owner(self, job_id: str, by: Principal, what: str) -> None:
+        job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
+        check_may_act_on(by, job.user, job.groups, what)
 
     async def nodes(self) -> list[tuple[NodeUsage, list[str]]]:
         """The pool with what each node holds and for which jobs."""

@@ -69,6 +69,7 @@ class NewJob:
     plan: ReplicaPlan
     lease_seconds: float = 0.0
     lease_holder: str = ""
+    groups: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +172,7 @@ class JobStore:
                 "created_at": now, "updated_at": now, "started_at": 0.0, "finished_at": 0.0,
                 "progress": {}, "lease_seconds": n.lease_seconds,
                 "lease_expires_at": now + n.lease_seconds if n.lease_seconds else 0.0,
-                "lease_holder": n.lease_holder,
+                "lease_holder": n.lease_holder, "groups": list(n.groups),
             }
             for n in new
         ]  # fmt: skip
@@ -193,7 +194,8 @@ class JobStore:
         return [
             Job(id=n.job_id, user=n.user, spec=n.spec, phase=Phase.QUEUED, created_at=now,
                 updated_at=now, pending_reason="waiting for the scheduler",
-                lease=_lease(n.lease_seconds, now + n.lease_seconds, n.lease_holder))
+                lease=_lease(n.lease_seconds, now + n.lease_seconds, n.lease_holder),
+                groups=n.groups)
             for n in new
         ]  # fmt: skip
 
@@ -612,6 +614,7 @@ def _job_from_row(
         finished_at=row.finished_at,
         replicas=replicas,
         lease=_lease(row.lease_seconds, row.lease_expires_at, row.lease_holder),
+        groups=tuple(row.groups or ()),
     )
 
 
@@ -659,6 +662,7 @@ _SUMMARY = (
     JobRow.num_steps, JobRow.model_dir, JobRow.labels, JobRow.reason, JobRow.pending_reason,
     JobRow.systems, JobRow.created_at, JobRow.updated_at, JobRow.started_at, JobRow.finished_at,
     JobRow.progress, JobRow.lease_seconds, JobRow.lease_expires_at, JobRow.lease_holder,
+    JobRow.groups,
 )  # fmt: skip
 
 
@@ -712,6 +716,7 @@ def _job_from_summary(r: Any) -> Job:
         progress=Progress(**r.progress) if r.progress else _NO_PROGRESS,
         started_at=r.started_at, finished_at=r.finished_at,
         lease=_lease(r.lease_seconds, r.lease_expires_at, r.lease_holder),
+        groups=tuple(r.groups or ()),
     )  # fmt: skip
 
 

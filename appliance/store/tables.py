@@ -47,6 +47,8 @@ class JobRow(Base):
     lease_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     lease_expires_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     lease_holder: Mapped[str] = mapped_column(String(300), default="", server_default="")
+    # The owner's groups at submit time: members may act on the job too.
+    groups: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),

@@ -10,8 +10,11 @@ import grpc
 import appliance
 from appliance._proto import convert
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.domain.auth import Principal
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.inventory import NodeUsage
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_spec
+from appliance.server.auth import AUTH_METADATA_KEY, Authenticator
 from appliance.server.grpc.errors import stream, unary
 from appliance.server.grpc.summaries import SummaryCache
 from appliance.services.jobs import JobService, check_job_id
@@ -22,31 +25,43 @@ Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
-    def __init__(self, jobs: JobService, logs: LogService) -> None:
+    def __init__(
+        self, jobs: JobService, logs: LogService, auth: Authenticator | None = None
+    ) -> None:
         self.jobs = jobs
         self.logs = logs
+        self.auth = auth or Authenticator(None)
         self.summaries = SummaryCache()
+
+    def _caller(self, context: Ctx) -> Principal | None:
+        """Authenticate the call (UNAUTHENTICATED when tokens are on and it has none)."""
+        metadata = dict(context.invocation_metadata() or ())
+        return self.auth.caller(metadata.get(AUTH_METADATA_KEY))
 
     @unary
     async def SubmitJob(
         self, request: cluster_pb2.SubmitJobRequest, context: Ctx
     ) -> cluster_pb2.Job:
+        by = self._caller(context)
         job = await self.jobs.submit(
             spec_from_request(request.spec),
             request.user or "anonymous",
             lease_seconds=request.lease_seconds,
             lease_holder=request.lease_holder,
+            by=by,
         )
         return convert.job_to_pb(job)
 
     @unary
     async def GetJob(self, request: cluster_pb2.GetJobRequest, context: Ctx) -> cluster_pb2.Job:
+        self._caller(context)
         return convert.job_to_pb(await self.jobs.get(request.job_id))
 
     @unary
     async def ListJobs(
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> cluster_pb2.ListJobsResponse:
+        self._caller(context)
         keys, token = await self.jobs.list_keys(query_from_request(request))
         parts = await self.summaries.responses(keys, self.jobs.summaries, max_bytes=1 << 62)
         response = parts[0] if parts else cluster_pb2.ListJobsResponse()
@@ -57,6 +72,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def StreamJobs(
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> AsyncIterator[cluster_pb2.ListJobsResponse]:
+        self._caller(context)
         async for keys in self.jobs.stream_keys(query_from_request(request)):
             for response in await self.summaries.responses(keys, self.jobs.summaries):
                 yield response
@@ -65,7 +81,8 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def CancelJob(
         self, request: cluster_pb2.CancelJobRequest, context: Ctx
     ) -> cluster_pb2.CancelJobResponse:
-        job, changed, message = await self.jobs.cancel(request.job_id, request.reason)
+        by = self._caller(context)
+        job, changed, message = await self.jobs.cancel(request.job_id, request.reason, by=by)
         return cluster_pb2.CancelJobResponse(
             job=convert.job_to_pb(job), changed=changed, message=message
         )
@@ -74,6 +91,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def WatchJob(
         self, request: cluster_pb2.WatchJobRequest, context: Ctx
     ) -> AsyncIterator[cluster_pb2.JobEvent]:
+        self._caller(context)
         async for event in self.jobs.watch(request.job_id, request.after_seq):
             yield convert.event_to_pb(event)
 
@@ -81,6 +99,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def GetJobEvents(
         self, request: cluster_pb2.GetJobEventsRequest, context: Ctx
     ) -> cluster_pb2.GetJobEventsResponse:
+        self._caller(context)
         events = await self.jobs.events(request.job_id)
         return cluster_pb2.GetJobEventsResponse(events=[convert.event_to_pb(e) for e in events])
 
@@ -97,14 +116,15 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         priority = convert.priority_from_pb(request.priority)
         if priority is None:
             raise InvalidSpec("priority must be one of P0, P1, P2, P3", field="priority")
-        return convert.job_to_pb(await self.jobs.set_priority(request.job_id, priority))
+        job = await self.jobs.set_priority(request.job_id, priority, by=self._caller(context))
+        return convert.job_to_pb(job)
 
     @unary
     async def UpdateJobLabels(
         self, request: cluster_pb2.UpdateJobLabelsRequest, context: Ctx
     ) -> cluster_pb2.Job:
         job = await self.jobs.update_labels(
-            request.job_id, dict(request.set), list(request.remove)
+            request.job_id, dict(request.set), list(request.remove), by=self._caller(context)
         )
         return convert.job_to_pb(job)
 
@@ -117,7 +137,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
                 name=usage.node.name, kind=usage.node.kind.value, state=usage.node.state.value,
                 capacity=usage.node.capacity, used=usage.used, jobs=jobs,
             )
-            for usage, jobs in await self.jobs.nodes()
+            for usage, jobs in await self._nodes(context)
         ]  # fmt: skip
         return cluster_pb2.ListNodesResponse(nodes=nodes)
 
@@ -125,7 +145,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def HeartbeatLease(
         self, request: cluster_pb2.HeartbeatLeaseRequest, context: Ctx
     ) -> cluster_pb2.HeartbeatLeaseResponse:
-        job = await self.jobs.renew_lease(request.job_id, request.holder)
+        job = await self.jobs.renew_lease(request.job_id, request.holder, by=self._caller(context))
         response = cluster_pb2.HeartbeatLeaseResponse(keep_running=not job.phase.terminal)
         if job.lease is not None:
             response.lease.CopyFrom(convert.lease_to_pb(job.lease))
@@ -135,11 +155,16 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def GetJobLogs(
         self, request: cluster_pb2.GetJobLogsRequest, context: Ctx
     ) -> AsyncIterator[cluster_pb2.LogChunk]:
+        self._caller(context)
         check_job_id(request.job_id)
         async for replica, lines in self.logs.read(
             request.job_id, request.replica, request.follow
         ):
             yield cluster_pb2.LogChunk(replica=replica, lines=lines)
+
+    async def _nodes(self, context: Ctx) -> list[tuple[NodeUsage, list[str]]]:
+        self._caller(context)
+        return await self.jobs.nodes()
 
 
 def spec_from_request(msg: cluster_pb2.JobSpec) -> JobSpec:

@@ -1,0 +1,39 @@
+"""Who is calling, and what they may do to a job.
+
+Authentication is off by default (the embedded default stays one command): every caller is then
+an admin acting as the user it names. With tokens configured, a caller is the user its token
+maps to; a user may cancel, relabel or re-prioritise only jobs of their own groups (or their
+own jobs); admins may act on any job; P0 is admin-only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from appliance.domain.errors import PermissionDenied
+from appliance.domain.spec import Priority
+
+
+@dataclasses.dataclass(frozen=True)
+class Principal:
+    user: str
+    groups: tuple[str, ...] = ()
+    admin: bool = False
+
+
+def check_may_act_on(
+    principal: Principal, owner: str, owner_groups: Sequence[str], what: str
+) -> None:
+    """Raise PermissionDenied unless `principal` may `what` a job of `owner`."""
+    if principal.admin or principal.user == owner or set(principal.groups) & set(owner_groups):
+        return
+    raise PermissionDenied(
+        f"{principal.user} may not {what} a job of {owner}: only its owner, members of "
+        f"{', '.join(owner_groups) or 'its groups'} and admins may"
+    )
+
+
+def check_may_use_priority(principal: Principal, priority: Priority) -> None:
+    if priority is Priority.P0 and not principal.admin:
+        raise PermissionDenied("priority P0 is for admins; use p1, p2 or p3", field="priority")

@@ -1,0 +1,124 @@
+"""Bearer tokens over real gRPC: who may do what once authentication is on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from appliance._proto.v1 import cluster_pb2 as pb
+from appliance._proto.v1 import cluster_pb2_grpc, common_pb2
+from appliance.domain.inventory import NodeState
+from appliance.server.auth import create_token
+from tests.integration.coordinator.harness import RunningCoordinator
+
+PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
+SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
+
+
+class Caller:
+    """A stub that sends one user's token with every call."""
+
+    def __init__(self, stub: cluster_pb2_grpc.ClusterServiceStub, token: str | None) -> None:
+        self.stub = stub
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
+
+    def submit(self, priority: int = 0, user: str = "") -> pb.Job:
+        spec = pb.JobSpec(params_yaml=PARAMS, num_csx=1, num_steps=2, priority=priority)
+        request = pb.SubmitJobRequest(spec=spec, user=user)
+        return self.stub.SubmitJob(request, metadata=self.metadata)
+
+    def cancel(self, job_id: str) -> pb.CancelJobResponse:
+        return self.stub.CancelJob(pb.CancelJobRequest(job_id=job_id), metadata=self.metadata)
+
+    def relabel(self, job_id: str) -> pb.Job:
+        request = pb.UpdateJobLabelsRequest(job_id=job_id, set={"seen": "yes"})
+        return self.stub.UpdateJobLabels(request, metadata=self.metadata)
+
+    def prioritise(self, job_id: str, priority: int) -> pb.Job:
+        request = pb.SetJobPriorityRequest(job_id=job_id, priority=priority)
+        return self.stub.SetJobPriority(request, metadata=self.metadata)
+
+
+@pytest.fixture
+def callers(tmp_path: Path) -> Iterator[dict[str, Caller]]:
+    tokens_file = tmp_path / "tokens.yaml"
+    tokens = {
+        "alice": create_token(tokens_file, "alice", ["nlp"], admin=False),
+        "carol": create_token(tokens_file, "carol", ["nlp"], admin=False),
+        "bob": create_token(tokens_file, "bob", ["cv"], admin=False),
+        "root": create_token(tokens_file, "root", [], admin=True),
+    }
+    assert not any(token in tokens_file.read_text() for token in tokens.values())
+    running = RunningCoordinator(tmp_path / "data", auth_tokens_file=tokens_file).start()
+    running.coordinator.ctx.store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)
+    try:
+        with grpc.insecure_channel(running.address) as channel:
+            stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+            yield {name: Caller(stub, token) for name, token in tokens.items()} | {
+                "nobody": Caller(stub, None),
+                "forger": Caller(stub, "not-a-real-token"),
+            }
+    finally:
+        running.stop()
+
+
+def _code(call: object) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as info:
+        call()  # type: ignore[operator]
+    return info.value.code()  # type: ignore[no-any-return]
+
+
+def test_calls_without_a_valid_token_are_unauthenticated(callers: dict[str, Caller]) -> None:
+    for name in ("nobody", "forger"):
+        caller = callers[name]
+        assert _code(caller.submit) is grpc.StatusCode.UNAUTHENTICATED
+        assert _code(
+            lambda c=caller: c.stub.ListJobs(pb.ListJobsRequest(), metadata=c.metadata)
+        ) is (grpc.StatusCode.UNAUTHENTICATED)
+    version = callers["nobody"].stub.GetVersion(pb.GetVersionRequest())
+    assert version.version  # the version is public
+
+
+def test_owners_group_members_and_admins_may_act_others_may_not(
+    callers: dict[str, Caller],
+) -> None:
+    job = callers["alice"].submit(user="mallory")  # the token decides who submits
+    assert job.user == "alice"
+
+    assert _code(lambda: callers["bob"].cancel(job.id)) is grpc.StatusCode.PERMISSION_DENIED
+    assert _code(lambda: callers["bob"].relabel(job.id)) is grpc.StatusCode.PERMISSION_DENIED
+    assert _code(lambda: callers["bob"].prioritise(job.id, common_pb2.PRIORITY_P1)) is (
+        grpc.StatusCode.PERMISSION_DENIED
+    )
+    assert dict(callers["carol"].relabel(job.id).spec.labels) == {"seen": "yes"}  # same group
+    assert (
+        callers["bob"]
+        .stub.GetJob(  # reading is open to every authenticated user
+            pb.GetJobRequest(job_id=job.id), metadata=callers["bob"].metadata
+        )
+        .id
+        == job.id
+    )
+
+    cancelled = callers["root"].cancel(job.id)
+    assert cancelled.changed and cancelled.job.reason == "cancelled by root"
+
+
+def test_p0_is_admin_only(callers: dict[str, Caller]) -> None:
+    assert _code(lambda: callers["alice"].submit(priority=common_pb2.PRIORITY_P0)) is (
+        grpc.StatusCode.PERMISSION_DENIED
+    )
+    job = callers["alice"].submit()
+    assert _code(lambda: callers["alice"].prioritise(job.id, common_pb2.PRIORITY_P0)) is (
+        grpc.StatusCode.PERMISSION_DENIED
+    )
+    assert callers["alice"].prioritise(job.id, common_pb2.PRIORITY_P1).spec.priority == (
+        common_pb2.PRIORITY_P1
+    )
+    assert callers["root"].prioritise(job.id, common_pb2.PRIORITY_P0).spec.priority == (
+        common_pb2.PRIORITY_P0
+    )
+    assert callers["root"].submit(priority=common_pb2.PRIORITY_P0).user == "root"
