@@ -50,7 +50,9 @@ class JobService:
                 f"lease_seconds must be between 0 (detached) and {MAX_LEASE_SECONDS:.0f}",
                 field="lease_seconds",
             )
-        pool = await self.ctx.db(self.ctx.store.pool)
+        pool = self.ctx.store.cached_pool()  # no trip to the store thread on the hot path
+        if pool is None:
+            pool = await self.ctx.db(self.ctx.store.pool)
         plan = plan_replicas(spec, pool)
         job_id = new_job_id()
         if not spec.model_dir:
@@ -140,6 +142,9 @@ class JobService:
         return await self.ctx.db(
             self.ctx.store.renew_lease, job_id, holder[:300], self.ctx.clock()
         )
+
+    async def count_by_phase(self) -> dict[Phase, int]:
+        return await self.ctx.db(self.ctx.store.count_by_phase)
 
     async def _check_owner(self, job_id: str, by: Principal, what: str) -> None:
         job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)

@@ -53,6 +53,8 @@ class JobQuery:
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     limit: int = DEFAULT_LIMIT
     page_token: str = ""
+    # When given, exactly these phases (include_terminal is then ignored).
+    phases: frozenset[Phase] = frozenset()
 
 
 # (id, created_at, version): one version of a job's summary; what a summary shows changes
@@ -144,6 +146,16 @@ class JobStore:
                 )
                 for r in s.scalars(select(NodeRow).order_by(NodeRow.name))
             ]
+
+    def count_by_phase(self) -> dict[Phase, int]:
+        """How many jobs are in each phase (an index scan of ix_jobs_phase)."""
+        with self._sessions() as s:
+            rows = s.execute(select(JobRow.phase, func.count()).group_by(JobRow.phase))
+            return {Phase(phase): int(count) for phase, count in rows}
+
+    def cached_pool(self) -> list[Node] | None:
+        """The pool's shape if it is cached (no database access), else None."""
+        return self._pool
 
     def pool(self) -> list[Node]:
         """The pool's shape (names, kinds, capacities, states), cached until it changes."""
@@ -256,7 +268,9 @@ class JobStore:
 
     def _driver_rows(self, stmt: Any) -> list[Any]:
         """Run a select of plain columns (no type conversions) and return the driver's tuples."""
-        compiled = stmt.compile(dialect=self.engine.dialect)
+        compiled = stmt.compile(
+            dialect=self.engine.dialect, compile_kwargs={"render_postcompile": True}
+        )
         params = compiled.construct_params()
         args: Any = params
         if compiled.positional:
@@ -672,7 +686,9 @@ def _page_stmt(query: JobQuery, columns: Sequence[Any], max_limit: int = MAX_LIM
     if limit > max_limit:
         raise InvalidSpec(f"limit must be at most {max_limit}", field="limit")
     stmt = select(*columns)
-    if not query.include_terminal:
+    if query.phases:
+        stmt = stmt.where(JobRow.phase.in_(sorted(p.value for p in query.phases)))
+    elif not query.include_terminal:
         stmt = stmt.where(ACTIVE_PHASES_SQL)
     if query.user:
         stmt = stmt.where(JobRow.user == query.user)

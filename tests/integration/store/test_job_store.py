@@ -714,3 +714,15 @@ def test_every_change_a_summary_shows_bumps_its_version(store: JobStore) -> None
     [summary] = store.job_summaries(["wsjob-ver0", "wsjob-unknown"])
     assert summary.phase is Phase.SUCCEEDED and summary.progress.step == 3
     assert summary.spec.params_yaml == ""  # summaries leave out the params
+
+
+def test_phase_filter_lists_exactly_those_phases(store: JobStore) -> None:
+    for i in range(4):
+        submit(store, f"wsjob-ph{i:04d}", now=T0 + i)
+    drive(store, "wsjob-ph0001", Phase.CANCELLED)
+    drive(store, "wsjob-ph0002", Phase.RUNNING)
+    query = JobQuery(phases=frozenset({Phase.CANCELLED, Phase.RUNNING}))
+    expected = ["wsjob-ph0002", "wsjob-ph0001"]
+    assert ids(store.list_jobs(query)[0]) == expected
+    assert [k[0] for k in all_keys(store, dataclasses.replace(query, limit=1))] == expected
+    assert store.count_by_phase() == {Phase.QUEUED: 2, Phase.RUNNING: 1, Phase.CANCELLED: 1}
