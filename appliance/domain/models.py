@@ -1,4 +1,8 @@
-"""Model shapes known to the appliance, from the params `model` section (pure arithmetic)."""
+"""Model shapes known to the appliance, from the params `model` section (pure arithmetic).
+
+The replica plan sizes MemoryX from `memory_bytes`: the weights plus the optimizer state MemoryX
+keeps next to them, all float32.
+"""
 
 from __future__ import annotations
 
@@ -6,46 +10,69 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from appliance.domain.errors import InvalidSpec
+from appliance.domain.params import FcMnistModel, Gpt2Model, Params, parse_params
 
 BYTES_PER_PARAM = 4  # float32
 # Optimizer state kept next to the weights in MemoryX, in copies of the weights.
 OPTIMIZER_STATE_COPIES = {"sgd": 1, "adamw": 2, "adam": 2}
 
+UnitShapes = dict[str, tuple[int, ...]]
 
-def fc_layer_shapes(model: Mapping[str, Any]) -> list[tuple[int, int]]:
+
+def fc_layer_shapes(model: FcMnistModel) -> list[tuple[int, int]]:
     """(fan_in, fan_out) of each dense layer of the fc_mnist MLP."""
-    try:
-        input_size = int(model.get("input_size", 784))
-        hidden = [int(h) for h in model.get("hidden_sizes", [256, 256])]
-        classes = int(model.get("num_classes", 10))
-    except (TypeError, ValueError):
-        raise InvalidSpec(
-            "model.input_size, model.hidden_sizes and model.num_classes must be integers",
-            field="params",
-        ) from None
-    sizes = [input_size, *hidden, classes]
-    if any(s <= 0 or s > 1 << 20 for s in sizes):
-        raise InvalidSpec("fc_mnist layer sizes must be between 1 and 1048576", field="params")
+    sizes = [model.input_size, *model.hidden_sizes, model.num_classes]
     return list(itertools.pairwise(sizes))
 
 
+def gpt2_unit_shapes(model: Gpt2Model) -> list[UnitShapes]:
+    """Tensor shapes of each streamed unit: embeddings, one per block, then the final LN.
+
+    The LM head is tied to `wte`, so it has no tensors of its own.
+    """
+    hidden, inner = model.hidden_size, 4 * model.hidden_size
+    embeddings: UnitShapes = {
+        "wte": (model.vocab_size, hidden),
+        "wpe": (model.max_position_embeddings, hidden),
+    }
+    block: UnitShapes = {
+        "ln1_gain": (hidden,),
+        "ln1_bias": (hidden,),
+        "attn_qkv_weight": (hidden, 3 * hidden),
+        "attn_qkv_bias": (3 * hidden,),
+        "attn_proj_weight": (hidden, hidden),
+        "attn_proj_bias": (hidden,),
+        "ln2_gain": (hidden,),
+        "ln2_bias": (hidden,),
+        "mlp_fc_weight": (hidden, inner),
+        "mlp_fc_bias": (inner,),
+        "mlp_proj_weight": (inner, hidden),
+        "mlp_proj_bias": (hidden,),
+    }
+    final: UnitShapes = {"lnf_gain": (hidden,), "lnf_bias": (hidden,)}
+    return [embeddings, *(dict(block) for _ in range(model.num_hidden_layers)), final]
+
+
+def unit_shapes(params: Params) -> list[UnitShapes]:
+    """Tensor shapes of every streamed unit (layer) of the model, in forward order."""
+    if isinstance(params.model, Gpt2Model):
+        return gpt2_unit_shapes(params.model)
+    return [{"weight": s, "bias": (s[1],)} for s in fc_layer_shapes(params.model)]
+
+
 def parameter_count(params: Mapping[str, Any]) -> int:
-    model = params.get("model") or {}
-    name = model.get("name", "fc_mnist")
-    if name != "fc_mnist":
-        raise InvalidSpec(f"model.name {name!r} is not known; use fc_mnist", field="params")
-    return sum(i * o + o for i, o in fc_layer_shapes(model))
+    """Number of trainable parameters; raises InvalidSpec for bad params."""
+    count = 0
+    for unit in unit_shapes(parse_params(params)):
+        for shape in unit.values():
+            size = 1
+            for dim in shape:
+                size *= dim
+            count += size
+    return count
 
 
 def memory_bytes(params: Mapping[str, Any]) -> int:
     """Weights plus optimizer state, the bytes MemoryX must hold for the job."""
-    optimizer = params.get("optimizer") or {}
-    kind = str(optimizer.get("optimizer_type", "sgd")).lower()
-    copies = OPTIMIZER_STATE_COPIES.get(kind)
-    if copies is None:
-        known = ", ".join(sorted(OPTIMIZER_STATE_COPIES))
-        raise InvalidSpec(
-            f"optimizer.optimizer_type {kind!r} is not one of {known}", field="params"
-        )
-    return parameter_count(params) * BYTES_PER_PARAM * (1 + copies)
+    kind = parse_params(params).optimizer.optimizer_type
+    return parameter_count(params) * BYTES_PER_PARAM * (1 + OPTIMIZER_STATE_COPIES[kind])

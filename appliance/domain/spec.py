@@ -7,11 +7,13 @@ import enum
 import functools
 import re
 from collections.abc import Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 import yaml
 
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.params import parse_params
 
 
 class Mode(enum.StrEnum):
@@ -100,6 +102,12 @@ def validate_spec(
         raise InvalidSpec(
             f"model_dir must be a path of at most {MAX_MODEL_DIR} characters", field="model_dir"
         )
+    if model_dir and not PurePosixPath(model_dir).is_absolute():
+        raise InvalidSpec(
+            f"model_dir {model_dir!r} must be an absolute path (replicas do not run in your "
+            "working directory); the Python client and the launcher resolve relative ones",
+            field="model_dir",
+        )
     spec = JobSpec(
         params_yaml=params_yaml,
         num_csx=num_csx,
@@ -150,6 +158,7 @@ def validate_params(params_yaml: str) -> dict[str, Any]:
             raise InvalidSpec(f"params section {section!r} must be a mapping", field="params")
     if not params.get("model"):
         raise InvalidSpec("params needs a non-empty `model` section", field="params")
+    parse_params(params)  # keys and values of every section
     return params
 
 

@@ -1,27 +1,32 @@
-"""CS-2: runs one step of its shard of the global batch, one layer at a time.
+"""CS-2: runs one step of its shard of the global batch, one streamed unit (layer) at a time.
 
-Forward: each layer's weights stream in from this CS-2's SwarmX just before the layer runs.
-Backward: in reverse layer order; each layer's gradient is pushed to the SwarmX as soon as it is
-ready while backward carries on. The gradient is that of (sum of this shard's per-sample losses)
-/ global batch size, so the shards' gradients add up to the gradient of the global mean loss.
-The weights of a step are dropped when the step ends; between steps a CS-2 holds nothing.
+Forward: each unit's weights stream in from this CS-2's SwarmX; the next unit's weights are
+fetched while the current unit computes (compute runs in a worker thread so the stream keeps
+flowing). Backward: in reverse unit order; each unit's gradient is pushed to the SwarmX as soon
+as it is complete while backward carries on (see appliance.workers.model for tied weights).
+The gradient is that of (sum of this shard's losses) / (predictions in the global batch), so the
+shards' gradients add up to the gradient of the global mean loss. The weights of a step are
+dropped when the step ends; between steps a CS-2 holds nothing.
+
+Evaluation steps run forward and the loss only, on the CS-2's shard of an evaluation batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from typing import Any
 
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance._proto.v1 import dataplane_pb2_grpc
-from appliance.workers import fc_mnist
 from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
-from appliance.workers.fc_mnist import Array
 from appliance.workers.lifecycle import StopSignal
-from appliance.workers.tensors import collect_layer, encode_layer
+from appliance.workers.model import Batch, Tensors, backward_units
+from appliance.workers.tensors import TRAFFIC, collect_layer, encode_layer
 from appliance.workers.topology import JobLayout
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,7 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         await asyncio.Future()  # serve until stopped
 
     async def close(self) -> None:
+        log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
         await self._channels.close()
 
     async def RunStep(
@@ -61,43 +67,87 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         swarmx = layout.swarmx_of_cs2(self.index)
         stub = dataplane_pb2_grpc.WeightStreamingStub(self._channels.get(swarmx.address))
         try:
-            loss_sum, num_samples = await self._run_step(layout, stub, request.step)
+            return await _StepRun(layout, self.index, stub, self._step_timeout).run(request)
         except grpc.aio.AioRpcError as err:
             await context.abort(
                 err.code(), f"cs2-{self.index} step {request.step}: {swarmx.name}: {err.details()}"
             )
             raise AssertionError("unreachable") from err
-        return pb.RunStepResult(loss_sum=loss_sum, num_samples=num_samples)
 
-    async def _run_step(
-        self, layout: JobLayout, stub: dataplane_pb2_grpc.WeightStreamingStub, step: int
-    ) -> tuple[float, int]:
-        config = layout.config
-        inputs, labels = fc_mnist.global_batch(config, step)
-        inputs, labels = fc_mnist.batch_shard(inputs, labels, self.index, len(layout.cs2))
-        last = config.num_layers - 1
-        activations = [inputs]
-        weights: list[Array] = []
-        for layer in range(config.num_layers):
-            request = pb.WeightsRequest(step=step, layer=layer)
-            streamed = await collect_layer(stub.StreamWeights(request, timeout=self._step_timeout))
-            weight, bias = streamed.tensors["weight"], streamed.tensors["bias"]
-            weights.append(weight)
-            activations.append(fc_mnist.dense_forward(activations[-1], weight, bias, layer < last))
-        loss_sum, grad = fc_mnist.softmax_cross_entropy(activations[-1], labels, config.batch_size)
-        pushes: list[asyncio.Task[pb.GradientAck]] = []
+
+class _StepRun:
+    """One RunStep call: the weights streamed in and the activations kept for backward."""
+
+    def __init__(
+        self,
+        layout: JobLayout,
+        index: int,
+        stub: dataplane_pb2_grpc.WeightStreamingStub,
+        timeout: float,
+    ) -> None:
+        self.layout = layout
+        self.model = layout.model
+        self.index = index
+        self.stub = stub
+        self.timeout = timeout
+        self.weights: dict[int, Tensors] = {}
+
+    async def run(self, request: pb.RunStepRequest) -> pb.RunStepResult:
+        model, count = self.model, len(self.layout.cs2)
+        if request.evaluate:
+            batch = model.eval_batch(request.eval_batch).shard(self.index, count)
+        else:
+            batch = model.train_batch(request.step).shard(self.index, count)
+        outputs, caches = await self._forward(request.step, batch)
+        normalizer = model.batch_size * model.predictions_per_sample
+        head = await asyncio.to_thread(
+            model.head, outputs, self.weights, batch.targets, normalizer, not request.evaluate
+        )
+        if not request.evaluate:
+            await self._backward(request.step, caches, head)
+        return pb.RunStepResult(
+            loss_sum=head.loss_sum,
+            num_samples=batch.num_samples,
+            num_predictions=head.num_predictions,
+            num_correct=head.num_correct,
+        )
+
+    async def _fetch(self, version: int, unit: int) -> Tensors:
+        request = pb.WeightsRequest(step=version, layer=unit)
+        streamed = await collect_layer(self.stub.StreamWeights(request, timeout=self.timeout))
+        return streamed.tensors
+
+    async def _forward(self, version: int, batch: Batch) -> tuple[Any, list[Any]]:
+        caches: list[Any] = []
+        outputs: Any = batch.inputs
+        upcoming = asyncio.ensure_future(self._fetch(version, 0))
         try:
-            for layer in reversed(range(config.num_layers)):
-                grad_weight, grad_bias, grad = fc_mnist.dense_backward(
-                    activations[layer], weights[layer], activations[layer + 1], grad, layer < last
+            for unit in range(self.model.num_units):
+                self.weights[unit] = await upcoming
+                if unit + 1 < self.model.num_units:  # prefetch while this unit computes
+                    upcoming = asyncio.ensure_future(self._fetch(version, unit + 1))
+                outputs, cache = await asyncio.to_thread(
+                    self.model.forward_unit, unit, self.weights[unit], outputs
                 )
-                chunks = encode_layer(
-                    step, layer, self.index, {"weight": grad_weight, "bias": grad_bias}
+                caches.append(cache)
+        finally:
+            upcoming.cancel()
+        return outputs, caches
+
+    async def _backward(self, step: int, caches: list[Any], head: Any) -> None:
+        pushes: list[asyncio.Future[pb.GradientAck]] = []
+        gradients = backward_units(self.model, self.weights, caches, head)
+        try:
+            while True:
+                item = await asyncio.to_thread(next, gradients, None)
+                if item is None:
+                    break
+                unit, grads = item
+                chunks = TRAFFIC.counted("gradients", encode_layer(step, unit, self.index, grads))
+                pushes.append(
+                    asyncio.ensure_future(self.stub.PushGradients(chunks, timeout=self.timeout))
                 )
-                push = stub.PushGradients(chunks, timeout=self._step_timeout)
-                pushes.append(asyncio.ensure_future(push))
             await asyncio.gather(*pushes)
         finally:
             for push in pushes:
                 push.cancel()
-        return loss_sum, len(labels)

@@ -1,4 +1,5 @@
-"""The fc_mnist MLP in plain NumPy: data, init, per-layer forward/backward, loss, SGD.
+"""The fc_mnist MLP in plain NumPy: data, init, per-layer forward/backward, loss; `FcMnist` is
+its streamed model (one unit per dense layer, tensors "weight" and "bias").
 
 No transport here, so the numerics can be tested directly. Everything is float32 and
 deterministic from the seed: the global batch of step k and the initial weights of layer l are
@@ -13,17 +14,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from appliance.domain.models import fc_layer_shapes
+from appliance.domain.params import FcMnistModel, Params, parse_params
+from appliance.workers.model import Array, Batch, HeadOutput, Labels, Tensors
 
-Array = npt.NDArray[np.float32]
-Labels = npt.NDArray[np.int64]
+__all__ = ["Array", "FcMnist", "Labels", "TrainingConfig", "training_config"]
 
 # Distinct streams of the seed sequence, so data, teacher and init never share random numbers.
 _TEACHER_STREAM = 0
 _BATCH_STREAM = 1
 _INIT_STREAM = 2
+_EVAL_STREAM = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,20 +50,19 @@ class TrainingConfig:
         return self.layer_shapes[-1][1]
 
 
-def training_config(params: Mapping[str, Any]) -> TrainingConfig:
-    """Read model shapes, batch size, seed and learning rate (with defaults) from params."""
-    model = params.get("model") or {}
-    train_input = params.get("train_input") or {}
-    optimizer = params.get("optimizer") or {}
-    runconfig = params.get("runconfig") or {}
-    batch_size = int(train_input.get("batch_size", 32))
-    if batch_size <= 0:
-        raise ValueError(f"train_input.batch_size must be positive, got {batch_size}")
+def training_config(params: Mapping[str, Any] | Params) -> TrainingConfig:
+    """Model shapes, batch size, seed and learning rate (with defaults) of fc_mnist params.
+
+    Raises InvalidSpec for params that do not validate or describe another model.
+    """
+    typed = params if isinstance(params, Params) else parse_params({"model": {}, **params})
+    if not isinstance(typed.model, FcMnistModel):
+        raise ValueError(f"params describe {typed.model.name}, not fc_mnist")
     return TrainingConfig(
-        layer_shapes=tuple(fc_layer_shapes(model)),
-        batch_size=batch_size,
-        seed=int(runconfig.get("seed", 0)),
-        learning_rate=float(optimizer.get("learning_rate", 0.01)),
+        layer_shapes=tuple(fc_layer_shapes(typed.model)),
+        batch_size=typed.train_input.batch_size,
+        seed=typed.runconfig.seed,
+        learning_rate=typed.optimizer.learning_rate,
     )
 
 
@@ -72,12 +73,14 @@ def init_layer(seed: int, layer: int, fan_in: int, fan_out: int) -> tuple[Array,
     return weight.astype(np.float32), np.zeros(fan_out, dtype=np.float32)
 
 
-def global_batch(config: TrainingConfig, step: int) -> tuple[Array, Labels]:
+def global_batch(
+    config: TrainingConfig, step: int, stream: int = _BATCH_STREAM, size: int | None = None
+) -> tuple[Array, Labels]:
     """Inputs ~ N(0, 1) and labels from a fixed random linear teacher, for step `step`."""
     teacher_rng = np.random.default_rng([config.seed, _TEACHER_STREAM])
     teacher = teacher_rng.standard_normal((config.input_size, config.num_classes))
-    rng = np.random.default_rng([config.seed, _BATCH_STREAM, step])
-    inputs = rng.standard_normal((config.batch_size, config.input_size))
+    rng = np.random.default_rng([config.seed, stream, step])
+    inputs = rng.standard_normal((size or config.batch_size, config.input_size))
     labels = np.argmax(inputs @ teacher, axis=1).astype(np.int64)
     return inputs.astype(np.float32), labels
 
@@ -130,27 +133,67 @@ def sgd_update(param: Array, grad: Array, learning_rate: float) -> Array:
     return (param - np.float32(learning_rate) * grad).astype(np.float32)
 
 
-def train_reference(
-    config: TrainingConfig, num_steps: int
-) -> tuple[list[tuple[Array, Array]], list[float]]:
-    """Train in one process (the numerics of one CS-2); returns final layers and mean losses."""
-    layers = [init_layer(config.seed, i, *shape) for i, shape in enumerate(config.layer_shapes)]
-    losses: list[float] = []
-    last = config.num_layers - 1
-    for step in range(num_steps):
-        inputs, labels = global_batch(config, step)
-        activations = [inputs]
-        for i, (weight, bias) in enumerate(layers):
-            activations.append(dense_forward(activations[-1], weight, bias, relu=i < last))
-        loss_sum, grad = softmax_cross_entropy(activations[-1], labels, config.batch_size)
-        losses.append(loss_sum / config.batch_size)
-        for i in reversed(range(config.num_layers)):
-            weight, bias = layers[i]
-            grad_w, grad_b, grad = dense_backward(
-                activations[i], weight, activations[i + 1], grad, relu=i < last
-            )
-            layers[i] = (
-                sgd_update(weight, grad_w, config.learning_rate),
-                sgd_update(bias, grad_b, config.learning_rate),
-            )
-    return layers, losses
+class FcMnist:
+    """The streamed fc_mnist model of one job's params."""
+
+    def __init__(self, params: Params) -> None:
+        self.config = training_config(params)
+        self.eval_batch_size = params.eval_input.batch_size
+        self.num_eval_batches = params.eval_input.num_batches
+
+    @property
+    def num_units(self) -> int:
+        return self.config.num_layers
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size
+
+    @property
+    def predictions_per_sample(self) -> int:
+        return 1
+
+    @property
+    def head_units(self) -> tuple[int, ...]:
+        return ()
+
+    def unit_shapes(self, unit: int) -> dict[str, tuple[int, ...]]:
+        fan_in, fan_out = self.config.layer_shapes[unit]
+        return {"weight": (fan_in, fan_out), "bias": (fan_out,)}
+
+    def init_unit(self, unit: int) -> Tensors:
+        weight, bias = init_layer(self.config.seed, unit, *self.config.layer_shapes[unit])
+        return {"weight": weight, "bias": bias}
+
+    def train_batch(self, step: int) -> Batch:
+        return Batch(*global_batch(self.config, step))
+
+    def eval_batch(self, index: int) -> Batch:
+        return Batch(*global_batch(self.config, index, _EVAL_STREAM, self.eval_batch_size))
+
+    def forward_unit(self, unit: int, weights: Tensors, inputs: Any) -> tuple[Any, Any]:
+        relu = unit < self.num_units - 1
+        outputs = dense_forward(inputs, weights["weight"], weights["bias"], relu)
+        return outputs, (inputs, outputs)
+
+    def head(
+        self,
+        outputs: Array,
+        weights: Mapping[int, Tensors],
+        targets: Labels,
+        normalizer: int,
+        need_grad: bool,
+    ) -> HeadOutput:
+        loss_sum, grad = softmax_cross_entropy(outputs, targets, normalizer)
+        correct = int((outputs.argmax(axis=1) == targets).sum())
+        return HeadOutput(loss_sum, correct, len(targets), grad if need_grad else None)
+
+    def backward_unit(
+        self, unit: int, weights: Tensors, cache: Any, grad: Array
+    ) -> tuple[Tensors, Array | None]:
+        inputs, outputs = cache
+        relu = unit < self.num_units - 1
+        grad_weight, grad_bias, grad_inputs = dense_backward(
+            inputs, weights["weight"], outputs, grad, relu
+        )
+        return {"weight": grad_weight, "bias": grad_bias}, grad_inputs if unit > 0 else None

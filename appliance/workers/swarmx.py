@@ -4,12 +4,17 @@ Weights: the first StreamWeights(step, layer) from any of this SwarmX's CS-2s fe
 once from its MemoryX; the other CS-2s get the same chunks. Gradients: each CS-2 pushes its
 gradient for (step, layer); when all of this SwarmX's CS-2s have pushed, they are added in CS-2
 index order and the sum goes to the owning MemoryX as one partial sum. Every push is answered
-once MemoryX has applied the update, so a CS-2's step ends only when its update is in.
+once MemoryX holds the layer's full gradient, so a CS-2's step ends only when its gradients are
+in; the chief then has the updates applied (appliance.workers.memoryx).
+
+A cached layer is dropped once every CS-2 pushed its gradient for it (they are all past its
+forward pass); weights fetched for evaluation at version k are the ones training step k uses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 
@@ -19,10 +24,10 @@ from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance._proto.v1 import dataplane_pb2_grpc
 from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
-from appliance.workers.fc_mnist import Array
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.memoryx import sum_in_order
-from appliance.workers.tensors import collect_layer, encode_layer
+from appliance.workers.model import Array
+from appliance.workers.tensors import TRAFFIC, collect_layer, encode_layer
 from appliance.workers.topology import JobLayout
 
 log = logging.getLogger(__name__)
@@ -56,6 +61,7 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
         await asyncio.Future()  # serve until stopped
 
     async def close(self) -> None:
+        log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
         for task in self._weights.values():
             task.cancel()
         await self._channels.close()
@@ -75,7 +81,7 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
             await context.abort(err.code(), f"swarmx-{self.index}: memoryx: {err.details()}")
             raise AssertionError("unreachable") from err
         for chunk in chunks:
-            yield chunk
+            yield TRAFFIC.count("weights", chunk)
 
     async def PushGradients(
         self, request_iterator: AsyncIterator[pb.LayerChunk], context: grpc.aio.ServicerContext
@@ -112,7 +118,7 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
             await asyncio.shield(reduction)
         except grpc.aio.AioRpcError as err:
             await context.abort(err.code(), f"swarmx-{self.index}: memoryx: {err.details()}")
-        return pb.GradientAck(applied=True)
+        return pb.GradientAck(accepted=True)
 
     async def _fetch_from_memoryx(self, request: pb.WeightsRequest) -> list[pb.LayerChunk]:
         assert self._layout is not None
@@ -127,9 +133,10 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
         step, layer = key
         sources = sorted(received)
         partial_sum = {
-            name: sum_in_order([received[s][name] for s in sources]) for name in ("weight", "bias")
+            name: sum_in_order([received[s][name] for s in sources])
+            for name in received[sources[0]]
         }
         owner = layout.memoryx_of_layer(layer)
         stub = dataplane_pb2_grpc.WeightStreamingStub(self._channels.get(owner.address))
-        chunks = encode_layer(step, layer, self.index, partial_sum)
+        chunks = TRAFFIC.counted("gradients", encode_layer(step, layer, self.index, partial_sum))
         await stub.PushGradients(chunks, timeout=self._step_timeout)

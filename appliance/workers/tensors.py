@@ -1,7 +1,8 @@
 """Tensors on the wire: raw little-endian float32 bytes with shape, chunked under ~1 MiB.
 
-A layer (its "weight" and "bias", or their gradients) travels as a sequence of LayerChunk
-messages; each tensor's chunks are consecutive and it is complete once its bytes match its shape.
+A layer (its named tensors, or their gradients) travels as a sequence of LayerChunk messages;
+each tensor's chunks are consecutive and it is complete once its bytes match its shape.
+`TRAFFIC` counts the serialized bytes this process sends, by kind, for the benchmark.
 """
 
 from __future__ import annotations
@@ -13,10 +14,28 @@ from collections.abc import AsyncIterable, Iterator, Mapping
 import numpy as np
 
 from appliance._proto.v1 import dataplane_pb2 as pb
-from appliance.workers.fc_mnist import Array
+from appliance.workers.model import Array
 
 CHUNK_BYTES = 1 << 20
 _WIRE_DTYPE = np.dtype("<f4")
+
+
+class TrafficMeter:
+    """Serialized bytes of the chunks this process sent, by kind ("weights", "gradients")."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, int] = {}
+
+    def count(self, kind: str, chunk: pb.LayerChunk) -> pb.LayerChunk:
+        self.sent[kind] = self.sent.get(kind, 0) + chunk.ByteSize()
+        return chunk
+
+    def counted(self, kind: str, chunks: Iterator[pb.LayerChunk]) -> Iterator[pb.LayerChunk]:
+        for chunk in chunks:
+            yield self.count(kind, chunk)
+
+
+TRAFFIC = TrafficMeter()
 
 
 @dataclasses.dataclass(frozen=True)

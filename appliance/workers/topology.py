@@ -15,8 +15,18 @@ from typing import Any
 
 import yaml
 
-from appliance._proto.v1 import control_pb2
-from appliance.workers.fc_mnist import TrainingConfig, training_config
+from appliance._proto.v1 import common_pb2, control_pb2
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.params import Params, parse_params
+from appliance.workers.model import StreamedModel
+from appliance.workers.model_catalog import build_model
+
+_MODES = {
+    common_pb2.MODE_UNSPECIFIED: "train",
+    common_pb2.MODE_TRAIN: "train",
+    common_pb2.MODE_EVAL: "eval",
+    common_pb2.MODE_TRAIN_AND_EVAL: "train_and_eval",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,12 +41,14 @@ class PeerAddress:
 
 @dataclasses.dataclass(frozen=True)
 class JobLayout:
-    """The job's replicas by role, its training config and the streaming wiring."""
+    """The job's replicas by role, its params, model and mode, and the streaming wiring."""
 
     job_id: str
     num_steps: int
     model_dir: str
-    config: TrainingConfig
+    mode: str  # train, eval or train_and_eval
+    params: Params
+    model: StreamedModel
     cs2: tuple[PeerAddress, ...]
     memoryx: tuple[PeerAddress, ...]
     swarmx: tuple[PeerAddress, ...]
@@ -63,7 +75,7 @@ class JobLayout:
     def layers_of_memoryx(self, memoryx_index: int) -> list[int]:
         return [
             layer
-            for layer in range(self.config.num_layers)
+            for layer in range(self.model.num_units)
             if layer % len(self.memoryx) == memoryx_index
         ]
 
@@ -89,11 +101,20 @@ def job_layout(topology: control_pb2.Topology) -> JobLayout:
         raise ValueError(
             f"topology lists {len(by_role['cs2'])} cs2 but num_csx={topology.num_csx}"
         )
+    if topology.mode not in _MODES:
+        raise ValueError(f"mode {common_pb2.Mode.Name(topology.mode)} is not run by the workers")
+    try:
+        typed = parse_params({"model": {}, **params})
+        model = build_model(typed)
+    except InvalidSpec as err:
+        raise ValueError(err.message) from None
     return JobLayout(
         job_id=topology.job_id,
         num_steps=topology.num_steps,
         model_dir=topology.model_dir,
-        config=training_config(params),
+        mode=_MODES[topology.mode],
+        params=typed,
+        model=model,
         cs2=tuple(by_role["cs2"]),
         memoryx=tuple(by_role["memoryx"]),
         swarmx=tuple(by_role["swarmx"]),

@@ -26,7 +26,8 @@ import pytest
 import yaml
 
 from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
-from appliance.workers import fc_mnist
+from appliance.domain.params import parse_params
+from appliance.workers.reference import ReferenceTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_ID = "wsjob-testworkers01"
@@ -86,6 +87,7 @@ def make_topology(
     num_steps: int,
     params: dict[str, Any],
     model_dir: Path,
+    mode: common_pb2.Mode.ValueType = common_pb2.MODE_TRAIN,
 ) -> control_pb2.Topology:
     peers = [control_pb2.Peer(name="chief-0", role="chief", index=0)]
     for role, count in (("cs2", num_csx), ("memoryx", memoryx), ("swarmx", swarmx)):
@@ -95,7 +97,7 @@ def make_topology(
         params_yaml=yaml.safe_dump(params),
         num_csx=num_csx,
         num_steps=num_steps,
-        mode=common_pb2.MODE_TRAIN,
+        mode=mode,
         model_dir=str(model_dir),
         peers=peers,
     )
@@ -167,18 +169,27 @@ async def replicas(names: list[str], address: str, log_dir: Path) -> AsyncIterat
 
 @contextlib.asynccontextmanager
 async def run_job(
-    tmp_path: Path, num_csx: int, memoryx: int, swarmx: int, num_steps: int, params: dict[str, Any]
+    tmp_path: Path,
+    num_csx: int,
+    memoryx: int,
+    swarmx: int,
+    num_steps: int,
+    params: dict[str, Any],
+    mode: common_pb2.Mode.ValueType = common_pb2.MODE_TRAIN,
+    model_dir: Path | None = None,
+    log_dir: Path | None = None,
 ) -> AsyncIterator[RunningJob]:
-    topology = make_topology(num_csx, memoryx, swarmx, num_steps, params, tmp_path / "model")
+    model_dir = model_dir or tmp_path / "model"
+    topology = make_topology(num_csx, memoryx, swarmx, num_steps, params, model_dir, mode)
     fake = FakeReplicaControl(topology)
-    log_dir = tmp_path / "logs"
-    log_dir.mkdir()
+    log_dir = log_dir or tmp_path / "logs"
+    log_dir.mkdir(parents=True)
     names = [p.name for p in topology.peers]
     async with coordinator(fake) as address, replicas(names, address, log_dir) as processes:
         yield RunningJob(fake, processes, log_dir)
 
 
-DEFAULT_MODEL = {"optimizer": {"learning_rate": 0.05}}
+DEFAULT_MODEL = {"model": {"name": "fc_mnist"}, "optimizer": {"learning_rate": 0.05}}
 SMALL_MODEL = {
     "model": {"input_size": 64, "hidden_sizes": [48, 32], "num_classes": 10},
     "train_input": {"batch_size": 30},
@@ -199,11 +210,11 @@ async def test_two_cs2_job_trains_and_shuts_down(tmp_path: Path) -> None:
     assert final.steps_per_second > 0 and final.samples_per_second == pytest.approx(
         final.steps_per_second * 32
     )
-    _, reference_losses = fc_mnist.train_reference(fc_mnist.training_config(DEFAULT_MODEL), 40)
+    reference_losses = ReferenceTrainer(parse_params(DEFAULT_MODEL), 40).train()
     assert final.loss == pytest.approx(reference_losses[-1], rel=1e-4)
     assert final.loss < reference_losses[0]  # the loss of the first step
     metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
-    assert metrics == {"step": num_steps, "loss": pytest.approx(final.loss)}
+    assert metrics["step"] == num_steps and metrics["loss"] == pytest.approx(final.loss)
     steps = [p.step for p in job.fake.progress]
     assert steps == sorted(steps)
     rates = ", ".join(f"{p.steps_per_second:.1f}" for p in job.fake.progress)
@@ -218,11 +229,11 @@ async def test_final_weights_do_not_depend_on_the_number_of_cs2(
     async with run_job(tmp_path, num_csx, 2, swarmx, num_steps, SMALL_MODEL) as job:
         assert await job.exit_code("chief-0", within=60) == 0, job.logs()
 
-    config = fc_mnist.training_config(SMALL_MODEL)
-    layers, _ = fc_mnist.train_reference(config, num_steps)
+    reference = ReferenceTrainer(parse_params(SMALL_MODEL), num_steps)
+    reference.train()
     with np.load(tmp_path / "model" / "weights.npz") as saved:
-        for i, (weight, bias) in enumerate(layers):
-            for name, expected in ((f"weight_{i}", weight), (f"bias_{i}", bias)):
+        for i, layer in enumerate(reference.weights):
+            for name, expected in ((f"weight_{i}", layer["weight"]), (f"bias_{i}", layer["bias"])):
                 got = saved[name]
                 assert got.shape == expected.shape
                 relative = np.abs(got - expected).max() / np.abs(expected).max()

@@ -35,10 +35,15 @@ class DType(_DType, metaclass=_DTypeEnumTypeWrapper):
       chief ──RunStep──► cs2-i ──StreamWeights──► swarmx-j ──StreamWeights──► memoryx-(layer % M)
                          cs2-i ──PushGradients──► swarmx-j ──PushGradients──► memoryx-(layer % M)
 
+      chief ──GradientNorms, ApplyUpdates──► memoryx-j      (after every CS-2 answered RunStep)
+
     SwarmX and MemoryX serve the same WeightStreaming interface: a SwarmX fetches each layer once
     per step from its MemoryX and relays it to its CS-2s, and sums its CS-2s' gradients before
-    handing one partial sum to MemoryX. MemoryX applies the update once every SwarmX's partial sum
-    for that layer has arrived.
+    handing one partial sum to MemoryX. MemoryX adds the partial sums of a layer in SwarmX index
+    order and keeps the result; updates are applied in a second phase, when the chief calls
+    ApplyUpdates with the step's learning rate and the clip scale agreed from every layer's norm.
+    A "layer" is a streamed unit: a dense layer of fc_mnist, or the embeddings, one transformer
+    block or the final LayerNorm of gpt2.
     """
 
 DTYPE_UNSPECIFIED: DType.ValueType  # 0
@@ -59,7 +64,9 @@ class TensorChunk(_message.Message):
     DTYPE_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    """"weight" or "bias"."""
+    """The tensor's name within its layer ("weight", "bias", "wte", "ln1_gain", ...); optimizer
+    state travels as "<slot>/<name>" (e.g. "exp_avg/weight").
+    """
     dtype: Global___DType.ValueType
     data: _builtins.bytes
     @_builtins.property
@@ -119,18 +126,22 @@ class WeightsRequest(_message.Message):
 
     STEP_FIELD_NUMBER: _builtins.int
     LAYER_FIELD_NUMBER: _builtins.int
+    WITH_OPTIMIZER_STATE_FIELD_NUMBER: _builtins.int
     step: _builtins.int
     """The weight version wanted; the call waits until the layer has reached it."""
     layer: _builtins.int
+    with_optimizer_state: _builtins.bool
+    """Also send the optimizer state of the layer (for checkpoints; served by MemoryX only)."""
     def __init__(
         self,
         *,
         step: _builtins.int = ...,
         layer: _builtins.int = ...,
+        with_optimizer_state: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["layer", b"layer", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["layer", b"layer", "step", b"step", "with_optimizer_state", b"with_optimizer_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -140,24 +151,24 @@ Global___WeightsRequest: _TypeAlias = WeightsRequest  # noqa: Y015
 class GradientAck(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    APPLIED_FIELD_NUMBER: _builtins.int
-    applied: _builtins.bool
-    """True once the update for this layer and step was applied by MemoryX."""
+    ACCEPTED_FIELD_NUMBER: _builtins.int
+    accepted: _builtins.bool
+    """True once MemoryX holds the layer's summed gradient for the step (not yet applied)."""
     def __init__(
         self,
         *,
-        applied: _builtins.bool = ...,
+        accepted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GradientAck: _TypeAlias = GradientAck  # noqa: Y015
 
 @_typing.final
-class RunStepRequest(_message.Message):
+class GradientNormsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     STEP_FIELD_NUMBER: _builtins.int
@@ -173,6 +184,117 @@ class RunStepRequest(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+Global___GradientNormsRequest: _TypeAlias = GradientNormsRequest  # noqa: Y015
+
+@_typing.final
+class LayerNorm(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LAYER_FIELD_NUMBER: _builtins.int
+    SQUARED_NORM_FIELD_NUMBER: _builtins.int
+    layer: _builtins.int
+    squared_norm: _builtins.float
+    """Sum of squares of the layer's summed gradient (float64, tensors in name order)."""
+    def __init__(
+        self,
+        *,
+        layer: _builtins.int = ...,
+        squared_norm: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["layer", b"layer", "squared_norm", b"squared_norm"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LayerNorm: _TypeAlias = LayerNorm  # noqa: Y015
+
+@_typing.final
+class GradientNormsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LAYERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def layers(self) -> _containers.RepeatedCompositeFieldContainer[Global___LayerNorm]: ...
+    def __init__(
+        self,
+        *,
+        layers: _abc.Iterable[Global___LayerNorm] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["layers", b"layers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GradientNormsResponse: _TypeAlias = GradientNormsResponse  # noqa: Y015
+
+@_typing.final
+class ApplyUpdatesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    LEARNING_RATE_FIELD_NUMBER: _builtins.int
+    GRADIENT_SCALE_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    learning_rate: _builtins.float
+    gradient_scale: _builtins.float
+    """Multiplies every gradient before the update (global-norm clipping); 1 means no clipping."""
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        learning_rate: _builtins.float = ...,
+        gradient_scale: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gradient_scale", b"gradient_scale", "learning_rate", b"learning_rate", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyUpdatesRequest: _TypeAlias = ApplyUpdatesRequest  # noqa: Y015
+
+@_typing.final
+class ApplyUpdatesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyUpdatesResponse: _TypeAlias = ApplyUpdatesResponse  # noqa: Y015
+
+@_typing.final
+class RunStepRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    EVALUATE_FIELD_NUMBER: _builtins.int
+    EVAL_BATCH_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    """Training: the step (and the weight version used). Evaluation: the weight version."""
+    evaluate: _builtins.bool
+    """Forward and loss only, on evaluation batch `eval_batch`; no gradients."""
+    eval_batch: _builtins.int
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        evaluate: _builtins.bool = ...,
+        eval_batch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eval_batch", b"eval_batch", "evaluate", b"evaluate", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
 Global___RunStepRequest: _TypeAlias = RunStepRequest  # noqa: Y015
 
 @_typing.final
@@ -181,18 +303,26 @@ class RunStepResult(_message.Message):
 
     LOSS_SUM_FIELD_NUMBER: _builtins.int
     NUM_SAMPLES_FIELD_NUMBER: _builtins.int
+    NUM_PREDICTIONS_FIELD_NUMBER: _builtins.int
+    NUM_CORRECT_FIELD_NUMBER: _builtins.int
     loss_sum: _builtins.float
-    """Sum of the per-sample losses of this CS-2's shard of the global batch."""
+    """Sum of the per-prediction losses of this CS-2's shard of the global batch."""
     num_samples: _builtins.int
+    """Samples (sequences for a language model) in the shard."""
+    num_predictions: _builtins.int
+    """Predictions (loss terms) in the shard, and how many of them were right."""
+    num_correct: _builtins.int
     def __init__(
         self,
         *,
         loss_sum: _builtins.float = ...,
         num_samples: _builtins.int = ...,
+        num_predictions: _builtins.int = ...,
+        num_correct: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["loss_sum", b"loss_sum", "num_samples", b"num_samples"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["loss_sum", b"loss_sum", "num_correct", b"num_correct", "num_predictions", b"num_predictions", "num_samples", b"num_samples"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -58,7 +58,8 @@ class WeightStreamingServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PushGradients(self, request_iterator, context):
-        """One gradient (or partial sum of gradients) for one layer and step; answers once applied.
+        """One gradient (or partial sum of gradients) for one layer and step; answers once MemoryX
+        holds the layer's full sum for the step.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,6 +144,126 @@ class WeightStreaming:
             _registered_method=True)
 
 
+class UpdateControlStub:
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.GradientNorms = channel.unary_unary(
+                '/appliance.v1.UpdateControl/GradientNorms',
+                request_serializer=appliance_dot_v1_dot_dataplane__pb2.GradientNormsRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_dataplane__pb2.GradientNormsResponse.FromString,
+                _registered_method=True)
+        self.ApplyUpdates = channel.unary_unary(
+                '/appliance.v1.UpdateControl/ApplyUpdates',
+                request_serializer=appliance_dot_v1_dot_dataplane__pb2.ApplyUpdatesRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_dataplane__pb2.ApplyUpdatesResponse.FromString,
+                _registered_method=True)
+
+
+class UpdateControlServicer:
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step.
+    """
+
+    def GradientNorms(self, request, context):
+        """Squared norms of the summed gradients of step `step` of the layers this MemoryX holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyUpdates(self, request, context):
+        """Apply the step's update to every layer this MemoryX holds (versions move to step + 1).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_UpdateControlServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'GradientNorms': grpc.unary_unary_rpc_method_handler(
+                    servicer.GradientNorms,
+                    request_deserializer=appliance_dot_v1_dot_dataplane__pb2.GradientNormsRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_dataplane__pb2.GradientNormsResponse.SerializeToString,
+            ),
+            'ApplyUpdates': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyUpdates,
+                    request_deserializer=appliance_dot_v1_dot_dataplane__pb2.ApplyUpdatesRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_dataplane__pb2.ApplyUpdatesResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'appliance.v1.UpdateControl', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('appliance.v1.UpdateControl', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class UpdateControl:
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step.
+    """
+
+    @staticmethod
+    def GradientNorms(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.UpdateControl/GradientNorms',
+            appliance_dot_v1_dot_dataplane__pb2.GradientNormsRequest.SerializeToString,
+            appliance_dot_v1_dot_dataplane__pb2.GradientNormsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyUpdates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.UpdateControl/ApplyUpdates',
+            appliance_dot_v1_dot_dataplane__pb2.ApplyUpdatesRequest.SerializeToString,
+            appliance_dot_v1_dot_dataplane__pb2.ApplyUpdatesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class StepExecutionStub:
     """Served by every CS-2.
     """
@@ -165,8 +286,8 @@ class StepExecutionServicer:
     """
 
     def RunStep(self, request, context):
-        """Forward, loss and backward for the CS-2's shard of step `step`; answers once every gradient
-        of the step has been applied.
+        """Forward, loss and backward for the CS-2's shard of step `step`; answers once MemoryX holds
+        every layer's summed gradient of the step.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -35,7 +35,9 @@ class WeightStreamingStub:
     StreamWeights: _grpc.UnaryStreamMultiCallable[_dataplane_pb2.WeightsRequest, _dataplane_pb2.LayerChunk]
     """The layer's weights at version `step`, chunked."""
     PushGradients: _grpc.StreamUnaryMultiCallable[_dataplane_pb2.LayerChunk, _dataplane_pb2.GradientAck]
-    """One gradient (or partial sum of gradients) for one layer and step; answers once applied."""
+    """One gradient (or partial sum of gradients) for one layer and step; answers once MemoryX
+    holds the layer's full sum for the step.
+    """
 
 @_typing.type_check_only
 class WeightStreamingAsyncStub(WeightStreamingStub):
@@ -43,7 +45,9 @@ class WeightStreamingAsyncStub(WeightStreamingStub):
     StreamWeights: _aio.UnaryStreamMultiCallable[_dataplane_pb2.WeightsRequest, _dataplane_pb2.LayerChunk]  # type: ignore[assignment]
     """The layer's weights at version `step`, chunked."""
     PushGradients: _aio.StreamUnaryMultiCallable[_dataplane_pb2.LayerChunk, _dataplane_pb2.GradientAck]  # type: ignore[assignment]
-    """One gradient (or partial sum of gradients) for one layer and step; answers once applied."""
+    """One gradient (or partial sum of gradients) for one layer and step; answers once MemoryX
+    holds the layer's full sum for the step.
+    """
 
 class WeightStreamingServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -60,9 +64,54 @@ class WeightStreamingServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_dataplane_pb2.LayerChunk],
         context: _ServicerContext,
     ) -> _typing.Union[_dataplane_pb2.GradientAck, _abc.Awaitable[_dataplane_pb2.GradientAck]]:
-        """One gradient (or partial sum of gradients) for one layer and step; answers once applied."""
+        """One gradient (or partial sum of gradients) for one layer and step; answers once MemoryX
+        holds the layer's full sum for the step.
+        """
 
 def add_WeightStreamingServicer_to_server(servicer: WeightStreamingServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class UpdateControlStub:
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step."""
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> UpdateControlAsyncStub: ...
+    GradientNorms: _grpc.UnaryUnaryMultiCallable[_dataplane_pb2.GradientNormsRequest, _dataplane_pb2.GradientNormsResponse]
+    """Squared norms of the summed gradients of step `step` of the layers this MemoryX holds."""
+    ApplyUpdates: _grpc.UnaryUnaryMultiCallable[_dataplane_pb2.ApplyUpdatesRequest, _dataplane_pb2.ApplyUpdatesResponse]
+    """Apply the step's update to every layer this MemoryX holds (versions move to step + 1)."""
+
+@_typing.type_check_only
+class UpdateControlAsyncStub(UpdateControlStub):
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step."""
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    GradientNorms: _aio.UnaryUnaryMultiCallable[_dataplane_pb2.GradientNormsRequest, _dataplane_pb2.GradientNormsResponse]  # type: ignore[assignment]
+    """Squared norms of the summed gradients of step `step` of the layers this MemoryX holds."""
+    ApplyUpdates: _aio.UnaryUnaryMultiCallable[_dataplane_pb2.ApplyUpdatesRequest, _dataplane_pb2.ApplyUpdatesResponse]  # type: ignore[assignment]
+    """Apply the step's update to every layer this MemoryX holds (versions move to step + 1)."""
+
+class UpdateControlServicer(metaclass=_abc_1.ABCMeta):
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step."""
+
+    @_abc_1.abstractmethod
+    def GradientNorms(
+        self,
+        request: _dataplane_pb2.GradientNormsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dataplane_pb2.GradientNormsResponse, _abc.Awaitable[_dataplane_pb2.GradientNormsResponse]]:
+        """Squared norms of the summed gradients of step `step` of the layers this MemoryX holds."""
+
+    @_abc_1.abstractmethod
+    def ApplyUpdates(
+        self,
+        request: _dataplane_pb2.ApplyUpdatesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dataplane_pb2.ApplyUpdatesResponse, _abc.Awaitable[_dataplane_pb2.ApplyUpdatesResponse]]:
+        """Apply the step's update to every layer this MemoryX holds (versions move to step + 1)."""
+
+def add_UpdateControlServicer_to_server(servicer: UpdateControlServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class StepExecutionStub:
     """Served by every CS-2."""
@@ -72,8 +121,8 @@ class StepExecutionStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> StepExecutionAsyncStub: ...
     RunStep: _grpc.UnaryUnaryMultiCallable[_dataplane_pb2.RunStepRequest, _dataplane_pb2.RunStepResult]
-    """Forward, loss and backward for the CS-2's shard of step `step`; answers once every gradient
-    of the step has been applied.
+    """Forward, loss and backward for the CS-2's shard of step `step`; answers once MemoryX holds
+    every layer's summed gradient of the step.
     """
 
 @_typing.type_check_only
@@ -82,8 +131,8 @@ class StepExecutionAsyncStub(StepExecutionStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     RunStep: _aio.UnaryUnaryMultiCallable[_dataplane_pb2.RunStepRequest, _dataplane_pb2.RunStepResult]  # type: ignore[assignment]
-    """Forward, loss and backward for the CS-2's shard of step `step`; answers once every gradient
-    of the step has been applied.
+    """Forward, loss and backward for the CS-2's shard of step `step`; answers once MemoryX holds
+    every layer's summed gradient of the step.
     """
 
 class StepExecutionServicer(metaclass=_abc_1.ABCMeta):
@@ -95,8 +144,8 @@ class StepExecutionServicer(metaclass=_abc_1.ABCMeta):
         request: _dataplane_pb2.RunStepRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_dataplane_pb2.RunStepResult, _abc.Awaitable[_dataplane_pb2.RunStepResult]]:
-        """Forward, loss and backward for the CS-2's shard of step `step`; answers once every gradient
-        of the step has been applied.
+        """Forward, loss and backward for the CS-2's shard of step `step`; answers once MemoryX holds
+        every layer's summed gradient of the step.
         """
 
 def add_StepExecutionServicer_to_server(servicer: StepExecutionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -50,6 +50,7 @@ BAD_SPECS = [
     ("labels", _spec(labels={"k": "v" * 64}), "at most 63 characters"),
     ("labels", _spec(labels={"Bad_Prefix/k": "v"}), "invalid prefix"),
     ("model_dir", _spec(model_dir="d" * 5000), "model_dir must be a path"),
+    ("model_dir", _spec(model_dir="relative/dir"), "must be an absolute path"),
 ]
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.params import parse_params
 from appliance.workers import fc_mnist
+from appliance.workers.reference import ReferenceTrainer
 
 SMALL = {
     "model": {"input_size": 6, "hidden_sizes": [5, 4], "num_classes": 3},
@@ -22,7 +25,7 @@ def test_training_config_defaults() -> None:
 
 
 def test_training_config_rejects_empty_batch() -> None:
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(InvalidSpec, match=r"train_input\.batch_size must be > 0"):
         fc_mnist.training_config({"train_input": {"batch_size": 0}})
 
 
@@ -110,8 +113,8 @@ def test_shard_gradients_add_up_to_the_global_gradient() -> None:
 
 
 def test_reference_training_lowers_the_loss() -> None:
-    config = fc_mnist.training_config(
+    params = parse_params(
         {**SMALL, "train_input": {"batch_size": 64}, "optimizer": {"learning_rate": 0.5}}
     )
-    _, losses = fc_mnist.train_reference(config, num_steps=60)
+    losses = ReferenceTrainer(params, num_steps=60).train()
     assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])

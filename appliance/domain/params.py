@@ -1,0 +1,178 @@
+"""Typed Model Zoo-style params: `model`, `train_input`, `eval_input`, `optimizer`, `runconfig`.
+
+`parse_params` turns the parsed YAML mapping into frozen pydantic models or raises InvalidSpec
+(field "params") with a sentence naming the key path, e.g.
+"params: optimizer.learning_rate must be > 0, got -1". Unknown keys are errors, so a typo never
+silently falls back to a default. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import pydantic
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic_core import PydanticCustomError
+
+from appliance.domain.errors import InvalidSpec
+
+MAX_SIZE = 1 << 20
+
+
+def _check_size(value: int) -> int:
+    if not 0 < value <= MAX_SIZE:
+        raise PydanticCustomError("size_range", f"must be between 1 and {MAX_SIZE}")
+    return value
+
+
+Size = Annotated[int, AfterValidator(_check_size)]
+MODEL_NAMES = ("fc_mnist", "gpt2")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class FcMnistModel(_Section):
+    """An MLP on synthetic MNIST-shaped data: input -> hidden_sizes (ReLU) -> num_classes."""
+
+    name: Literal["fc_mnist"] = "fc_mnist"
+    input_size: Size = 784
+    hidden_sizes: tuple[Size, ...] = (256, 256)
+    num_classes: Size = 10
+
+
+class Gpt2Model(_Section):
+    """A GPT-2-style byte-level decoder with a LM head tied to the token embedding."""
+
+    name: Literal["gpt2"]
+    hidden_size: Size = 128
+    num_hidden_layers: Annotated[int, Field(gt=0, le=1024)] = 4
+    num_heads: Annotated[int, Field(gt=0, le=1024)] = 4
+    max_position_embeddings: Annotated[int, Field(gt=0, le=1 << 16)] = 128
+    vocab_size: Literal[256] = 256
+
+    @pydantic.model_validator(mode="after")
+    def _heads_divide_hidden(self) -> Gpt2Model:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.hidden_size ({self.hidden_size}) must be a multiple of "
+                f"model.num_heads ({self.num_heads})"
+            )
+        return self
+
+
+class InputSection(_Section):
+    """Batches: `batch_size` samples (sequences for gpt2) of `max_sequence_length` tokens."""
+
+    batch_size: Annotated[int, Field(gt=0, le=1 << 16)] = 32
+    max_sequence_length: Annotated[int, Field(gt=1, le=1 << 16)] | None = None
+    # Evaluation only: how many batches one evaluation runs over.
+    num_batches: Annotated[int, Field(gt=0, le=1 << 16)] = 4
+
+
+class OptimizerSection(_Section):
+    """Applied by MemoryX. The learning rate follows warm-up then `decay` (see lr schedule)."""
+
+    optimizer_type: Literal["sgd", "adamw", "adam"] = "sgd"
+    learning_rate: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.01
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    beta2: Annotated[float, Field(ge=0, lt=1)] = 0.999
+    eps: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1e-8
+    weight_decay: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    warmup_steps: NonNegativeInt = 0
+    decay: Literal["constant", "linear", "cosine"] = "constant"
+    # Steps from the end of warm-up to min_learning_rate; default: the rest of the job.
+    decay_steps: PositiveInt | None = None
+    min_learning_rate: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    # Clip the summed gradient by its global norm over all layers; None: no clipping.
+    max_gradient_norm: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+    @pydantic.field_validator("optimizer_type", mode="before")
+    @classmethod
+    def _lower_case(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
+class RunConfig(_Section):
+    """Seed, summary / checkpoint / eval cadence and the checkpoint to resume from."""
+
+    seed: Annotated[int, Field(ge=0, lt=1 << 63)] = 0
+    log_steps: PositiveInt | None = None
+    checkpoint_steps: PositiveInt | None = None
+    eval_steps: PositiveInt | None = None
+    checkpoint_path: str | None = None
+
+
+class Params(_Section):
+    """The whole params file, every section present (defaults filled in)."""
+
+    model: FcMnistModel | Gpt2Model
+    train_input: InputSection = InputSection()
+    eval_input: InputSection = InputSection()
+    optimizer: OptimizerSection = OptimizerSection()
+    runconfig: RunConfig = RunConfig()
+
+    def model_digest(self) -> str:
+        """sha256 of the `model` section: equal digests mean checkpoint-compatible shapes."""
+        text = json.dumps(self.model.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_params(params: Mapping[str, Any]) -> Params:
+    """Validate the parsed params mapping; raises InvalidSpec naming the first bad key."""
+    sections = {k: v for k, v in params.items() if v is not None}
+    model = sections.get("model") or {}
+    if not isinstance(model, Mapping):
+        raise InvalidSpec("params: model must be a mapping", field="params")
+    name = model.get("name", "fc_mnist")
+    if name not in MODEL_NAMES:
+        raise InvalidSpec(
+            f"params: model.name {name!r} is not known; use one of {', '.join(MODEL_NAMES)}",
+            field="params",
+        )
+    model_type: type[_Section] = Gpt2Model if name == "gpt2" else FcMnistModel
+    try:
+        typed_model = model_type.model_validate(model)
+    except pydantic.ValidationError as err:
+        raise InvalidSpec(_sentence(err, "model"), field="params") from None
+    try:
+        return Params.model_validate({**sections, "model": typed_model})
+    except pydantic.ValidationError as err:
+        raise InvalidSpec(_sentence(err, ""), field="params") from None
+
+
+def _sentence(err: pydantic.ValidationError, prefix: str) -> str:
+    """The first error as "params: <key path> <what is wrong>, got <value>"."""
+    first = err.errors(include_url=False)[0]
+    parts = [prefix] if prefix else []
+    parts += [str(p) for p in first["loc"] if not str(p).startswith(("function-", "tagged-"))]
+    path = ".".join(parts)
+    kind, context, value = first["type"], first.get("ctx") or {}, first.get("input")
+    if kind == "extra_forbidden":
+        return f"params: unknown key {path}; check the spelling or remove it"
+    if kind == "value_error":
+        return f"params: {context.get('error', first['msg'])}"
+    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<"}
+    if kind in bounds:
+        limit = next(iter(context.values()))
+        return f"params: {path} must be {bounds[kind]} {_number(limit)}, got {value!r}"
+    if kind == "less_than_equal":
+        return f"params: {path} must be <= {context.get('le')}, got {value!r}"
+    if kind == "literal_error":
+        return f"params: {path} {value!r} is not one of {context.get('expected')}"
+    if kind == "size_range":
+        return f"params: {path} {first['msg']}, got {value!r}"
+    if kind == "int_parsing":
+        if path[-1:].isdigit():  # an item of a list: name the list
+            return f"params: {path.rsplit('.', 1)[0]} must be integers, got {value!r}"
+        return f"params: {path} must be an integer, got {value!r}"
+    return f"params: {path}: {first['msg'].lower()}, got {value!r}"
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

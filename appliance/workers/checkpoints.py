@@ -1,0 +1,140 @@
+"""Checkpoints: `model_dir/checkpoint_<step>.npz`, written atomically, read to resume.
+
+Format (a NumPy .npz archive, no pickled objects):
+- `format`: "wafer-appliance-checkpoint/1";
+- `step`: int64, the number of updates applied (training resumes at this step);
+- `params_digest`: sha256 of the params `model` section (Params.model_digest); resuming with a
+  different model is refused;
+- `optimizer_type`: the optimizer that produced the state;
+- `weights/<layer>/<tensor>`: float32 weights of every streamed layer (unit);
+- `optimizer/<layer>/<slot>/<tensor>`: float32 optimizer state (slots: "momentum" for SGD with
+  momentum, "exp_avg" and "exp_avg_sq" for AdamW).
+
+The archive is written to a hidden temporary file in the same directory, fsynced and renamed
+over the final name, so a process killed mid-write never leaves a torn checkpoint_<step>.npz.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from appliance.workers.model import Tensors
+from appliance.workers.optimizers import OptimizerState
+
+FORMAT = "wafer-appliance-checkpoint/1"
+_NAME = re.compile(r"^checkpoint_(\d+)\.npz$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """Everything MemoryX needs to continue a job at `step`."""
+
+    step: int
+    params_digest: str
+    optimizer_type: str
+    weights: dict[int, Tensors]
+    states: dict[int, OptimizerState]
+
+
+def checkpoint_path(model_dir: Path, step: int) -> Path:
+    return model_dir / f"checkpoint_{step}.npz"
+
+
+def latest_checkpoint(model_dir: Path) -> Path | None:
+    """The complete checkpoint with the highest step in `model_dir`, if any."""
+    found = [(int(m.group(1)), p) for p in model_dir.glob("checkpoint_*.npz")
+             if (m := _NAME.match(p.name))]  # fmt: skip
+    return max(found)[1] if found else None
+
+
+def split_layer_state(tensors: Tensors) -> tuple[Tensors, OptimizerState]:
+    """Split a layer streamed with its optimizer state ("<slot>/<name>") into the two parts."""
+    weights: Tensors = {}
+    state: OptimizerState = {}
+    for key, array in tensors.items():
+        slot, _, name = key.rpartition("/")
+        if slot:
+            state.setdefault(slot, {})[name] = array
+        else:
+            weights[key] = array
+    return weights, state
+
+
+def write_checkpoint(model_dir: Path, checkpoint: Checkpoint) -> Path:
+    """Write atomically; returns the final path."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, Any] = {
+        "format": np.array(FORMAT),
+        "step": np.array(checkpoint.step, dtype=np.int64),
+        "params_digest": np.array(checkpoint.params_digest),
+        "optimizer_type": np.array(checkpoint.optimizer_type),
+    }
+    for layer, tensors in sorted(checkpoint.weights.items()):
+        for name, array in tensors.items():
+            arrays[f"weights/{layer}/{name}"] = array
+    for layer, state in sorted(checkpoint.states.items()):
+        for slot, tensors in state.items():
+            for name, array in tensors.items():
+                arrays[f"optimizer/{layer}/{slot}/{name}"] = array
+    final = checkpoint_path(model_dir, checkpoint.step)
+    temporary = model_dir / f".{final.name}.{os.getpid()}.tmp"
+    with temporary.open("wb") as file:
+        np.savez(file, **arrays)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, final)
+    directory = os.open(model_dir, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return final
+
+
+def read_checkpoint(path: Path) -> Checkpoint:
+    """Load a checkpoint; raises ValueError with a sentence saying what is wrong."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            contents = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise ValueError(f"checkpoint {path} cannot be read: {err}") from None
+    if str(contents.get("format", "")) != FORMAT:
+        raise ValueError(f"{path} is not a {FORMAT} checkpoint")
+    weights: dict[int, Tensors] = {}
+    states: dict[int, OptimizerState] = {}
+    for key, array in contents.items():
+        kind, _, rest = key.partition("/")
+        if kind == "weights":
+            layer, _, name = rest.partition("/")
+            weights.setdefault(int(layer), {})[name] = array
+        elif kind == "optimizer":
+            layer, slot, name = rest.split("/", 2)
+            states.setdefault(int(layer), {}).setdefault(slot, {})[name] = array
+    return Checkpoint(
+        step=int(contents["step"]),
+        params_digest=str(contents["params_digest"]),
+        optimizer_type=str(contents["optimizer_type"]),
+        weights=weights,
+        states=states,
+    )
+
+
+def check_compatible(checkpoint: Checkpoint, params_digest: str, optimizer_type: str) -> None:
+    """Raise ValueError unless the checkpoint was made by the same model and optimizer."""
+    if checkpoint.params_digest != params_digest:
+        raise ValueError(
+            "the checkpoint was written for a different `model` section; resume with the "
+            "params it was trained with"
+        )
+    if checkpoint.optimizer_type != optimizer_type:
+        raise ValueError(
+            f"the checkpoint holds {checkpoint.optimizer_type} state but optimizer.optimizer_type"
+            f" is {optimizer_type}"
+        )

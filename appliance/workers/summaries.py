@@ -1,0 +1,41 @@
+"""Training summaries in the model directory: TensorBoard event files and `metrics.jsonl`.
+
+Every `runconfig.log_steps` steps the chief records the loss, the learning rate and samples/s
+(TensorBoard tags `loss`, `learning_rate`, `samples_per_second`; evaluations add `eval/loss`
+and `eval/accuracy`). Each line of metrics.jsonl is one JSON object with a `step` and the
+same keys. `metrics.json` holds the final metrics of the job.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tensorboardX import SummaryWriter  # type: ignore[import-untyped]
+
+
+class SummaryLog:
+    """Appends scalars to the event file and metrics.jsonl of one model directory."""
+
+    def __init__(self, model_dir: Path) -> None:
+        model_dir.mkdir(parents=True, exist_ok=True)
+        self.model_dir = model_dir
+        self._events = SummaryWriter(logdir=str(model_dir), flush_secs=5)
+        self._lines = (model_dir / "metrics.jsonl").open("a", encoding="utf-8")
+
+    def record(self, step: int, scalars: dict[str, float]) -> None:
+        for tag, value in scalars.items():
+            self._events.add_scalar(tag, value, step)
+        self._lines.write(json.dumps({"step": step, **scalars}) + "\n")
+        self._lines.flush()
+
+    def close(self) -> None:
+        self._events.close()
+        self._lines.close()
+
+
+def write_final_metrics(model_dir: Path, metrics: dict[str, Any]) -> None:
+    """metrics.json: the job's final step, loss and evaluation results."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "metrics.json").write_text(json.dumps(metrics, sort_keys=True) + "\n")

@@ -1,0 +1,193 @@
+"""The chief's loop over a job's steps: train, clip, update, evaluate, summarise, checkpoint.
+
+Step k: every CS-2 runs k (RunStep answers once MemoryX holds every layer's summed gradient);
+with clipping, the chief gathers every layer's squared gradient norm from the MemoryXs, adds
+them in layer order and derives the clip scale; then every MemoryX applies the update with the
+step's learning rate and that scale. No update is applied before the global norm is known.
+The loss of a step is the mean over the global batch's predictions. Evaluation runs every
+`runconfig.eval_steps` (train_and_eval) and at the end; checkpoints every
+`runconfig.checkpoint_steps` and at the end; summaries every `runconfig.log_steps`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from appliance._proto.v1 import common_pb2
+from appliance.workers import checkpoints, optimizers
+from appliance.workers.control import ControlPlane
+from appliance.workers.peer_calls import PeerCalls
+from appliance.workers.summaries import SummaryLog, write_final_metrics
+from appliance.workers.topology import JobLayout
+
+log = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL = 0.5
+
+
+@dataclasses.dataclass
+class _Rate:
+    """Steps since the last report, for steps/s and samples/s."""
+
+    since: float
+    step: int
+
+
+class TrainingLoop:
+    """Drives one job from its first (or resumed) step to its last."""
+
+    def __init__(self, layout: JobLayout, calls: PeerCalls, control: ControlPlane) -> None:
+        self.layout = layout
+        self.calls = calls
+        self.control = control
+        self.params = layout.params
+        self.model_dir = Path(layout.model_dir) if layout.model_dir else None
+        self.summaries = SummaryLog(self.model_dir) if self.model_dir else None
+        resume = self.params.runconfig.checkpoint_path
+        self.start_step = checkpoints.read_checkpoint(Path(resume)).step if resume else 0
+
+    async def run(self) -> dict[str, Any] | None:
+        """Run the job; returns its final metrics, or None if the coordinator said stop."""
+        try:
+            metrics = await self._run()
+        finally:
+            if self.summaries:
+                self.summaries.close()
+        if metrics is not None and self.model_dir:
+            await asyncio.to_thread(write_final_metrics, self.model_dir, metrics)
+        return metrics
+
+    async def _run(self) -> dict[str, Any] | None:
+        layout, runconfig = self.layout, self.params.runconfig
+        step = self.start_step
+        metrics: dict[str, Any] = {"step": step, "loss": None}
+        if layout.mode == "eval":
+            metrics.update(await self._evaluate(step))
+            await self._report(step, metrics["eval_loss"], 0.0, final=True)
+            return metrics
+        rate = _Rate(time.monotonic(), step)
+        last_log = _Rate(time.monotonic(), step)
+        for step in range(self.start_step, layout.num_steps):
+            loss, learning_rate = await self._train_step(step)
+            done = step + 1
+            metrics.update(step=done, loss=loss, learning_rate=learning_rate)
+            final = done == layout.num_steps
+            if runconfig.log_steps and (done % runconfig.log_steps == 0 or final):
+                self._summarise(done, loss, learning_rate, last_log)
+            evaluate = runconfig.eval_steps and done % runconfig.eval_steps == 0
+            if layout.mode == "train_and_eval" and evaluate and not final:
+                metrics.update(await self._evaluate(done))
+            if runconfig.checkpoint_steps and done % runconfig.checkpoint_steps == 0 and not final:
+                await self._checkpoint(done)
+            now = time.monotonic()
+            if now - rate.since >= PROGRESS_INTERVAL or final:
+                steps_per_second = (done - rate.step) / max(now - rate.since, 1e-9)
+                rate = _Rate(now, done)
+                if not await self._report(done, loss, steps_per_second, final):
+                    return None
+        await self._checkpoint(layout.num_steps)
+        if layout.mode == "train_and_eval":
+            metrics.update(await self._evaluate(layout.num_steps))
+        return metrics
+
+    async def _train_step(self, step: int) -> tuple[float, float]:
+        results = await self.calls.run_step(step)
+        loss = math.fsum(r.loss_sum for r in results) / sum(r.num_predictions for r in results)
+        settings = self.params.optimizer
+        scale = 1.0
+        if settings.max_gradient_norm is not None:
+            norms = await self.calls.gradient_norms(step)
+            scale = optimizers.clip_scale(norms, settings.max_gradient_norm)
+        learning_rate = optimizers.learning_rate_at(settings, step, self.layout.num_steps)
+        await self.calls.apply_updates(step, learning_rate, scale)
+        return loss, learning_rate
+
+    async def _evaluate(self, version: int) -> dict[str, float]:
+        """Loss and accuracy over the evaluation batches with the weights at `version`."""
+        loss_sum, correct, predictions = 0.0, 0, 0
+        for index in range(self.layout.model.num_eval_batches):
+            results = await self.calls.run_step(version, evaluate=True, eval_batch=index)
+            loss_sum += math.fsum(r.loss_sum for r in results)
+            correct += sum(r.num_correct for r in results)
+            predictions += sum(r.num_predictions for r in results)
+        evaluation = {"eval_loss": loss_sum / predictions, "eval_accuracy": correct / predictions}
+        log.info("evaluation at step %d: %s", version, evaluation)
+        if self.summaries:
+            self.summaries.record(
+                version,
+                {
+                    "eval/loss": evaluation["eval_loss"],
+                    "eval/accuracy": evaluation["eval_accuracy"],
+                },
+            )
+        return evaluation
+
+    def _summarise(self, done: int, loss: float, learning_rate: float, last: _Rate) -> None:
+        now = time.monotonic()
+        samples = (done - last.step) * self.layout.model.batch_size
+        samples_per_second = samples / max(now - last.since, 1e-9)
+        last.since, last.step = now, done
+        if self.summaries:
+            self.summaries.record(
+                done,
+                {
+                    "loss": loss,
+                    "learning_rate": learning_rate,
+                    "samples_per_second": samples_per_second,
+                },
+            )
+
+    async def _checkpoint(self, step: int) -> None:
+        if self.model_dir is None:
+            return
+        layers = await self.calls.fetch_layers(step, with_state=True)
+        split = {layer: checkpoints.split_layer_state(t) for layer, t in layers.items()}
+        checkpoint = checkpoints.Checkpoint(
+            step=step,
+            params_digest=self.params.model_digest(),
+            optimizer_type=self.params.optimizer.optimizer_type,
+            weights={layer: weights for layer, (weights, _) in split.items()},
+            states={layer: state for layer, (_, state) in split.items()},
+        )
+        path = await asyncio.to_thread(checkpoints.write_checkpoint, self.model_dir, checkpoint)
+        weights = {
+            f"{name}_{layer}": array
+            for layer, (tensors, _) in split.items()
+            for name, array in tensors.items()
+        }
+        await asyncio.to_thread(_write_weights, self.model_dir / "weights.npz", weights)
+        log.info("wrote %s", path)
+
+    async def _report(self, done: int, loss: float, steps_per_second: float, final: bool) -> bool:
+        """Report progress; False if the coordinator says the job is over."""
+        progress = common_pb2.Progress(
+            step=done,
+            num_steps=self.layout.num_steps,
+            loss=loss,
+            steps_per_second=steps_per_second,
+            samples_per_second=steps_per_second * self.layout.model.batch_size,
+            reported_at=time.time(),
+        )
+        directive = await self.control.report_progress(progress, retry=final)
+        log.info("step %d/%d loss %.4f (%.1f steps/s)", done, progress.num_steps, loss,
+                 steps_per_second)  # fmt: skip
+        if directive is not None and not directive.keep_running:
+            log.info("the coordinator says the job is over; stopping at step %d", done)
+            return False
+        return True
+
+
+def _write_weights(path: Path, weights: dict[str, Any]) -> None:
+    """weights.npz (`<tensor>_<layer>` keys), replaced atomically."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with temporary.open("wb") as file:
+        np.savez(file, **weights)
+    temporary.replace(path)

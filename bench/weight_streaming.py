@@ -1,0 +1,150 @@
+"""Weight streaming benchmark: data-plane overhead, bytes per step by role, CS-2 scaling.
+
+    python bench/weight_streaming.py [--steps 20] [--models fc_mnist,gpt2]
+
+For each model (fc_mnist as in examples/params_fc_mnist.yaml; gpt2 with the default config of
+appliance.domain.params.Gpt2Model) prints JSON with:
+- step time of a 1-CS-2 job against a single-process NumPy loop of the same model and batch
+  (appliance.workers.reference, one BLAS thread like every replica), measured in this run;
+- tensor bytes sent per step by role against the theoretical minimum (each layer's weights go
+  once MemoryX -> SwarmX and once SwarmX -> each CS-2, each gradient once CS-2 -> SwarmX and
+  once SwarmX -> MemoryX);
+- steps/s with 1, 2 and 4 CS-2s.
+Replicas are real processes against the fake coordinator of tests/integration/test_workers.py.
+"""
+
+# ruff: noqa: E402  (BLAS threads must be pinned before anything imports NumPy)
+from __future__ import annotations
+
+import os
+
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")  # before NumPy loads: what every replica does
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from appliance.domain import models
+from appliance.domain.params import parse_params
+from appliance.workers import optimizers
+from appliance.workers.reference import ReferenceTrainer
+from tests.integration.test_workers import run_job
+
+TRAFFIC_LINE = re.compile(r"(\w+)-\d+ INFO .*tensor traffic sent: (\{.*\})")
+GPT2_DEFAULT = {"model": {"name": "gpt2"}, "optimizer": {"optimizer_type": "adamw",
+                                                          "learning_rate": 1e-3}}  # fmt: skip
+
+
+def model_params(name: str) -> dict[str, Any]:
+    if name == "gpt2":
+        return GPT2_DEFAULT
+    loaded: dict[str, Any] = yaml.safe_load(
+        (ROOT / "examples" / "params_fc_mnist.yaml").read_text()
+    )
+    return loaded
+
+
+def single_process_step_seconds(params: dict[str, Any], steps: int) -> float:
+    trainer = ReferenceTrainer(parse_params(params), steps + 2)
+    trainer.train(until=2)  # warm-up
+    started = time.perf_counter()
+    trainer.train()
+    return (time.perf_counter() - started) / steps
+
+
+async def streamed_job(params: dict[str, Any], num_csx: int, steps: int) -> dict[str, Any]:
+    """Run one job; its steady step rate (between progress reports) and traffic by role."""
+    swarmx = 1 if num_csx <= 2 else 2
+    with tempfile.TemporaryDirectory() as tmp:
+        async with run_job(Path(tmp), num_csx, 1, swarmx, steps, params) as job:
+            code = await job.exit_code("chief-0", within=600)
+            for name in job.processes:
+                await job.exit_code(name, within=30)
+            assert code == 0, job.logs()
+            progress = job.fake.progress
+            logs = job.logs()
+    first, last = progress[0], progress[-1]
+    rate = (last.step - first.step) / max(last.reported_at - first.reported_at, 1e-9)
+    sent: dict[str, dict[str, int]] = {}
+    for role, counts in TRAFFIC_LINE.findall(logs):
+        for kind, value in json.loads(counts).items():
+            sent.setdefault(role, {}).setdefault(kind, 0)
+            sent[role][kind] += value
+    return {"steps_per_second": rate, "sent": sent, "swarmx": swarmx}
+
+
+def traffic_per_step(
+    params: dict[str, Any], job: dict[str, Any], num_csx: int, steps: int
+) -> dict[str, Any]:
+    typed = parse_params(params)
+    weight_bytes = models.parameter_count(params) * 4
+    # The chief's final checkpoint streams weights and optimizer state out of MemoryX once.
+    slots = len(optimizers.state_slots(typed.optimizer))
+    checkpoint_bytes = weight_bytes * (1 + slots)
+    swarmx = job["swarmx"]
+    sent = job["sent"]
+    measured = {
+        "memoryx_weights": (sent.get("memoryx", {}).get("weights", 0) - checkpoint_bytes) / steps,
+        "swarmx_weights": sent.get("swarmx", {}).get("weights", 0) / steps,
+        "cs2_gradients": sent.get("cs2", {}).get("gradients", 0) / steps,
+        "swarmx_gradients": sent.get("swarmx", {}).get("gradients", 0) / steps,
+    }
+    minimum = {
+        "memoryx_weights": swarmx * weight_bytes,
+        "swarmx_weights": num_csx * weight_bytes,
+        "cs2_gradients": num_csx * weight_bytes,
+        "swarmx_gradients": swarmx * weight_bytes,
+    }
+    return {
+        "bytes_per_step": measured,
+        "theoretical_minimum": minimum,
+        "ratio": {k: round(measured[k] / minimum[k], 4) for k in minimum},
+    }
+
+
+async def bench_model(name: str, steps: int) -> dict[str, Any]:
+    params = model_params(name)
+    reference = single_process_step_seconds(params, steps)
+    result: dict[str, Any] = {
+        "model": name,
+        "parameters": models.parameter_count(params),
+        "batch_size": parse_params(params).train_input.batch_size,
+        "single_process_step_seconds": reference,
+        "steps_per_second": {},
+    }
+    for num_csx in (1, 2, 4):
+        job = await streamed_job(params, num_csx, steps)
+        result["steps_per_second"][str(num_csx)] = job["steps_per_second"]
+        if num_csx == 1:
+            step_seconds = 1 / job["steps_per_second"]
+            result["one_cs2_step_seconds"] = step_seconds
+            result["one_cs2_vs_single_process"] = step_seconds / reference
+            result["traffic_one_cs2"] = traffic_per_step(params, job, num_csx, steps)
+        if num_csx == 4:
+            result["traffic_four_cs2"] = traffic_per_step(params, job, num_csx, steps)
+    return result
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--models", default="fc_mnist,gpt2")
+    args = parser.parse_args()
+    results = [await bench_model(name, args.steps) for name in args.models.split(",")]
+    print(json.dumps({"weight_streaming": results, "cpus": os.cpu_count()}, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
