@@ -90,10 +90,10 @@ class Coordinator:
         self._spawn(self.reconciler.run_sweeps())
         self.ctx.bus.wake_scheduler()
 
+        rest = create_app(self.ctx, self.jobs, self.auth)
         config = uvicorn.Config(
-            create_app(self.ctx), host=s.host, port=s.http_port, log_level="warning",
-            lifespan="off",
-        )  # fmt: skip
+            rest, host=s.host, port=s.http_port, log_level="warning", lifespan="off"
+        )
         self._http = uvicorn.Server(config)
         sock = socket.create_server((s.host, s.http_port), reuse_port=False)
         self.http_port = sock.getsockname()[1]

@@ -1,27 +1,71 @@
-"""The FastAPI application: /healthz (process up) and /readyz (store reachable)."""
+"""The FastAPI application: the job API under /api/v1, health, readiness and metrics.
+
+Routers are thin (convert, call a JobService use case, convert back); errors are mapped to
+HTTP once, in appliance.server.rest.errors.
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+import time
+
+from fastapi import FastAPI, Response
 
 import appliance
+from appliance.server.auth import Authenticator
+from appliance.server.rest.auth import caller_dependency
+from appliance.server.rest.controls import controls_router
+from appliance.server.rest.errors import install_error_handlers
+from appliance.server.rest.jobs import jobs_router
+from appliance.server.rest.metrics import LatencyMiddleware, RestMetrics
+from appliance.server.rest.models import StatusOut
 from appliance.services.context import Context
+from appliance.services.jobs import JobService
+
+DESCRIPTION = (
+    "REST door of the appliance's coordinator: submit, list, inspect, cancel and watch wsjobs. "
+    'Every error has the body `{"error": {"code", "message", "field"}}`.'
+)
 
 
-def create_app(ctx: Context) -> FastAPI:
-    app = FastAPI(title="appliance", version=appliance.__version__)
+def create_app(ctx: Context, jobs: JobService, auth: Authenticator | None = None) -> FastAPI:
+    """Build the app over the coordinator's context and its JobService (shared with gRPC)."""
+    app = FastAPI(title="appliance", version=appliance.__version__, description=DESCRIPTION)
+    metrics = RestMetrics()
+    caller = caller_dependency(auth or Authenticator(None))
+    install_error_handlers(app)
+    app.add_middleware(LatencyMiddleware, metrics=metrics, clock=time.perf_counter)
+    app.include_router(jobs_router(jobs, metrics, caller))
+    app.include_router(controls_router(jobs, caller))
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    @app.get("/healthz", tags=["health"], response_model=StatusOut)
+    async def healthz() -> StatusOut:
+        """The process is up and serving HTTP."""
+        return StatusOut(status="ok")
 
-    @app.get("/readyz")
-    async def readyz() -> JSONResponse:
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        response_model=StatusOut,
+        responses={503: {"model": StatusOut, "description": "The store cannot be reached."}},
+    )
+    async def readyz(response: Response) -> StatusOut:
+        """The store answers queries: the coordinator can take requests."""
         try:
             await ctx.db(ctx.store.phase_of, "wsjob-readinessprobe")
         except Exception as exc:  # the store is down: not ready, and say why
-            return JSONResponse({"status": "unavailable", "reason": str(exc)[:200]}, 503)
-        return JSONResponse({"status": "ok"})
+            response.status_code = 503
+            return StatusOut(status="unavailable", reason=str(exc)[:200])
+        return StatusOut(status="ok")
+
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
+    async def prometheus_metrics() -> Response:
+        """Prometheus metrics: jobs by phase, jobs submitted, HTTP request latency."""
+        counts = await jobs.count_by_phase()
+        return Response(metrics.render(counts), media_type=metrics.content_type)
 
     return app

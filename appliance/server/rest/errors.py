@@ -1,0 +1,111 @@
+"""The one mapping from the domain error taxonomy to HTTP, and the one error body shape.
+
+Every error the REST API returns looks like `{"error": {"code", "message", "field"}}`: domain
+errors (by the table below), FastAPI's request validation (422, naming the field), Starlette's
+own HTTP errors (unknown route, wrong method) and anything unexpected (500, generic message;
+the traceback goes to the coordinator's log, never to the caller).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from appliance.domain import errors
+from appliance.server.rest.models import ErrorDetail, ErrorOut
+
+log = logging.getLogger(__name__)
+
+# Most specific first: InsufficientCapacity is an InvalidSpec.
+TO_STATUS: tuple[tuple[type[errors.ApplianceError], int, str], ...] = (
+    (errors.InsufficientCapacity, 400, "insufficient_capacity"),
+    (errors.InvalidSpec, 400, "invalid_spec"),
+    (errors.NotFound, 404, "not_found"),
+    (errors.PermissionDenied, 403, "permission_denied"),
+    (errors.Unauthenticated, 401, "unauthenticated"),
+    (errors.Conflict, 409, "conflict"),
+    (errors.Unavailable, 503, "unavailable"),
+)
+_LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
+
+# Every route documents these; success bodies are documented by the routes themselves.
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+    400: {"model": ErrorOut, "description": "The request is invalid (names the field)."},
+    401: {"model": ErrorOut, "description": "Authentication is on and the token is missing."},
+    403: {"model": ErrorOut, "description": "The caller may not act on this job."},
+    404: {"model": ErrorOut, "description": "No such job."},
+    422: {"model": ErrorOut, "description": "The request does not match the schema."},
+    500: {"model": ErrorOut, "description": "Internal error (details in the server log)."},
+    503: {"model": ErrorOut, "description": "The store cannot be reached; retry later."},
+}
+
+
+def status_for(exc: errors.ApplianceError) -> tuple[int, str]:
+    for cls, status, code in TO_STATUS:
+        if isinstance(exc, cls):
+            return status, code
+    return 500, "internal"
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorOut(error=ErrorDetail(code=code, message=message, field=field))
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+async def _appliance_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, errors.ApplianceError)
+    status, code = status_for(exc)
+    if status >= 500:
+        log.error("request failed: %s", exc.message)
+    return error_response(status, code, exc.message, exc.field)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = list(exc.errors())
+    if not problems:
+        return error_response(422, "invalid_request", "the request is not valid")
+    first = problems[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    where = loc[1:] if len(loc) > 1 and loc[0] in _LOCATIONS else loc
+    field = ".".join(where) or None
+    message = str(first.get("msg", "invalid value"))
+    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    text = f"{field}: {message}{more}" if field else f"{message}{more}"
+    return error_response(422, "invalid_request", text, field)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    try:
+        phrase = HTTPStatus(exc.status_code).phrase
+    except ValueError:
+        phrase = "HTTP error"
+    code = phrase.lower().replace(" ", "_").replace("-", "_")
+    message = exc.detail if isinstance(exc.detail, str) and exc.detail else phrase
+    return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("internal error serving %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal", "internal error; see the coordinator's log")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every error to the one body shape (called once, by create_app)."""
+    app.add_exception_handler(errors.ApplianceError, _appliance_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

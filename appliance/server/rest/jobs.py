@@ -1,0 +1,153 @@
+"""/api/v1/jobs: thin routes over JobService (the same use cases the gRPC servicer calls)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from appliance.domain.auth import Principal
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.phases import Phase
+from appliance.domain.spec import parse_label_selector, validate_labels
+from appliance.server.rest.auth import CallerDependency
+from appliance.server.rest.errors import ERROR_RESPONSES
+from appliance.server.rest.events import MEDIA_TYPE, sse_stream
+from appliance.server.rest.listing import list_page
+from appliance.server.rest.metrics import RestMetrics
+from appliance.server.rest.models import (
+    CancelIn,
+    CancelOut,
+    EventListOut,
+    JobListOut,
+    JobOut,
+    JobSubmitIn,
+    event_out,
+    job_out,
+)
+from appliance.services.jobs import JobService
+from appliance.store.jobs import DEFAULT_LIMIT, MAX_LIMIT, JobQuery
+
+ANONYMOUS = "anonymous"  # the user of a request while authentication is off
+JobId = Annotated[str, Path(description="The job's name, wsjob-<id>.", max_length=64)]
+
+
+def _json(model: BaseModel, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """Serialize in pydantic-core (the route's response_model documents the shape)."""
+    return Response(model.model_dump_json(), status, headers, media_type="application/json")
+
+
+def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency) -> APIRouter:
+    router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=ERROR_RESPONSES)
+    authenticated = Depends(caller)  # the caller, or None while authentication is off
+
+    @router.post("/jobs", status_code=201, response_model=JobOut)
+    async def submit_job(body: JobSubmitIn, by: Principal | None = authenticated) -> Response:
+        """Submit a wsjob. It is validated like every other door (a request that can never fit
+        the cluster is rejected, naming the field) and persisted QUEUED."""
+        job = await jobs.submit(body.to_spec(), ANONYMOUS, by=by)
+        metrics.submitted.inc()
+        return _json(job_out(job), 201, {"Location": f"/api/v1/jobs/{job.id}"})
+
+    @router.get("/jobs", response_model=JobListOut)
+    async def list_jobs(
+        all: Annotated[bool, Query(description="Include finished jobs.")] = False,
+        user: Annotated[str, Query(description="Only this user's jobs.", max_length=253)] = "",
+        label: Annotated[
+            list[str],
+            Query(description="Label selectors k=v; repeat or comma-separate (all must match)."),
+        ] = [],  # noqa: B006 - FastAPI copies defaults per request
+        phase: Annotated[
+            list[Phase], Query(description="Only jobs in these phases (repeatable).")
+        ] = [],  # noqa: B006
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size.")] = DEFAULT_LIMIT,
+        page_token: Annotated[
+            str, Query(description="next_page_token of the previous page.", max_length=512)
+        ] = "",
+        by: Principal | None = authenticated,
+    ) -> Response:
+        """List jobs newest first, one page at a time (active jobs only unless `all`, or unless
+        `phase` names a finished phase). Summaries leave out the params and the replicas."""
+        query = JobQuery(
+            include_terminal=all,
+            user=user,
+            labels=_selector(label),
+            limit=limit,
+            page_token=page_token,
+            phases=frozenset(phase),
+        )
+        found, token = await list_page(jobs, query)
+        return _json(JobListOut(jobs=[job_out(j) for j in found], next_page_token=token))
+
+    @router.get("/jobs/{job_id}", response_model=JobOut)
+    async def get_job(job_id: JobId, by: Principal | None = authenticated) -> Response:
+        """A job's full status: spec with params, phase and reasons, progress, replicas."""
+        return _json(job_out(await jobs.get(job_id)))
+
+    @router.post("/jobs/{job_id}/cancel", response_model=CancelOut)
+    async def cancel_job(
+        job_id: JobId,
+        by: Principal | None = authenticated,
+        body: Annotated[CancelIn | None, Body()] = None,
+    ) -> Response:
+        """Cancel a job. Idempotent: a finished job is left as it is (`changed` is false)."""
+        job, changed, message = await jobs.cancel(job_id, body.reason if body else "", by=by)
+        return _json(CancelOut(job=job_out(job), changed=changed, message=message))
+
+    @router.get("/jobs/{job_id}/events", response_model=EventListOut)
+    async def get_job_events(job_id: JobId, by: Principal | None = authenticated) -> Response:
+        """Every phase change of the job so far, oldest first, with time and reason."""
+        events = await jobs.events(job_id)
+        return _json(EventListOut(events=[event_out(e) for e in events]))
+
+    @router.get(
+        "/jobs/{job_id}/events/stream",
+        response_class=StreamingResponse,
+        responses={
+            200: {
+                "description": "Server-Sent Events: `phase` and `progress` events whose data "
+                "is an EventOut; the stream ends when the job is terminal.",
+                "content": {MEDIA_TYPE: {"schema": {"type": "string"}}},
+            }
+        },
+    )
+    async def stream_job_events(
+        job_id: JobId,
+        after_seq: Annotated[
+            int, Query(ge=0, le=2**62, description="Only phase events after this seq.")
+        ] = 0,
+        last_event_id: Annotated[
+            str | None, Header(description="SSE resume: the last `id` seen.", max_length=20)
+        ] = None,
+        by: Principal | None = authenticated,
+    ) -> StreamingResponse:
+        """Recorded events, then live ones, until the job is terminal (like gRPC WatchJob)."""
+        after = max(after_seq, _resume_seq(last_event_id))
+        await jobs.get(job_id)  # unknown jobs fail with 404 before the stream starts
+        stream = sse_stream(jobs.watch(job_id, after))
+        return StreamingResponse(
+            stream, media_type=MEDIA_TYPE, headers={"Cache-Control": "no-cache"}
+        )
+
+    return router
+
+
+def _selector(selectors: list[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    try:
+        for text in selectors:
+            labels.update(parse_label_selector(text))
+        return validate_labels(labels)
+    except InvalidSpec as exc:
+        raise InvalidSpec(exc.message, field="label") from None
+
+
+def _resume_seq(last_event_id: str | None) -> int:
+    if not last_event_id:
+        return 0
+    if not re.fullmatch(r"[0-9]{1,18}", last_event_id.strip()):
+        raise InvalidSpec("Last-Event-ID must be a phase event's seq", field="Last-Event-ID")
+    return int(last_event_id)

@@ -1,0 +1,20 @@
+"""List pages for REST: summary keys from JobService, then the summaries in key order."""
+
+from __future__ import annotations
+
+from appliance.domain.job import Job
+from appliance.services.jobs import JobService
+from appliance.store.jobs import JobKey, JobQuery
+
+
+async def list_page(jobs: JobService, query: JobQuery) -> tuple[list[Job], str]:
+    """One page of job summaries, newest first, and the token of the next page ("" = end)."""
+    keys, token = await jobs.list_keys(query)
+    return await _summaries(jobs, keys), token
+
+
+async def _summaries(jobs: JobService, keys: list[JobKey]) -> list[Job]:
+    if not keys:
+        return []
+    found = {job.id: job for job in await jobs.summaries([k[0] for k in keys])}
+    return [found[k[0]] for k in keys if k[0] in found]

@@ -1,0 +1,255 @@
+"""Typed REST bodies (pydantic v2) and their conversions from the domain types.
+
+The REST shapes mirror the gRPC messages field for field (appliance/_proto/convert.py), with
+JSON-friendly enums: phases as "QUEUED", modes as "train", priorities as "p2".
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from appliance.domain.job import (
+    EventKind,
+    Job,
+    JobEvent,
+    Lease,
+    Progress,
+    Replica,
+    ReplicaPhase,
+)
+from appliance.domain.phases import Phase
+from appliance.domain.spec import MAX_STEPS, JobSpec, Mode, Priority, validate_spec
+
+StrictInt = Annotated[int, Field(strict=True)]
+
+
+class PriorityName(enum.StrEnum):
+    """P0 runs first (admin-only), P2 is the default, P3 runs last."""
+
+    P0 = "p0"
+    P1 = "p1"
+    P2 = "p2"
+    P3 = "p3"
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class JobSubmitIn(BaseModel):
+    """A job to run: the model config and how much of the cluster to run it on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    params: str | dict[str, Any] = Field(
+        description="Model Zoo style params: YAML text, or the same mapping as a JSON object "
+        "(sections model, train_input, eval_input, optimizer, runconfig)."
+    )
+    num_csx: StrictInt = Field(ge=1, description="How many CS-2 systems to run on.")
+    num_steps: StrictInt = Field(ge=1, le=MAX_STEPS, description="Training steps to run.")
+    mode: Mode = Field(default=Mode.TRAIN, description="What to run.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description='Kubernetes-style labels, e.g. {"team": "nlp"}.'
+    )
+    priority: PriorityName = Field(default=PriorityName.P2, description="Queue priority.")
+    model_dir: str = Field(
+        default="", description="Where checkpoints and summaries go; empty = under the data dir."
+    )
+
+    def to_spec(self) -> JobSpec:
+        """Validate with the same rules as every other door (appliance.domain.spec)."""
+        params = self.params
+        if not isinstance(params, str):
+            params = yaml.safe_dump(params, sort_keys=False) if params else ""
+        return validate_spec(
+            params_yaml=params,
+            num_csx=self.num_csx,
+            num_steps=self.num_steps,
+            mode=self.mode,
+            labels=self.labels,
+            priority=Priority[self.priority.name],
+            model_dir=self.model_dir,
+        )
+
+
+class CancelIn(BaseModel):
+    """Why the job is cancelled (optional; recorded as the job's reason)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="", max_length=1024, description="Recorded as the reason.")
+
+
+class SpecOut(_Out):
+    params_yaml: str = Field(description="The params as submitted (empty in list views).")
+    num_csx: int
+    num_steps: int
+    mode: Mode
+    labels: dict[str, str]
+    priority: PriorityName
+    model_dir: str
+
+
+class ProgressOut(_Out):
+    step: int = 0
+    num_steps: int = 0
+    loss: float = 0.0
+    steps_per_second: float = 0.0
+    samples_per_second: float = 0.0
+    reported_at: float = Field(default=0.0, description="Unix time of the report; 0 = none yet.")
+
+
+class ReplicaOut(_Out):
+    name: str = Field(description="chief-0, cs2-0, memoryx-0, swarmx-0, ...")
+    role: str
+    index: int
+    phase: ReplicaPhase
+    node: str
+    address: str
+    pid: int
+    exit_code: int | None = Field(description="None while the replica has not exited.")
+    message: str
+    log_tail: str
+
+
+class LeaseOut(_Out):
+    lease_seconds: float = Field(description="Cancelled after this long without a heartbeat.")
+    expires_at: float = Field(description="Unix time the lease runs out unless renewed.")
+    holder: str
+
+
+class JobOut(_Out):
+    id: str = Field(description="wsjob-<id>")
+    user: str
+    spec: SpecOut
+    phase: Phase
+    reason: str = Field(description="Why the job ended (terminal phases).")
+    pending_reason: str = Field(description="Why a QUEUED job waits.")
+    queue_position: int = Field(description="1 = next to run; 0 when not queued or unknown.")
+    systems: list[str] = Field(description="CS-2 systems reserved for the job.")
+    progress: ProgressOut
+    created_at: float
+    updated_at: float
+    started_at: float
+    finished_at: float
+    replicas: list[ReplicaOut] = Field(description="Empty in list views.")
+    lease: LeaseOut | None = Field(description="None for a detached job.")
+
+
+class JobListOut(_Out):
+    jobs: list[JobOut] = Field(description="Newest first; summaries without params or replicas.")
+    next_page_token: str = Field(description="Pass as page_token for the next page; empty = end.")
+
+
+class CancelOut(_Out):
+    job: JobOut
+    changed: bool = Field(description="False when the job was already terminal.")
+    message: str
+
+
+class EventOut(_Out):
+    job_id: str
+    kind: EventKind
+    seq: int = Field(description="Order of phase events; 0 for progress events.")
+    time: float
+    from_phase: Phase | None
+    to_phase: Phase | None
+    reason: str
+    progress: ProgressOut | None
+
+
+class EventListOut(_Out):
+    events: list[EventOut]
+
+
+class ErrorDetail(_Out):
+    code: str = Field(description="invalid_spec, not_found, conflict, ... (stable, for programs)")
+    message: str = Field(description="A sentence saying what went wrong and what to do.")
+    field: str | None = Field(default=None, description="The request field at fault, if any.")
+
+
+class ErrorOut(_Out):
+    error: ErrorDetail
+
+
+class StatusOut(_Out):
+    status: str
+    reason: str | None = None
+
+
+def progress_out(p: Progress) -> ProgressOut:
+    return ProgressOut(
+        step=p.step,
+        num_steps=p.num_steps,
+        loss=p.loss,
+        steps_per_second=p.steps_per_second,
+        samples_per_second=p.samples_per_second,
+        reported_at=p.reported_at,
+    )
+
+
+def replica_out(r: Replica) -> ReplicaOut:
+    return ReplicaOut(
+        name=r.name,
+        role=r.role.value,
+        index=r.index,
+        phase=r.phase,
+        node=r.node,
+        address=r.address,
+        pid=r.pid,
+        exit_code=r.exit_code,
+        message=r.message,
+        log_tail=r.log_tail,
+    )
+
+
+def job_out(job: Job) -> JobOut:
+    spec = job.spec
+    return JobOut(
+        id=job.id,
+        user=job.user,
+        spec=SpecOut(
+            params_yaml=spec.params_yaml,
+            num_csx=spec.num_csx,
+            num_steps=spec.num_steps,
+            mode=spec.mode,
+            labels=dict(spec.labels),
+            priority=PriorityName[spec.priority.name],
+            model_dir=spec.model_dir,
+        ),
+        phase=job.phase,
+        reason=job.reason,
+        pending_reason=job.pending_reason,
+        queue_position=job.queue_position,
+        systems=list(job.systems),
+        progress=progress_out(job.progress),
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        replicas=[replica_out(r) for r in job.replicas],
+        lease=lease_out(job.lease) if job.lease is not None else None,
+    )
+
+
+def lease_out(lease: Lease) -> LeaseOut:
+    return LeaseOut(
+        lease_seconds=lease.lease_seconds, expires_at=lease.expires_at, holder=lease.holder
+    )
+
+
+def event_out(ev: JobEvent) -> EventOut:
+    return EventOut(
+        job_id=ev.job_id,
+        kind=ev.kind,
+        seq=ev.seq,
+        time=ev.time,
+        from_phase=ev.from_phase,
+        to_phase=ev.to_phase,
+        reason=ev.reason,
+        progress=progress_out(ev.progress) if ev.progress is not None else None,
+    )

@@ -1,0 +1,176 @@
+"""REST API under load: POST /api/v1/jobs throughput with 50 concurrent clients (goal >= 500
+jobs/s) and the p99 of GET /api/v1/jobs/{id} measured during that load (goal <= 50 ms).
+
+Every CS-2 system is put in maintenance before the coordinator starts, so the jobs stay QUEUED
+(the scheduler still runs its passes). Each submit client has its own httpx.AsyncClient (its
+own keep-alive connection) and submits back to back until the shared count is reached; a few
+probe clients GET one job in a loop meanwhile. Only jobs persisted QUEUED count.
+
+    python -m bench.rest_api [--jobs 5000] [--clients 50] [--probes 4] [--no-record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sqlite3
+import time
+from typing import Any
+
+import httpx
+
+from bench.common import (
+    EXAMPLE_PARAMS,
+    SYSTEMS,
+    CoordinatorProcess,
+    emit,
+    fresh_dir,
+    prepare_store,
+    summarize_ms,
+)
+
+GOAL_JOBS_PER_S = 500.0
+GOAL_GET_P99_MS = 50.0
+
+
+class RestCoordinator(CoordinatorProcess):
+    """CoordinatorProcess that also keeps the HTTP address of the first stdout line."""
+
+    http_url = ""
+
+    def wait_address(self, timeout: float = 60.0) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        os.set_blocking(self.proc.stdout.fileno(), True)
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                raise RuntimeError(f"coordinator exited early; see {self.log_path}")
+            found = re.match(r"appliance (\S+) \(gRPC\), (http://\S+) \(HTTP\)", line)
+            if found:
+                self.address, self.http_url = found.group(1), found.group(2)
+                return self.address
+        raise TimeoutError("coordinator did not print its address")
+
+
+async def load(
+    base_url: str, jobs: int, clients: int, probes: int, time_limit: float
+) -> dict[str, Any]:
+    body = {
+        "params": EXAMPLE_PARAMS.read_text(),
+        "num_csx": 1,
+        "num_steps": 100,
+        "mode": "train",
+        "labels": {"bench": "rest"},
+    }
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    submitters = [httpx.AsyncClient(base_url=base_url, limits=limits) for _ in range(clients)]
+    getters = [httpx.AsyncClient(base_url=base_url, limits=limits) for _ in range(probes)]
+    everyone = submitters + getters
+    await asyncio.gather(*(c.get("/healthz") for c in everyone))  # warm-up: connect
+    probe = await submitters[0].post("/api/v1/jobs", json=body)
+    probe.raise_for_status()
+    probe_url = f"/api/v1/jobs/{probe.json()['id']}"
+
+    remaining = jobs
+    submit_latency: list[float] = []
+    get_latency: list[float] = []
+    errors: dict[str, int] = {}
+    deadline = time.monotonic() + time_limit
+    done = asyncio.Event()
+
+    async def submitter(client: httpx.AsyncClient) -> None:
+        nonlocal remaining
+        while remaining > 0 and time.monotonic() < deadline:
+            remaining -= 1
+            t0 = time.perf_counter()
+            response = await client.post("/api/v1/jobs", json=body, timeout=30)
+            if response.status_code != 201:
+                errors[str(response.status_code)] = errors.get(str(response.status_code), 0) + 1
+                continue
+            submit_latency.append(time.perf_counter() - t0)
+
+    async def getter(client: httpx.AsyncClient) -> None:
+        while not done.is_set():
+            t0 = time.perf_counter()
+            response = await client.get(probe_url, timeout=30)
+            if response.status_code != 200:
+                key = f"GET {response.status_code}"
+                errors[key] = errors.get(key, 0) + 1
+                continue
+            get_latency.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    probing = [asyncio.create_task(getter(c)) for c in getters]
+    await asyncio.gather(*(submitter(c) for c in submitters))
+    elapsed = time.perf_counter() - start
+    done.set()
+    await asyncio.gather(*probing)
+    await asyncio.gather(*(c.aclose() for c in everyone))
+    return {
+        "elapsed_s": round(elapsed, 3),
+        "acked": len(submit_latency),
+        "errors": errors,
+        "acked_per_s": round(len(submit_latency) / elapsed, 1),
+        "submit_latency": summarize_ms(submit_latency) if submit_latency else {},
+        "get_latency_under_load": summarize_ms(get_latency) if get_latency else {},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--probes", type=int, default=4, help="clients GETting one job")
+    parser.add_argument("--time-limit", type=float, default=90.0)
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+
+    data_dir = fresh_dir("rest_api")
+    prepare_store(data_dir, maintenance=SYSTEMS)
+    coordinator = RestCoordinator(data_dir)
+    try:
+        coordinator.wait_address()
+        cpu_before = coordinator.thread_cpu()
+        own_before = time.process_time()
+        run = asyncio.run(
+            load(coordinator.http_url, args.jobs, args.clients, args.probes, args.time_limit)
+        )
+        own_cpu = time.process_time() - own_before
+        cpu_after = coordinator.thread_cpu()
+    finally:
+        coordinator.stop()
+    cpu = {k: round(v - cpu_before.get(k, 0.0), 2) for k, v in cpu_after.items()}
+    db = sqlite3.connect(data_dir / "appliance.db")
+    try:
+        queued = db.execute(
+            "SELECT count(*) FROM jobs WHERE phase = 'QUEUED' "
+            'AND labels LIKE \'%"bench": "rest"%\''
+        ).fetchone()[0]
+    finally:
+        db.close()
+    rate = (queued - 1) / run["elapsed_s"]  # the probe job was submitted before the clock
+    get_p99 = run["get_latency_under_load"].get("p99_ms", float("inf"))
+    emit(
+        "rest_api",
+        {
+            "clients": args.clients,
+            "probes": args.probes,
+            "jobs_requested": args.jobs,
+            "persisted_queued": queued,
+            "jobs_per_s": round(rate, 1),
+            "goal_jobs_per_s": GOAL_JOBS_PER_S,
+            "get_p99_ms": get_p99,
+            "goal_get_p99_ms": GOAL_GET_P99_MS,
+            "meets_goals": rate >= GOAL_JOBS_PER_S and get_p99 <= GOAL_GET_P99_MS,
+            "coordinator_cpu_s": {k: v for k, v in cpu.items() if v > 0},
+            "load_generator_cpu_s": round(own_cpu, 2),
+            **run,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

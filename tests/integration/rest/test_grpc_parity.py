@@ -1,0 +1,68 @@
+"""REST and gRPC are two doors onto the same use cases: they must return the same data."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from appliance._proto import convert
+from appliance._proto.v1 import cluster_pb2 as pb
+from appliance._proto.v1 import cluster_pb2_grpc
+from appliance.server.rest.models import event_out, job_out
+from tests.integration.coordinator.harness import wait_until
+from tests.integration.rest.conftest import Rest
+
+DONE = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+@pytest.fixture(scope="module")
+def stub(rest: Rest) -> Iterator[cluster_pb2_grpc.ClusterServiceStub]:
+    with grpc.insecure_channel(rest.running.address) as channel:
+        yield cluster_pb2_grpc.ClusterServiceStub(channel)
+
+
+def _via_grpc(stub: cluster_pb2_grpc.ClusterServiceStub, job_id: str) -> dict[str, Any]:
+    job = convert.job_from_pb(stub.GetJob(pb.GetJobRequest(job_id=job_id)))
+    return job_out(job).model_dump(mode="json")
+
+
+def test_a_finished_job_reads_the_same_through_both_doors(
+    rest: Rest, stub: cluster_pb2_grpc.ClusterServiceStub
+) -> None:
+    job = rest.submit(num_steps=2, labels={"door": "both"})
+    rest.wait_phase(job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
+    wait_until(
+        lambda: all(r["phase"] in DONE for r in rest.job(job["id"])["replicas"]),
+        30,
+        "every replica to be torn down",
+    )
+    final = rest.job(job["id"])
+    assert final["replicas"] and final["systems"]  # a job with every field filled in
+    assert final == _via_grpc(stub, job["id"])
+
+    grpc_events = stub.GetJobEvents(pb.GetJobEventsRequest(job_id=job["id"])).events
+    rest_events = rest.http.get(f"/api/v1/jobs/{job['id']}/events").json()["events"]
+    assert rest_events == [
+        event_out(convert.event_from_pb(e)).model_dump(mode="json") for e in grpc_events
+    ]
+
+
+def test_queued_and_cancelled_jobs_and_lists_match(
+    parked: Rest, rest: Rest, stub: cluster_pb2_grpc.ClusterServiceStub
+) -> None:
+    with grpc.insecure_channel(parked.running.address) as channel:
+        parked_stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+        job = parked.submit(labels={"door": "both"}, priority="p3")
+        parked.wait_phase(job["id"], {"QUEUED"})
+        assert parked.job(job["id"]) == _via_grpc(parked_stub, job["id"])
+        parked.http.post(f"/api/v1/jobs/{job['id']}/cancel", json={"reason": "parity"})
+        assert parked.job(job["id"]) == _via_grpc(parked_stub, job["id"])
+
+        listed = parked_stub.ListJobs(pb.ListJobsRequest(all=True, labels={"door": "both"}))
+        rest_list = parked.http.get("/api/v1/jobs", params={"all": True, "label": "door=both"})
+        assert rest_list.json()["jobs"] == [
+            job_out(convert.job_from_pb(j)).model_dump(mode="json") for j in listed.jobs
+        ]
