@@ -1,7 +1,8 @@
 """The `csctl` command line: cluster management for appliance admins and users.
 
-Talks to the coordinator only through `appliance.client`. Every failure is printed as one
-`error: ...` line on stderr with exit status 1 (2 for usage and configuration mistakes).
+Talks to the coordinator only through `appliance.client`. Exit status: 0 on success; 1 when
+the server refuses or fails (an unknown job, a finished job, an unreachable appliance), printed
+as one `error: ...` line on stderr; 2 for usage and configuration mistakes; 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -12,8 +13,17 @@ import click
 
 import appliance
 from appliance.domain.errors import ApplianceError
+from csctl import nodes  # noqa: F401  (registers `get systems|nodes|nodegroups`)
+from csctl.configure import config
+from csctl.controls import job_group, label
 from csctl.jobs import cancel, get
+from csctl.logs import events, log_export, logs
 from csctl.session import Session, fail
+
+_EPILOG = """\b
+Shell completion (bash; zsh and fish: zsh_source, fish_source):
+  eval "$(_CSCTL_COMPLETE=bash_source csctl)"
+"""
 
 
 class _CsctlGroup(click.Group):
@@ -24,9 +34,14 @@ class _CsctlGroup(click.Group):
             return super().invoke(ctx)
         except (ApplianceError, TimeoutError) as exc:
             fail(exc)
+        except KeyboardInterrupt:  # Ctrl-C while following logs or events
+            click.echo("", err=True)
+            raise click.exceptions.Exit(130) from None
 
 
-@click.group(cls=_CsctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_CsctlGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_EPILOG
+)
 @click.option(
     "--server",
     "-s",
@@ -43,6 +58,11 @@ def cli(ctx: click.Context, server: str | None) -> None:
       csctl get jobs
       csctl --server coordinator:50051 get jobs -a -l team=nlp
       csctl get job wsjob-abc123def456gh
+      csctl get jobs --show-pending
+      csctl job set-priority wsjob-abc123def456gh p1
+      csctl label job wsjob-abc123def456gh team=nlp tmp-
+      csctl logs wsjob-abc123def456gh -f
+      csctl get nodes
       csctl cancel job wsjob-abc123def456gh
     """
     ctx.obj = Session(server_flag=server)
@@ -62,8 +82,8 @@ def version(session: Session) -> None:
     click.echo(f"appliance (server {session.server.address}): {server_version}")
 
 
-cli.add_command(get)
-cli.add_command(cancel)
+for command in (get, cancel, label, job_group, logs, events, log_export, config):
+    cli.add_command(command)
 
 
 def main() -> None:

@@ -74,6 +74,24 @@ def read_config(path: Path, *, required: bool) -> dict[str, object]:
     return {str(key): value for key, value in loaded.items()}
 
 
+def set_server(path: Path, address: str) -> str:
+    """Write `server: address` into the config file at `path`, keeping its other keys.
+
+    Returns the checked address. Creates the file (and its directory) when absent.
+    """
+    checked = _checked(address, "the command line")
+    config = read_config(path, required=False)
+    config["server"] = checked
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        temporary.replace(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write config file {path}: {exc.strerror or exc}") from None
+    return checked
+
+
 def _checked(address: str, source: str) -> str:
     address = address.strip()
     if address.startswith("unix:") or "://" in address:  # other gRPC target forms

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import time
 
 import click
 
-from appliance.client import CancelResult
+from appliance.client import ApplianceClient, CancelResult
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
+from appliance.domain.job import Job
+from appliance.domain.phases import Phase
 from appliance.domain.spec import parse_label_selector
 from csctl import render
 from csctl.session import Session
@@ -16,6 +19,7 @@ from csctl.session import Session
 _LIST_FORMATS = ("table", "wide", "json", "yaml")
 _DETAIL_FORMATS = ("yaml", "json", "table")
 _CANCEL_REASON = "cancelled with csctl"
+MAX_POSITION_LOOKUPS = 100  # queued jobs whose queue position one `get jobs` looks up
 
 
 def _label_selector(
@@ -32,12 +36,15 @@ def _label_selector(
 
 @click.group()
 def get() -> None:
-    """Show jobs.
+    """Show jobs, systems and nodes.
 
     \b
     Examples:
       csctl get jobs
       csctl get job wsjob-abc123def456gh
+      csctl get systems
+      csctl get nodes
+      csctl get nodegroups
     """
 
 
@@ -57,6 +64,11 @@ def get() -> None:
     "-o", "--output", type=click.Choice(_LIST_FORMATS), default="table", show_default=True
 )
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Show at most N jobs (newest).")
+@click.option(
+    "--show-pending",
+    is_flag=True,
+    help="Add a PENDING column: queue position and what a queued job waits for.",
+)
 @click.pass_obj
 def get_jobs(
     session: Session,
@@ -65,17 +77,20 @@ def get_jobs(
     labels: dict[str, str],
     output: str,
     max_jobs: int | None,
+    show_pending: bool,
 ) -> None:
     """List jobs, newest first: active ones unless -a is given.
 
     \b
     Table columns: NAME AGE PHASE SYSTEMS USER LABELS
-    (-o wide adds PRIORITY, STEP and PENDING). JSON and YAML list every job without its
+    (--show-pending adds PENDING, e.g. `#2: needs 2 systems, 0 free`;
+    -o wide adds PRIORITY, STEP and PENDING). JSON and YAML list every job without its
     params; `csctl get job ID` shows them.
 
     \b
     Examples:
       csctl get jobs
+      csctl get jobs --show-pending
       csctl get jobs -a -l team=nlp,model=gpt3 -o wide
       csctl get jobs -a --max-jobs 20 -o json
     """
@@ -86,13 +101,44 @@ def get_jobs(
         limit=max_jobs,
     )
     jobs.sort(key=lambda job: job.created_at, reverse=True)
+    if show_pending or output == "wide":
+        jobs = with_queue_positions(session.client(), jobs)
     if output in ("json", "yaml"):
         documents = [render.job_document(job, with_params=False) for job in jobs]
         click.echo(render.to_json(documents) if output == "json" else render.to_yaml(documents))
     elif jobs:
-        click.echo(render.jobs_table(jobs, now=time.time(), wide=output == "wide"))
+        table = render.jobs_table(
+            jobs, now=time.time(), wide=output == "wide", pending=show_pending
+        )
+        click.echo(table)
     else:
         click.echo("No jobs found." if include_all else "No active jobs (-a shows finished ones).")
+
+
+def with_queue_positions(client: ApplianceClient, jobs: list[Job]) -> list[Job]:
+    """The jobs with the queue position and pending reason of each queued one filled in.
+
+    Listed jobs carry no queue position (it changes with every submit), so it is asked for job
+    by job, for at most the MAX_POSITION_LOOKUPS oldest queued jobs (newer ones keep their plain
+    reason).
+    """
+    queued = [job for job in jobs if job.phase is Phase.QUEUED and not job.queue_position]
+    fresh: dict[str, Job] = {}
+    for job in queued[-MAX_POSITION_LOOKUPS:]:
+        try:
+            fresh[job.id] = client.get_job(job.id)
+        except NotFound:  # cancelled and purged meanwhile
+            continue
+    return [
+        dataclasses.replace(
+            job,
+            queue_position=fresh[job.id].queue_position,
+            pending_reason=fresh[job.id].pending_reason,
+        )
+        if job.id in fresh
+        else job
+        for job in jobs
+    ]
 
 
 @get.command("job")
@@ -102,8 +148,8 @@ def get_jobs(
 )
 @click.pass_obj
 def get_job(session: Session, job_id: str, output: str) -> None:
-    """Show one job in full: spec and params, phase and reasons, systems, progress,
-    timestamps and replicas (node, phase, pid, exit code, message, log tail).
+    """Show one job in full: spec and params, phase and reasons, queue position, systems,
+    lease, progress, timestamps and replicas (node, phase, pid, exit code, message, log tail).
 
     \b
     Examples:

@@ -13,6 +13,7 @@ from appliance.domain.job import Job, Replica
 
 JOB_COLUMNS = ("NAME", "AGE", "PHASE", "SYSTEMS", "USER", "LABELS")
 WIDE_COLUMNS = (*JOB_COLUMNS, "PRIORITY", "STEP", "PENDING")
+PENDING_COLUMNS = (*JOB_COLUMNS, "PENDING")
 REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "MESSAGE")
 
 
@@ -30,8 +31,22 @@ def format_labels(labels: Iterable[tuple[str, str]]) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(labels))
 
 
-def job_row(job: Job, *, now: float, wide: bool = False) -> list[str]:
-    """One table row for `job`; `now` is the Unix time ages are measured from."""
+def format_bytes(size: int) -> str:
+    """Binary units like kubectl: `512`, `64Ki`, `1.5Gi`, `16Gi`."""
+    value = float(size)
+    for unit in ("", "Ki", "Mi", "Gi", "Ti"):
+        if abs(value) < 1024 or unit == "Ti":
+            text = f"{value:.1f}".removesuffix(".0") if unit else str(int(value))
+            return f"{text}{unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def job_row(job: Job, *, now: float, wide: bool = False, pending: bool = False) -> list[str]:
+    """One table row for `job`; `now` is the Unix time ages are measured from.
+
+    `wide` adds PRIORITY, STEP and PENDING; `pending` adds only PENDING.
+    """
     row = [
         job.id,
         format_age(now - job.created_at) if job.created_at else "-",
@@ -46,18 +61,25 @@ def job_row(job: Job, *, now: float, wide: bool = False) -> list[str]:
             f"{job.progress.step}/{job.spec.num_steps}",
             _pending(job),
         ]
+    elif pending:
+        row.append(_pending(job))
     return row
 
 
-def jobs_table(jobs: Sequence[Job], *, now: float, wide: bool = False) -> str:
+def jobs_table(
+    jobs: Sequence[Job], *, now: float, wide: bool = False, pending: bool = False
+) -> str:
     """The `csctl get jobs` table, in the order given."""
-    header = WIDE_COLUMNS if wide else JOB_COLUMNS
-    return format_table(header, [job_row(job, now=now, wide=wide) for job in jobs])
+    header = WIDE_COLUMNS if wide else PENDING_COLUMNS if pending else JOB_COLUMNS
+    rows = [job_row(job, now=now, wide=wide, pending=pending) for job in jobs]
+    return format_table(header, rows)
 
 
 def job_detail_table(job: Job, *, now: float) -> str:
     """`csctl get job ID -o table`: the wide job row, then one row per replica."""
     text = jobs_table([job], now=now, wide=True)
+    if job.queue_position:
+        text += f"\n\nQUEUE POSITION: {job.queue_position}"
     if job.reason:
         text += f"\n\nREASON: {job.reason}"
     if job.replicas:
@@ -97,6 +119,7 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
         "pending_reason": job.pending_reason,
         "queue_position": job.queue_position,
         "systems": list(job.systems),
+        "lease": _lease_document(job),
         "spec": spec,
         "progress": {
             "step": progress.step,
@@ -142,6 +165,16 @@ def _pending(job: Job) -> str:
     if job.queue_position:
         return f"#{job.queue_position}: {job.pending_reason}"
     return job.pending_reason
+
+
+def _lease_document(job: Job) -> dict[str, Any] | None:
+    if job.lease is None:
+        return None
+    return {
+        "holder": job.lease.holder,
+        "lease_seconds": job.lease.lease_seconds,
+        "expires_at": _timestamp(job.lease.expires_at),
+    }
 
 
 def _replica_row(replica: Replica) -> list[str]:

@@ -8,6 +8,10 @@
             print(event)
         final = job.wait()
 
+Unless submitted with `detach=True`, a job lives only as long as its client: the client renews
+the job's lease from a daemon thread, and the coordinator cancels the job once the client is
+closed (or its process dies) and the lease lapses.
+
 Results are the domain types of `appliance.domain` (Job, JobEvent, ...); failures are the
 project's errors (`appliance.domain.errors`), plus JobFailed and JobCancelled from `wait()`.
 """
@@ -15,16 +19,21 @@ project's errors (`appliance.domain.errors`), plus JobFailed and JobCancelled fr
 from appliance.client.client import DEFAULT_ADDRESS, ApplianceClient, CancelResult
 from appliance.client.errors import JobCancelled, JobFailed
 from appliance.client.handle import JobHandle
+from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
+from appliance.client.nodes import NodeStatus
 from appliance.client.params import ParamsSource
 from appliance.client.watch import WatchRetry
 
 __all__ = [
     "DEFAULT_ADDRESS",
+    "DEFAULT_HEARTBEAT_INTERVAL",
+    "DEFAULT_LEASE_SECONDS",
     "ApplianceClient",
     "CancelResult",
     "JobCancelled",
     "JobFailed",
     "JobHandle",
+    "NodeStatus",
     "ParamsSource",
     "WatchRetry",
 ]

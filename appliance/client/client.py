@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
+import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TypeVar
 
@@ -20,6 +21,14 @@ from appliance._proto import convert
 from appliance._proto.errors import error_from_rpc
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.client.handle import JobHandle
+from appliance.client.lease import (
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_LEASE_SECONDS,
+    LeaseKeeper,
+    check_lease_timing,
+    lease_holder,
+)
+from appliance.client.nodes import NodeStatus, node_from_pb
 from appliance.client.params import ParamsSource, load_params_yaml
 from appliance.client.watch import WatchRetry, watch_job_events
 from appliance.domain.errors import InvalidSpec
@@ -51,8 +60,13 @@ class ApplianceClient:
             job = client.submit(params="params.yaml", num_csx=2, num_steps=50)
             final = job.wait()
 
-    `timeout` bounds each request/response call in seconds; streams (watch, list all) have no
-    deadline of their own. `watch_retry` controls how a broken watch stream is resumed.
+    `timeout` bounds each request/response call in seconds; streams (watch, logs, list all)
+    have no deadline of their own. `watch_retry` controls how a broken watch stream is resumed.
+
+    Jobs submitted through a client are tied to it unless detached: the coordinator cancels
+    such a job when the client stops renewing its lease of `lease_seconds` (a daemon thread
+    renews it every `heartbeat_interval` seconds until the job ends or `close()` is called).
+    `detach=True` makes `submit()` detach by default (see `appliance.client.lease`).
     """
 
     def __init__(
@@ -61,10 +75,18 @@ class ApplianceClient:
         *,
         timeout: float | None = 10.0,
         watch_retry: WatchRetry | None = None,
+        detach: bool = False,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
     ) -> None:
+        check_lease_timing(lease_seconds, heartbeat_interval)
         self.address = address
         self.timeout = timeout
         self.watch_retry = watch_retry or WatchRetry()
+        self.detach = detach or lease_seconds == 0
+        self.lease_seconds = lease_seconds
+        self.heartbeat_interval = heartbeat_interval
+        self._leases = LeaseKeeper(self._heartbeat, heartbeat_interval)
         self._channel = grpc.insecure_channel(
             address,
             options=[
@@ -75,8 +97,18 @@ class ApplianceClient:
         self._stub = cluster_pb2_grpc.ClusterServiceStub(self._channel)
 
     def close(self) -> None:
-        """Close the channel; the client cannot be used afterwards."""
+        """Stop renewing leases and close the channel; the client cannot be used afterwards.
+
+        Jobs this client holds (submitted without `detach`) are cancelled by the coordinator
+        once their lease lapses.
+        """
+        self._leases.stop(timeout=self.heartbeat_interval + (self.timeout or 10.0))
         self._channel.close()
+
+    @property
+    def held_jobs(self) -> frozenset[str]:
+        """Ids of the jobs whose leases this client is renewing."""
+        return self._leases.held
 
     def __enter__(self) -> ApplianceClient:
         return self
@@ -101,15 +133,19 @@ class ApplianceClient:
         mode: str | Mode = Mode.TRAIN,
         labels: Mapping[str, str] | None = None,
         priority: str | Priority = Priority.P2,
-        model_dir: str = "",
+        model_dir: str | os.PathLike[str] = "",
         user: str | None = None,
+        detach: bool | None = None,
     ) -> JobHandle:
         """Submit a wsjob and return a handle to it.
 
         `params` is the path of a params YAML file (read here, on the user node) or the params
-        as a mapping. `user` defaults to the OS user. Raises InvalidSpec naming the bad field
-        before anything is sent, or the server's error.
+        as a mapping. A relative `model_dir` is made absolute here. `user` defaults to the OS
+        user. Unless `detach` (default: the client's `detach`), the job holds a lease this
+        client renews; it is cancelled when the client goes away. Raises InvalidSpec naming the
+        bad field before anything is sent, or the server's error.
         """
+        detached = self.detach if detach is None else detach
         spec = validate_spec(
             params_yaml=load_params_yaml(params),
             num_csx=num_csx,
@@ -117,12 +153,17 @@ class ApplianceClient:
             mode=mode,
             labels=labels,
             priority=priority if isinstance(priority, Priority) else Priority.parse(priority),
-            model_dir=model_dir,
+            model_dir=_absolute(model_dir),
         )
         request = cluster_pb2.SubmitJobRequest(
             spec=convert.spec_to_pb(spec), user=user or _os_user()
         )
+        if not detached:
+            request.lease_seconds = self.lease_seconds
+            request.lease_holder = lease_holder()
         job = convert.job_from_pb(self._call(self._stub.SubmitJob, request))
+        if not detached:
+            self._leases.hold(job.id)
         return JobHandle(self, job.id)
 
     def job(self, job_id: str) -> JobHandle:
@@ -193,9 +234,61 @@ class ApplianceClient:
             self._stub, job_id, address=self.address, retry=self.watch_retry, deadline=deadline
         )
 
+    def set_priority(self, job_id: str, priority: str | Priority) -> Job:
+        """Change a queued or running job's priority (`"p1"` or Priority.P1); returns the job.
+
+        The queue re-orders at once. Raises Conflict for a finished job.
+        """
+        parsed = priority if isinstance(priority, Priority) else Priority.parse(priority)
+        request = cluster_pb2.SetJobPriorityRequest(
+            job_id=job_id, priority=convert.priority_to_pb(parsed)
+        )
+        return convert.job_from_pb(self._call(self._stub.SetJobPriority, request))
+
+    def update_labels(
+        self,
+        job_id: str,
+        set: Mapping[str, str] | None = None,
+        remove: Iterable[str] = (),
+    ) -> Job:
+        """Add or change the labels in `set` and remove the keys in `remove`; returns the job."""
+        request = cluster_pb2.UpdateJobLabelsRequest(
+            job_id=job_id, set=validate_labels(dict(set or {})), remove=list(remove)
+        )
+        return convert.job_from_pb(self._call(self._stub.UpdateJobLabels, request))
+
+    def nodes(self) -> list[NodeStatus]:
+        """The pool: every CS-2 system, MemoryX and SwarmX node with its state and holders."""
+        response = self._call(self._stub.ListNodes, cluster_pb2.ListNodesRequest())
+        return [node_from_pb(node) for node in response.nodes]
+
+    def logs(
+        self, job_id: str, replica: str | None = None, *, follow: bool = False
+    ) -> Iterator[tuple[str, str]]:
+        """(replica, line) pairs of one replica's log, or of every replica's in turn.
+
+        With `follow`, new lines keep coming (like `tail -f`) until the job is terminal.
+        Raises NotFound for an unknown job or replica (naming the job's replicas).
+        """
+        request = cluster_pb2.GetJobLogsRequest(
+            job_id=job_id, replica=replica or "", follow=follow
+        )
+        for chunk in self._stream(self._stub.GetJobLogs, request):
+            for line in chunk.lines:
+                yield chunk.replica, line
+
     def version(self) -> str:
         """The coordinator's version string."""
         return str(self._call(self._stub.GetVersion, cluster_pb2.GetVersionRequest()).version)
+
+    def _heartbeat(self, job_id: str) -> bool:
+        request = cluster_pb2.HeartbeatLeaseRequest(job_id=job_id, holder=lease_holder())
+        timeout = min(self.timeout or self.heartbeat_interval, self.heartbeat_interval)
+        try:
+            response = self._stub.HeartbeatLease(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, address=self.address) from exc
+        return bool(response.keep_running)
 
     def _call(self, method: Callable[..., _T], request: object) -> _T:
         try:
@@ -208,6 +301,12 @@ class ApplianceClient:
             yield from method(request)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc, address=self.address) from exc
+
+
+def _absolute(model_dir: str | os.PathLike[str]) -> str:
+    """The model directory as an absolute path on this (the user) node; "" stays unset."""
+    text = os.fspath(model_dir)
+    return os.path.abspath(os.path.expanduser(text)) if text else ""
 
 
 def _os_user() -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from appliance.client.errors import JobCancelled, JobFailed
 from appliance.domain.errors import Unavailable
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.phases import Phase
+from appliance.domain.spec import Priority
 
 if TYPE_CHECKING:
     from appliance.client.client import ApplianceClient, CancelResult
@@ -62,6 +63,22 @@ class JobHandle:
     def events(self) -> list[JobEvent]:
         """The job's recorded phase events, oldest first."""
         return self._client.events(self._id)
+
+    def logs(
+        self, replica: str | None = None, *, follow: bool = False
+    ) -> Iterator[tuple[str, str]]:
+        """(replica, line) pairs of the job's logs; with `follow`, until the job ends."""
+        return self._client.logs(self._id, replica, follow=follow)
+
+    def set_priority(self, priority: str | Priority) -> Job:
+        """Change the job's priority (`"p1"`); the queue re-orders at once."""
+        return self._client.set_priority(self._id, priority)
+
+    def update_labels(
+        self, set: Mapping[str, str] | None = None, remove: Iterable[str] = ()
+    ) -> Job:
+        """Add or change labels and remove label keys; returns the updated job."""
+        return self._client.update_labels(self._id, set=set, remove=remove)
 
     def __repr__(self) -> str:
         return f"JobHandle({self._id!r})"

@@ -29,5 +29,7 @@ def client(cluster: FakeCluster) -> Iterator[ApplianceClient]:
 @pytest.fixture
 def params_file(tmp_path: Path) -> Path:
     path = tmp_path / "params_fc_mnist.yaml"
-    path.write_text("model:\n  hidden_size: 64\ntrain_input:\n  batch_size: 32\n")
+    path.write_text(
+        "model:\n  name: fc_mnist\n  hidden_sizes: [64]\ntrain_input:\n  batch_size: 32\n"
+    )
     return path

@@ -2,7 +2,8 @@
 
 It sits at our own seam (the gRPC API), so the client and csctl are tested over the wire
 without the coordinator. Tests drive it directly: `add_job`, `transition`, `report_progress`,
-`break_next_watch_after`. Every request is recorded in `requests`.
+`break_next_watch_after`, `append_log`, and set `nodes`. Every request is recorded in
+`requests`; `heartbeats` counts HeartbeatLease calls per job.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import grpc
 from appliance._proto import convert
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.domain.ids import new_job_id
-from appliance.domain.job import EventKind, Job, JobEvent, Progress
+from appliance.domain.inventory import default_pool
+from appliance.domain.job import EventKind, Job, JobEvent, Lease, Progress
 from appliance.domain.phases import Phase
 from appliance.domain.spec import JobSpec
 
@@ -33,6 +35,15 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
         self.jobs: dict[str, Job] = {}
         self.events: dict[str, list[JobEvent]] = {}
         self.requests: list[tuple[str, object]] = []
+        self.logs: dict[str, dict[str, list[str]]] = {}
+        self.nodes: list[cluster_pb2.Node] = [
+            cluster_pb2.Node(
+                name=node.name, kind=node.kind.value, state=node.state.value,
+                capacity=node.capacity,
+            )
+            for node in default_pool()
+        ]  # fmt: skip
+        self.heartbeats: dict[str, int] = {}
         self._changed = threading.Condition()
         self._break_watch_after: int | None = None
 
@@ -82,9 +93,33 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
             self.events[job_id].append(event)
             self._changed.notify_all()
 
+    def append_log(self, job_id: str, replica: str, *lines: str) -> None:
+        with self._changed:
+            self.logs.setdefault(job_id, {}).setdefault(replica, []).extend(lines)
+            self._changed.notify_all()
+
+    def wait_for_heartbeats(self, job_id: str, count: int, timeout: float = 10.0) -> None:
+        """Block until `count` HeartbeatLease calls for the job arrived (AssertionError if not)."""
+        with self._changed:
+            arrived = self._changed.wait_for(
+                lambda: self.heartbeats.get(job_id, 0) >= count, timeout
+            )
+        assert arrived, f"{self.heartbeats.get(job_id, 0)} of {count} heartbeats for {job_id}"
+
+    def wait_for_request(self, method: str, timeout: float = 10.0) -> None:
+        """Block until a `method` request arrived (streams record theirs when they start)."""
+        with self._changed:
+            arrived = self._changed.wait_for(lambda: bool(self.requests_of(method)), timeout)
+        assert arrived, f"no {method} request within {timeout} s"
+
     def break_next_watch_after(self, count: int) -> None:
         """The next WatchJob call fails with UNAVAILABLE after sending `count` events."""
         self._break_watch_after = count
+
+    def _record(self, method: str, request: object) -> None:
+        with self._changed:
+            self.requests.append((method, request))
+            self._changed.notify_all()
 
     def requests_of(self, method: str) -> list[object]:
         return [request for name, request in self.requests if name == method]
@@ -103,14 +138,97 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
         return self.jobs[job_id]
 
     def SubmitJob(self, request: cluster_pb2.SubmitJobRequest, context: object) -> object:
-        self.requests.append(("SubmitJob", request))
+        self._record("SubmitJob", request)
         job = self.add_job(user=request.user)
-        job = dataclasses.replace(job, spec=convert.spec_from_pb(request.spec))
+        lease = None
+        if request.lease_seconds:
+            expires = time.time() + request.lease_seconds
+            lease = Lease(request.lease_seconds, expires, request.lease_holder)
+        job = dataclasses.replace(job, spec=convert.spec_from_pb(request.spec), lease=lease)
         self.jobs[job.id] = job
         return convert.job_to_pb(job)
 
+    def SetJobPriority(
+        self, request: cluster_pb2.SetJobPriorityRequest, context: grpc.ServicerContext
+    ) -> object:
+        self._record("SetJobPriority", request)
+        job = self._job_or_abort(request.job_id, context)
+        if job.phase.terminal:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job {job.id} is {job.phase}")
+        priority = convert.priority_from_pb(request.priority)
+        assert priority is not None
+        with self._changed:
+            spec = dataclasses.replace(job.spec, priority=priority)
+            self.jobs[job.id] = dataclasses.replace(job, spec=spec, queue_position=1)
+        return convert.job_to_pb(self.jobs[job.id])
+
+    def UpdateJobLabels(
+        self, request: cluster_pb2.UpdateJobLabelsRequest, context: grpc.ServicerContext
+    ) -> object:
+        self._record("UpdateJobLabels", request)
+        job = self._job_or_abort(request.job_id, context)
+        labels = {**job.spec.labels, **request.set}
+        for key in request.remove:
+            labels.pop(key, None)
+        with self._changed:
+            spec = dataclasses.replace(job.spec, labels=labels)
+            self.jobs[job.id] = dataclasses.replace(job, spec=spec)
+        return convert.job_to_pb(self.jobs[job.id])
+
+    def ListNodes(self, request: cluster_pb2.ListNodesRequest, context: object) -> object:
+        self._record("ListNodes", request)
+        return cluster_pb2.ListNodesResponse(nodes=self.nodes)
+
+    def HeartbeatLease(
+        self, request: cluster_pb2.HeartbeatLeaseRequest, context: grpc.ServicerContext
+    ) -> object:
+        job = self._job_or_abort(request.job_id, context)
+        with self._changed:
+            self.heartbeats[job.id] = self.heartbeats.get(job.id, 0) + 1
+            self._changed.notify_all()
+        return cluster_pb2.HeartbeatLeaseResponse(keep_running=not job.phase.terminal)
+
+    def GetJobLogs(
+        self, request: cluster_pb2.GetJobLogsRequest, context: grpc.ServicerContext
+    ) -> Iterator[object]:
+        """Like the real one: replicas in name order; with follow, until the job is terminal."""
+        self._record("GetJobLogs", request)
+        self._job_or_abort(request.job_id, context)
+        context.add_callback(self._wake_watchers)
+        sent: dict[str, int] = {}
+        while True:
+            with self._changed:
+                logs = self.logs.setdefault(request.job_id, {})
+                if request.replica and request.replica not in logs:
+                    context.abort(grpc.StatusCode.NOT_FOUND, f"no replica {request.replica!r}")
+                names = [request.replica] if request.replica else sorted(logs)
+                chunks = [(n, logs[n][sent.get(n, 0) :]) for n in names]
+                sent.update({n: len(logs[n]) for n in names})
+                terminal = self.jobs[request.job_id].phase.terminal
+            for name, lines in chunks:
+                if lines:
+                    yield cluster_pb2.LogChunk(replica=name, lines=lines)
+            if not request.follow or terminal:
+                return
+            self._wait_for_log_news(request.job_id, sent, context)
+            if not context.is_active():
+                return
+
+    def _wait_for_log_news(
+        self, job_id: str, sent: dict[str, int], context: grpc.ServicerContext
+    ) -> None:
+        logs = self.logs[job_id]
+        with self._changed:
+            self._changed.wait_for(
+                lambda: (
+                    not context.is_active()
+                    or self.jobs[job_id].phase.terminal
+                    or any(len(lines) > sent.get(name, 0) for name, lines in logs.items())
+                )
+            )
+
     def GetJob(self, request: cluster_pb2.GetJobRequest, context: grpc.ServicerContext) -> object:
-        self.requests.append(("GetJob", request))
+        self._record("GetJob", request)
         return convert.job_to_pb(self._job_or_abort(request.job_id, context))
 
     def _matching(self, request: cluster_pb2.ListJobsRequest) -> list[Job]:
@@ -124,7 +242,7 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
         return sorted(jobs, key=lambda job: job.created_at, reverse=True)
 
     def ListJobs(self, request: cluster_pb2.ListJobsRequest, context: object) -> object:
-        self.requests.append(("ListJobs", request))
+        self._record("ListJobs", request)
         start = int(request.page_token or 0)
         end = start + (request.limit or 1000)
         jobs = self._matching(request)
@@ -136,7 +254,7 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
     def StreamJobs(
         self, request: cluster_pb2.ListJobsRequest, context: object
     ) -> Iterator[object]:
-        self.requests.append(("StreamJobs", request))
+        self._record("StreamJobs", request)
         jobs = self._matching(request)
         size = request.limit or 2
         for start in range(0, len(jobs), size):
@@ -146,7 +264,7 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
     def CancelJob(
         self, request: cluster_pb2.CancelJobRequest, context: grpc.ServicerContext
     ) -> object:
-        self.requests.append(("CancelJob", request))
+        self._record("CancelJob", request)
         job = self._job_or_abort(request.job_id, context)
         changed = not job.phase.terminal
         if changed:
@@ -158,7 +276,7 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
     def GetJobEvents(
         self, request: cluster_pb2.GetJobEventsRequest, context: grpc.ServicerContext
     ) -> object:
-        self.requests.append(("GetJobEvents", request))
+        self._record("GetJobEvents", request)
         self._job_or_abort(request.job_id, context)
         phase_events = [e for e in self.events[request.job_id] if e.kind is EventKind.PHASE]
         return cluster_pb2.GetJobEventsResponse(
@@ -166,13 +284,13 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
         )
 
     def GetVersion(self, request: cluster_pb2.GetVersionRequest, context: object) -> object:
-        self.requests.append(("GetVersion", request))
+        self._record("GetVersion", request)
         return cluster_pb2.GetVersionResponse(version=FAKE_VERSION)
 
     def WatchJob(
         self, request: cluster_pb2.WatchJobRequest, context: grpc.ServicerContext
     ) -> Iterator[object]:
-        self.requests.append(("WatchJob", request))
+        self._record("WatchJob", request)
         self._job_or_abort(request.job_id, context)
         context.add_callback(self._wake_watchers)
         break_after, self._break_watch_after = self._break_watch_after, None

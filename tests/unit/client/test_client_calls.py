@@ -45,7 +45,7 @@ def test_submit_reads_the_params_file_and_sends_the_spec(
 def test_submit_accepts_a_mapping_and_an_explicit_user(
     client: ApplianceClient, cluster: FakeCluster
 ) -> None:
-    params = {"model": {"hidden_size": 8}, "runconfig": {"seed": 1}}
+    params = {"model": {"name": "fc_mnist", "hidden_sizes": [8]}, "runconfig": {"seed": 1}}
 
     job = client.submit(params=params, num_csx=1, num_steps=5, user="bob")
 

@@ -1,0 +1,112 @@
+"""A job's events as a person reads them: phase lines, progress lines and a progress bar.
+
+Shared by the launcher (`python -m appliance.run`) and `csctl events -f`. On a terminal the
+progress is one line rewritten in place; anywhere else (a log file, a pipe) it is plain lines,
+at most one per `plain_interval` seconds plus the last step, so logs stay readable.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+from appliance.domain.job import EventKind, JobEvent, Progress
+
+BAR_WIDTH = 30
+
+
+def clock_time(unix_seconds: float) -> str:
+    """`HH:MM:SS` in local time, or `--:--:--` for an unknown time."""
+    if not unix_seconds:
+        return "--:--:--"
+    return datetime.datetime.fromtimestamp(unix_seconds).strftime("%H:%M:%S")
+
+
+def describe_progress(progress: Progress) -> str:
+    """`step 40/100  loss 0.1234  12.5 steps/s`."""
+    total = f"/{progress.num_steps}" if progress.num_steps else ""
+    parts = [f"step {progress.step}{total}", f"loss {progress.loss:.4f}"]
+    if progress.steps_per_second:
+        parts.append(f"{progress.steps_per_second:.1f} steps/s")
+    return "  ".join(parts)
+
+
+def describe_event(event: JobEvent) -> str:
+    """One line: `12:00:01  QUEUED -> SCHEDULED  reason` or `12:00:05  step 40/100 ...`."""
+    if event.kind is EventKind.PROGRESS and event.progress is not None:
+        return f"{clock_time(event.time)}  {describe_progress(event.progress)}"
+    source = f"{event.from_phase} -> " if event.from_phase else ""
+    reason = f"  {event.reason}" if event.reason else ""
+    return f"{clock_time(event.time)}  {source}{event.to_phase}{reason}"
+
+
+def progress_bar(progress: Progress, width: int = BAR_WIDTH) -> str:
+    """`[##########--------------------]  33%  step 33/100  loss 0.1234  5.0 steps/s`."""
+    if progress.num_steps <= 0:
+        return describe_progress(progress)
+    fraction = min(1.0, max(0.0, progress.step / progress.num_steps))
+    filled = int(fraction * width)
+    bar = "#" * filled + "-" * (width - filled)
+    return f"[{bar}] {fraction:4.0%}  {describe_progress(progress)}"
+
+
+class EventPrinter:
+    """Prints a job's events to `out`: phases as lines, progress as a bar or throttled lines."""
+
+    def __init__(
+        self,
+        out: TextIO,
+        *,
+        tty: bool | None = None,
+        plain_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._out = out
+        self._tty = out.isatty() if tty is None else tty
+        self._plain_interval = plain_interval
+        self._clock = clock
+        self._bar_shown = False
+        self._last_plain: float | None = None
+        self.last_progress: Progress | None = None
+
+    def show(self, event: JobEvent) -> None:
+        """Print one event (phase change or progress)."""
+        if event.kind is EventKind.PROGRESS and event.progress is not None:
+            self._show_progress(event)
+            return
+        self._end_bar()
+        self._out.write(describe_event(event) + "\n")
+        self._out.flush()
+
+    def message(self, text: str) -> None:
+        """Print a line of its own (the bar, if shown, is ended first)."""
+        self._end_bar()
+        self._out.write(text + "\n")
+        self._out.flush()
+
+    def close(self) -> None:
+        """End the progress bar line, if one is shown."""
+        self._end_bar()
+
+    def _show_progress(self, event: JobEvent) -> None:
+        assert event.progress is not None
+        self.last_progress = event.progress
+        if self._tty:
+            self._out.write("\r\x1b[2K" + progress_bar(event.progress))
+            self._bar_shown = True
+        else:
+            now = self._clock()
+            last_step = event.progress.step >= event.progress.num_steps > 0
+            recent = self._last_plain is not None and now - self._last_plain < self._plain_interval
+            if recent and not last_step:
+                return
+            self._last_plain = now
+            self._out.write(describe_event(event) + "\n")
+        self._out.flush()
+
+    def _end_bar(self) -> None:
+        if self._bar_shown:
+            self._out.write("\n")
+            self._bar_shown = False

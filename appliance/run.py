@@ -1,0 +1,227 @@
+"""The launcher on the user node, in the style of the Model Zoo's run.py.
+
+    python -m appliance.run --params params.yaml --num_csx 2 --num_steps 100 \\
+        --model_dir out --mode train [--job_labels team=nlp] [--job_priority p2] [--detach]
+
+It submits one wsjob, prints its id, then streams its phase changes and progress (a progress
+bar on a terminal, plain lines otherwise) until the job ends. The job is tied to this process by
+a client lease: Ctrl-C (or SIGTERM) cancels it before exiting, and if the process dies the
+coordinator cancels it when the lease lapses. With --detach the job is submitted without a
+lease and the launcher exits at once, printing how to follow the job.
+
+Exit status: 0 the job SUCCEEDED (or was submitted, with --detach); 1 it FAILED or was
+cancelled, or the appliance could not be reached; 2 bad input (arguments, params, a spec the
+appliance rejects); 130 interrupted by Ctrl-C (143 by SIGTERM), the job cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO, TypeAlias
+
+import yaml
+
+from appliance.client import DEFAULT_ADDRESS, ApplianceClient, JobHandle
+from appliance.client.progress import EventPrinter, describe_progress
+from appliance.domain.errors import ApplianceError, InvalidSpec
+from appliance.domain.phases import Phase
+from appliance.domain.spec import Mode, parse_label_selector
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+ENV_SERVER = "CSCTL_SERVER"
+CANCEL_REASON = "the launcher was interrupted"
+
+
+class _Stopped(BaseException):
+    """Ctrl-C or SIGTERM arrived: cancel the job and exit with `code`."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The launcher's arguments (Model Zoo spelling: --num_csx, --model_dir, ...)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m appliance.run",
+        description="Submit a wsjob to the appliance and follow it to the end.",
+        epilog="Example: python -m appliance.run --params params.yaml --num_csx 2 "
+        "--num_steps 100 --model_dir out --mode train --job_labels team=nlp",
+    )
+    parser.add_argument("-p", "--params", required=True, help="Params YAML file.")
+    parser.add_argument("--num_csx", type=int, default=1, help="CS-2 systems (default 1).")
+    parser.add_argument("--num_steps", type=int, required=True, help="Steps to run.")
+    parser.add_argument(
+        "-o", "--model_dir", default="model_dir", help="Output directory (default ./model_dir)."
+    )
+    parser.add_argument("-m", "--mode", default=Mode.TRAIN.value, choices=[m.value for m in Mode])
+    parser.add_argument("--checkpoint_path", help="Checkpoint to start from (.npz).")
+    parser.add_argument(
+        "--job_labels", nargs="+", default=[], metavar="K=V", help="Labels for the job."
+    )
+    parser.add_argument("--job_priority", default="p2", help="p1 (first) to p3; default p2.")
+    parser.add_argument(
+        "--detach", action="store_true", help="Submit without a lease, print the id and exit."
+    )
+    parser.add_argument(
+        "--server",
+        default=os.environ.get(ENV_SERVER) or DEFAULT_ADDRESS,
+        metavar="HOST:PORT",
+        help=f"The appliance's gRPC address (default ${ENV_SERVER}, else {DEFAULT_ADDRESS}).",
+    )
+    return parser
+
+
+def load_params(params_file: str, checkpoint_path: str | None) -> str | dict[str, Any]:
+    """The params file, or its contents with `runconfig.checkpoint_path` set (absolute)."""
+    if checkpoint_path is None:
+        return params_file
+    path = Path(params_file).expanduser()
+    try:
+        params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidSpec(f"cannot read params file {path}: {exc}", field="params") from None
+    except yaml.YAMLError:
+        raise InvalidSpec(f"params file {path} is not valid YAML", field="params") from None
+    if not isinstance(params, dict):
+        raise InvalidSpec(f"params file {path} must be a YAML mapping", field="params")
+    runconfig = params.get("runconfig") or {}
+    if not isinstance(runconfig, dict):
+        raise InvalidSpec(f"params file {path}: runconfig must be a mapping", field="params")
+    absolute = os.path.abspath(os.path.expanduser(checkpoint_path))
+    params["runconfig"] = {**runconfig, "checkpoint_path": absolute}
+    return params
+
+
+def parse_labels(items: Sequence[str]) -> dict[str, str]:
+    """`k=v` arguments (each may also be `k=v,k2=v2`) as one mapping; raises InvalidSpec."""
+    labels: dict[str, str] = {}
+    for item in items:
+        labels.update(parse_label_selector(item))
+    return labels
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the launcher; returns the exit status."""
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        params = load_params(args.params, args.checkpoint_path)
+        labels = parse_labels(args.job_labels)
+    except InvalidSpec as exc:
+        return _error(exc.message, EXIT_BAD_INPUT)
+    try:
+        return _submit_and_follow(args, params, labels, out)
+    except KeyboardInterrupt:  # before the job was known: nothing to cancel
+        return _error("interrupted", EXIT_INTERRUPTED)
+
+
+def _submit_and_follow(
+    args: argparse.Namespace, params: str | dict[str, Any], labels: dict[str, str], out: TextIO
+) -> int:
+    with ApplianceClient(args.server, detach=args.detach) as client:
+        try:
+            job = client.submit(
+                params=params,
+                num_csx=args.num_csx,
+                num_steps=args.num_steps,
+                mode=args.mode,
+                labels=labels,
+                priority=args.job_priority,
+                model_dir=args.model_dir,
+            )
+        except InvalidSpec as exc:
+            return _error(exc.message, EXIT_BAD_INPUT)
+        except ApplianceError as exc:
+            return _error(exc.message, EXIT_FAILED)
+        print(f"submitted {job.id} ({args.num_csx} CS-2, {args.num_steps} steps)", file=out)
+        out.flush()
+        if args.detach:
+            print(
+                f"detached: the job runs on its own. Follow it with `csctl events {job.id} -f`"
+                f" or `csctl logs {job.id} -f`; stop it with `csctl cancel job {job.id}`.",
+                file=out,
+            )
+            return EXIT_OK
+        return _follow(job, out)
+
+
+def _follow(job: JobHandle, out: TextIO) -> int:
+    printer = EventPrinter(out)
+    previous = _set_handlers(_raise_stopped)
+    try:
+        for event in job.watch():
+            printer.show(event)
+        printer.close()
+        return _outcome(job, printer, out)
+    except _Stopped as stopped:
+        _set_handlers(signal.SIG_IGN)  # a second Ctrl-C must not abort the cancel
+        printer.message(f"interrupted: cancelling {job.id} ...")
+        return _cancel(job, printer, stopped.code)
+    except ApplianceError as exc:
+        printer.close()
+        return _error(f"{exc.message} (job {job.id} is cancelled when its lease lapses)", 1)
+    finally:
+        _restore_handlers(previous)
+
+
+def _outcome(job: JobHandle, printer: EventPrinter, out: TextIO) -> int:
+    final = job.status
+    reason = f": {final.reason}" if final.reason else ""
+    if final.phase is Phase.SUCCEEDED:
+        progress = describe_progress(final.progress)
+        print(f"{job.id} SUCCEEDED ({progress}); outputs in {final.spec.model_dir}", file=out)
+        return EXIT_OK
+    return _error(f"{job.id} {final.phase}{reason}", EXIT_FAILED)
+
+
+def _cancel(job: JobHandle, printer: EventPrinter, code: int) -> int:
+    try:
+        result = job.cancel(reason=CANCEL_REASON)
+    except ApplianceError as exc:
+        _error(f"could not cancel {job.id}: {exc.message}", EXIT_FAILED)
+        return code
+    state = "cancelled" if result.changed else f"already {result.job.phase}"
+    printer.message(f"{job.id} {state}")
+    return code
+
+
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    raise _Stopped(EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED)
+
+
+_Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _set_handlers(handler: _Handler) -> dict[int, _Handler]:
+    """Handle Ctrl-C and SIGTERM with `handler`; returns the handlers it replaced."""
+    previous: dict[int, _Handler] = {}
+    for signum in _STOP_SIGNALS:
+        previous[signum] = signal.getsignal(signum)
+        signal.signal(signum, handler)
+    return previous
+
+
+def _restore_handlers(previous: dict[int, _Handler]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def _error(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""`csctl logs`, `csctl events` and `csctl log-export`: what a job wrote and went through."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import os
+import sys
+import time
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from appliance.client import ApplianceClient
+from appliance.client.progress import describe_event
+from appliance.domain.job import JobEvent
+from csctl import render
+from csctl.session import CsctlError, Session
+
+EVENT_COLUMNS = ("AGE", "FROM", "TO", "REASON")
+
+
+@click.command("logs")
+@click.argument("job_id", metavar="ID")
+@click.option("--replica", "-r", metavar="NAME", help="Only this replica (e.g. cs2-0, chief-0).")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.pass_obj
+def logs(session: Session, job_id: str, replica: str | None, follow: bool) -> None:
+    """Print a job's replica logs.
+
+    Every replica's log in turn, each line prefixed with `[replica]`, or one replica's with
+    --replica. With -f, new lines follow until the job is terminal.
+
+    \b
+    Examples:
+      csctl logs wsjob-abc123def456gh
+      csctl logs wsjob-abc123def456gh --replica cs2-0 -f
+    """
+    for name, line in session.client().logs(job_id, replica, follow=follow):
+        click.echo(line if replica else f"[{name}] {line}")
+        if follow:
+            sys.stdout.flush()
+
+
+@click.command("events")
+@click.argument("job_id", metavar="ID")
+@click.option(
+    "--follow", "-f", is_flag=True, help="Keep printing phase changes and progress until the end."
+)
+@click.pass_obj
+def events(session: Session, job_id: str, follow: bool) -> None:
+    """Show a job's phase changes.
+
+    The recorded events as a table (AGE FROM TO REASON). With -f, the recorded events as
+    lines, then live phase changes and progress, until the job is terminal.
+
+    \b
+    Examples:
+      csctl events wsjob-abc123def456gh
+      csctl events wsjob-abc123def456gh -f
+    """
+    client = session.client()
+    if follow:
+        for event in client.watch(job_id):
+            click.echo(describe_event(event))
+            sys.stdout.flush()
+        return
+    click.echo(events_table(client.events(job_id), now=time.time()))
+
+
+def events_table(recorded: Sequence[JobEvent], *, now: float) -> str:
+    """The recorded events with relative ages, oldest first."""
+    rows = [
+        [
+            render.format_age(now - event.time) if event.time else "-",
+            str(event.from_phase or ""),
+            str(event.to_phase or ""),
+            event.reason,
+        ]
+        for event in recorded
+    ]
+    return render.format_table(EVENT_COLUMNS, rows)
+
+
+def event_document(event: JobEvent) -> dict[str, Any]:
+    """A recorded event as plain data for JSON."""
+    moment = datetime.datetime.fromtimestamp(event.time, tz=datetime.UTC)
+    return {
+        "seq": event.seq,
+        "time": moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "from_phase": str(event.from_phase) if event.from_phase else None,
+        "to_phase": str(event.to_phase) if event.to_phase else None,
+        "reason": event.reason,
+    }
+
+
+@click.command("log-export")
+@click.argument("job_id", metavar="ID")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="The zip file to write (default: ID.zip in the current directory).",
+)
+@click.pass_obj
+def log_export(session: Session, job_id: str, output: Path | None) -> None:
+    """Export a finished job's logs, status and events as a zip.
+
+    The zip holds every replica's log (ID/logs/REPLICA.log), the job's status
+    (ID/status.yaml) and its events (ID/events.json). A job that is still active is refused:
+    export it once it has ended.
+
+    \b
+    Examples:
+      csctl log-export wsjob-abc123def456gh
+      csctl log-export wsjob-abc123def456gh -o /tmp/run.zip
+    """
+    client = session.client()
+    job = client.get_job(job_id)
+    if not job.phase.terminal:
+        raise CsctlError(
+            f"job {job_id} is {job.phase}; export its logs once it has finished "
+            f"(`csctl logs {job_id} -f` follows them meanwhile)"
+        )
+    path = output or Path(f"{job_id}.zip")
+    replica_logs = _replica_logs(client, job_id, [r.name for r in job.replicas])
+    recorded = client.events(job_id)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, lines in replica_logs.items():
+            archive.writestr(f"{job_id}/logs/{name}.log", "".join(f"{ln}\n" for ln in lines))
+        status = render.to_yaml(render.job_document(job, with_params=True)) + "\n"
+        archive.writestr(f"{job_id}/status.yaml", status)
+        documents = [event_document(event) for event in recorded]
+        archive.writestr(f"{job_id}/events.json", render.to_json(documents) + "\n")
+    _write_atomically(path, buffer.getvalue())
+    click.echo(
+        f"wrote {path}: {len(replica_logs)} replica logs, status and {len(recorded)} events"
+    )
+
+
+def _replica_logs(client: ApplianceClient, job_id: str, names: list[str]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {name: [] for name in names}
+    for name, line in client.logs(job_id):
+        found.setdefault(name, []).append(line)
+    return found
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(data)
+        temporary.replace(path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise CsctlError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -1,0 +1,144 @@
+"""`python -m appliance.run` (appliance/run.py) against the fake ClusterService, in-process."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from fake_cluster_service import FakeCluster
+
+from appliance import run
+from appliance._proto.v1 import cluster_pb2
+from appliance.domain.phases import Phase
+
+
+def _launch(cluster: FakeCluster, params_file: Path, *extra: str) -> tuple[int, str]:
+    out = io.StringIO()
+    argv = ["--params", str(params_file), "--num_csx", "2", "--num_steps", "10",
+            "--server", cluster.address, *extra]  # fmt: skip
+    return run.main(argv, out=out), out.getvalue()
+
+
+def _submitted(cluster: FakeCluster) -> cluster_pb2.SubmitJobRequest:
+    (request,) = cluster.service.requests_of("SubmitJob")
+    assert isinstance(request, cluster_pb2.SubmitJobRequest)
+    return request
+
+
+@pytest.fixture
+def drive(cluster: FakeCluster) -> Iterator[Callable[[Callable[[str], None]], None]]:
+    """Runs `step(job_id)` in a thread once the launcher watches its job."""
+    threads: list[threading.Thread] = []
+
+    def start(step: Callable[[str], None]) -> None:
+        def body() -> None:
+            cluster.service.wait_for_request("WatchJob")
+            step(next(iter(cluster.service.jobs)))
+
+        thread = threading.Thread(target=body, daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    yield start
+    for thread in threads:
+        thread.join(10)
+
+
+def test_detach_submits_without_a_lease_prints_the_id_and_exits_0(
+    cluster: FakeCluster, params_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    extra = ["--detach", "--model_dir", "out", "--job_labels", "team=nlp", "run=7"]
+    code, output = _launch(cluster, params_file, *extra, "--job_priority", "p1")
+
+    request = _submitted(cluster)
+    (job_id,) = cluster.service.jobs
+    assert code == 0
+    assert f"submitted {job_id}" in output and f"csctl events {job_id} -f" in output
+    assert request.lease_seconds == 0.0
+    assert request.spec.model_dir == str(tmp_path / "out")
+    assert dict(request.spec.labels) == {"team": "nlp", "run": "7"}
+    assert request.spec.priority == 2  # PRIORITY_P1
+    assert cluster.service.requests_of("WatchJob") == []
+
+
+def test_checkpoint_path_goes_into_the_params_runconfig(
+    cluster: FakeCluster, params_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    code, _ = _launch(cluster, params_file, "--detach", "--checkpoint_path", "ckpt/c_5.npz")
+
+    params = yaml.safe_load(_submitted(cluster).spec.params_yaml)
+    assert code == 0
+    assert params["runconfig"]["checkpoint_path"] == str(tmp_path / "ckpt" / "c_5.npz")
+    assert params["model"] == yaml.safe_load(params_file.read_text())["model"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [("--job_labels", "team"), ("--num_csx", "0"), ("--job_priority", "urgent"),
+     ("--params", "/nonexistent/params.yaml")],
+)  # fmt: skip
+def test_bad_input_exits_2_without_submitting(
+    cluster: FakeCluster,
+    params_file: Path,
+    extra: tuple[str, ...],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _ = _launch(cluster, params_file, *extra)
+
+    assert code == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert cluster.service.requests_of("SubmitJob") == []
+
+
+def test_follows_the_job_and_exits_0_when_it_succeeds(
+    cluster: FakeCluster, params_file: Path, drive: Callable[[Callable[[str], None]], None]
+) -> None:
+    def succeed(job_id: str) -> None:
+        cluster.service.transition(job_id, Phase.RUNNING)
+        cluster.service.report_progress(job_id, 10)
+        cluster.service.transition(job_id, Phase.SUCCEEDED)
+
+    drive(succeed)
+    code, output = _launch(cluster, params_file)
+
+    assert code == 0, output
+    assert _submitted(cluster).lease_seconds == 60.0
+    assert "QUEUED -> RUNNING" in output and "step 10/10" in output
+    assert output.splitlines()[-1].endswith("outputs in " + os.getcwd() + "/model_dir")
+
+
+def test_a_failed_job_exits_1_with_its_reason(
+    cluster: FakeCluster, params_file: Path, drive: Callable[[Callable[[str], None]], None],
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    drive(lambda job_id: cluster.service.transition(job_id, Phase.FAILED, "cs2-0 exited 3"))
+
+    code, _ = _launch(cluster, params_file)
+
+    assert code == 1
+    assert "FAILED: cs2-0 exited 3" in capsys.readouterr().err
+
+
+def test_ctrl_c_cancels_the_job_and_exits_130(
+    cluster: FakeCluster, params_file: Path, drive: Callable[[Callable[[str], None]], None]
+) -> None:
+    drive(lambda job_id: os.kill(os.getpid(), signal.SIGINT))
+    before = signal.getsignal(signal.SIGINT)
+
+    code, output = _launch(cluster, params_file)
+
+    (job,) = cluster.service.jobs.values()
+    assert code == 130
+    assert (job.phase, job.reason) == (Phase.CANCELLED, run.CANCEL_REASON)
+    assert f"{job.id} cancelled" in output
+    assert signal.getsignal(signal.SIGINT) is before
