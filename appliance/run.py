@@ -39,6 +39,7 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 ENV_SERVER = "CSCTL_SERVER"
+ENV_TOKEN = "CSCTL_TOKEN"
 CANCEL_REASON = "the launcher was interrupted"
 
 
@@ -78,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get(ENV_SERVER) or DEFAULT_ADDRESS,
         metavar="HOST:PORT",
         help=f"The appliance's gRPC address (default ${ENV_SERVER}, else {DEFAULT_ADDRESS}).",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get(ENV_TOKEN) or None,
+        metavar="TOKEN",
+        help=f"Bearer token when authentication is on (default ${ENV_TOKEN}).",
     )
     return parser
 
@@ -129,7 +136,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 def _submit_and_follow(
     args: argparse.Namespace, params: str | dict[str, Any], labels: dict[str, str], out: TextIO
 ) -> int:
-    with ApplianceClient(args.server, detach=args.detach) as client:
+    with ApplianceClient(args.server, detach=args.detach, token=args.token) as client:
         try:
             job = client.submit(
                 params=params,

@@ -49,8 +49,14 @@ class _CsctlGroup(click.Group):
     help="gRPC address of the appliance (else $CSCTL_SERVER, else `server:` in the config "
     "file $CSCTL_CONFIG or ~/.config/csctl/config.yaml, else 127.0.0.1:50051).",
 )
+@click.option(
+    "--token",
+    metavar="TOKEN",
+    help="Bearer token when the appliance has authentication on (else $CSCTL_TOKEN, else "
+    "`token:` in the config file).",
+)
 @click.pass_context
-def cli(ctx: click.Context, server: str | None) -> None:
+def cli(ctx: click.Context, server: str | None, token: str | None) -> None:
     """Manage wsjobs on a wafer-scale appliance.
 
     \b
@@ -65,7 +71,7 @@ def cli(ctx: click.Context, server: str | None) -> None:
       csctl get nodes
       csctl cancel job wsjob-abc123def456gh
     """
-    ctx.obj = Session(server_flag=server)
+    ctx.obj = Session(server_flag=server, token_flag=token)
 
 
 @cli.command()

@@ -16,6 +16,7 @@ from appliance.client import DEFAULT_ADDRESS
 
 ENV_SERVER = "CSCTL_SERVER"
 ENV_CONFIG = "CSCTL_CONFIG"
+ENV_TOKEN = "CSCTL_TOKEN"
 
 
 class ConfigError(Exception):
@@ -51,6 +52,19 @@ def resolve_server(flag: str | None, environ: Mapping[str, str]) -> ServerAddres
             raise ConfigError(f"`server` in config file {path} must be a host:port string")
         return ServerAddress(_checked(server, f"config file {path}"), f"config file {path}")
     return ServerAddress(DEFAULT_ADDRESS, "default")
+
+
+def resolve_token(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """The bearer token by precedence: flag, environment, `token:` in the config file."""
+    if flag:
+        return flag
+    if environ.get(ENV_TOKEN):
+        return environ[ENV_TOKEN]
+    path = config_path(environ)
+    token = read_config(path, required=bool(environ.get(ENV_CONFIG))).get("token")
+    if token is not None and not isinstance(token, str):
+        raise ConfigError(f"`token` in config file {path} must be a string")
+    return token or None
 
 
 def read_config(path: Path, *, required: bool) -> dict[str, object]:

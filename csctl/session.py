@@ -10,7 +10,7 @@ import click
 
 from appliance.client import ApplianceClient
 from appliance.domain.errors import ApplianceError
-from csctl.config import ConfigError, ServerAddress, resolve_server
+from csctl.config import ConfigError, ServerAddress, resolve_server, resolve_token
 
 
 class CsctlError(click.ClickException):
@@ -37,6 +37,7 @@ class Session:
     """Per-invocation state: the `--server` flag and, once needed, one client."""
 
     server_flag: str | None
+    token_flag: str | None = None
     _client: ApplianceClient | None = None
     _server: ServerAddress | None = None
 
@@ -53,6 +54,10 @@ class Session:
     def client(self) -> ApplianceClient:
         """The client for this invocation, created on first use and closed at exit."""
         if self._client is None:
-            self._client = ApplianceClient(self.server.address)
+            try:
+                token = resolve_token(self.token_flag, os.environ)
+            except ConfigError as exc:
+                raise CsctlConfigError(str(exc)) from None
+            self._client = ApplianceClient(self.server.address, token=token)
             click.get_current_context().call_on_close(self._client.close)
         return self._client

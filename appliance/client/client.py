@@ -20,6 +20,7 @@ import grpc
 from appliance._proto import convert
 from appliance._proto.errors import error_from_rpc
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.client.auth import with_token
 from appliance.client.handle import JobHandle
 from appliance.client.lease import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -67,6 +68,8 @@ class ApplianceClient:
     such a job when the client stops renewing its lease of `lease_seconds` (a daemon thread
     renews it every `heartbeat_interval` seconds until the job ends or `close()` is called).
     `detach=True` makes `submit()` detach by default (see `appliance.client.lease`).
+    `token` is sent as a bearer token with every call (needed once the coordinator has tokens;
+    `appliance token create` makes one).
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class ApplianceClient:
         detach: bool = False,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        token: str | None = None,
     ) -> None:
         check_lease_timing(lease_seconds, heartbeat_interval)
         self.address = address
@@ -94,7 +98,7 @@ class ApplianceClient:
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             ],
         )
-        self._stub = cluster_pb2_grpc.ClusterServiceStub(self._channel)
+        self._stub = cluster_pb2_grpc.ClusterServiceStub(with_token(self._channel, token))
 
     def close(self) -> None:
         """Stop renewing leases and close the channel; the client cannot be used afterwards.

@@ -1,0 +1,79 @@
+"""The client, csctl and the launcher carry a bearer token (flag, environment, config file)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.client import ApplianceClient
+from appliance.domain.errors import PermissionDenied, Unauthenticated
+from appliance.domain.inventory import NodeState
+from appliance.server.auth import create_token
+from tests.integration.coordinator.harness import RunningCoordinator
+
+BIN = Path(sys.executable).parent
+PARAMS = {"model": {"name": "fc_mnist", "hidden_sizes": [8]}}
+SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[tuple[RunningCoordinator, dict[str, str]]]:
+    tokens_file = tmp_path / "tokens.yaml"
+    tokens = {
+        "alice": create_token(tokens_file, "alice", ["nlp"], admin=False),
+        "bob": create_token(tokens_file, "bob", ["cv"], admin=False),
+    }
+    running = RunningCoordinator(tmp_path / "data", auth_tokens_file=tokens_file).start()
+    running.coordinator.ctx.store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)
+    try:
+        yield running, tokens
+    finally:
+        running.stop()
+
+
+def test_client_sends_its_token(secured: tuple[RunningCoordinator, dict[str, str]]) -> None:
+    running, tokens = secured
+    with (
+        ApplianceClient(running.address, detach=True) as anonymous,
+        pytest.raises(Unauthenticated),
+    ):
+        anonymous.list_jobs()
+    with ApplianceClient(running.address, token=tokens["alice"], detach=True) as alice:
+        job = alice.submit(params=PARAMS, num_csx=1, num_steps=2)
+        assert job.status.user == "alice"
+        assert [j.id for j in alice.list_jobs()] == [job.id]
+        streamed = alice.list_jobs(all=True)  # a server stream carries the token too
+        assert [j.id for j in streamed] == [job.id]
+    with (
+        ApplianceClient(running.address, token=tokens["bob"], detach=True) as bob,
+        pytest.raises(PermissionDenied),
+    ):
+        bob.cancel_job(job.id)
+
+
+def test_csctl_token_from_flag_environment_and_config(
+    secured: tuple[RunningCoordinator, dict[str, str]], tmp_path: Path
+) -> None:
+    running, tokens = secured
+    config = tmp_path / "csctl.yaml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CSCTL_")}
+    env["CSCTL_CONFIG"] = str(config)
+    config.write_text(f"server: {running.address}\n")
+
+    def csctl(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [BIN / "csctl", *args], capture_output=True, text=True, timeout=60,
+            env=env | extra,
+        )  # fmt: skip
+
+    denied = csctl("get", "jobs")
+    assert denied.returncode == 1 and "authentication is required" in denied.stderr
+    assert csctl("--token", tokens["alice"], "get", "jobs").returncode == 0
+    assert csctl("get", "jobs", CSCTL_TOKEN=tokens["alice"]).returncode == 0
+    config.write_text(f"server: {running.address}\ntoken: {tokens['alice']}\n")
+    assert csctl("get", "jobs").returncode == 0
