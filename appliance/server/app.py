@@ -57,9 +57,13 @@ class Coordinator:
         migrate(self.engine)
         store = JobStore(self.engine)
         store.sync_pool(s.pool())
-        threads = 1 if self.engine.dialect.name == "sqlite" else 8
-        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="store")
-        self.ctx = Context(settings=s, store=store, bus=JobBus(), executor=self.executor)
+        sqlite = self.engine.dialect.name == "sqlite"
+        self.executor = ThreadPoolExecutor(1 if sqlite else 8, thread_name_prefix="store")
+        # SQLite: one writer thread, and a reader thread that WAL lets run beside it.
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="store-read") if sqlite else None
+        self.ctx = Context(
+            settings=s, store=store, bus=JobBus(), executor=self.executor, reader=self.reader
+        )
         self.jobs = JobService(self.ctx)
         replicas = ReplicaService(self.ctx)
 
@@ -114,6 +118,8 @@ class Coordinator:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.backend.close()
         self.executor.shutdown(wait=True)
+        if self.reader is not None:
+            self.reader.shutdown(wait=True)
         self.engine.dispose()
 
     async def wait_stopped(self) -> None:

@@ -29,6 +29,10 @@ class Context:
     bus: JobBus
     executor: ThreadPoolExecutor
     clock: Callable[[], float] = time.time
+    # Threads for reads only. SQLite has a single writer thread (`executor`); in WAL mode
+    # readers on their own connections never wait for it, so a GET does not queue behind a
+    # group commit or a scheduler pass. None: reads share `executor` (PostgreSQL's pool).
+    reader: ThreadPoolExecutor | None = None
 
     async def db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call on the store's threads, never on the event loop.
@@ -36,11 +40,21 @@ class Context:
         A database that cannot be reached (or is locked past its timeout) is Unavailable: the
         caller may retry, and the user sees that rather than an internal error.
         """
+        return await self._run(self.executor, functools.partial(fn, *args, **kwargs))
+
+    async def read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Like `db`, for a call that only reads: it runs on the reader threads when there are.
+
+        A read sees every write whose `db` call has returned (each read is its own snapshot),
+        but is not ordered with writes still in flight.
+        """
+        executor = self.reader if self.reader is not None else self.executor
+        return await self._run(executor, functools.partial(fn, *args, **kwargs))
+
+    async def _run(self, executor: ThreadPoolExecutor, call: Callable[[], T]) -> T:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(
-                self.executor, functools.partial(fn, *args, **kwargs)
-            )
+            return await loop.run_in_executor(executor, call)
         except OperationalError as exc:
             first_line = str(exc.orig or exc).strip().splitlines()[0][:200]
             raise Unavailable(f"the job store is unavailable ({first_line}); retry") from exc

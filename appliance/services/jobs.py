@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
-from pathlib import Path
 
 from appliance.domain.auth import Principal, check_may_act_on, check_may_use_priority
 from appliance.domain.errors import InvalidSpec
@@ -16,6 +15,7 @@ from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import JobSpec, Priority, validate_labels, validate_user
 from appliance.services.batching import SubmitBatcher
 from appliance.services.context import Context
+from appliance.services.job_views import JobViewCache
 from appliance.store.jobs import MAX_LIMIT, JobKey, JobQuery, NewJob
 
 STREAM_PAGE = 20_000
@@ -26,6 +26,10 @@ class JobService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._batcher = SubmitBatcher(ctx)
+        self._views = JobViewCache()
+        # Resolved once: a new job's directory does not exist yet, so resolving its parent is
+        # the same as resolving it, without a filesystem walk on every submit.
+        self._model_dirs = (ctx.settings.data_dir / "model_dirs").resolve()
 
     async def submit(
         self,
@@ -56,7 +60,7 @@ class JobService:
         plan = plan_replicas(spec, pool)
         job_id = new_job_id()
         if not spec.model_dir:
-            spec = _with_model_dir(spec, self.ctx.settings.data_dir / "model_dirs" / job_id)
+            spec = dataclasses.replace(spec, model_dir=str(self._model_dirs / job_id))
         groups = by.groups if by is not None else ()
         new = NewJob(job_id, user, spec, plan, lease_seconds, lease_holder[:300], groups)
         job = await self._batcher.write(new)
@@ -64,20 +68,29 @@ class JobService:
         return job
 
     async def get(self, job_id: str) -> Job:
+        """The job's full view. A cached view is reused while the job's version is unchanged
+        (one small read instead of the row, its replicas and their conversion)."""
         check_job_id(job_id)
-        return await self.ctx.db(self.ctx.store.get_job, job_id)
+        store = self.ctx.store
+        version, position = await self.ctx.read(store.job_version, job_id)
+        cached = self._views.get(job_id, version, position)
+        if cached is not None:
+            return cached
+        job, version = await self.ctx.read(store.get_job_version, job_id)
+        self._views.put(job_id, version, job)
+        return job
 
     async def list_keys(self, query: JobQuery) -> tuple[list[JobKey], str]:
         """One page of summary keys (see JobStore.list_job_keys), at most MAX_LIMIT."""
         if query.limit < 0 or query.limit > MAX_LIMIT:
             raise InvalidSpec(f"limit must be between 0 and {MAX_LIMIT}", field="limit")
-        return await self.ctx.db(self.ctx.store.list_job_keys, query)
+        return await self.ctx.read(self.ctx.store.list_job_keys, query)
 
     async def stream_keys(self, query: JobQuery) -> AsyncIterator[list[JobKey]]:
         """Keys of every matching job in pages, newest first (see JobStore.list_job_keys)."""
         page = dataclasses.replace(query, limit=query.limit or STREAM_PAGE)
         while True:
-            keys, token = await self.ctx.db(self.ctx.store.list_job_keys, page)
+            keys, token = await self.ctx.read(self.ctx.store.list_job_keys, page)
             if keys:
                 yield keys
             if not token:
@@ -85,7 +98,7 @@ class JobService:
             page = dataclasses.replace(page, page_token=token)
 
     async def summaries(self, job_ids: list[str]) -> list[Job]:
-        return await self.ctx.db(self.ctx.store.job_summaries, job_ids)
+        return await self.ctx.read(self.ctx.store.job_summaries, job_ids)
 
     async def cancel(
         self, job_id: str, reason: str = "", *, by: Principal | None = None
@@ -144,7 +157,7 @@ class JobService:
         )
 
     async def count_by_phase(self) -> dict[Phase, int]:
-        return await self.ctx.db(self.ctx.store.count_by_phase)
+        return await self.ctx.read(self.ctx.store.count_by_phase)
 
     async def _check_owner(self, job_id: str, by: Principal, what: str) -> None:
         job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
@@ -158,7 +171,7 @@ class JobService:
 
     async def events(self, job_id: str) -> list[JobEvent]:
         check_job_id(job_id)
-        return await self.ctx.db(self.ctx.store.events, job_id)
+        return await self.ctx.read(self.ctx.store.events, job_id)
 
     async def watch(self, job_id: str, after_seq: int = 0) -> AsyncIterator[JobEvent]:
         """Recorded events after `after_seq`, then live ones, until the job is terminal.
@@ -171,7 +184,7 @@ class JobService:
         last_seq = after_seq
         with self.ctx.bus.subscribe(job_id) as live:
             while True:
-                for event in await self.ctx.db(self.ctx.store.events, job_id, last_seq):
+                for event in await self.ctx.read(self.ctx.store.events, job_id, last_seq):
                     last_seq = event.seq
                     yield event
                     if event.to_phase is not None and event.to_phase.terminal:
@@ -188,7 +201,3 @@ def check_job_id(job_id: str) -> None:
         raise InvalidSpec(
             f"{job_id!r} is not a job id; job ids look like wsjob-0a1b2c3d4e5f6g", field="job_id"
         )
-
-
-def _with_model_dir(spec: JobSpec, path: Path) -> JobSpec:
-    return dataclasses.replace(spec, model_dir=str(path.resolve()))

@@ -14,7 +14,19 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    Engine,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound
@@ -44,6 +56,11 @@ from appliance.store.tables import (
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 10_000
 MAX_KEYS_LIMIT = 50_000
+_PRIORITIES = {int(p): p for p in Priority}  # a dict lookup, not an Enum call, per queued row
+_QUEUE_AHEAD_SQLITE = text(
+    "SELECT count(*) FROM jobs INDEXED BY ix_jobs_queue WHERE phase = 'QUEUED' "
+    "AND (priority, created_at, id) < (:priority, :created_at, :id)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +229,11 @@ class JobStore:
         ]  # fmt: skip
 
     def get_job(self, job_id: str, *, with_replicas: bool = True) -> Job:
+        return self.get_job_version(job_id, with_replicas=with_replicas)[0]
+
+    def get_job_version(self, job_id: str, *, with_replicas: bool = True) -> tuple[Job, int]:
+        """The job and the version its row had. The row is read before the replicas, and a
+        replica change bumps the version, so what is returned is at least that version."""
         with self._sessions() as s:
             row = s.get(JobRow, job_id)
             if row is None:
@@ -224,26 +246,44 @@ class JobStore:
                 )
             position = 0
             if row.phase == Phase.QUEUED.value:
-                position = self._queue_position(s, row)
-            return _job_from_row(row, replicas=_sorted_replicas(replicas), position=position)
+                position = self._queue_position(s, row.priority, row.created_at, row.id)
+            job = _job_from_row(row, replicas=_sorted_replicas(replicas), position=position)
+            return job, row.version
 
-    def _queue_position(self, s: Session, row: JobRow) -> int:
-        ahead = s.scalar(
-            select(func.count())
-            .select_from(JobRow)
-            .where(
-                JobRow.phase == Phase.QUEUED.value,
-                or_(
-                    JobRow.priority < row.priority,
-                    and_(JobRow.priority == row.priority, JobRow.created_at < row.created_at),
-                    and_(
-                        JobRow.priority == row.priority,
-                        JobRow.created_at == row.created_at,
-                        JobRow.id < row.id,
-                    ),
-                ),
+    def job_version(self, job_id: str) -> tuple[int, int]:
+        """(version, queue position) of a job: what a cached full view needs to be checked
+        against (the position moves with other jobs, without this job's version)."""
+        with self._sessions() as s:
+            found = s.execute(
+                select(JobRow.version, JobRow.phase, JobRow.priority, JobRow.created_at).where(
+                    JobRow.id == job_id
+                )
+            ).first()
+            if found is None:
+                raise NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+            version, phase, priority, created_at = found
+            position = 0
+            if phase == Phase.QUEUED.value:
+                position = self._queue_position(s, priority, created_at, job_id)
+            return int(version), position
+
+    def _queue_position(self, s: Session, priority: int, created_at: float, job_id: str) -> int:
+        """1 + the queued jobs ahead in queue order, counted on the queue index: the cost grows
+        with the position, not with the length of the queue."""
+        ahead_of = {"priority": priority, "created_at": created_at, "id": job_id}
+        if self.engine.dialect.name == "sqlite":
+            # SQLite's planner picks ix_jobs_phase (every queued row) unless told otherwise.
+            ahead = s.execute(_QUEUE_AHEAD_SQLITE, ahead_of).scalar()
+        else:
+            ahead = s.scalar(
+                select(func.count())
+                .select_from(JobRow)
+                .where(
+                    QUEUED_SQL,
+                    tuple_(JobRow.priority, JobRow.created_at, JobRow.id)
+                    < tuple_(priority, created_at, job_id),
+                )
             )
-        )
         return int(ahead or 0) + 1
 
     def list_jobs(self, query: JobQuery) -> tuple[list[Job], str]:
@@ -316,15 +356,17 @@ class JobStore:
             .where(QUEUED_SQL)
             .order_by(JobRow.priority, JobRow.created_at, JobRow.id)
         )
-        with self._sessions() as s:
-            rows = s.execute(order).all()
-            missing = [job_id for job_id, _, _ in rows if job_id not in known]
-            plans = dict(known)
-            for chunk in _chunks(missing):
-                stmt = select(JobRow.id, JobRow.plan).where(JobRow.id.in_(chunk))
-                plans.update((job_id, _plan_from_json(plan)) for job_id, plan in s.execute(stmt))
+        rows = self._driver_rows(order)  # the whole queue on every pass: no per-row objects
+        missing = [row[0] for row in rows if row[0] not in known]
+        plans = dict(known)
+        if missing:
+            with self._sessions() as s:
+                for chunk in _chunks(missing):
+                    stmt = select(JobRow.id, JobRow.plan).where(JobRow.id.in_(chunk))
+                    plans.update((i, _plan_from_json(plan)) for i, plan in s.execute(stmt))
+        priorities = _PRIORITIES
         return [
-            QueuedJob(job_id, Priority(prio), created, plans[job_id])
+            QueuedJob(job_id, priorities[prio], created, plans[job_id])
             for job_id, prio, created in rows
             if job_id in plans
         ]
@@ -472,6 +514,8 @@ class JobStore:
                 if only_from is not None:
                     stmt = stmt.where(ReplicaRow.phase == only_from.value)
                 s.execute(stmt)
+            # A job's full view shows its replicas: cached views are keyed by this version.
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
             return True
 
     def replicas(self, job_id: str) -> list[Replica]:

@@ -37,7 +37,7 @@ class JobRow(Base):
     systems: Mapped[str] = mapped_column(Text, default="")  # comma-separated system names
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
-    # Bumped by every write that changes what a job summary shows (phase, reasons, progress,
+    # Bumped by every write that changes what a job shows (phase, reasons, progress, replicas,
     # labels...), so readers can cache a summary under (id, version).
     version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     started_at: Mapped[float] = mapped_column(Float, default=0.0)

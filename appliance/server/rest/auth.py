@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Annotated
 
 from fastapi import Header
@@ -10,13 +10,17 @@ from fastapi import Header
 from appliance.domain.auth import Principal
 from appliance.server.auth import Authenticator
 
-CallerDependency = Callable[[str | None], Principal | None]
+CallerDependency = Callable[[str | None], Coroutine[None, None, Principal | None]]
 
 
 def caller_dependency(auth: Authenticator) -> CallerDependency:
-    """A FastAPI dependency: the authenticated caller, or None when authentication is off."""
+    """A FastAPI dependency: the authenticated caller, or None when authentication is off.
 
-    def caller(
+    A coroutine on purpose: FastAPI runs a plain function dependency on its thread pool, a
+    thread hop (and a GIL hand-off) per request for a dictionary lookup.
+    """
+
+    async def caller(
         authorization: Annotated[
             str | None, Header(description="Bearer <token>, when tokens are configured.")
         ] = None,
