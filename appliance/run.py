@@ -61,7 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-p", "--params", required=True, help="Params YAML file.")
     parser.add_argument("--num_csx", type=int, default=1, help="CS-2 systems (default 1).")
-    parser.add_argument("--num_steps", type=int, required=True, help="Steps to run.")
+    parser.add_argument(
+        "--num_steps",
+        type=int,
+        default=None,
+        help="Steps to run (not needed with --mode compile).",
+    )
     parser.add_argument(
         "-o", "--model_dir", default="model_dir", help="Output directory (default ./model_dir)."
     )
@@ -121,7 +126,12 @@ def parse_labels(items: Sequence[str]) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the launcher; returns the exit status."""
     out = out or sys.stdout
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.num_steps is None:
+        if args.mode != Mode.COMPILE.value:
+            parser.error("--num_steps is required (except with --mode compile)")
+        args.num_steps = 1
     try:
         params = load_params(args.params, args.checkpoint_path)
         labels = parse_labels(args.job_labels)
@@ -133,10 +143,45 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return _error("interrupted", EXIT_INTERRUPTED)
 
 
+def _compile(
+    client: ApplianceClient, args: argparse.Namespace, params: str | dict[str, Any], out: TextIO
+) -> int:
+    """--mode compile: print the compile report (nothing runs, nothing is reserved)."""
+    try:
+        report = client.compile(params, num_csx=args.num_csx, num_steps=args.num_steps)
+    except InvalidSpec as exc:
+        return _error(exc.message, EXIT_BAD_INPUT)
+    except ApplianceError as exc:
+        return _error(exc.message, EXIT_FAILED)
+    mib = 1 << 20
+    print(f"model {report.model}: {len(report.units)} streamed layers", file=out)
+    for unit in report.units:
+        tensors = ", ".join(f"{n}{list(s)}" for n, s in unit.tensors)
+        print(f"  layer {unit.index}: {unit.parameters} parameters ({tensors})", file=out)
+    print(
+        f"parameters {report.parameter_bytes / mib:.2f} MiB; MemoryX holds "
+        f"{report.memory_bytes / mib:.2f} MiB with optimizer state",
+        file=out,
+    )
+    counts = ", ".join(f"{g.role.value} x{g.count}" for g in report.plan.groups)
+    print(f"replicas: {counts}", file=out)
+    print(
+        f"bytes per step: {report.bytes_per_step / mib:.2f} MiB (MemoryX->SwarmX "
+        f"{report.bytes_memoryx_to_swarmx / mib:.2f}, SwarmX->CS-2 "
+        f"{report.bytes_swarmx_to_cs2 / mib:.2f}, CS-2->SwarmX "
+        f"{report.bytes_cs2_to_swarmx / mib:.2f}, SwarmX->MemoryX "
+        f"{report.bytes_swarmx_to_memoryx / mib:.2f})",
+        file=out,
+    )
+    return 0
+
+
 def _submit_and_follow(
     args: argparse.Namespace, params: str | dict[str, Any], labels: dict[str, str], out: TextIO
 ) -> int:
     with ApplianceClient(args.server, detach=args.detach, token=args.token) as client:
+        if args.mode == Mode.COMPILE.value:
+            return _compile(client, args, params, out)
         try:
             job = client.submit(
                 params=params,

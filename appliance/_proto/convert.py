@@ -7,6 +7,7 @@ so no protobuf type leaks past server/grpc or client/.
 from __future__ import annotations
 
 from appliance._proto.v1 import cluster_pb2, common_pb2
+from appliance.domain.compile import CompileReport, StreamedUnit
 from appliance.domain.job import (
     EventKind,
     Job,
@@ -17,7 +18,7 @@ from appliance.domain.job import (
     ReplicaPhase,
 )
 from appliance.domain.phases import Phase
-from appliance.domain.plan import Role
+from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
 from appliance.domain.spec import JobSpec, Mode, Priority
 
 _PHASE_TO_PB = {p: common_pb2.Phase.Value(f"PHASE_{p.value}") for p in Phase}
@@ -215,4 +216,53 @@ def event_from_pb(msg: cluster_pb2.JobEvent) -> JobEvent:
         to_phase=phase_from_pb(msg.to_phase),
         reason=msg.reason,
         progress=progress_from_pb(msg.progress) if kind is EventKind.PROGRESS else None,
+    )
+
+
+def compile_report_to_pb(report: CompileReport) -> cluster_pb2.CompileReport:
+    return cluster_pb2.CompileReport(
+        model=report.model,
+        units=[
+            cluster_pb2.StreamedUnit(
+                index=u.index,
+                tensors=[cluster_pb2.TensorShape(name=n, shape=list(s)) for n, s in u.tensors],
+                parameters=u.parameters,
+            )
+            for u in report.units
+        ],
+        parameter_bytes=report.parameter_bytes,
+        memory_bytes=report.memory_bytes,
+        replicas=[
+            cluster_pb2.ReplicaCount(role=g.role.value, count=g.count, demand=g.demand)
+            for g in report.plan.groups
+        ],
+        bytes_memoryx_to_swarmx=report.bytes_memoryx_to_swarmx,
+        bytes_swarmx_to_cs2=report.bytes_swarmx_to_cs2,
+        bytes_cs2_to_swarmx=report.bytes_cs2_to_swarmx,
+        bytes_swarmx_to_memoryx=report.bytes_swarmx_to_memoryx,
+        bytes_per_step=report.bytes_per_step,
+    )
+
+
+def compile_report_from_pb(msg: cluster_pb2.CompileReport) -> CompileReport:
+    return CompileReport(
+        model=msg.model,
+        units=tuple(
+            StreamedUnit(
+                index=u.index,
+                tensors=tuple((t.name, tuple(t.shape)) for t in u.tensors),
+                parameters=u.parameters,
+            )
+            for u in msg.units
+        ),
+        parameter_bytes=msg.parameter_bytes,
+        memory_bytes=msg.memory_bytes,
+        plan=ReplicaPlan(
+            groups=tuple(ReplicaGroup(Role(r.role), r.count, r.demand) for r in msg.replicas),
+            model_bytes=msg.memory_bytes,
+        ),
+        bytes_memoryx_to_swarmx=msg.bytes_memoryx_to_swarmx,
+        bytes_swarmx_to_cs2=msg.bytes_swarmx_to_cs2,
+        bytes_cs2_to_swarmx=msg.bytes_cs2_to_swarmx,
+        bytes_swarmx_to_memoryx=msg.bytes_swarmx_to_memoryx,
     )

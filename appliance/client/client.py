@@ -32,6 +32,7 @@ from appliance.client.lease import (
 from appliance.client.nodes import NodeStatus, node_from_pb
 from appliance.client.params import ParamsSource, load_params_yaml
 from appliance.client.watch import WatchRetry, watch_job_events
+from appliance.domain.compile import CompileReport
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.spec import Mode, Priority, validate_labels, validate_spec
@@ -169,6 +170,16 @@ class ApplianceClient:
         if not detached:
             self._leases.hold(job.id)
         return JobHandle(self, job.id)
+
+    def compile(self, params: ParamsSource, *, num_csx: int, num_steps: int = 1) -> CompileReport:
+        """Compile (validate-only) mode: check the params against the model code and the pool
+        and return what the job would stream and need; nothing is submitted or reserved."""
+        spec = validate_spec(
+            params_yaml=load_params_yaml(params), num_csx=num_csx, num_steps=num_steps,
+            mode=Mode.COMPILE,
+        )  # fmt: skip
+        request = cluster_pb2.CompileJobRequest(spec=convert.spec_to_pb(spec))
+        return convert.compile_report_from_pb(self._call(self._stub.CompileJob, request))
 
     def job(self, job_id: str) -> JobHandle:
         """A handle on an existing job (no call is made until it is used)."""

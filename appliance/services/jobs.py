@@ -6,13 +6,14 @@ import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 from appliance.domain.auth import Principal, check_may_act_on, check_may_use_priority
+from appliance.domain.compile import CompileReport, compile_job
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
-from appliance.domain.spec import JobSpec, Priority, validate_labels, validate_user
+from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_user
 from appliance.services.batching import SubmitBatcher
 from appliance.services.context import Context
 from appliance.services.job_views import JobViewCache
@@ -45,6 +46,12 @@ class JobService:
         With `lease_seconds` the job is cancelled when its client stops heartbeating. `by` is
         the authenticated caller (None: authentication is off); the job belongs to them.
         """
+        if spec.mode is Mode.COMPILE:
+            raise InvalidSpec(
+                "mode compile does not run a job: ask for a compile report instead "
+                "(python -m appliance.run --mode compile ..., or ApplianceClient.compile)",
+                field="mode",
+            )
         if by is not None:
             check_may_use_priority(by, spec.priority)
             user = by.user
@@ -66,6 +73,13 @@ class JobService:
         job = await self._batcher.write(new)
         self.ctx.bus.wake_scheduler()
         return job
+
+    async def compile(self, spec: JobSpec) -> CompileReport:
+        """Compile (validate-only) mode: the job's streaming plan, nothing stored or reserved."""
+        pool = self.ctx.store.cached_pool()
+        if pool is None:
+            pool = await self.ctx.db(self.ctx.store.pool)
+        return compile_job(spec, pool)
 
     async def get(self, job_id: str) -> Job:
         """The job's full view. A cached view is reused while the job's version is unchanged

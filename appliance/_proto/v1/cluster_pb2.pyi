@@ -803,3 +803,147 @@ class LogChunk(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LogChunk: _TypeAlias = LogChunk  # noqa: Y015
+
+@_typing.final
+class CompileJobRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPEC_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def spec(self) -> Global___JobSpec: ...
+    def __init__(
+        self,
+        *,
+        spec: Global___JobSpec | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompileJobRequest: _TypeAlias = CompileJobRequest  # noqa: Y015
+
+@_typing.final
+class TensorShape(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SHAPE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def shape(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        shape: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "shape", b"shape"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TensorShape: _TypeAlias = TensorShape  # noqa: Y015
+
+@_typing.final
+class StreamedUnit(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    TENSORS_FIELD_NUMBER: _builtins.int
+    PARAMETERS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    parameters: _builtins.int
+    @_builtins.property
+    def tensors(self) -> _containers.RepeatedCompositeFieldContainer[Global___TensorShape]: ...
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        tensors: _abc.Iterable[Global___TensorShape] | None = ...,
+        parameters: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "parameters", b"parameters", "tensors", b"tensors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamedUnit: _TypeAlias = StreamedUnit  # noqa: Y015
+
+@_typing.final
+class ReplicaCount(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    DEMAND_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    count: _builtins.int
+    demand: _builtins.int
+    """Bytes (MemoryX) or ports (SwarmX) each replica holds on its node."""
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        count: _builtins.int = ...,
+        demand: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "demand", b"demand", "role", b"role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaCount: _TypeAlias = ReplicaCount  # noqa: Y015
+
+@_typing.final
+class CompileReport(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    UNITS_FIELD_NUMBER: _builtins.int
+    PARAMETER_BYTES_FIELD_NUMBER: _builtins.int
+    MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    BYTES_MEMORYX_TO_SWARMX_FIELD_NUMBER: _builtins.int
+    BYTES_SWARMX_TO_CS2_FIELD_NUMBER: _builtins.int
+    BYTES_CS2_TO_SWARMX_FIELD_NUMBER: _builtins.int
+    BYTES_SWARMX_TO_MEMORYX_FIELD_NUMBER: _builtins.int
+    BYTES_PER_STEP_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    parameter_bytes: _builtins.int
+    memory_bytes: _builtins.int
+    """Weights plus optimizer state, what MemoryX holds."""
+    bytes_memoryx_to_swarmx: _builtins.int
+    bytes_swarmx_to_cs2: _builtins.int
+    bytes_cs2_to_swarmx: _builtins.int
+    bytes_swarmx_to_memoryx: _builtins.int
+    bytes_per_step: _builtins.int
+    @_builtins.property
+    def units(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedUnit]: ...
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaCount]: ...
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        units: _abc.Iterable[Global___StreamedUnit] | None = ...,
+        parameter_bytes: _builtins.int = ...,
+        memory_bytes: _builtins.int = ...,
+        replicas: _abc.Iterable[Global___ReplicaCount] | None = ...,
+        bytes_memoryx_to_swarmx: _builtins.int = ...,
+        bytes_swarmx_to_cs2: _builtins.int = ...,
+        bytes_cs2_to_swarmx: _builtins.int = ...,
+        bytes_swarmx_to_memoryx: _builtins.int = ...,
+        bytes_per_step: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_cs2_to_swarmx", b"bytes_cs2_to_swarmx", "bytes_memoryx_to_swarmx", b"bytes_memoryx_to_swarmx", "bytes_per_step", b"bytes_per_step", "bytes_swarmx_to_cs2", b"bytes_swarmx_to_cs2", "bytes_swarmx_to_memoryx", b"bytes_swarmx_to_memoryx", "memory_bytes", b"memory_bytes", "model", b"model", "parameter_bytes", b"parameter_bytes", "replicas", b"replicas", "units", b"units"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompileReport: _TypeAlias = CompileReport  # noqa: Y015

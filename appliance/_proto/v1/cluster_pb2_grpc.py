@@ -100,6 +100,11 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.GetJobLogsRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.LogChunk.FromString,
                 _registered_method=True)
+        self.CompileJob = channel.unary_unary(
+                '/appliance.v1.ClusterService/CompileJob',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.CompileJobRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.CompileReport.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -193,6 +198,14 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompileJob(self, request, context):
+        """Compile (validate-only) mode: check the spec and return what the job would stream and
+        which replicas it would need, without creating a job or reserving anything.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -260,6 +273,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.GetJobLogs,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.GetJobLogsRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.LogChunk.SerializeToString,
+            ),
+            'CompileJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompileJob,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.CompileJobRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.CompileReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -614,6 +632,33 @@ class ClusterService:
             '/appliance.v1.ClusterService/GetJobLogs',
             appliance_dot_v1_dot_cluster__pb2.GetJobLogsRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.LogChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompileJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/CompileJob',
+            appliance_dot_v1_dot_cluster__pb2.CompileJobRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.CompileReport.FromString,
             options,
             channel_credentials,
             insecure,

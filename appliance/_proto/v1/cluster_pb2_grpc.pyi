@@ -56,6 +56,10 @@ class ClusterServiceStub:
     """The log of one replica (or every replica, prefixed) from the start; with `follow`, then
     new lines until the job is terminal.
     """
+    CompileJob: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.CompileJobRequest, _cluster_pb2.CompileReport]
+    """Compile (validate-only) mode: check the spec and return what the job would stream and
+    which replicas it would need, without creating a job or reserving anything.
+    """
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -84,6 +88,10 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     GetJobLogs: _aio.UnaryStreamMultiCallable[_cluster_pb2.GetJobLogsRequest, _cluster_pb2.LogChunk]  # type: ignore[assignment]
     """The log of one replica (or every replica, prefixed) from the start; with `follow`, then
     new lines until the job is terminal.
+    """
+    CompileJob: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CompileJobRequest, _cluster_pb2.CompileReport]  # type: ignore[assignment]
+    """Compile (validate-only) mode: check the spec and return what the job would stream and
+    which replicas it would need, without creating a job or reserving anything.
     """
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -188,6 +196,16 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_cluster_pb2.LogChunk], _abc.AsyncIterator[_cluster_pb2.LogChunk]]:
         """The log of one replica (or every replica, prefixed) from the start; with `follow`, then
         new lines until the job is terminal.
+        """
+
+    @_abc_1.abstractmethod
+    def CompileJob(
+        self,
+        request: _cluster_pb2.CompileJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.CompileReport, _abc.Awaitable[_cluster_pb2.CompileReport]]:
+        """Compile (validate-only) mode: check the spec and return what the job would stream and
+        which replicas it would need, without creating a job or reserving anything.
         """
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

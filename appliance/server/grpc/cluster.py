@@ -162,6 +162,14 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         ):
             yield cluster_pb2.LogChunk(replica=replica, lines=lines)
 
+    @unary
+    async def CompileJob(
+        self, request: cluster_pb2.CompileJobRequest, context: Ctx
+    ) -> cluster_pb2.CompileReport:
+        self._caller(context)
+        report = await self.jobs.compile(spec_from_request(request.spec))
+        return convert.compile_report_to_pb(report)
+
     async def _nodes(self, context: Ctx) -> list[tuple[NodeUsage, list[str]]]:
         self._caller(context)
         return await self.jobs.nodes()

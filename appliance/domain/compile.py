@@ -1,0 +1,74 @@
+"""Compile (validate-only) mode: what a job would stream, without reserving anything.
+
+The report lists the streamed units (layers) with their tensors, the parameter and MemoryX
+bytes, the replica plan, and the bytes one training step moves between roles: MemoryX sends
+each SwarmX the weights once, each SwarmX broadcasts them to its CS-2s, the CS-2s send their
+gradients back up the same way (the minimum for weight streaming with data parallelism).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from appliance.domain.inventory import Node
+from appliance.domain.models import BYTES_PER_PARAM, memory_bytes, unit_shapes
+from appliance.domain.params import parse_params
+from appliance.domain.plan import ReplicaPlan, Role, plan_replicas
+from appliance.domain.spec import JobSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamedUnit:
+    index: int
+    tensors: tuple[tuple[str, tuple[int, ...]], ...]
+    parameters: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileReport:
+    model: str
+    units: tuple[StreamedUnit, ...]
+    parameter_bytes: int
+    memory_bytes: int
+    plan: ReplicaPlan
+    bytes_memoryx_to_swarmx: int
+    bytes_swarmx_to_cs2: int
+    bytes_cs2_to_swarmx: int
+    bytes_swarmx_to_memoryx: int
+
+    @property
+    def bytes_per_step(self) -> int:
+        return (
+            self.bytes_memoryx_to_swarmx + self.bytes_swarmx_to_cs2
+            + self.bytes_cs2_to_swarmx + self.bytes_swarmx_to_memoryx
+        )  # fmt: skip
+
+
+def compile_job(spec: JobSpec, pool: Sequence[Node]) -> CompileReport:
+    """Validate the spec against the model code and the pool; raise InvalidSpec or
+    InsufficientCapacity exactly as a submit would."""
+    params = parse_params(spec.params)
+    plan = plan_replicas(spec, pool)
+    units = tuple(
+        StreamedUnit(
+            index=i,
+            tensors=tuple(shapes.items()),
+            parameters=sum(math.prod(shape) for shape in shapes.values()),
+        )
+        for i, shapes in enumerate(unit_shapes(params))
+    )
+    weights = sum(u.parameters for u in units) * BYTES_PER_PARAM
+    swarmx = plan.group(Role.SWARMX).count
+    return CompileReport(
+        model=str(spec.params["model"].get("name", "fc_mnist")),
+        units=units,
+        parameter_bytes=weights,
+        memory_bytes=memory_bytes(spec.params),
+        plan=plan,
+        bytes_memoryx_to_swarmx=weights * swarmx,
+        bytes_swarmx_to_cs2=weights * spec.num_csx,
+        bytes_cs2_to_swarmx=weights * spec.num_csx,
+        bytes_swarmx_to_memoryx=weights * swarmx,
+    )
