@@ -1,6 +1,6 @@
 """Weight streaming benchmark: data-plane overhead, bytes per step by role, CS-2 scaling.
 
-    python bench/weight_streaming.py [--steps 20] [--models fc_mnist,gpt2]
+    python -m bench.weight_streaming [--steps N] [--models fc_mnist,gpt2]
 
 For each model (fc_mnist as in examples/params_fc_mnist.yaml; gpt2 with the default config of
 appliance.domain.params.Gpt2Model) prints JSON with:
@@ -43,6 +43,8 @@ from appliance.workers.reference import ReferenceTrainer
 from tests.integration.test_workers import run_job
 
 TRAFFIC_LINE = re.compile(r"(\w+)-\d+ INFO .*tensor traffic sent: (\{.*\})")
+# Enough steps for several progress reports (every 0.5 s), whose timestamps give the rate.
+DEFAULT_STEPS = {"fc_mnist": 200, "gpt2": 30}
 GPT2_DEFAULT = {"model": {"name": "gpt2"}, "optimizer": {"optimizer_type": "adamw",
                                                           "learning_rate": 1e-3}}  # fmt: skip
 
@@ -75,6 +77,10 @@ async def streamed_job(params: dict[str, Any], num_csx: int, steps: int) -> dict
             assert code == 0, job.logs()
             progress = job.fake.progress
             logs = job.logs()
+    if len(progress) < 2:
+        raise SystemExit(
+            f"only {len(progress)} progress report(s) in {steps} steps: use more --steps"
+        )
     first, last = progress[0], progress[-1]
     rate = (last.step - first.step) / max(last.reported_at - first.reported_at, 1e-9)
     sent: dict[str, dict[str, int]] = {}
@@ -137,13 +143,44 @@ async def bench_model(name: str, steps: int) -> dict[str, Any]:
     return result
 
 
+GOALS = {"fc_mnist": 2.0, "gpt2": 1.5}  # one CS-2's step time / the single process's, at most
+MAX_TRAFFIC_RATIO = 1.1  # bytes per step / the theoretical minimum, at most
+
+
+def goal_met(result: dict[str, Any]) -> bool:
+    ratios = [*result["traffic_one_cs2"]["ratio"].values()]
+    ratios += result["traffic_four_cs2"]["ratio"].values()
+    fast = result["one_cs2_vs_single_process"] <= GOALS.get(result["model"], float("inf"))
+    return fast and max(ratios) <= MAX_TRAFFIC_RATIO
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=None, help=f"default: {DEFAULT_STEPS}")
     parser.add_argument("--models", default="fc_mnist,gpt2")
+    parser.add_argument(
+        "--no-record", action="store_true", help="do not merge into bench/results.json"
+    )
     args = parser.parse_args()
-    results = [await bench_model(name, args.steps) for name in args.models.split(",")]
+    results = [
+        await bench_model(name, args.steps or DEFAULT_STEPS.get(name, 30))
+        for name in args.models.split(",")
+    ]
+    for result in results:
+        result["met"] = goal_met(result)
     print(json.dumps({"weight_streaming": results, "cpus": os.cpu_count()}, indent=2))
+    if not args.no_record:
+        from bench.common import record
+
+        goal = ", ".join(f"{name} <= {limit}x" for name, limit in GOALS.items())
+        summary = {
+            "goal": f"1-CS-2 step time vs single-process NumPy: {goal}; "
+            f"bytes per step <= {MAX_TRAFFIC_RATIO}x the theoretical minimum",
+            "models": results,
+            "met": all(result["met"] for result in results),
+        }
+        record("weight_streaming", summary, "python -m bench.weight_streaming " + " ".join(
+            sys.argv[1:]))  # fmt: skip
 
 
 if __name__ == "__main__":

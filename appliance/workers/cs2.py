@@ -1,12 +1,20 @@
 """CS-2: runs one step of its shard of the global batch, one streamed unit (layer) at a time.
 
-Forward: each unit's weights stream in from this CS-2's SwarmX; the next unit's weights are
-fetched while the current unit computes (compute runs in a worker thread so the stream keeps
-flowing). Backward: in reverse unit order; each unit's gradient is pushed to the SwarmX as soon
-as it is complete while backward carries on (see appliance.workers.model for tied weights).
+Forward: one StreamStepWeights call per step brings every unit's weights from this CS-2's
+SwarmX, in unit order, each unit computed as soon as its weights are in. Backward: in reverse
+unit order, in one worker thread, on one PushGradients stream per step; each unit's gradient goes
+out as soon as it is complete while backward carries on (see appliance.workers.model for tied
+weights). One call per direction and step, and one message per unit unless a unit exceeds the
+chunk size, because each round trip and message costs more than the bytes it carries.
+
+Without clipping, RunStep answers as soon as the step's gradients are on their way: MemoryX
+updates each layer as its gradient completes, and the next step's weights wait for that version
+anyway, so the chief's next RunStep overlaps the push's last hops. That next RunStep (training or
+evaluation) fails if the push failed. With clipping (the chief reads the gradient norms next) and
+on the job's last step, RunStep answers once MemoryX has taken every layer's gradient.
 The gradient is that of (sum of this shard's losses) / (predictions in the global batch), so the
 shards' gradients add up to the gradient of the global mean loss. The weights of a step are
-dropped when the step ends; between steps a CS-2 holds nothing.
+dropped when the step ends; between steps a CS-2 holds no weights.
 
 Evaluation steps run forward and the loss only, on the CS-2's shard of an evaluation batch.
 """
@@ -16,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import grpc
@@ -26,10 +35,15 @@ from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.model import Batch, Tensors, backward_units
-from appliance.workers.tensors import TRAFFIC, collect_layer, encode_layer
+from appliance.workers.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
 from appliance.workers.topology import JobLayout
 
 log = logging.getLogger(__name__)
+
+# A step's result and, unless the step had to wait for it, its gradient push.
+_StepOutcome = tuple[pb.RunStepResult, "asyncio.Future[None] | None"]
+# Weights of the units as they arrive (None once the stream ended) and the task reading them.
+_Arrivals = tuple["asyncio.Queue[LayerTensors | None]", "asyncio.Future[None]"]
 
 
 class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
@@ -41,6 +55,8 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         self._channels = PeerChannels()
         self._layout: JobLayout | None = None
         self._configured = asyncio.Event()
+        # The last training step's gradient push, until MemoryX has taken every layer of it.
+        self._push: asyncio.Future[None] | None = None
 
     def add_services(self, server: grpc.aio.Server) -> None:
         dataplane_pb2_grpc.add_StepExecutionServicer_to_server(self, server)
@@ -56,6 +72,8 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
 
     async def close(self) -> None:
         log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
+        if self._push is not None:
+            self._push.cancel()
         await self._channels.close()
 
     async def RunStep(
@@ -65,14 +83,46 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         layout = self._layout
         assert layout is not None
         swarmx = layout.swarmx_of_cs2(self.index)
-        stub = dataplane_pb2_grpc.WeightStreamingStub(self._channels.get(swarmx.address))
+        weights = dataplane_pb2_grpc.WeightStreamingStub(
+            self._channels.get(swarmx.address, "weights")
+        )
+        gradients = dataplane_pb2_grpc.WeightStreamingStub(
+            self._channels.get(swarmx.address, "gradients")
+        )
+        step = _StepRun(layout, self.index, weights, gradients, self._step_timeout)
+        previous, self._push = self._push, None
         try:
-            return await _StepRun(layout, self.index, stub, self._step_timeout).run(request)
+            result, self._push = await _alongside(step.run(request), previous)
+            return result
         except grpc.aio.AioRpcError as err:
             await context.abort(
                 err.code(), f"cs2-{self.index} step {request.step}: {swarmx.name}: {err.details()}"
             )
             raise AssertionError("unreachable") from err
+        except ValueError as err:  # a malformed weight stream
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"cs2-{self.index} step {request.step}: {err}"
+            )
+            raise AssertionError("unreachable") from err
+
+
+async def _alongside(
+    run: Coroutine[Any, Any, _StepOutcome], previous: asyncio.Future[None] | None
+) -> _StepOutcome:
+    """Run a step while the previous step's push completes; either one's failure fails it."""
+    if previous is None:
+        return await run
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(_completion(previous))
+            step = group.create_task(run)
+    except ExceptionGroup as failures:
+        raise failures.exceptions[0] from None
+    return step.result()
+
+
+async def _completion(push: asyncio.Future[None]) -> None:
+    await asyncio.shield(push)
 
 
 class _StepRun:
@@ -82,72 +132,127 @@ class _StepRun:
         self,
         layout: JobLayout,
         index: int,
-        stub: dataplane_pb2_grpc.WeightStreamingStub,
+        weights: dataplane_pb2_grpc.WeightStreamingStub,
+        gradients: dataplane_pb2_grpc.WeightStreamingStub,
         timeout: float,
     ) -> None:
         self.layout = layout
         self.model = layout.model
         self.index = index
-        self.stub = stub
+        self.weight_stub = weights
+        self.gradient_stub = gradients
         self.timeout = timeout
         self.weights: dict[int, Tensors] = {}
 
-    async def run(self, request: pb.RunStepRequest) -> pb.RunStepResult:
-        model, count = self.model, len(self.layout.cs2)
-        if request.evaluate:
-            batch = model.eval_batch(request.eval_batch).shard(self.index, count)
-        else:
-            batch = model.train_batch(request.step).shard(self.index, count)
-        outputs, caches = await self._forward(request.step, batch)
+    async def run(self, request: pb.RunStepRequest) -> _StepOutcome:
+        """The step's result, and its gradient push if that may complete in the background."""
+        model = self.model
+        arrivals = self._stream_weights(request.step)
+        try:  # the weights travel while a worker thread makes the batch
+            batch = await asyncio.to_thread(self._batch, request)
+            outputs, caches = await self._forward(request.step, batch, arrivals)
+        finally:
+            arrivals[1].cancel()
         normalizer = model.batch_size * model.predictions_per_sample
-        head = await asyncio.to_thread(
-            model.head, outputs, self.weights, batch.targets, normalizer, not request.evaluate
-        )
-        if not request.evaluate:
-            await self._backward(request.step, caches, head)
-        return pb.RunStepResult(
+        head = model.head(outputs, self.weights, batch.targets, normalizer, not request.evaluate)
+        result = pb.RunStepResult(
             loss_sum=head.loss_sum,
             num_samples=batch.num_samples,
             num_predictions=head.num_predictions,
             num_correct=head.num_correct,
         )
+        if request.evaluate:
+            return result, None
+        push = asyncio.ensure_future(self._backward(request.step, caches, head))
+        clipping = self.layout.params.optimizer.max_gradient_norm is not None
+        if clipping or request.step + 1 >= self.layout.num_steps:
+            await push  # the chief reads the norms next, or the job ends: MemoryX must have all
+            return result, None
+        return result, push
 
-    async def _fetch(self, version: int, unit: int) -> Tensors:
-        request = pb.WeightsRequest(step=version, layer=unit)
-        streamed = await collect_layer(self.stub.StreamWeights(request, timeout=self.timeout))
-        return streamed.tensors
+    def _batch(self, request: pb.RunStepRequest) -> Batch:
+        """This CS-2's shard of the step's training batch or of the evaluation batch."""
+        model, count = self.model, len(self.layout.cs2)
+        if request.evaluate:
+            return model.eval_batch(request.eval_batch).shard(self.index, count)
+        return model.train_batch(request.step).shard(self.index, count)
 
-    async def _forward(self, version: int, batch: Batch) -> tuple[Any, list[Any]]:
+    def _stream_weights(self, version: int) -> _Arrivals:
+        """Start streaming every unit's weights at `version`; they queue up as they arrive."""
+        request = pb.StepWeightsRequest(step=version, layers=range(self.model.num_units))
+        stream = self.weight_stub.StreamStepWeights(request, timeout=self.timeout)
+        arrived: asyncio.Queue[LayerTensors | None] = asyncio.Queue()
+        return arrived, asyncio.ensure_future(_read_into(read_layers(stream), arrived))
+
+    async def _forward(
+        self, version: int, batch: Batch, arrivals: _Arrivals
+    ) -> tuple[Any, list[Any]]:
+        num_units = self.model.num_units
+        arrived, reader = arrivals
         caches: list[Any] = []
         outputs: Any = batch.inputs
-        upcoming = asyncio.ensure_future(self._fetch(version, 0))
         try:
-            for unit in range(self.model.num_units):
-                self.weights[unit] = await upcoming
-                if unit + 1 < self.model.num_units:  # prefetch while this unit computes
-                    upcoming = asyncio.ensure_future(self._fetch(version, unit + 1))
-                outputs, cache = await asyncio.to_thread(
-                    self.model.forward_unit, unit, self.weights[unit], outputs
-                )
+            for unit in range(num_units):
+                streamed = await _next_layer(arrived, reader)
+                if streamed.layer != unit or streamed.step != version:
+                    raise ValueError(f"expected unit {unit} at version {version}")
+                self.weights[unit] = streamed.tensors
+                # On the event loop: a thread hand-off per unit costs more than it overlaps;
+                # gRPC keeps receiving the next units meanwhile.
+                outputs, cache = self.model.forward_unit(unit, streamed.tensors, outputs)
                 caches.append(cache)
+            await reader
         finally:
-            upcoming.cancel()
+            reader.cancel()
         return outputs, caches
 
     async def _backward(self, step: int, caches: list[Any], head: Any) -> None:
-        pushes: list[asyncio.Future[pb.GradientAck]] = []
-        gradients = backward_units(self.model, self.weights, caches, head)
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Queue[list[pb.LayerChunk] | BaseException | None] = asyncio.Queue()
+
+        def compute() -> None:
+            """All of backward in one worker thread; each unit's chunks go out as it is done."""
+            try:
+                for unit, grads in backward_units(self.model, self.weights, caches, head):
+                    chunks = list(encode_layer(step, unit, self.index, grads))
+                    loop.call_soon_threadsafe(ready.put_nowait, chunks)
+            except BaseException as err:  # fail the push rather than let it end short
+                loop.call_soon_threadsafe(ready.put_nowait, err)
+                raise
+            loop.call_soon_threadsafe(ready.put_nowait, None)
+
+        async def chunks() -> AsyncIterator[pb.LayerChunk]:
+            while (layer := await ready.get()) is not None:
+                if isinstance(layer, BaseException):
+                    raise layer
+                for chunk in layer:
+                    yield TRAFFIC.count("gradients", chunk)
+
+        computing = asyncio.ensure_future(asyncio.to_thread(compute))
         try:
-            while True:
-                item = await asyncio.to_thread(next, gradients, None)
-                if item is None:
-                    break
-                unit, grads = item
-                chunks = TRAFFIC.counted("gradients", encode_layer(step, unit, self.index, grads))
-                pushes.append(
-                    asyncio.ensure_future(self.stub.PushGradients(chunks, timeout=self.timeout))
-                )
-            await asyncio.gather(*pushes)
+            await self.gradient_stub.PushGradients(chunks(), timeout=self.timeout)
+            await computing
         finally:
-            for push in pushes:
-                push.cancel()
+            computing.cancel()
+
+
+async def _read_into(
+    layers: AsyncIterator[LayerTensors], arrived: asyncio.Queue[LayerTensors | None]
+) -> None:
+    """Take in every layer of the stream as it arrives; None marks the end."""
+    try:
+        async for layer in layers:
+            arrived.put_nowait(layer)
+    finally:
+        arrived.put_nowait(None)
+
+
+async def _next_layer(
+    arrived: asyncio.Queue[LayerTensors | None], reader: asyncio.Future[None]
+) -> LayerTensors:
+    """The next streamed layer; the reader's error if the stream failed or ended early."""
+    layer = await arrived.get()
+    if layer is None:
+        await reader  # raises the stream's error, if any
+        raise ValueError("the weight stream ended early")
+    return layer

@@ -1,13 +1,16 @@
 """MemoryX: holds the weights and optimizer state of its layers (layer l on memoryx-(l % M)).
 
-A layer's weights carry a version, the number of updates applied. StreamWeights(step=k) waits
-until the layer reaches version k. PushGradients for step k stores one SwarmX's partial sum;
-once every feeding SwarmX delivered its partial sum, they are added in SwarmX index order (so the
-result does not depend on arrival order), the sum and its squared norm are kept, and every
-waiting push is answered. Updates are a second phase driven by the chief: GradientNorms reports
-the squared norms (for global-norm clipping, which needs every layer of every MemoryX), then
-ApplyUpdates applies the optimizer with the step's learning rate and clip scale, and the
-versions move to k + 1. Optimizer state never leaves MemoryX except into a checkpoint.
+A layer's weights carry a version, the number of updates applied. StreamWeights(step=k) and
+StreamStepWeights(step=k) send a layer once it reaches version k. A PushGradients stream carries
+one SwarmX's partial sums of step k for one or more layers; once every feeding SwarmX delivered
+its partial sum of a layer, they are added in SwarmX index order (so the result does not depend
+on arrival order). Without clipping the update is applied right away, with the learning rate of
+step k's schedule, and the layer's version moves to k + 1 while backward still runs on lower
+layers. With global-norm clipping (which needs every layer of every MemoryX) the sum and its
+squared norm are kept, and updates are a second phase driven by the chief: GradientNorms reports
+the squared norms, then ApplyUpdates applies the optimizer with the step's learning rate and clip
+scale. A push is answered once each of its layers holds its sum (clipping) or is updated.
+Optimizer state never leaves MemoryX except into a checkpoint.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from appliance.workers import checkpoints, optimizers
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.model import Array, Tensors
-from appliance.workers.tensors import TRAFFIC, collect_layer, encode_layer
+from appliance.workers.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
 from appliance.workers.topology import JobLayout
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,7 @@ class MemoryXRole(
         self._layers: dict[int, LayerShard] = {}
         self._optimizer = OptimizerSection()
         self._expected_sources: frozenset[int] = frozenset()
+        self._num_steps = 0
         self._configured = asyncio.Event()
 
     def add_services(self, server: grpc.aio.Server) -> None:
@@ -69,6 +73,7 @@ class MemoryXRole(
             return  # the chief may retry Configure; the first topology stands
         params = layout.params
         self._optimizer = params.optimizer
+        self._num_steps = layout.num_steps
         resume = params.runconfig.checkpoint_path
         loaded = self._load(resume, layout) if resume else None
         for layer in layout.layers_of_memoryx(self.index):
@@ -106,30 +111,68 @@ class MemoryXRole(
     async def StreamWeights(
         self, request: pb.WeightsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.LayerChunk]:
-        shard = await self._shard(request.layer, context)
-        async with shard.changed:
-            await shard.changed.wait_for(lambda: shard.version >= request.step)
-            if shard.version != request.step:
-                await context.abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"layer {request.layer} is at version {shard.version}, not {request.step}",
-                )
-            tensors = dict(shard.weights)
-            if request.with_optimizer_state:
-                for slot, state in shard.state.items():
-                    tensors.update({f"{slot}/{name}": array for name, array in state.items()})
+        tensors = await self._weights_at(request.step, request.layer, context)
+        if request.with_optimizer_state:
+            shard = self._layers[request.layer]
+            for slot, state in shard.state.items():
+                tensors.update({f"{slot}/{name}": array for name, array in state.items()})
         for chunk in encode_layer(request.step, request.layer, self.index, tensors):
             yield TRAFFIC.count("weights", chunk)
+
+    async def StreamStepWeights(
+        self, request: pb.StepWeightsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.LayerChunk]:
+        for layer in request.layers:
+            tensors = await self._weights_at(request.step, layer, context)
+            for chunk in encode_layer(request.step, layer, self.index, tensors):
+                yield TRAFFIC.count("weights", chunk)
 
     async def PushGradients(
         self, request_iterator: AsyncIterator[pb.LayerChunk], context: grpc.aio.ServicerContext
     ) -> pb.GradientAck:
+        pushed: list[tuple[int, LayerShard]] = []
         try:
-            partial = await collect_layer(request_iterator)
+            async for partial in read_layers(request_iterator):
+                shard = await self._shard(partial.layer, context)
+                await self._add_partial_sum(shard, partial, context)
+                pushed.append((partial.step, shard))
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             raise AssertionError("unreachable") from err
-        shard = await self._shard(partial.layer, context)
+        for step, shard in pushed:
+            await self._taken(shard, step)
+        return pb.GradientAck(accepted=True)
+
+    @property
+    def _clipping(self) -> bool:
+        """With clipping, updates wait for the chief's clip scale (ApplyUpdates)."""
+        return self._optimizer.max_gradient_norm is not None
+
+    async def _taken(self, shard: LayerShard, step: int) -> None:
+        """Until the layer holds its full sum for `step` (clipping) or is updated past it."""
+        async with shard.changed:
+            await shard.changed.wait_for(
+                lambda: shard.version > step or (self._clipping and shard.gradient is not None)
+            )
+
+    async def _weights_at(
+        self, version: int, layer: int, context: grpc.aio.ServicerContext
+    ) -> dict[str, Array]:
+        """The layer's weights once it reaches `version` (aborts if it is already past it)."""
+        shard = await self._shard(layer, context)
+        async with shard.changed:
+            await shard.changed.wait_for(lambda: shard.version >= version)
+            if shard.version != version:
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"layer {layer} is at version {shard.version}, not {version}",
+                )
+            return dict(shard.weights)
+
+    async def _add_partial_sum(
+        self, shard: LayerShard, partial: LayerTensors, context: grpc.aio.ServicerContext
+    ) -> None:
+        """Keep one SwarmX's partial sum; the last one completes the layer's gradient."""
         async with shard.changed:
             if partial.step != shard.version or shard.gradient is not None:
                 await context.abort(
@@ -142,20 +185,40 @@ class MemoryXRole(
                     grpc.StatusCode.INVALID_ARGUMENT, f"unexpected swarmx-{partial.source_index}"
                 )
             shard.partial_sums[partial.source_index] = partial.tensors
-            if set(shard.partial_sums) == self._expected_sources:
-                sources = sorted(shard.partial_sums)
-                shard.gradient = {
-                    name: sum_in_order([shard.partial_sums[s][name] for s in sources])
-                    for name in shard.weights
-                }
+            if set(shard.partial_sums) != self._expected_sources:
+                return
+            sources = sorted(shard.partial_sums)
+            shard.gradient = {
+                name: sum_in_order([shard.partial_sums[s][name] for s in sources])
+                for name in shard.weights
+            }
+            shard.partial_sums.clear()
+            if self._clipping:
                 shard.squared_norm = optimizers.squared_norm(shard.gradient)
-                shard.partial_sums.clear()
                 shard.changed.notify_all()
-            else:
-                await shard.changed.wait_for(
-                    lambda: shard.gradient is not None or shard.version > partial.step
-                )
-        return pb.GradientAck(accepted=True)
+                return
+        learning_rate = optimizers.learning_rate_at(self._optimizer, partial.step, self._num_steps)
+        await self._apply(shard, partial.step, learning_rate, 1.0)
+
+    async def _apply(
+        self, shard: LayerShard, step: int, learning_rate: float, gradient_scale: float
+    ) -> None:
+        """Apply the step's update to one layer; its version moves to step + 1."""
+        assert shard.gradient is not None
+        # On the event loop: an update is a few array operations, cheaper than a thread hand-off.
+        optimizers.apply_update(
+            self._optimizer,
+            shard.weights,
+            shard.gradient,
+            shard.state,
+            step,
+            learning_rate,
+            gradient_scale,
+        )
+        async with shard.changed:
+            shard.gradient = None
+            shard.version += 1
+            shard.changed.notify_all()
 
     async def GradientNorms(
         self, request: pb.GradientNormsRequest, context: grpc.aio.ServicerContext
@@ -170,21 +233,7 @@ class MemoryXRole(
         self, request: pb.ApplyUpdatesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ApplyUpdatesResponse:
         for shard in (await self._complete(request.step, context)).values():
-            assert shard.gradient is not None
-            await asyncio.to_thread(
-                optimizers.apply_update,
-                self._optimizer,
-                shard.weights,
-                shard.gradient,
-                shard.state,
-                request.step,
-                request.learning_rate,
-                request.gradient_scale,
-            )
-            async with shard.changed:
-                shard.gradient = None
-                shard.version += 1
-                shard.changed.notify_all()
+            await self._apply(shard, request.step, request.learning_rate, request.gradient_scale)
         return pb.ApplyUpdatesResponse()
 
     async def _complete(

@@ -18,6 +18,7 @@ from typing import Protocol
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2_grpc
+from appliance.workers.channels import CHANNEL_OPTIONS
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import (
     EXIT_FAILED,
@@ -71,7 +72,7 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole) -> int:
     loop.add_signal_handler(signal.SIGTERM, stop.request, EXIT_SIGTERM, "SIGTERM received")
     loop.add_signal_handler(signal.SIGINT, stop.request, EXIT_SIGTERM, "SIGINT received")
 
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
     on_configure = None if options.role == "chief" else role.configure
     dataplane_pb2_grpc.add_ReplicaLifecycleServicer_to_server(
         LifecycleServicer(stop, on_configure), server

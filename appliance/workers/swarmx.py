@@ -1,19 +1,26 @@
 """SwarmX: broadcasts each layer's weights to its CS-2s and reduces their gradients.
 
-Weights: the first StreamWeights(step, layer) from any of this SwarmX's CS-2s fetches the layer
-once from its MemoryX; the other CS-2s get the same chunks. Gradients: each CS-2 pushes its
-gradient for (step, layer); when all of this SwarmX's CS-2s have pushed, they are added in CS-2
-index order and the sum goes to the owning MemoryX as one partial sum. Every push is answered
-once MemoryX holds the layer's full gradient, so a CS-2's step ends only when its gradients are
-in; the chief then has the updates applied (appliance.workers.memoryx).
+Weights: the first CS-2 asking for a step's layers (one StreamStepWeights stream per step) has
+them fetched once from their MemoryXs, one stream per MemoryX carrying its layers in order; every
+CS-2 gets the same chunks, each layer as soon as it has arrived. Gradients: each CS-2 pushes one
+stream per step, its layers' gradients in backward order; once all of this SwarmX's CS-2s have
+pushed a layer, their gradients are added in CS-2 index order and the sum goes on at once, as
+one partial sum, into this step's stream to the owning MemoryX (one per MemoryX and step). A
+CS-2's push is answered once MemoryX has taken every layer it carried (appliance.workers.memoryx),
+so a CS-2's step ends only when its gradients are in.
 
-A cached layer is dropped once every CS-2 pushed its gradient for it (they are all past its
-forward pass); weights fetched for evaluation at version k are the ones training step k uses.
+The first gradient of step k also starts fetching the weights of step k + 1 (unless k is the
+job's last step): MemoryX sends each layer as soon as its update is applied, while backward goes
+on, so the next step's weights are here before its RunStep starts. A cached layer is dropped
+once every CS-2 pushed its gradient for it (they are all past its forward pass), and every older
+version once a CS-2 asks for a newer one; weights fetched for evaluation at version k are the
+ones training step k uses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -26,13 +33,30 @@ from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.memoryx import sum_in_order
-from appliance.workers.model import Array
-from appliance.workers.tensors import TRAFFIC, collect_layer, encode_layer
-from appliance.workers.topology import JobLayout
+from appliance.workers.model import Tensors
+from appliance.workers.tensors import (
+    TRAFFIC,
+    LayerTensors,
+    encode_layer,
+    layer_chunks,
+    read_layers,
+)
+from appliance.workers.topology import JobLayout, PeerAddress
 
 log = logging.getLogger(__name__)
 
 LayerKey = tuple[int, int]  # (step, layer)
+_END = None  # closes an outgoing gradient stream
+
+
+@dataclasses.dataclass
+class _StepReduction:
+    """One step's gradients: what the CS-2s pushed so far, one outgoing stream per MemoryX."""
+
+    received: dict[int, dict[int, Tensors]]  # layer -> cs2 index -> gradient
+    outgoing: dict[PeerAddress, asyncio.Queue[pb.LayerChunk | None]]
+    remaining: dict[PeerAddress, int]  # layers still to send to each MemoryX
+    acks: dict[PeerAddress, asyncio.Task[None]]  # each stream's answer from its MemoryX
 
 
 class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
@@ -44,9 +68,9 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
         self._channels = PeerChannels()
         self._layout: JobLayout | None = None
         self._configured = asyncio.Event()
-        self._weights: dict[LayerKey, asyncio.Task[list[pb.LayerChunk]]] = {}
-        self._gradients: dict[LayerKey, dict[int, dict[str, Array]]] = {}
-        self._reductions: dict[LayerKey, asyncio.Future[None]] = {}
+        self._weights: dict[LayerKey, asyncio.Future[list[pb.LayerChunk]]] = {}
+        self._fetches: set[asyncio.Task[None]] = set()
+        self._reductions: dict[int, _StepReduction] = {}
 
     def add_services(self, server: grpc.aio.Server) -> None:
         dataplane_pb2_grpc.add_WeightStreamingServicer_to_server(self, server)
@@ -62,26 +86,24 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
 
     async def close(self) -> None:
         log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
-        for task in self._weights.values():
+        for task in self._fetches:
             task.cancel()
+        for reduction in self._reductions.values():
+            for ack in reduction.acks.values():
+                ack.cancel()
         await self._channels.close()
 
     async def StreamWeights(
         self, request: pb.WeightsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.LayerChunk]:
-        await self._configured.wait()
-        key = (request.step, request.layer)
-        fetch = self._weights.get(key)
-        if fetch is None:
-            fetch = asyncio.create_task(self._fetch_from_memoryx(request))
-            self._weights[key] = fetch
-        try:
-            chunks = await asyncio.shield(fetch)
-        except grpc.aio.AioRpcError as err:
-            await context.abort(err.code(), f"swarmx-{self.index}: memoryx: {err.details()}")
-            raise AssertionError("unreachable") from err
-        for chunk in chunks:
-            yield TRAFFIC.count("weights", chunk)
+        async for chunk in self._relay(request.step, [request.layer], context):
+            yield chunk
+
+    async def StreamStepWeights(
+        self, request: pb.StepWeightsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.LayerChunk]:
+        async for chunk in self._relay(request.step, list(request.layers), context):
+            yield chunk
 
     async def PushGradients(
         self, request_iterator: AsyncIterator[pb.LayerChunk], context: grpc.aio.ServicerContext
@@ -89,54 +111,152 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
         await self._configured.wait()
         layout = self._layout
         assert layout is not None
+        expected = set(layout.cs2_of_swarmx(self.index))
+        waits: dict[tuple[int, PeerAddress], asyncio.Task[None]] = {}
         try:
-            gradient = await collect_layer(request_iterator)
+            async for gradient in read_layers(request_iterator):
+                if gradient.source_index not in expected:
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"cs2-{gradient.source_index} is not mine",
+                    )
+                reduction = self._reduction(layout, gradient.step)
+                owner = layout.memoryx_of_layer(gradient.layer)
+                waits[(gradient.step, owner)] = reduction.acks[owner]
+                self._add_gradient(layout, reduction, gradient, expected)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             raise AssertionError("unreachable") from err
-        expected = set(layout.cs2_of_swarmx(self.index))
-        if gradient.source_index not in expected:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"cs2-{gradient.source_index} is not mine"
-            )
-        key = (gradient.step, gradient.layer)
-        received = self._gradients.setdefault(key, {})
-        received[gradient.source_index] = gradient.tensors
-        reduction = self._reductions.setdefault(key, asyncio.get_running_loop().create_future())
-        if set(received) == expected:
-            del self._gradients[key]
-            self._weights.pop(key, None)  # every CS-2 is past this layer's forward pass
+        for ack in waits.values():
             try:
-                await self._push_to_memoryx(layout, key, received)
+                await asyncio.shield(ack)
             except grpc.aio.AioRpcError as err:
-                reduction.set_exception(err)
-            else:
-                reduction.set_result(None)
-            finally:
-                del self._reductions[key]
-        try:
-            await asyncio.shield(reduction)
-        except grpc.aio.AioRpcError as err:
-            await context.abort(err.code(), f"swarmx-{self.index}: memoryx: {err.details()}")
+                await context.abort(err.code(), f"swarmx-{self.index}: memoryx: {err.details()}")
         return pb.GradientAck(accepted=True)
 
-    async def _fetch_from_memoryx(self, request: pb.WeightsRequest) -> list[pb.LayerChunk]:
-        assert self._layout is not None
-        owner = self._layout.memoryx_of_layer(request.layer)
-        stub = dataplane_pb2_grpc.WeightStreamingStub(self._channels.get(owner.address))
-        stream = stub.StreamWeights(request, timeout=self._step_timeout)
-        return [chunk async for chunk in stream]
+    async def _relay(
+        self, step: int, layers: list[int], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.LayerChunk]:
+        """Each layer's chunks at version `step`, in order, as each arrives from MemoryX."""
+        await self._configured.wait()
+        # Step `step` starts only once every CS-2 finished the one before: older versions are done.
+        for key in [key for key in self._weights if key[0] < step]:
+            del self._weights[key]
+        for layer, fetched in zip(layers, self._fetch(step, layers), strict=True):
+            try:
+                chunks = await asyncio.shield(fetched)
+            except grpc.aio.AioRpcError as err:
+                await context.abort(err.code(), f"swarmx-{self.index}: memoryx: {err.details()}")
+                raise AssertionError("unreachable") from err
+            except ValueError as err:
+                await context.abort(grpc.StatusCode.INTERNAL, f"layer {layer}: {err}")
+                raise AssertionError("unreachable") from err
+            for chunk in chunks:
+                yield TRAFFIC.count("weights", chunk)
 
-    async def _push_to_memoryx(
-        self, layout: JobLayout, key: LayerKey, received: dict[int, dict[str, Array]]
+    def _fetch(self, step: int, layers: list[int]) -> list[asyncio.Future[list[pb.LayerChunk]]]:
+        """The layers' cached chunks, fetching the missing ones (one stream per MemoryX)."""
+        layout = self._layout
+        assert layout is not None
+        missing: dict[PeerAddress, list[int]] = {}
+        for layer in layers:
+            if (step, layer) not in self._weights:
+                self._weights[step, layer] = asyncio.get_running_loop().create_future()
+                missing.setdefault(layout.memoryx_of_layer(layer), []).append(layer)
+        for owner, owned in missing.items():
+            futures = [self._weights[step, layer] for layer in owned]
+            task = asyncio.create_task(self._fetch_from_memoryx(owner, step, owned, futures))
+            self._fetches.add(task)
+            task.add_done_callback(self._fetches.discard)
+        return [self._weights[step, layer] for layer in layers]
+
+    async def _fetch_from_memoryx(
+        self,
+        owner: PeerAddress,
+        step: int,
+        layers: list[int],
+        futures: list[asyncio.Future[list[pb.LayerChunk]]],
     ) -> None:
-        step, layer = key
+        channel = self._channels.get(owner.address, "weights")
+        stub = dataplane_pb2_grpc.WeightStreamingStub(channel)
+        request = pb.StepWeightsRequest(step=step, layers=layers)
+        received = 0
+        try:
+            async for chunks in layer_chunks(
+                stub.StreamStepWeights(request, timeout=self._step_timeout)
+            ):
+                if received == len(layers) or chunks[0].layer != layers[received]:
+                    raise ValueError(f"{owner.name} sent layer {chunks[0].layer} out of order")
+                futures[received].set_result(chunks)
+                received += 1
+            if received < len(layers):
+                raise ValueError(f"{owner.name} ended the stream after {received} layers")
+        except (grpc.aio.AioRpcError, ValueError) as err:
+            for layer, future in zip(layers[received:], futures[received:], strict=True):
+                future.set_exception(err)
+                if self._weights.get((step, layer)) is future:
+                    del self._weights[step, layer]  # a later request fetches it afresh
+
+    def _reduction(self, layout: JobLayout, step: int) -> _StepReduction:
+        """The step's reduction, opening its streams to the MemoryXs on first use."""
+        reduction = self._reductions.get(step)
+        if reduction is not None:
+            return reduction
+        owners = [m for m in layout.memoryx if layout.layers_of_memoryx(m.index)]
+        outgoing: dict[PeerAddress, asyncio.Queue[pb.LayerChunk | None]] = {
+            owner: asyncio.Queue() for owner in owners
+        }
+        acks = {
+            owner: asyncio.create_task(self._push_to_memoryx(owner, outgoing[owner]))
+            for owner in owners
+        }
+        remaining = {owner: len(layout.layers_of_memoryx(owner.index)) for owner in owners}
+        reduction = _StepReduction({}, outgoing, remaining, acks)
+        self._reductions[step] = reduction
+        if step + 1 < layout.num_steps:
+            # The next step's weights: MemoryX sends each layer as soon as this step's update
+            # of it is applied, so the next step finds them here instead of waiting two hops.
+            self._fetch(step + 1, list(range(layout.model.num_units)))
+        finished = asyncio.gather(*acks.values(), return_exceptions=True)
+        finished.add_done_callback(lambda _: self._reductions.pop(step, None))
+        return reduction
+
+    def _add_gradient(
+        self,
+        layout: JobLayout,
+        reduction: _StepReduction,
+        gradient: LayerTensors,
+        expected: set[int],
+    ) -> None:
+        """Keep one CS-2's gradient; the last one sends the layer's sum on to its MemoryX."""
+        step, layer = gradient.step, gradient.layer
+        received = reduction.received.setdefault(layer, {})
+        received[gradient.source_index] = gradient.tensors
+        if set(received) != expected:
+            return
+        del reduction.received[layer]
+        self._weights.pop((step, layer), None)  # every CS-2 is past this layer's forward pass
         sources = sorted(received)
         partial_sum = {
             name: sum_in_order([received[s][name] for s in sources])
             for name in received[sources[0]]
         }
         owner = layout.memoryx_of_layer(layer)
-        stub = dataplane_pb2_grpc.WeightStreamingStub(self._channels.get(owner.address))
-        chunks = TRAFFIC.counted("gradients", encode_layer(step, layer, self.index, partial_sum))
-        await stub.PushGradients(chunks, timeout=self._step_timeout)
+        queue = reduction.outgoing[owner]
+        for chunk in encode_layer(step, layer, self.index, partial_sum):
+            queue.put_nowait(TRAFFIC.count("gradients", chunk))
+        reduction.remaining[owner] -= 1
+        if reduction.remaining[owner] == 0:
+            queue.put_nowait(_END)
+
+    async def _push_to_memoryx(
+        self, owner: PeerAddress, queue: asyncio.Queue[pb.LayerChunk | None]
+    ) -> None:
+        async def chunks() -> AsyncIterator[pb.LayerChunk]:
+            while (chunk := await queue.get()) is not _END:
+                assert chunk is not None
+                yield chunk
+
+        channel = self._channels.get(owner.address, "gradients")
+        stub = dataplane_pb2_grpc.WeightStreamingStub(channel)
+        await stub.PushGradients(chunks(), timeout=self._step_timeout)

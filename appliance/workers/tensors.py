@@ -1,7 +1,12 @@
 """Tensors on the wire: raw little-endian float32 bytes with shape, chunked under ~1 MiB.
 
-A layer (its named tensors, or their gradients) travels as a sequence of LayerChunk messages;
-each tensor's chunks are consecutive and it is complete once its bytes match its shape.
+A layer (its named tensors, or their gradients) travels as a sequence of LayerChunk messages,
+each packing as many consecutive tensor slices as fit in CHUNK_BYTES (one message per message
+round trip is what costs, not bytes); each tensor's slices are consecutive and it is complete
+once its bytes match its shape. A stream
+may carry several layers one after the other; the final chunk of each is marked `last`.
+Decoded arrays are read-only views of the received bytes (no copy): every consumer reads them or
+builds new arrays from them.
 `TRAFFIC` counts the serialized bytes this process sends, by kind, for the benchmark.
 """
 
@@ -9,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import AsyncIterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
 
 import numpy as np
 
@@ -51,21 +56,23 @@ class LayerTensors:
 def encode_layer(
     step: int, layer: int, source_index: int, tensors: Mapping[str, Array]
 ) -> Iterator[pb.LayerChunk]:
-    """Chunk every tensor of a layer into LayerChunk messages of at most CHUNK_BYTES of data."""
+    """Pack a layer's tensors, in order, into LayerChunk messages of at most CHUNK_BYTES of data
+    (a larger tensor is sliced); the final chunk is marked `last`."""
+    chunk = pb.LayerChunk(step=step, layer=layer, source_index=source_index)
+    size = 0
     for name, array in tensors.items():
         raw = np.ascontiguousarray(array, dtype=_WIRE_DTYPE).tobytes()
         for start in range(0, max(len(raw), 1), CHUNK_BYTES):
-            yield pb.LayerChunk(
-                step=step,
-                layer=layer,
-                source_index=source_index,
-                tensor=pb.TensorChunk(
-                    name=name,
-                    shape=list(array.shape),
-                    dtype=pb.DTYPE_FLOAT32,
-                    data=raw[start : start + CHUNK_BYTES],
-                ),
-            )
+            # Slicing the whole of a bytes object returns it: a one-slice tensor is not copied.
+            data = raw if len(raw) <= CHUNK_BYTES else raw[start : start + CHUNK_BYTES]
+            if chunk.tensors and size + len(data) > CHUNK_BYTES:
+                yield chunk
+                chunk = pb.LayerChunk(step=step, layer=layer, source_index=source_index)
+                size = 0
+            chunk.tensors.add(name=name, shape=array.shape, dtype=pb.DTYPE_FLOAT32, data=data)
+            size += len(data)
+    chunk.last = True
+    yield chunk
 
 
 def decode_layer(chunks: list[pb.LayerChunk]) -> LayerTensors:
@@ -82,20 +89,40 @@ def decode_layer(chunks: list[pb.LayerChunk]) -> LayerTensors:
             first.source_index,
         ):
             raise ValueError("a tensor stream mixes steps, layers or senders")
-        if chunk.tensor.dtype != pb.DTYPE_FLOAT32:
-            raise ValueError(f"tensor {chunk.tensor.name!r} is not float32")
-        parts.setdefault(chunk.tensor.name, []).append(chunk.tensor.data)
-        shapes[chunk.tensor.name] = tuple(chunk.tensor.shape)
+        for piece in chunk.tensors:
+            if piece.dtype != pb.DTYPE_FLOAT32:
+                raise ValueError(f"tensor {piece.name!r} is not float32")
+            parts.setdefault(piece.name, []).append(piece.data)
+            shapes[piece.name] = tuple(piece.shape)
     tensors: dict[str, Array] = {}
     for name, data in parts.items():
-        raw = b"".join(data)
+        raw = data[0] if len(data) == 1 else b"".join(data)
         shape = shapes[name]
         if len(raw) != math.prod(shape) * _WIRE_DTYPE.itemsize:
             raise ValueError(f"tensor {name!r}: {len(raw)} bytes do not fit shape {shape}")
-        tensors[name] = np.frombuffer(raw, dtype=_WIRE_DTYPE).astype(np.float32).reshape(shape)
+        array = np.frombuffer(raw, dtype=_WIRE_DTYPE).astype(np.float32, copy=False)
+        tensors[name] = array.reshape(shape)
     return LayerTensors(first.step, first.layer, first.source_index, tensors)
 
 
 async def collect_layer(stream: AsyncIterable[pb.LayerChunk]) -> LayerTensors:
     """Read a whole chunk stream and decode it."""
     return decode_layer([chunk async for chunk in stream])
+
+
+async def layer_chunks(stream: AsyncIterable[pb.LayerChunk]) -> AsyncIterator[list[pb.LayerChunk]]:
+    """Split a stream of several layers into each layer's chunks, as each layer completes."""
+    pending: list[pb.LayerChunk] = []
+    async for chunk in stream:
+        pending.append(chunk)
+        if chunk.last:
+            yield pending
+            pending = []
+    if pending:  # a single-layer sender need not mark its final chunk
+        yield pending
+
+
+async def read_layers(stream: AsyncIterable[pb.LayerChunk]) -> AsyncIterator[LayerTensors]:
+    """Decode a stream of several layers, one layer as soon as it is complete."""
+    async for chunks in layer_chunks(stream):
+        yield decode_layer(chunks)

@@ -1,11 +1,14 @@
 """The chief's loop over a job's steps: train, clip, update, evaluate, summarise, checkpoint.
 
-Step k: every CS-2 runs k (RunStep answers once MemoryX holds every layer's summed gradient);
-with clipping, the chief gathers every layer's squared gradient norm from the MemoryXs, adds
-them in layer order and derives the clip scale; then every MemoryX applies the update with the
-step's learning rate and that scale. No update is applied before the global norm is known.
-The loss of a step is the mean over the global batch's predictions. Evaluation runs every
-`runconfig.eval_steps` (train_and_eval) and at the end; checkpoints every
+Step k: every CS-2 runs k. Without clipping, MemoryX applies each layer's update as soon as its
+summed gradient is complete (with the learning rate of step k's schedule); RunStep answers once
+the gradients are on their way, and whatever reads weights next (step k + 1, an evaluation, a
+checkpoint) waits for version k + 1 at MemoryX. With clipping, RunStep answers once MemoryX
+holds every layer's summed gradient; the chief gathers every layer's squared gradient norm from
+the MemoryXs, adds them in layer order and derives the clip scale; then every MemoryX applies
+the update with the step's learning rate and that scale. No clipped update is applied before the
+global norm is known. The loss of a step is the mean over the global batch's predictions.
+Evaluation runs every `runconfig.eval_steps` (train_and_eval) and at the end; checkpoints every
 `runconfig.checkpoint_steps` and at the end; summaries every `runconfig.log_steps`.
 """
 
@@ -102,12 +105,11 @@ class TrainingLoop:
         results = await self.calls.run_step(step)
         loss = math.fsum(r.loss_sum for r in results) / sum(r.num_predictions for r in results)
         settings = self.params.optimizer
-        scale = 1.0
-        if settings.max_gradient_norm is not None:
+        learning_rate = optimizers.learning_rate_at(settings, step, self.layout.num_steps)
+        if settings.max_gradient_norm is not None:  # else MemoryX has applied the updates
             norms = await self.calls.gradient_norms(step)
             scale = optimizers.clip_scale(norms, settings.max_gradient_norm)
-        learning_rate = optimizers.learning_rate_at(settings, step, self.layout.num_steps)
-        await self.calls.apply_updates(step, learning_rate, scale)
+            await self.calls.apply_updates(step, learning_rate, scale)
         return loss, learning_rate
 
     async def _evaluate(self, version: int) -> dict[str, float]:

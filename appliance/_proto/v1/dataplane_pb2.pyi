@@ -32,16 +32,22 @@ class _DTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DType.ValueType
 class DType(_DType, metaclass=_DTypeEnumTypeWrapper):
     """The data plane between the replicas of one wsjob (weight streaming).
 
-      chief ──RunStep──► cs2-i ──StreamWeights──► swarmx-j ──StreamWeights──► memoryx-(layer % M)
-                         cs2-i ──PushGradients──► swarmx-j ──PushGradients──► memoryx-(layer % M)
+      chief ──RunStep──► cs2-i ──StreamStepWeights──► swarmx-j ──StreamStepWeights──► memoryx-*
+                         cs2-i ──PushGradients──────► swarmx-j ──PushGradients──────► memoryx-*
 
-      chief ──GradientNorms, ApplyUpdates──► memoryx-j      (after every CS-2 answered RunStep)
+      chief ──GradientNorms, ApplyUpdates──► memoryx-j      (only with gradient clipping)
 
     SwarmX and MemoryX serve the same WeightStreaming interface: a SwarmX fetches each layer once
     per step from its MemoryX and relays it to its CS-2s, and sums its CS-2s' gradients before
     handing one partial sum to MemoryX. MemoryX adds the partial sums of a layer in SwarmX index
-    order and keeps the result; updates are applied in a second phase, when the chief calls
-    ApplyUpdates with the step's learning rate and the clip scale agreed from every layer's norm.
+    order. A step costs one call per hop and direction: one StreamStepWeights stream carries every
+    layer of the step in forward order, and one PushGradients stream every layer's gradient in the
+    order backward produces them, so layer l + 1 travels while layer l computes.
+
+    Without clipping MemoryX applies a layer's update as soon as its summed gradient is complete,
+    with the learning rate of the step's schedule. With global-norm clipping, which needs every
+    layer of every MemoryX, it keeps the sum and the update is a second phase: the chief gathers
+    GradientNorms, then calls ApplyUpdates with the learning rate and the agreed clip scale.
     A "layer" is a streamed unit: a dense layer of fc_mnist, or the embeddings, one transformer
     block or the final LayerNorm of gpt2.
     """
@@ -54,7 +60,7 @@ Global___DType: _TypeAlias = DType  # noqa: Y015
 @_typing.final
 class TensorChunk(_message.Message):
     """One slice of a tensor's raw bytes. A tensor larger than the chunk size travels as several
-    consecutive chunks with the same name; it is complete once the bytes add up to its shape.
+    consecutive slices with the same name; it is complete once the bytes add up to its shape.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -89,32 +95,41 @@ Global___TensorChunk: _TypeAlias = TensorChunk  # noqa: Y015
 
 @_typing.final
 class LayerChunk(_message.Message):
-    """A chunk of one layer's tensors (weights on the way out, gradients on the way back)."""
+    """A chunk of one layer's tensors (weights on the way out, gradients on the way back): as many
+    consecutive tensor slices as fit in the chunk size, so a layer of small tensors (a weight and
+    its bias, a transformer block's gains) is one message rather than one per tensor.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     STEP_FIELD_NUMBER: _builtins.int
     LAYER_FIELD_NUMBER: _builtins.int
     SOURCE_INDEX_FIELD_NUMBER: _builtins.int
-    TENSOR_FIELD_NUMBER: _builtins.int
+    TENSORS_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
     step: _builtins.int
     """Weights: the version (number of updates applied). Gradients: the step they belong to."""
     layer: _builtins.int
     source_index: _builtins.int
     """Index of the sender within its role (cs2 index towards SwarmX, swarmx index towards MemoryX)."""
+    last: _builtins.bool
+    """Set on the final chunk of the layer, so a stream carrying several layers can hand each one
+    on as soon as it is complete.
+    """
     @_builtins.property
-    def tensor(self) -> Global___TensorChunk: ...
+    def tensors(self) -> _containers.RepeatedCompositeFieldContainer[Global___TensorChunk]: ...
     def __init__(
         self,
         *,
         step: _builtins.int = ...,
         layer: _builtins.int = ...,
         source_index: _builtins.int = ...,
-        tensor: Global___TensorChunk | None = ...,
+        tensors: _abc.Iterable[Global___TensorChunk] | None = ...,
+        last: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["tensor", b"tensor"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["layer", b"layer", "source_index", b"source_index", "step", b"step", "tensor", b"tensor"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last", b"last", "layer", b"layer", "source_index", b"source_index", "step", b"step", "tensors", b"tensors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -146,6 +161,32 @@ class WeightsRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WeightsRequest: _TypeAlias = WeightsRequest  # noqa: Y015
+
+@_typing.final
+class StepWeightsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    LAYERS_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    """The weight version wanted; each layer is sent once it has reached it."""
+    @_builtins.property
+    def layers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The layers to send, in this order."""
+
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        layers: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["layers", b"layers", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepWeightsRequest: _TypeAlias = StepWeightsRequest  # noqa: Y015
 
 @_typing.final
 class GradientAck(_message.Message):

@@ -40,6 +40,11 @@ class WeightStreamingStub:
                 request_serializer=appliance_dot_v1_dot_dataplane__pb2.WeightsRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_dataplane__pb2.LayerChunk.FromString,
                 _registered_method=True)
+        self.StreamStepWeights = channel.unary_stream(
+                '/appliance.v1.WeightStreaming/StreamStepWeights',
+                request_serializer=appliance_dot_v1_dot_dataplane__pb2.StepWeightsRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_dataplane__pb2.LayerChunk.FromString,
+                _registered_method=True)
         self.PushGradients = channel.stream_unary(
                 '/appliance.v1.WeightStreaming/PushGradients',
                 request_serializer=appliance_dot_v1_dot_dataplane__pb2.LayerChunk.SerializeToString,
@@ -57,9 +62,17 @@ class WeightStreamingServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamStepWeights(self, request, context):
+        """Several layers' weights at version `step`, one layer after the other, chunked.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PushGradients(self, request_iterator, context):
-        """One gradient (or partial sum of gradients) for one layer and step; answers once MemoryX
-        holds the layer's full sum for the step.
+        """Gradients (or partial sums of gradients) of one step for one or more layers, each layer's
+        chunks consecutive and its final chunk marked `last`; answers once MemoryX holds the full
+        sum of every layer in the stream (and, without clipping, has applied its update).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -71,6 +84,11 @@ def add_WeightStreamingServicer_to_server(servicer, server):
             'StreamWeights': grpc.unary_stream_rpc_method_handler(
                     servicer.StreamWeights,
                     request_deserializer=appliance_dot_v1_dot_dataplane__pb2.WeightsRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_dataplane__pb2.LayerChunk.SerializeToString,
+            ),
+            'StreamStepWeights': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamStepWeights,
+                    request_deserializer=appliance_dot_v1_dot_dataplane__pb2.StepWeightsRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_dataplane__pb2.LayerChunk.SerializeToString,
             ),
             'PushGradients': grpc.stream_unary_rpc_method_handler(
@@ -117,6 +135,33 @@ class WeightStreaming:
             _registered_method=True)
 
     @staticmethod
+    def StreamStepWeights(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/appliance.v1.WeightStreaming/StreamStepWeights',
+            appliance_dot_v1_dot_dataplane__pb2.StepWeightsRequest.SerializeToString,
+            appliance_dot_v1_dot_dataplane__pb2.LayerChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def PushGradients(request_iterator,
             target,
             options=(),
@@ -145,7 +190,8 @@ class WeightStreaming:
 
 
 class UpdateControlStub:
-    """Served by every MemoryX, called by the chief once every CS-2 finished the step.
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step, when the job
+    clips gradients (without clipping MemoryX applies updates as gradients complete).
     """
 
     def __init__(self, channel):
@@ -167,7 +213,8 @@ class UpdateControlStub:
 
 
 class UpdateControlServicer:
-    """Served by every MemoryX, called by the chief once every CS-2 finished the step.
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step, when the job
+    clips gradients (without clipping MemoryX applies updates as gradients complete).
     """
 
     def GradientNorms(self, request, context):
@@ -206,7 +253,8 @@ def add_UpdateControlServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class UpdateControl:
-    """Served by every MemoryX, called by the chief once every CS-2 finished the step.
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step, when the job
+    clips gradients (without clipping MemoryX applies updates as gradients complete).
     """
 
     @staticmethod
@@ -286,8 +334,9 @@ class StepExecutionServicer:
     """
 
     def RunStep(self, request, context):
-        """Forward, loss and backward for the CS-2's shard of step `step`; answers once MemoryX holds
-        every layer's summed gradient of the step.
+        """Forward, loss and backward for the CS-2's shard of step `step`. With clipping, and on the
+        job's last step, answers once MemoryX holds every layer's summed gradient of the step;
+        otherwise once the gradients are on their way, and the next RunStep fails if they fail.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -34,9 +34,12 @@ class WeightStreamingStub:
     def __new__(cls, channel: _aio.Channel) -> WeightStreamingAsyncStub: ...
     StreamWeights: _grpc.UnaryStreamMultiCallable[_dataplane_pb2.WeightsRequest, _dataplane_pb2.LayerChunk]
     """The layer's weights at version `step`, chunked."""
+    StreamStepWeights: _grpc.UnaryStreamMultiCallable[_dataplane_pb2.StepWeightsRequest, _dataplane_pb2.LayerChunk]
+    """Several layers' weights at version `step`, one layer after the other, chunked."""
     PushGradients: _grpc.StreamUnaryMultiCallable[_dataplane_pb2.LayerChunk, _dataplane_pb2.GradientAck]
-    """One gradient (or partial sum of gradients) for one layer and step; answers once MemoryX
-    holds the layer's full sum for the step.
+    """Gradients (or partial sums of gradients) of one step for one or more layers, each layer's
+    chunks consecutive and its final chunk marked `last`; answers once MemoryX holds the full
+    sum of every layer in the stream (and, without clipping, has applied its update).
     """
 
 @_typing.type_check_only
@@ -44,9 +47,12 @@ class WeightStreamingAsyncStub(WeightStreamingStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     StreamWeights: _aio.UnaryStreamMultiCallable[_dataplane_pb2.WeightsRequest, _dataplane_pb2.LayerChunk]  # type: ignore[assignment]
     """The layer's weights at version `step`, chunked."""
+    StreamStepWeights: _aio.UnaryStreamMultiCallable[_dataplane_pb2.StepWeightsRequest, _dataplane_pb2.LayerChunk]  # type: ignore[assignment]
+    """Several layers' weights at version `step`, one layer after the other, chunked."""
     PushGradients: _aio.StreamUnaryMultiCallable[_dataplane_pb2.LayerChunk, _dataplane_pb2.GradientAck]  # type: ignore[assignment]
-    """One gradient (or partial sum of gradients) for one layer and step; answers once MemoryX
-    holds the layer's full sum for the step.
+    """Gradients (or partial sums of gradients) of one step for one or more layers, each layer's
+    chunks consecutive and its final chunk marked `last`; answers once MemoryX holds the full
+    sum of every layer in the stream (and, without clipping, has applied its update).
     """
 
 class WeightStreamingServicer(metaclass=_abc_1.ABCMeta):
@@ -59,19 +65,30 @@ class WeightStreamingServicer(metaclass=_abc_1.ABCMeta):
         """The layer's weights at version `step`, chunked."""
 
     @_abc_1.abstractmethod
+    def StreamStepWeights(
+        self,
+        request: _dataplane_pb2.StepWeightsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_dataplane_pb2.LayerChunk], _abc.AsyncIterator[_dataplane_pb2.LayerChunk]]:
+        """Several layers' weights at version `step`, one layer after the other, chunked."""
+
+    @_abc_1.abstractmethod
     def PushGradients(
         self,
         request_iterator: _MaybeAsyncIterator[_dataplane_pb2.LayerChunk],
         context: _ServicerContext,
     ) -> _typing.Union[_dataplane_pb2.GradientAck, _abc.Awaitable[_dataplane_pb2.GradientAck]]:
-        """One gradient (or partial sum of gradients) for one layer and step; answers once MemoryX
-        holds the layer's full sum for the step.
+        """Gradients (or partial sums of gradients) of one step for one or more layers, each layer's
+        chunks consecutive and its final chunk marked `last`; answers once MemoryX holds the full
+        sum of every layer in the stream (and, without clipping, has applied its update).
         """
 
 def add_WeightStreamingServicer_to_server(servicer: WeightStreamingServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class UpdateControlStub:
-    """Served by every MemoryX, called by the chief once every CS-2 finished the step."""
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step, when the job
+    clips gradients (without clipping MemoryX applies updates as gradients complete).
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -84,7 +101,9 @@ class UpdateControlStub:
 
 @_typing.type_check_only
 class UpdateControlAsyncStub(UpdateControlStub):
-    """Served by every MemoryX, called by the chief once every CS-2 finished the step."""
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step, when the job
+    clips gradients (without clipping MemoryX applies updates as gradients complete).
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     GradientNorms: _aio.UnaryUnaryMultiCallable[_dataplane_pb2.GradientNormsRequest, _dataplane_pb2.GradientNormsResponse]  # type: ignore[assignment]
@@ -93,7 +112,9 @@ class UpdateControlAsyncStub(UpdateControlStub):
     """Apply the step's update to every layer this MemoryX holds (versions move to step + 1)."""
 
 class UpdateControlServicer(metaclass=_abc_1.ABCMeta):
-    """Served by every MemoryX, called by the chief once every CS-2 finished the step."""
+    """Served by every MemoryX, called by the chief once every CS-2 finished the step, when the job
+    clips gradients (without clipping MemoryX applies updates as gradients complete).
+    """
 
     @_abc_1.abstractmethod
     def GradientNorms(
@@ -121,8 +142,9 @@ class StepExecutionStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> StepExecutionAsyncStub: ...
     RunStep: _grpc.UnaryUnaryMultiCallable[_dataplane_pb2.RunStepRequest, _dataplane_pb2.RunStepResult]
-    """Forward, loss and backward for the CS-2's shard of step `step`; answers once MemoryX holds
-    every layer's summed gradient of the step.
+    """Forward, loss and backward for the CS-2's shard of step `step`. With clipping, and on the
+    job's last step, answers once MemoryX holds every layer's summed gradient of the step;
+    otherwise once the gradients are on their way, and the next RunStep fails if they fail.
     """
 
 @_typing.type_check_only
@@ -131,8 +153,9 @@ class StepExecutionAsyncStub(StepExecutionStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     RunStep: _aio.UnaryUnaryMultiCallable[_dataplane_pb2.RunStepRequest, _dataplane_pb2.RunStepResult]  # type: ignore[assignment]
-    """Forward, loss and backward for the CS-2's shard of step `step`; answers once MemoryX holds
-    every layer's summed gradient of the step.
+    """Forward, loss and backward for the CS-2's shard of step `step`. With clipping, and on the
+    job's last step, answers once MemoryX holds every layer's summed gradient of the step;
+    otherwise once the gradients are on their way, and the next RunStep fails if they fail.
     """
 
 class StepExecutionServicer(metaclass=_abc_1.ABCMeta):
@@ -144,8 +167,9 @@ class StepExecutionServicer(metaclass=_abc_1.ABCMeta):
         request: _dataplane_pb2.RunStepRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_dataplane_pb2.RunStepResult, _abc.Awaitable[_dataplane_pb2.RunStepResult]]:
-        """Forward, loss and backward for the CS-2's shard of step `step`; answers once MemoryX holds
-        every layer's summed gradient of the step.
+        """Forward, loss and backward for the CS-2's shard of step `step`. With clipping, and on the
+        job's last step, answers once MemoryX holds every layer's summed gradient of the step;
+        otherwise once the gradients are on their way, and the next RunStep fails if they fail.
         """
 
 def add_StepExecutionServicer_to_server(servicer: StepExecutionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

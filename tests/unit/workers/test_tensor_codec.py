@@ -1,6 +1,9 @@
-"""Tensors on the wire: chunking and reassembly."""
+"""Tensors on the wire: chunking, packing and reassembly, one layer or several per stream."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -13,13 +16,39 @@ def test_large_tensor_is_chunked_and_reassembled() -> None:
     weight = np.arange(600 * 700, dtype=np.float32).reshape(600, 700)  # 1.6 MiB
     bias = np.linspace(-1, 1, 700, dtype=np.float32)
     chunks = list(tensors.encode_layer(5, 2, 1, {"weight": weight, "bias": bias}))
-    assert len(chunks) == 3
-    assert all(len(c.tensor.data) <= tensors.CHUNK_BYTES for c in chunks)
+    assert len(chunks) == 2  # the bias shares the weight's second slice's message
+    assert all(sum(len(t.data) for t in c.tensors) <= tensors.CHUNK_BYTES for c in chunks)
+    assert [c.last for c in chunks] == [False, True]
     decoded = tensors.decode_layer(chunks)
     assert (decoded.step, decoded.layer, decoded.source_index) == (5, 2, 1)
     np.testing.assert_array_equal(decoded.tensors["weight"], weight)
     np.testing.assert_array_equal(decoded.tensors["bias"], bias)
-    assert chunks[0].tensor.data[:8] == np.array([0, 1], dtype="<f4").tobytes()
+    assert chunks[0].tensors[0].data[:8] == np.array([0, 1], dtype="<f4").tobytes()
+
+
+def test_small_tensors_of_a_layer_travel_in_one_message() -> None:
+    layer = {"weight": np.ones((16, 8), np.float32), "bias": np.zeros(8, np.float32)}
+    chunks = list(tensors.encode_layer(0, 3, 0, layer))
+    assert len(chunks) == 1 and chunks[0].last
+    assert [t.name for t in chunks[0].tensors] == ["weight", "bias"]
+
+
+def test_a_stream_of_several_layers_is_split_as_each_completes() -> None:
+    big = np.arange(300 * 1000, dtype=np.float32).reshape(300, 1000)  # two chunks
+    layers = [{"weight": big, "bias": np.ones(1000, np.float32)}, {"gain": np.ones(4, np.float32)}]
+
+    async def stream() -> AsyncIterator[pb.LayerChunk]:
+        for index, layer in enumerate(layers):
+            for chunk in tensors.encode_layer(7, index, 0, layer):
+                yield chunk
+
+    async def read() -> list[tensors.LayerTensors]:
+        return [layer async for layer in tensors.read_layers(stream())]
+
+    decoded = asyncio.run(read())
+    assert [d.layer for d in decoded] == [0, 1]
+    np.testing.assert_array_equal(decoded[0].tensors["weight"], big)
+    np.testing.assert_array_equal(decoded[1].tensors["gain"], layers[1]["gain"])
 
 
 def test_empty_tensor_still_travels() -> None:
@@ -30,13 +59,13 @@ def test_empty_tensor_still_travels() -> None:
 
 def test_truncated_stream_is_rejected() -> None:
     chunks = list(tensors.encode_layer(0, 0, 0, {"weight": np.ones((4, 4), np.float32)}))
-    chunks[0].tensor.data = chunks[0].tensor.data[:-4]
+    chunks[0].tensors[0].data = chunks[0].tensors[0].data[:-4]
     with pytest.raises(ValueError, match="do not fit shape"):
         tensors.decode_layer(chunks)
 
 
 def test_mixed_stream_is_rejected() -> None:
-    chunk = pb.LayerChunk(step=1, layer=0, tensor=pb.TensorChunk(dtype=pb.DTYPE_FLOAT32))
-    other = pb.LayerChunk(step=2, layer=0, tensor=pb.TensorChunk(dtype=pb.DTYPE_FLOAT32))
+    chunk = pb.LayerChunk(step=1, layer=0, tensors=[pb.TensorChunk(dtype=pb.DTYPE_FLOAT32)])
+    other = pb.LayerChunk(step=2, layer=0, tensors=[pb.TensorChunk(dtype=pb.DTYPE_FLOAT32)])
     with pytest.raises(ValueError, match="mixes"):
         tensors.decode_layer([chunk, other])
