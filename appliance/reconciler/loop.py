@@ -84,16 +84,25 @@ class Reconciler:
 
     async def run_sweeps(self) -> None:
         wanted = self.ctx.bus.reconcile_wanted
+        loop = asyncio.get_running_loop()
+        last_timed = loop.time()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wanted.wait(), SWEEP_INTERVAL)
             wanted.clear()
+            # Leases and timeouts are checked once a second, not on every wake-up: a burst of
+            # phase changes (bulk cancel) must not scan every active job each time.
+            timed = loop.time() - last_timed >= SWEEP_INTERVAL
+            if timed:
+                last_timed = loop.time()
             try:
-                await self.sweep()
+                await self.sweep(timed=timed)
             except Exception:
                 log.exception("reconciler sweep failed")
 
-    async def sweep(self) -> None:
+    async def sweep(self, *, timed: bool = True) -> None:
+        """Launch scheduled jobs and tear down finished ones; with `timed`, also cancel jobs
+        whose lease expired and fail jobs stuck initializing."""
         store = self.ctx.store
         for job in await self.ctx.db(store.jobs_in, [Phase.SCHEDULED]):
             await self._launch(job.id)
@@ -102,6 +111,8 @@ class Reconciler:
         for job_id, phase in phases.items():
             if phase.terminal:
                 self._start_teardown(job_id)
+        if not timed:
+            return
         for job in await self.ctx.db(store.expired_leases, now):
             assert job.lease is not None
             holder = f" from {job.lease.holder}" if job.lease.holder else ""

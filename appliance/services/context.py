@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from appliance.config import Settings
 from appliance.domain.errors import Unavailable
-from appliance.domain.phases import TERMINAL, Phase
+from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Phase
 from appliance.services.bus import JobBus
 from appliance.store.jobs import JobStore, PhaseChange
 
@@ -73,6 +73,8 @@ class Context:
         if change.event is None:
             return
         self.bus.publish(change.event)
-        if change.event.to_phase in TERMINAL:
+        if change.event.to_phase in TERMINAL and change.event.from_phase in HOLDS_RESOURCES:
             self.bus.wake_scheduler()  # resources came back
+        # A queued job that ends frees nothing: the next periodic pass re-reads the queue (and
+        # its pending reasons) instead of one pass per cancelled job.
         self.bus.wake_reconciler()

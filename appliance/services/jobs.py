@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 
 from appliance.domain.auth import Principal, check_may_act_on, check_may_use_priority
 from appliance.domain.compile import CompileReport, compile_job
-from appliance.domain.errors import InvalidSpec
+from appliance.domain.errors import InvalidSpec, NotFound
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.job import Job, JobEvent
@@ -121,7 +121,7 @@ class JobService:
         check_job_id(job_id)
         why = reason.strip()[:1024] or (f"cancelled by {by.user}" if by else "cancelled by user")
         while True:
-            job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
+            job = await self._summary(job_id)  # no replicas, no queue position: cheap
             if by is not None:
                 check_may_act_on(by, job.user, job.groups, "cancel")
             if job.phase.terminal:
@@ -174,8 +174,16 @@ class JobService:
         return await self.ctx.read(self.ctx.store.count_by_phase)
 
     async def _check_owner(self, job_id: str, by: Principal, what: str) -> None:
-        job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
+        job = await self._summary(job_id)
         check_may_act_on(by, job.user, job.groups, what)
+
+    async def _summary(self, job_id: str) -> Job:
+        """The job's summary (owner, groups, phase) read on the writer's thread, so a decision
+        taken on it is ordered with the writes that follow; raises NotFound."""
+        found = await self.ctx.db(self.ctx.store.job_summaries, [job_id])
+        if not found:
+            raise NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+        return found[0]
 
     async def nodes(self) -> list[tuple[NodeUsage, list[str]]]:
         """The pool with what each node holds and for which jobs."""

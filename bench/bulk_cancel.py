@@ -1,0 +1,107 @@
+"""Bulk cancel of 10,000 queued jobs over gRPC, 50 concurrent clients: goal >= 1,600 jobs/s.
+
+Every CS-2 system is in maintenance, so the submitted jobs stay QUEUED. The jobs are submitted
+first (not timed), then every one is cancelled with CancelJob from 50 concurrent clients; the
+rate counts the jobs found CANCELLED in the SQLite file after the coordinator stopped.
+
+    python -m bench.bulk_cancel [--jobs 10000] [--clients 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from bench.common import SYSTEMS, CoordinatorProcess, emit, fresh_dir, prepare_store, summarize_ms
+from bench.submit_throughput import load as submit_load
+
+GOAL_JOBS_PER_S = 1600.0
+
+
+async def cancel_all(address: str, clients: int, time_limit: float) -> dict[str, Any]:
+    channels = [grpc.aio.insecure_channel(address) for _ in range(clients)]
+    stubs = [cluster_pb2_grpc.ClusterServiceStub(ch) for ch in channels]
+    await asyncio.gather(*(ch.channel_ready() for ch in channels))
+    ids = [
+        job.id
+        async for page in stubs[0].StreamJobs(cluster_pb2.ListJobsRequest())
+        for job in page.jobs
+    ]
+    pending = list(ids)
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    deadline = time.monotonic() + time_limit
+
+    async def client(stub: cluster_pb2_grpc.ClusterServiceStub) -> None:
+        while pending and time.monotonic() < deadline:
+            job_id = pending.pop()
+            t0 = time.perf_counter()
+            try:
+                await stub.CancelJob(cluster_pb2.CancelJobRequest(job_id=job_id), timeout=30)
+            except grpc.aio.AioRpcError as exc:
+                errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
+                continue
+            latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(stub) for stub in stubs))
+    elapsed = time.perf_counter() - start
+    await asyncio.gather(*(ch.close() for ch in channels))
+    return {
+        "listed": len(ids),
+        "cancel_elapsed_s": round(elapsed, 3),
+        "cancel_acked": len(latencies),
+        "errors": errors,
+        "latency": summarize_ms(latencies) if latencies else {},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--time-limit", type=float, default=120.0)
+    parser.add_argument("--no-record", action="store_true")
+    parser.add_argument("--profile", type=Path, help="cProfile the coordinator into this file")
+    args = parser.parse_args()
+
+    data_dir = fresh_dir("cancel")
+    prepare_store(data_dir, maintenance=SYSTEMS)
+    coordinator = CoordinatorProcess(data_dir, profile=args.profile)
+    try:
+        address = coordinator.wait_address()
+        submitted = asyncio.run(submit_load(address, args.jobs, args.clients, args.time_limit))
+        run = asyncio.run(cancel_all(address, args.clients, args.time_limit))
+    finally:
+        coordinator.stop()
+    db = sqlite3.connect(data_dir / "appliance.db")
+    try:
+        phases = dict(db.execute("SELECT phase, count(*) FROM jobs GROUP BY phase").fetchall())
+    finally:
+        db.close()
+    cancelled = phases.get("CANCELLED", 0)
+    rate = cancelled / run["cancel_elapsed_s"]
+    emit(
+        "bulk_cancel",
+        {
+            "goal": f">= {GOAL_JOBS_PER_S:.0f} jobs/s cancelled, {args.clients} gRPC clients",
+            "jobs": args.jobs,
+            "clients": args.clients,
+            "submitted_acked": submitted["acked"],
+            **run,
+            "phases_after": phases,
+            "cancelled_per_s": round(rate, 1),
+            "met": rate >= GOAL_JOBS_PER_S and cancelled == args.jobs,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
