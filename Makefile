@@ -33,7 +33,7 @@ proto: $(STAMP)  ## regenerate appliance/_proto/v1 from proto/
 	$(BIN)/python proto/generate.py
 
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench.run_all
 
 clean:
 	rm -rf $(VENV) .appliance build *.egg-info
