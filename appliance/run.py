@@ -28,6 +28,7 @@ from typing import Any, TextIO, TypeAlias
 import yaml
 
 from appliance.client import DEFAULT_ADDRESS, ApplianceClient, JobHandle
+from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
 from appliance.client.progress import EventPrinter, describe_progress
 from appliance.domain.errors import ApplianceError, InvalidSpec
 from appliance.domain.phases import Phase
@@ -78,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--job_priority", default="p2", help="p1 (first) to p3; default p2.")
     parser.add_argument(
         "--detach", action="store_true", help="Submit without a lease, print the id and exit."
+    )
+    parser.add_argument(
+        "--lease_seconds",
+        type=float,
+        default=DEFAULT_LEASE_SECONDS,
+        help="The job is cancelled when this launcher is gone this long (default 60; 0 = "
+        "detached).",
     )
     parser.add_argument(
         "--server",
@@ -179,7 +187,18 @@ def _compile(
 def _submit_and_follow(
     args: argparse.Namespace, params: str | dict[str, Any], labels: dict[str, str], out: TextIO
 ) -> int:
-    with ApplianceClient(args.server, detach=args.detach, token=args.token) as client:
+    try:
+        lease = args.lease_seconds
+        client = ApplianceClient(
+            args.server,
+            detach=args.detach or lease == 0,
+            token=args.token,
+            lease_seconds=lease,
+            heartbeat_interval=min(DEFAULT_HEARTBEAT_INTERVAL, lease / 4) if lease > 0 else 1.0,
+        )
+    except InvalidSpec as exc:
+        return _error(exc.message, EXIT_BAD_INPUT)
+    with client:
         if args.mode == Mode.COMPILE.value:
             return _compile(client, args, params, out)
         try:

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,3 +88,30 @@ def test_ctrl_c_cancels_the_job_and_leaves_no_replica(
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_a_killed_launchers_job_is_cancelled_once_its_lease_lapses(
+    coordinator: RunningCoordinator, tmp_path: Path
+) -> None:
+    lease = 2.0
+    proc = subprocess.Popen(
+        [*_launcher(coordinator.address, tmp_path / "out", 1_000_000),
+         "--lease_seconds", str(lease)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    match = re.match(r"submitted (wsjob-\w+)", proc.stdout.readline())
+    assert match
+    job_id = match.group(1)
+    with ApplianceClient(coordinator.address) as client:
+        wait_until(lambda: client.get_job(job_id).phase is Phase.RUNNING, 60, "running")
+        assert client.get_job(job_id).lease is not None
+        killed_at = time.monotonic()
+        proc.kill()  # the client process dies without a word: only its heartbeats stop
+        proc.communicate(timeout=30)
+        wait_until(lambda: client.get_job(job_id).phase is Phase.CANCELLED, lease + 10)
+        assert time.monotonic() - killed_at <= lease + 10
+        job = client.get_job(job_id)
+    assert job.reason.startswith("client lease expired"), job.reason
+    assert f":{proc.pid}" in job.reason  # the holder (host:pid) of the lapsed lease
+    wait_until(lambda: not worker_processes(job_id), 15, "replicas to stop")
