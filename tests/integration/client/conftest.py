@@ -11,12 +11,7 @@ from click.testing import CliRunner, Result
 from appliance.client import ApplianceClient
 from appliance.domain.inventory import NodeState
 from csctl.cli import cli
-from tests.integration.coordinator.harness import (
-    RunningCoordinator,
-    kill_workers,
-    wait_until,
-    worker_processes,
-)
+from tests.integration.coordinator.harness import RunningCoordinator, serving
 
 PARAMS = Path(__file__).resolve().parents[3] / "examples" / "params_fc_mnist.yaml"
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
@@ -30,18 +25,8 @@ def params_file() -> Path:
 @pytest.fixture
 def coordinator(tmp_path: Path) -> Iterator[RunningCoordinator]:
     """A coordinator on free ports; at the end every replica process must be gone."""
-    running = RunningCoordinator(tmp_path / "data").start()
-    try:
+    with serving(tmp_path / "data") as running:
         yield running
-    finally:
-        address = running.address
-        try:
-            wait_until(lambda: not worker_processes(coordinator=address), 15, "replicas to exit")
-        finally:
-            leftover = [p.pid for p in worker_processes(coordinator=address)]
-            kill_workers(address)
-            running.stop()
-        assert not leftover, f"replica processes left behind: {leftover}"
 
 
 @pytest.fixture

@@ -6,12 +6,7 @@ from pathlib import Path
 import pytest
 
 from appliance.client import ApplianceClient
-from tests.integration.coordinator.harness import (
-    RunningCoordinator,
-    kill_workers,
-    wait_until,
-    worker_processes,
-)
+from tests.integration.coordinator.harness import RunningCoordinator, serving
 
 PARAMS = Path(__file__).resolve().parents[3] / "examples" / "params_fc_mnist.yaml"
 
@@ -30,19 +25,8 @@ def coordinator_database() -> str:
 
 @pytest.fixture
 def coordinator(tmp_path: Path, coordinator_database: str) -> Iterator[RunningCoordinator]:
-    running = RunningCoordinator(tmp_path / "data", database_url=coordinator_database).start()
-    try:
+    with serving(tmp_path / "data", database_url=coordinator_database) as running:
         yield running
-    finally:
-        address = running.address
-        try:
-            # Every test ends with its jobs terminal, so the coordinator must reap every replica.
-            wait_until(lambda: not worker_processes(coordinator=address), 15, "replicas to exit")
-        finally:
-            leftover = [p.pid for p in worker_processes(coordinator=address)]
-            kill_workers(address)
-            running.stop()
-        assert not leftover, f"replica processes left behind: {leftover}"
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -55,6 +55,24 @@ class RunningCoordinator:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
+
+
+@contextlib.contextmanager
+def serving(data_dir: Path, **overrides: object) -> Iterator[RunningCoordinator]:
+    """A coordinator on free ports for one test; at the end every replica must be gone (each
+    test ends with its jobs terminal, so the coordinator must have reaped them)."""
+    running = RunningCoordinator(data_dir, **overrides).start()
+    try:
+        yield running
+    finally:
+        address = running.address
+        try:
+            wait_until(lambda: not worker_processes(coordinator=address), 15, "replicas to exit")
+        finally:
+            leftover = [p.pid for p in worker_processes(coordinator=address)]
+            kill_workers(address)
+            running.stop()
+        assert not leftover, f"replica processes left behind: {leftover}"
 
 
 def worker_processes(
