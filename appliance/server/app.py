@@ -7,7 +7,6 @@ coordinator adopts them (see Reconciler.recover).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -121,7 +120,3 @@ class Coordinator:
         if self.reader is not None:
             self.reader.shutdown(wait=True)
         self.engine.dispose()
-
-    async def wait_stopped(self) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*self._tasks)

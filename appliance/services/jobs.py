@@ -9,7 +9,7 @@ from appliance.domain.auth import Principal, check_may_act_on, check_may_use_pri
 from appliance.domain.compile import CompileReport, compile_job
 from appliance.domain.errors import InvalidSpec, NotFound
 from appliance.domain.ids import is_job_id, new_job_id
-from appliance.domain.inventory import NodeUsage
+from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
@@ -61,10 +61,7 @@ class JobService:
                 f"lease_seconds must be between 0 (detached) and {MAX_LEASE_SECONDS:.0f}",
                 field="lease_seconds",
             )
-        pool = self.ctx.store.cached_pool()  # no trip to the store thread on the hot path
-        if pool is None:
-            pool = await self.ctx.db(self.ctx.store.pool)
-        plan = plan_replicas(spec, pool)
+        plan = plan_replicas(spec, await self._pool())
         job_id = new_job_id()
         if not spec.model_dir:
             spec = dataclasses.replace(spec, model_dir=str(self._model_dirs / job_id))
@@ -76,10 +73,14 @@ class JobService:
 
     async def compile(self, spec: JobSpec) -> CompileReport:
         """Compile (validate-only) mode: the job's streaming plan, nothing stored or reserved."""
+        return compile_job(spec, await self._pool())
+
+    async def _pool(self) -> list[Node]:
+        """The pool's shape, cached in the store: no trip to the store thread on the hot path."""
         pool = self.ctx.store.cached_pool()
         if pool is None:
             pool = await self.ctx.db(self.ctx.store.pool)
-        return compile_job(spec, pool)
+        return pool
 
     async def get(self, job_id: str) -> Job:
         """The job's full view. A cached view is reused while the job's version is unchanged
