@@ -10,6 +10,10 @@ from typing import Protocol
 from appliance.domain.job import Job, Replica
 
 
+class BackendUnavailable(Exception):
+    """The backend cannot act now (its API is down); the same call may succeed later."""
+
+
 class ReplicaEventKind(enum.Enum):
     STARTED = "started"
     EXITED = "exited"
@@ -32,6 +36,9 @@ class ReplicaEvent:
 
 
 class Backend(Protocol):
+    # HOST:PORT replicas dial; the coordinator sets it once its gRPC port is known.
+    coordinator_address: str
+
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
         """Start every replica of the job (idempotent for replicas already running)."""
 
@@ -47,11 +54,14 @@ class Backend(Protocol):
     def exit_codes(self, job_id: str) -> dict[str, int]:
         """After a restart: exit codes of the job's replicas that ended while nobody watched."""
 
-    def log_tail(self, job_id: str, replica: str, lines: int) -> str:
+    async def log_tail(self, job_id: str, replica: str, lines: int) -> str:
         """The last lines of a replica's log."""
 
-    def read_log(self, job_id: str, replica: str, offset: int) -> tuple[str, int]:
+    async def read_log(self, job_id: str, replica: str, offset: int) -> tuple[str, int]:
         """A replica's log from byte `offset` on (complete lines only) and the next offset."""
+
+    def health(self) -> str | None:
+        """None while replicas can be started and watched; else what is wrong, in a sentence."""
 
     async def close(self) -> None:
         """Stop watching; replicas keep running (a restarted coordinator adopts them)."""

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 
-from appliance.backends.base import Backend, ReplicaEvent, ReplicaEventKind
+from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, ReplicaEventKind
 from appliance.domain.job import ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
@@ -104,8 +104,9 @@ class Reconciler:
         """Launch scheduled jobs and tear down finished ones; with `timed`, also cancel jobs
         whose lease expired and fail jobs stuck initializing."""
         store = self.ctx.store
-        for job in await self.ctx.db(store.jobs_in, [Phase.SCHEDULED]):
-            await self._launch(job.id)
+        # Jobs scheduled together start together (a backend bounds its own API concurrency).
+        scheduled = await self.ctx.db(store.jobs_in, [Phase.SCHEDULED])
+        await asyncio.gather(*(self._launch(job.id) for job in scheduled))
         phases = await self.ctx.db(store.phases_of, list(self.active))
         now = self.ctx.clock()
         for job_id, phase in phases.items():
@@ -140,6 +141,26 @@ class Reconciler:
         self.active.add(job_id)
         try:
             await self.backend.launch(job, job.replicas)
+        except BackendUnavailable as exc:
+            # Not the job's fault: keep it SCHEDULED, say why, retry on the next sweep; fail it
+            # only when this lasts longer than the init timeout.
+            waited = self.ctx.clock() - job.updated_at
+            if waited <= self.ctx.settings.init_timeout_seconds:
+                log.warning("launching %s: %s; retrying", job_id, exc)
+                await self.ctx.db(
+                    self.ctx.store.set_condition,
+                    job_id,
+                    Phase.SCHEDULED,
+                    f"waiting for the backend to start replicas: {exc}",
+                )
+                return
+            await self.ctx.set_phase(
+                job_id,
+                Phase.FAILED,
+                f"could not start replicas for {waited:.0f} s: {exc}",
+                expected=Phase.SCHEDULED,
+            )
+            return
         except Exception as exc:
             log.exception("launching %s failed", job_id)
             await self.ctx.set_phase(
@@ -168,6 +189,8 @@ class Reconciler:
             try:
                 await self.backend.teardown(job_id)
                 self.active.discard(job_id)
+            except Exception as exc:  # the job stays active: the next sweep tries again
+                log.warning("tearing down %s failed: %s; retrying", job_id, exc)
             finally:
                 self._teardowns.pop(job_id, None)
 
@@ -186,7 +209,9 @@ class Reconciler:
             return
         phase = await self.ctx.db(store.phase_of, event.job_id)
         code = event.exit_code
-        tail = self.backend.log_tail(event.job_id, event.replica, self.ctx.settings.log_tail_lines)
+        tail = await self.backend.log_tail(
+            event.job_id, event.replica, self.ctx.settings.log_tail_lines
+        )
         if phase is not None and phase.terminal and code != 0:
             replica_phase = ReplicaPhase.STOPPED
         else:
@@ -203,9 +228,12 @@ class Reconciler:
         if phase is None or phase.terminal:
             return
         if code != 0:
-            what = f"exit code {code}" if code is not None else "an unknown exit code"
             detail = f" ({event.message})" if event.message else ""
-            reason = f"replica {event.replica} exited with {what}{detail}"
+            if code is None and event.message:  # never ran, or lost: the message says why
+                reason = f"replica {event.replica} failed: {event.message}"
+            else:
+                what = f"exit code {code}" if code is not None else "an unknown exit code"
+                reason = f"replica {event.replica} exited with {what}{detail}"
             await self.ctx.set_phase(event.job_id, Phase.FAILED, reason)
         elif event.replica == CHIEF:
             if phase is Phase.RUNNING:

@@ -36,7 +36,8 @@ class LogService:
                 names = await self._replica_names(job_id)  # a queued job has none yet
             for name in [replica] if replica else names:
                 while True:
-                    text, offsets[name] = self.backend.read_log(job_id, name, offsets.get(name, 0))
+                    offset = offsets.get(name, 0)
+                    text, offsets[name] = await self.backend.read_log(job_id, name, offset)
                     if not text:
                         break
                     yield name, text.splitlines()

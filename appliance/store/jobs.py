@@ -492,6 +492,20 @@ class JobStore:
                 )
         return len(changed)
 
+    def set_condition(self, job_id: str, phase: Phase, text: str) -> bool:
+        """Say why a job in `phase` is not moving on (shown like a pending reason)."""
+        with self._sessions.begin() as s:
+            result = s.execute(
+                update(JobRow)
+                .where(
+                    JobRow.id == job_id,
+                    JobRow.phase == phase.value,
+                    JobRow.pending_reason != text,
+                )
+                .values(pending_reason=text, version=JobRow.version + 1)
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
     # ---- replicas and progress ----------------------------------------------------------------
 
     def update_replica(

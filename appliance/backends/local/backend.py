@@ -206,7 +206,7 @@ class LocalBackend:
                 codes[path.stem] = code
         return codes
 
-    def log_tail(self, job_id: str, replica: str, lines: int) -> str:
+    async def log_tail(self, job_id: str, replica: str, lines: int) -> str:
         path = self.log_path(job_id, replica)
         try:
             with path.open("rb") as f:
@@ -216,7 +216,7 @@ class LocalBackend:
             return ""
         return "\n".join(tail)
 
-    def read_log(self, job_id: str, replica: str, offset: int) -> tuple[str, int]:
+    async def read_log(self, job_id: str, replica: str, offset: int) -> tuple[str, int]:
         try:
             with self.log_path(job_id, replica).open("rb") as f:
                 f.seek(offset)
@@ -225,6 +225,9 @@ class LocalBackend:
             return "", offset
         complete = data[: data.rfind(b"\n") + 1]  # a partial last line waits for its end
         return complete.decode(errors="replace"), offset + len(complete)
+
+    def health(self) -> str | None:
+        return None  # local processes need nothing that can be down
 
     def live_pids(self, job_id: str) -> list[int]:
         return [r.pid for (j, _), r in self._running.items() if j == job_id]

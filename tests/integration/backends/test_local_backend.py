@@ -65,7 +65,7 @@ async def test_teardown_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path: P
     assert exited.pid == started.pid
     assert (exited.exit_code, exited.message) == (137, "killed by SIGKILL")
     assert not psutil.pid_exists(started.pid) or psutil.Process(started.pid).status() == "zombie"
-    assert backend.log_tail(JOB_ID, "cs2-0", 5) == "ready"
+    assert await backend.log_tail(JOB_ID, "cs2-0", 5) == "ready"
     await backend.close()
 
 
