@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from appliance.domain.inventory import Node, default_pool
+from appliance.domain.inventory import Node, default_pool, named_pool
 
 DEFAULT_GRPC_PORT = 50051
 DEFAULT_HTTP_PORT = 8080
@@ -47,6 +49,58 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="Replicas exit when the coordinator is gone this long."
     )
     log_tail_lines: int = Field(default=20, ge=1, le=1000)
+    backend: Literal["local", "kubernetes"] = Field(
+        default="local",
+        description="Where replicas run: local processes, or pods through the Kubernetes API.",
+    )
+    coordinator_address: str = Field(
+        default="",
+        description="HOST:PORT replicas use to reach the coordinator's gRPC server; empty means "
+        "127.0.0.1:<grpc port> (right for local processes, not for pods).",
+    )
+    kube_namespace: str = Field(
+        default="",
+        description="Namespace of the job pods; empty means the pod's own namespace in-cluster, "
+        "else the kubeconfig context's namespace, else `default`.",
+    )
+    kube_config: Path | None = Field(
+        default=None,
+        description="kubeconfig file; unset means in-cluster config, else ~/.kube/config.",
+    )
+    kube_image: str = Field(
+        default="appliance:dev", description="Image of the replica pods (the appliance image)."
+    )
+    kube_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", description="imagePullPolicy of the replica pods."
+    )
+    kube_clean_pod_policy: Literal["all", "keep-failed"] = Field(
+        default="all",
+        description="What to delete when a job ends: every object, or all but failed jobs' pods "
+        "(kept for debugging until the job's ConfigMap is deleted).",
+    )
+    kube_pending_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="A replica pod waiting this long (e.g. ImagePullBackOff) fails its job.",
+    )
+    kube_request_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Timeout of one Kubernetes API call."
+    )
+    kube_model_dirs_claim: str = Field(
+        default="",
+        description="PersistentVolumeClaim (ReadWriteMany) mounted at <data_dir>/model_dirs in "
+        "every replica pod, so checkpoints outlive the pods; empty = an emptyDir per pod.",
+    )
+    kube_watch_timeout_seconds: int = Field(
+        default=300,
+        ge=1,
+        description="The pod watch is renewed from its last resourceVersion this often.",
+    )
+    inventory_file: Path | None = Field(
+        default=None,
+        description="YAML naming the pool (systems/memoryx/swarmx name lists); it overrides "
+        "the systems/memoryx_nodes/swarmx_nodes counts.",
+    )
     auth_tokens_file: Path | None = Field(
         default=None,
         description="YAML file of hashed tokens (`appliance token create`); unset = auth off.",
@@ -59,6 +113,12 @@ class Settings(BaseSettings):
         return f"sqlite:///{(self.data_dir / 'appliance.db').resolve()}"
 
     def pool(self) -> list[Node]:
+        if self.inventory_file is not None:
+            return read_inventory(
+                self.inventory_file,
+                memoryx_bytes=self.memoryx_bytes,
+                swarmx_ports=self.swarmx_ports,
+            )
         return default_pool(
             systems=self.systems,
             memoryx=self.memoryx_nodes,
@@ -66,3 +126,46 @@ class Settings(BaseSettings):
             memoryx_bytes=self.memoryx_bytes,
             swarmx_ports=self.swarmx_ports,
         )
+
+
+class InventoryFile(BaseModel):
+    """The pool by name, as the Helm chart's ConfigMap writes it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    systems: list[str] = Field(min_length=1)
+    memoryx: list[str] = Field(min_length=1)
+    swarmx: list[str] = Field(min_length=1)
+
+
+class InventoryError(ValueError):
+    """The inventory file cannot be used; the message says what to fix."""
+
+
+def read_inventory(path: Path, *, memoryx_bytes: int, swarmx_ports: int) -> list[Node]:
+    """Read an inventory YAML (`systems:`, `memoryx:`, `swarmx:` lists of node names)."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+        inventory = InventoryFile.model_validate(raw)
+    except OSError as e:
+        raise InventoryError(f"cannot read the inventory file {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise InventoryError(f"inventory file {path} is not YAML: {e}") from e
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise InventoryError(
+            f"inventory file {path}: {where}: {first['msg']} "
+            "(expected lists of names under systems, memoryx and swarmx)"
+        ) from e
+    names = inventory.systems + inventory.memoryx + inventory.swarmx
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise InventoryError(f"inventory file {path}: names used twice: {', '.join(duplicated)}")
+    return named_pool(
+        inventory.systems,
+        inventory.memoryx,
+        inventory.swarmx,
+        memoryx_bytes=memoryx_bytes,
+        swarmx_ports=swarmx_ports,
+    )

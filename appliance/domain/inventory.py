@@ -48,8 +48,26 @@ def default_pool(
     swarmx_ports: int = 4,
 ) -> list[Node]:
     """The embedded default: cs2-01..04, memx-01..04 (16 GiB each), swarmx-01..02 (4 ports)."""
+    return named_pool(
+        [f"cs2-{i:02d}" for i in range(1, systems + 1)],
+        [f"memx-{i:02d}" for i in range(1, memoryx + 1)],
+        [f"swarmx-{i:02d}" for i in range(1, swarmx + 1)],
+        memoryx_bytes=memoryx_bytes,
+        swarmx_ports=swarmx_ports,
+    )
+
+
+def named_pool(
+    systems: list[str],
+    memoryx: list[str],
+    swarmx: list[str],
+    *,
+    memoryx_bytes: int,
+    swarmx_ports: int,
+) -> list[Node]:
+    """A pool of the named nodes; every MemoryX and SwarmX node has the same capacity."""
     return (
-        [Node(f"cs2-{i:02d}", NodeKind.SYSTEM, 1) for i in range(1, systems + 1)]
-        + [Node(f"memx-{i:02d}", NodeKind.MEMORYX, memoryx_bytes) for i in range(1, memoryx + 1)]
-        + [Node(f"swarmx-{i:02d}", NodeKind.SWARMX, swarmx_ports) for i in range(1, swarmx + 1)]
+        [Node(name, NodeKind.SYSTEM, 1) for name in systems]
+        + [Node(name, NodeKind.MEMORYX, memoryx_bytes) for name in memoryx]
+        + [Node(name, NodeKind.SWARMX, swarmx_ports) for name in swarmx]
     )
