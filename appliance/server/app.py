@@ -15,6 +15,7 @@ import grpc
 import uvicorn
 
 from appliance._proto.v1 import cluster_pb2_grpc, control_pb2_grpc
+from appliance.backends.base import Backend
 from appliance.backends.local import LocalBackend
 from appliance.config import Settings
 from appliance.reconciler.loop import Reconciler
@@ -67,12 +68,7 @@ class Coordinator:
         replicas = ReplicaService(self.ctx)
 
         # The replicas' coordinator address is completed once the gRPC port is known.
-        self.backend = LocalBackend(
-            s.data_dir,
-            "",
-            grace_seconds=s.cancel_grace_seconds,
-            orphan_timeout=s.worker_orphan_timeout,
-        )
+        self.backend = await make_backend(s)
         logs = LogService(self.ctx, self.backend)
         self.auth = Authenticator.from_file(s.auth_tokens_file)
         self._grpc = grpc.aio.server()
@@ -83,7 +79,7 @@ class Coordinator:
             ReplicaControlServicer(replicas), self._grpc
         )
         self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
-        self.backend.coordinator_address = f"127.0.0.1:{self.grpc_port}"
+        self.backend.coordinator_address = s.coordinator_address or f"127.0.0.1:{self.grpc_port}"
         self.reconciler = Reconciler(self.ctx, self.backend, replicas)
         await self.reconciler.recover()  # before serving: no call acts on a job not yet adopted
         await self._grpc.start()
@@ -93,7 +89,7 @@ class Coordinator:
         self._spawn(self.reconciler.run_sweeps())
         self.ctx.bus.wake_scheduler()
 
-        rest = create_app(self.ctx, self.jobs, self.auth)
+        rest = create_app(self.ctx, self.jobs, self.auth, backend_health=self.backend.health)
         config = uvicorn.Config(
             rest, host=s.host, port=s.http_port, log_level="warning", lifespan="off"
         )
@@ -120,3 +116,39 @@ class Coordinator:
         if self.reader is not None:
             self.reader.shutdown(wait=True)
         self.engine.dispose()
+
+
+async def make_backend(s: Settings) -> Backend:
+    """Local processes, or pods through the Kubernetes API (imported only when chosen)."""
+    if s.backend == "kubernetes":
+        from appliance.backends.kubernetes import KubeApi, KubernetesBackend, PodTemplate
+
+        api = await KubeApi.connect(
+            kubeconfig=s.kube_config,
+            namespace=s.kube_namespace,
+            request_timeout=s.kube_request_timeout_seconds,
+        )
+        template = PodTemplate(
+            namespace=api.namespace,
+            image=s.kube_image,
+            image_pull_policy=s.kube_image_pull_policy,
+            coordinator_address=s.coordinator_address,
+            grace_seconds=s.cancel_grace_seconds,
+            orphan_timeout=s.worker_orphan_timeout,
+            model_dirs=str((s.data_dir / "model_dirs").resolve()),
+            model_dirs_claim=s.kube_model_dirs_claim,
+        )
+        return KubernetesBackend(
+            api,
+            template,
+            s.data_dir / "jobs",
+            clean_pod_policy=s.kube_clean_pod_policy,
+            pending_timeout=s.kube_pending_timeout_seconds,
+            watch_timeout_seconds=s.kube_watch_timeout_seconds,
+        )
+    return LocalBackend(
+        s.data_dir,
+        "",
+        grace_seconds=s.cancel_grace_seconds,
+        orphan_timeout=s.worker_orphan_timeout,
+    )

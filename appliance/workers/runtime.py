@@ -78,9 +78,12 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole) -> int:
         LifecycleServicer(stop, on_configure), server
     )
     role.add_services(server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    # A pod serves on its own IP (APPLIANCE_REPLICA_HOST, from the downward API); a local
+    # process on loopback.
+    host = os.environ.get("APPLIANCE_REPLICA_HOST") or "127.0.0.1"
+    port = server.add_insecure_port(f"{_bracketed(host)}:0")
     await server.start()
-    address = f"127.0.0.1:{port}"
+    address = f"{_bracketed(host)}:{port}"
     log.info(
         "%s of %s serving on %s (pid %d)", options.replica, options.job_id, address, os.getpid()
     )
@@ -138,3 +141,8 @@ def _exit_code(main: asyncio.Task[None], stop: StopSignal) -> int:
         return error.code
     log.error("failed: %s", error, exc_info=error)
     return EXIT_FAILED
+
+
+def _bracketed(host: str) -> str:
+    """An IPv6 pod IP needs brackets in a HOST:PORT address."""
+    return f"[{host}]" if ":" in host else host

@@ -7,6 +7,7 @@ HTTP once, in appliance.server.rest.errors.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from fastapi import FastAPI, Response
 
@@ -27,7 +28,12 @@ DESCRIPTION = (
 )
 
 
-def create_app(ctx: Context, jobs: JobService, auth: Authenticator | None = None) -> FastAPI:
+def create_app(
+    ctx: Context,
+    jobs: JobService,
+    auth: Authenticator | None = None,
+    backend_health: Callable[[], str | None] = lambda: None,
+) -> FastAPI:
     """Build the app over the coordinator's context and its JobService (shared with gRPC)."""
     app = FastAPI(title="appliance", version=appliance.__version__, description=DESCRIPTION)
     metrics = RestMetrics()
@@ -46,15 +52,24 @@ def create_app(ctx: Context, jobs: JobService, auth: Authenticator | None = None
         "/readyz",
         tags=["health"],
         response_model=StatusOut,
-        responses={503: {"model": StatusOut, "description": "The store cannot be reached."}},
+        responses={
+            503: {
+                "model": StatusOut,
+                "description": "The store or the backend (the Kubernetes API) cannot be reached.",
+            }
+        },
     )
     async def readyz(response: Response) -> StatusOut:
-        """The store answers queries: the coordinator can take requests."""
+        """The store answers queries and the backend can start replicas."""
         try:
             await ctx.db(ctx.store.phase_of, "wsjob-readinessprobe")
         except Exception as exc:  # the store is down: not ready, and say why
             response.status_code = 503
             return StatusOut(status="unavailable", reason=str(exc)[:200])
+        problem = backend_health()
+        if problem:
+            response.status_code = 503
+            return StatusOut(status="unavailable", reason=problem[:200])
         return StatusOut(status="ok")
 
     @app.get(

@@ -1,0 +1,217 @@
+"""The Kubernetes objects of one wsjob, as plain manifests (pure functions, no API calls).
+
+Per job: a ConfigMap holding the job spec, which owns everything else (deleting it lets the
+garbage collector remove the job's pods and Service); a headless Service for replica
+discovery; one Pod per replica (restartPolicy Never) running the same worker command as the
+local backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from appliance.domain.job import Job, Replica
+from appliance.domain.plan import Role
+
+APP = "appliance"
+MANAGED_BY = "appliance-coordinator"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_JOB = "appliance.io/job-id"
+LABEL_ROLE = "appliance.io/role"
+LABEL_INDEX = "appliance.io/replica-index"
+LABEL_REPLICA = "appliance.io/replica"
+CONTAINER = "replica"
+SPEC_KEY = "job.json"
+
+# What the coordinator's pods select on: every replica pod it made, in its namespace.
+REPLICA_SELECTOR = f"{LABEL_NAME}={APP},{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    cpu: str
+    memory: str
+
+
+# Requests per role: an emulated CS-2 does the arithmetic; the others relay and store.
+ROLE_REQUESTS: Mapping[Role, Resources] = {
+    Role.CHIEF: Resources("100m", "256Mi"),
+    Role.CS2: Resources("500m", "512Mi"),
+    Role.MEMORYX: Resources("250m", "512Mi"),
+    Role.SWARMX: Resources("250m", "256Mi"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class PodTemplate:
+    """What every replica pod of this coordinator shares."""
+
+    namespace: str
+    image: str
+    image_pull_policy: str
+    coordinator_address: str
+    grace_seconds: float
+    orphan_timeout: float
+    # Where the coordinator puts model dirs (<data dir>/model_dirs): writable in every replica
+    # pod, from this PersistentVolumeClaim if given (ReadWriteMany across nodes), else an
+    # emptyDir (checkpoints then go with the pod).
+    model_dirs: str = "/var/lib/appliance/model_dirs"
+    model_dirs_claim: str = ""
+    python: str = "python"
+
+
+def selector_of_job(job_id: str) -> str:
+    return f"{REPLICA_SELECTOR},{LABEL_JOB}={job_id}"
+
+
+def config_map_name(job_id: str) -> str:
+    return job_id
+
+
+def service_name(job_id: str) -> str:
+    return job_id
+
+
+def pod_name(job_id: str, replica: str) -> str:
+    return f"{job_id}-{replica}"
+
+
+def job_labels(job_id: str) -> dict[str, str]:
+    return {LABEL_NAME: APP, LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB: job_id}
+
+
+def config_map(job: Job, namespace: str) -> dict[str, Any]:
+    spec = {
+        "id": job.id,
+        "user": job.user,
+        "groups": list(job.groups),
+        "spec": dataclasses.asdict(job.spec),
+        "replicas": [{"name": r.name, "role": r.role.value, "node": r.node} for r in job.replicas],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": config_map_name(job.id),
+            "namespace": namespace,
+            "labels": {**job_labels(job.id), LABEL_COMPONENT: "wsjob"},
+        },
+        "data": {SPEC_KEY: json.dumps(spec, sort_keys=True, default=str)},
+    }
+
+
+def owner_reference(config_map_uid: str, job_id: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": config_map_name(job_id),
+        "uid": config_map_uid,
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+
+
+def headless_service(job_id: str, namespace: str, owner_uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(job_id),
+            "namespace": namespace,
+            "labels": {**job_labels(job_id), LABEL_COMPONENT: "discovery"},
+            "ownerReferences": [owner_reference(owner_uid, job_id)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": job_labels(job_id),
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "grpc", "port": 50052, "protocol": "TCP"}],
+        },
+    }
+
+
+def replica_pod(
+    job_id: str, replica: Replica, template: PodTemplate, owner_uid: str
+) -> dict[str, Any]:
+    """One replica as a pod: the worker command of the local backend, identity in env."""
+    requests = ROLE_REQUESTS[replica.role]
+    command = [
+        template.python, "-m", "appliance.workers", replica.role.value,
+        "--job-id", job_id, "--replica", replica.name,
+        "--coordinator", template.coordinator_address,
+        "--orphan-timeout", str(template.orphan_timeout),
+    ]  # fmt: skip
+    env: Sequence[dict[str, Any]] = [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "APPLIANCE_JOB_ID", "value": job_id},
+        {"name": "APPLIANCE_REPLICA", "value": replica.name},
+        {"name": "APPLIANCE_COORDINATOR", "value": template.coordinator_address},
+        # Replicas serve the data plane on the pod's own address and tell peers that one.
+        _from_field("APPLIANCE_REPLICA_HOST", "status.podIP"),
+        _from_field("APPLIANCE_POD_NAME", "metadata.name"),
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(job_id, replica.name),
+            "namespace": template.namespace,
+            "labels": {
+                **job_labels(job_id),
+                LABEL_COMPONENT: "replica",
+                LABEL_ROLE: replica.role.value,
+                LABEL_INDEX: str(replica.index),
+                LABEL_REPLICA: replica.name,
+            },
+            "annotations": {"appliance.io/pool-node": replica.node},
+            "ownerReferences": [owner_reference(owner_uid, job_id)],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": math.ceil(template.grace_seconds),
+            "hostname": replica.name,
+            "subdomain": service_name(job_id),
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {"runAsNonRoot": True},
+            "containers": [
+                {
+                    "name": CONTAINER,
+                    "image": template.image,
+                    "imagePullPolicy": template.image_pull_policy,
+                    "command": command,
+                    "env": list(env),
+                    "resources": {"requests": {"cpu": requests.cpu, "memory": requests.memory}},
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "volumeMounts": [
+                        {"name": "tmp", "mountPath": "/tmp"},
+                        {"name": "model-dirs", "mountPath": template.model_dirs},
+                    ],
+                }
+            ],
+            "volumes": [{"name": "tmp", "emptyDir": {}}, _model_dirs_volume(template)],
+        },
+    }
+
+
+def _from_field(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _model_dirs_volume(template: PodTemplate) -> dict[str, Any]:
+    if template.model_dirs_claim:
+        return {
+            "name": "model-dirs",
+            "persistentVolumeClaim": {"claimName": template.model_dirs_claim},
+        }
+    return {"name": "model-dirs", "emptyDir": {}}

@@ -1,0 +1,117 @@
+"""What a replica pod's status means for its replica (pure: a pod as the API returns it).
+
+A pod is *waiting* until its container runs, *running* while it does, and *ended* once the
+container terminated or the pod failed without ever running it (evicted, rejected by the
+node). The exit code follows the container's, so 137 is a SIGKILL and OOMKilled is named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from appliance.backends.kubernetes.manifests import CONTAINER, LABEL_JOB, LABEL_REPLICA
+
+# Waiting reasons that will not fix themselves; after the pending timeout the replica fails.
+STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+class PodState(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    ENDED = "ended"
+
+
+@dataclasses.dataclass(frozen=True)
+class PodView:
+    """The part of a pod the backend acts on."""
+
+    name: str
+    job_id: str
+    replica: str
+    state: PodState
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    deleting: bool = False
+
+    @property
+    def stuck(self) -> bool:
+        return self.state is PodState.WAITING and self.reason in STUCK_REASONS
+
+    def describe(self) -> str:
+        """A short phrase for a replica's message: `OOMKilled`, `ErrImagePull: ...`."""
+        return ": ".join(part for part in (self.reason, self.message) if part)
+
+
+def view_of(pod: dict[str, Any]) -> PodView | None:
+    """The view of a replica pod, or None for a pod without our labels."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    job_id, replica = labels.get(LABEL_JOB), labels.get(LABEL_REPLICA)
+    if not job_id or not replica:
+        return None
+    status = pod.get("status") or {}
+    deleting = bool(meta.get("deletionTimestamp"))
+    base = {"name": meta.get("name", ""), "job_id": job_id, "replica": replica}
+    container = _container_status(status)
+    state = (container or {}).get("state") or {}
+    if "terminated" in state:
+        ended = state["terminated"] or {}
+        return PodView(
+            **base,
+            state=PodState.ENDED,
+            exit_code=ended.get("exitCode"),
+            reason=ended.get("reason") or "",
+            message=_short(ended.get("message")),
+            deleting=deleting,
+        )
+    phase = status.get("phase") or "Pending"
+    if phase in ("Failed", "Succeeded"):  # ended without a container status: evicted, rejected
+        return PodView(
+            **base,
+            state=PodState.ENDED,
+            exit_code=0 if phase == "Succeeded" else None,
+            reason=status.get("reason") or phase,
+            message=_short(status.get("message")),
+            deleting=deleting,
+        )
+    if "running" in state:
+        return PodView(**base, state=PodState.RUNNING, deleting=deleting)
+    waiting = state.get("waiting") or {}
+    return PodView(
+        **base,
+        state=PodState.WAITING,
+        reason=waiting.get("reason") or _unschedulable(status),
+        message=_short(waiting.get("message")),
+        deleting=deleting,
+    )
+
+
+def _container_status(status: dict[str, Any]) -> dict[str, Any] | None:
+    for container in status.get("containerStatuses") or []:
+        if container.get("name") == CONTAINER:
+            return dict(container)
+    return None
+
+
+def _unschedulable(status: dict[str, Any]) -> str:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("reason") or "Unschedulable")
+    return ""
+
+
+def _short(text: object, limit: int = 300) -> str:
+    return str(text or "").strip()[:limit]

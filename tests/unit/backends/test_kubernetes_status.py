@@ -1,0 +1,110 @@
+"""What a pod's status means for its replica, and what a replica's pod looks like."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from appliance.backends.kubernetes import manifests as m
+from appliance.backends.kubernetes.status import PodState, view_of
+from appliance.domain.job import Replica
+from appliance.domain.plan import Role
+
+JOB = "wsjob-abcdefghijklmn"
+
+
+def pod(status: dict[str, Any], *, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": f"{JOB}-cs2-1",
+        "labels": {m.LABEL_JOB: JOB, m.LABEL_REPLICA: "cs2-1"},
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-22T00:00:00Z"
+    return {"metadata": meta, "status": status}
+
+
+def container(state: dict[str, Any]) -> dict[str, Any]:
+    return {"phase": "Running", "containerStatuses": [{"name": m.CONTAINER, "state": state}]}
+
+
+@pytest.mark.parametrize(
+    ("status", "state", "code", "reason"),
+    [
+        ({"phase": "Pending"}, PodState.WAITING, None, ""),
+        (container({"running": {}}), PodState.RUNNING, None, ""),
+        (container({"terminated": {"exitCode": 0, "reason": "Completed"}}), PodState.ENDED, 0,
+         "Completed"),
+        (container({"terminated": {"exitCode": 137, "reason": "OOMKilled"}}), PodState.ENDED, 137,
+         "OOMKilled"),
+        (container({"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}),
+         PodState.WAITING, None, "ImagePullBackOff"),
+        ({"phase": "Failed", "reason": "Evicted", "message": "low on memory"}, PodState.ENDED,
+         None, "Evicted"),
+        ({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                              "reason": "Unschedulable"}]},
+         PodState.WAITING, None, "Unschedulable"),
+    ],
+)  # fmt: skip
+def test_pod_status_maps_to_replica_state(
+    status: dict[str, Any], state: PodState, code: int | None, reason: str
+) -> None:
+    view = view_of(pod(status))
+    assert view is not None
+    assert (view.state, view.exit_code, view.reason) == (state, code, reason)
+    assert (view.job_id, view.replica) == (JOB, "cs2-1")
+
+
+def test_only_image_and_config_errors_are_stuck() -> None:
+    pulling = view_of(pod(container({"waiting": {"reason": "ErrImagePull"}})))
+    creating = view_of(pod(container({"waiting": {"reason": "ContainerCreating"}})))
+    assert pulling is not None and pulling.stuck
+    assert creating is not None and not creating.stuck
+    assert pulling.describe() == "ErrImagePull"
+
+
+def test_pod_without_our_labels_is_ignored() -> None:
+    assert view_of({"metadata": {"name": "other", "labels": {}}, "status": {}}) is None
+
+
+def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
+    template = m.PodTemplate(
+        namespace="ml",
+        image="appliance:dev",
+        image_pull_policy="IfNotPresent",
+        coordinator_address="appliance.ml.svc:50051",
+        grace_seconds=4.5,
+        orphan_timeout=60.0,
+    )
+    replica = Replica(JOB, "cs2-1", Role.CS2, 1, "cs2-02")
+    manifest = m.replica_pod(JOB, replica, template, owner_uid="uid-1")
+    labels = manifest["metadata"]["labels"]
+    assert labels[m.LABEL_NAME] == "appliance" and labels[m.LABEL_JOB] == JOB
+    assert (labels[m.LABEL_ROLE], labels[m.LABEL_INDEX], labels[m.LABEL_REPLICA]) == (
+        "cs2", "1", "cs2-1",
+    )  # fmt: skip
+    assert manifest["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    spec = manifest["spec"]
+    assert spec["restartPolicy"] == "Never" and spec["terminationGracePeriodSeconds"] == 5
+    (c,) = spec["containers"]
+    assert c["command"][:4] == ["python", "-m", "appliance.workers", "cs2"]
+    assert c["command"][c["command"].index("--coordinator") + 1] == "appliance.ml.svc:50051"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["APPLIANCE_REPLICA"]["value"] == "cs2-1"
+    assert env["APPLIANCE_REPLICA_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert c["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    # The model dirs are writable on the read-only root: an emptyDir unless a claim is given.
+    mounts = {v["mountPath"]: v["name"] for v in c["volumeMounts"]}
+    assert mounts["/var/lib/appliance/model_dirs"] == "model-dirs"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes["model-dirs"]
+    shared = dataclasses.replace(template, model_dirs_claim="ckpts")
+    (claimed,) = [
+        v for v in m.replica_pod(JOB, replica, shared, "uid-1")["spec"]["volumes"]
+        if v["name"] == "model-dirs"
+    ]  # fmt: skip
+    assert claimed["persistentVolumeClaim"] == {"claimName": "ckpts"}
+    # The coordinator selects only what it made, never the chart's own pods.
+    assert m.selector_of_job(JOB).startswith(m.REPLICA_SELECTOR)
