@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Build (once) what the Kubernetes-backend tests run against: a real kube-apiserver from the
+# k8s.io/kubernetes module pinned in go.mod here, and etcd from Debian's etcd-server.
+#
+#   deploy/kube-testenv/build.sh          # build if missing; print the env file path last
+#
+# The binary is cached outside the repository, keyed by the Kubernetes version:
+#   ${XDG_CACHE_HOME:-~/.cache}/appliance-kube/<version>/kube-apiserver
+# The last line printed is the path of an env file (KUBE_APISERVER=..., ETCD=...) that the
+# tests read (tests/kube/cluster.py). Exit code 3 with a message on stderr means "cannot run
+# here" (no Go, no etcd, build failed); the tests then skip and say why.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$here/go.mod")"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/appliance-kube/$version"
+binary="$cache/kube-apiserver"
+envfile="$cache/env"
+
+cannot() { echo "kube-testenv: cannot run here: $*" >&2; exit 3; }
+
+if ! command -v etcd >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "kube-testenv: installing etcd-server from Debian" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -q && apt-get install -y -q etcd-server; } >&2 || cannot "apt-get install etcd-server failed"
+  else
+    cannot "etcd is not installed (apt-get install etcd-server)"
+  fi
+fi
+
+if [ ! -x "$binary" ]; then
+  command -v go >/dev/null 2>&1 || cannot "Go is not installed (needed to build kube-apiserver $version)"
+  mkdir -p "$cache"
+  echo "kube-testenv: building kube-apiserver $version (takes ~6 min on 2 cores)" >&2
+  build="$(mktemp -d)"
+  trap 'rm -rf "$build"' EXIT
+  cp "$here/go.mod" "$here/go.sum" "$here/tools.go" "$build/"
+  # Stamp the release into the binary, as the Kubernetes build does: clients (helm, kubectl)
+  # read the server version.
+  minor="$(echo "$version" | cut -d. -f2)"
+  pkg=k8s.io/component-base/version
+  ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  ldflags="$ldflags -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  ( cd "$build" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
+      -o "$binary.tmp" k8s.io/kubernetes/cmd/kube-apiserver ) >&2 \
+    || cannot "go build k8s.io/kubernetes/cmd/kube-apiserver@$version failed (see above)"
+  mv "$binary.tmp" "$binary"
+fi
+
+"$binary" --version | grep -qF "$version" || cannot "$binary does not report $version (delete it to rebuild)"
+{
+  echo "KUBE_VERSION=$version"
+  echo "KUBE_APISERVER=$binary"
+  echo "ETCD=$(command -v etcd)"
+} > "$envfile"
+echo "$envfile"

@@ -1,0 +1,91 @@
+"""wsjobs on the Kubernetes backend: pods on a real API server, run by the stand-in kubelet."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from appliance.client import ApplianceClient
+from appliance.domain.job import EventKind, ReplicaPhase
+from appliance.domain.phases import Phase
+from tests.integration.coordinator.harness import wait_until, worker_processes
+from tests.integration.kubernetes.conftest import PARAMS
+from tests.kube.cluster import NAMESPACE, KubeCluster
+
+
+def pods_of(kube: KubeCluster, job_id: str) -> list[dict[str, object]]:
+    response = kube.request(
+        "GET",
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        params={"labelSelector": f"appliance.io/job-id={job_id}"},
+    )
+    response.raise_for_status()
+    return list(response.json()["items"])
+
+
+def job_objects_gone(kube: KubeCluster, job_id: str) -> bool:
+    """No pod, Service or ConfigMap of the job is left."""
+    if pods_of(kube, job_id):
+        return False
+    for kind in ("services", "configmaps"):
+        if kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/{kind}/{job_id}").is_success:
+            return False
+    return True
+
+
+def test_two_cs2_job_runs_as_pods_and_succeeds(client: ApplianceClient, kube: KubeCluster) -> None:
+    job = client.submit(params=PARAMS, num_csx=2, num_steps=20)
+    events = list(job.watch(timeout=120))
+    phases = [e.to_phase for e in events if e.kind is EventKind.PHASE]
+    assert phases == [
+        Phase.QUEUED, Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING, Phase.SUCCEEDED,
+    ]  # fmt: skip
+    final = job.wait(timeout=30)
+    assert final.progress.step == 20
+    chief = next(r for r in final.replicas if r.name == "chief-0")
+    assert (chief.phase, chief.exit_code) == (ReplicaPhase.SUCCEEDED, 0)
+    assert {r.role.value for r in final.replicas} == {"chief", "cs2", "memoryx", "swarmx"}
+    wait_until(lambda: job_objects_gone(kube, job.id), 30, "the job's objects to be deleted")
+    # The pods are gone; their logs were kept at teardown and are still served.
+    by_replica: dict[str, list[str]] = {}
+    for replica, line in client.logs(job.id):
+        by_replica.setdefault(replica, []).append(line)
+    assert set(by_replica) == {"chief-0", "cs2-0", "cs2-1", "memoryx-0", "swarmx-0"}
+    assert any("serving on 127.0.0.1:" in line for line in by_replica["cs2-1"])
+
+
+def test_replica_exiting_non_zero_fails_the_job_with_its_name_and_code(
+    client: ApplianceClient, kube: KubeCluster
+) -> None:
+    job = client.submit(params=PARAMS, num_csx=2, num_steps=100_000)
+    wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
+    (victim,) = [p for p in worker_processes(job.id) if "cs2-1" in p.cmdline()]
+    os.killpg(victim.pid, signal.SIGKILL)
+
+    list(job.watch(timeout=30))
+    final = job.status
+    assert final.phase is Phase.FAILED
+    assert final.reason.startswith("replica cs2-1 exited with exit code 137"), final.reason
+    cs2 = next(r for r in final.replicas if r.name == "cs2-1")
+    assert cs2.exit_code == 137
+    # The log tail came from the pod's log, read through the API server's pods/log proxy.
+    assert "cs2-1 of " + job.id in cs2.log_tail
+    wait_until(lambda: job_objects_gone(kube, job.id), 30, "the job's objects to be deleted")
+
+
+def test_cancel_deletes_pods_and_service_and_frees_the_systems(
+    client: ApplianceClient, kube: KubeCluster
+) -> None:
+    job = client.submit(params=PARAMS, num_csx=2, num_steps=100_000)
+    wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
+    assert len(pods_of(kube, job.id)) == 5
+    # While the pods run, their logs come through the API server's pods/log proxy.
+    lines = [line for _, line in client.logs(job.id, "cs2-0")]
+    assert any(f"cs2-0 of {job.id} serving on" in line for line in lines), lines
+    assert kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/services/{job.id}").is_success
+
+    assert job.cancel().changed
+    wait_until(lambda: job_objects_gone(kube, job.id), 30, "the job's objects to be deleted")
+    assert not worker_processes(job.id)
+    assert all(n.used == 0 for n in client.nodes()), client.nodes()
+    assert job.status.phase is Phase.CANCELLED

@@ -1,0 +1,395 @@
+"""A stand-in kubelet (and binder) for tests against a real kube-apiserver with no nodes.
+
+It registers fake nodes, binds unscheduled pods of its namespace to them round-robin (the
+kube-scheduler's job), and for every pod bound to one of its nodes it does what a kubelet
+does: runs the container's command as a local process with the pod's env (fieldRefs
+resolved; the pod IP is 127.0.0.1), writes the pod status back through the API (Running,
+then Succeeded/Failed with the exit code), serves the container log to the API server's
+`pods/log` proxy over HTTPS, and on deletion sends SIGTERM, waits the grace period, SIGKILLs,
+then removes the pod. Images not in --image are "not pullable" (ErrImagePull).
+
+With --simulate, containers are not run (KWOK-style): pods go Running at once and stay
+there, for benchmarks with thousands of pods.
+
+    python -m tests.kube.kubelet --server URL --token T --namespace NS --nodes 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import http.server
+import itertools
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+CONTAINER = "replica"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class LogServer:
+    """The kubelet's /containerLogs endpoint, over HTTPS with a self-signed certificate."""
+
+    def __init__(self, log_dir: Path, workdir: Path) -> None:
+        cert, key = workdir / "kubelet.crt", workdir / "kubelet.key"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        log_dir_ = log_dir
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # /containerLogs/{ns}/{pod}/{container}
+                url = urllib.parse.urlparse(self.path)
+                parts = url.path.strip("/").split("/")
+                if len(parts) != 4 or parts[0] != "containerLogs":
+                    self.send_error(404)
+                    return
+                query = urllib.parse.parse_qs(url.query)
+                path = log_dir_ / f"{parts[1]}_{parts[2]}.log"
+                data = path.read_bytes() if path.exists() else b""
+                if "tailLines" in query:
+                    lines = data.splitlines(keepends=True)
+                    data = b"".join(lines[-int(query["tailLines"][0]) :])
+                if "limitBytes" in query:
+                    data = data[: int(query["limitBytes"][0])]
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+class Kubelet:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.ns = args.namespace
+        self.nodes = [f"{args.node_prefix}-{i:02d}" for i in range(1, args.nodes + 1)]
+        self._next_node = itertools.cycle(self.nodes)
+        self.http = httpx.AsyncClient(
+            base_url=args.server,
+            headers={"Authorization": f"Bearer {args.token}"},
+            verify=False,
+            timeout=30,
+            limits=httpx.Limits(max_connections=64),
+        )
+        self.workdir = Path(args.workdir)
+        self.log_dir = self.workdir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.handled: set[str] = set()  # pod uids started (or refused)
+        self.procs: dict[str, asyncio.subprocess.Process] = {}  # uid -> process
+        self.deleting: set[str] = set()
+        self.reported: dict[str, asyncio.Event] = {}  # uid -> the end was written to the API
+        self.pending: set[asyncio.Task[None]] = set()
+
+    # ---- nodes ------------------------------------------------------------------------------
+
+    async def register_nodes(self, kubelet_port: int) -> None:
+        async def register(name: str) -> None:
+            node = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"appliance.io/fake-node": "true"}},
+            }
+            r = await self.http.post("/api/v1/nodes", json=node)
+            if r.status_code not in (201, 409):
+                raise RuntimeError(f"node {name}: {r.status_code} {r.text}")
+            status = {
+                "status": {
+                    "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
+                    "capacity": {"cpu": "64", "memory": "256Gi", "pods": "500"},
+                    "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "500"},
+                    "conditions": [
+                        {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                         "message": "stand-in kubelet", "lastHeartbeatTime": now(),
+                         "lastTransitionTime": now()}
+                    ],
+                }
+            }  # fmt: skip
+            r = await self.http.patch(
+                f"/api/v1/nodes/{name}/status",
+                content=json.dumps(status),
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            r.raise_for_status()
+
+        await asyncio.gather(*(register(n) for n in self.nodes))
+
+    # ---- pods -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch the namespace's pods; resume after a broken watch, list again after a 410."""
+        version: str | None = None
+        while True:
+            try:
+                if version is None:
+                    version = await self._relist()
+                params = {
+                    "watch": "true",
+                    "resourceVersion": version,
+                    "allowWatchBookmarks": "true",
+                    "timeoutSeconds": "300",
+                }
+                async with self.http.stream(
+                    "GET", f"/api/v1/namespaces/{self.ns}/pods", params=params, timeout=None
+                ) as response:
+                    if response.status_code == 410:
+                        version = None
+                        continue
+                    response.raise_for_status()
+                    async for line in response.aiter_lines():
+                        if not line:
+                            continue
+                        event = json.loads(line)
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            version = None if obj.get("code") == 410 else version
+                            break
+                        version = obj["metadata"]["resourceVersion"]
+                        if event["type"] in ("ADDED", "MODIFIED"):
+                            self.on_pod(obj)
+            except httpx.HTTPError as e:  # the API server is away: try again shortly
+                print(f"kubelet: watch failed ({e!r}); retrying", file=sys.stderr, flush=True)
+                await asyncio.sleep(0.5)
+
+    async def _relist(self) -> str:
+        r = await self.http.get(f"/api/v1/namespaces/{self.ns}/pods")
+        r.raise_for_status()
+        body = r.json()
+        for pod in body["items"]:
+            self.on_pod(pod)
+        return str(body["metadata"]["resourceVersion"])
+
+    def on_pod(self, pod: dict[str, Any]) -> None:
+        meta, spec = pod["metadata"], pod["spec"]
+        uid = meta["uid"]
+        node = spec.get("nodeName")
+        if meta.get("deletionTimestamp"):
+            if node in self.nodes and uid not in self.deleting:
+                self.deleting.add(uid)
+                self._spawn(self.stop_pod(pod))
+            return
+        if not node:
+            if uid not in self.handled:
+                self.handled.add(uid)
+                self._spawn(self.bind(pod))
+            return
+        if node not in self.nodes or pod.get("status", {}).get("containerStatuses"):
+            return
+        if f"started:{uid}" in self.handled:
+            return
+        self.handled.add(f"started:{uid}")
+        self._spawn(self.start_pod(pod))
+
+    async def bind(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": next(self._next_node)},
+        }
+        r = await self.send(
+            "POST", f"/api/v1/namespaces/{self.ns}/pods/{name}/binding", json=binding
+        )
+        if r.status_code not in (201, 409, 404):
+            print(f"kubelet: binding {name}: {r.status_code} {r.text}", file=sys.stderr)
+
+    async def start_pod(self, pod: dict[str, Any]) -> None:
+        meta, spec = pod["metadata"], pod["spec"]
+        container = next(c for c in spec["containers"] if c["name"] == CONTAINER)
+        image = container["image"]
+        if image not in self.args.image:
+            await self.patch_status(
+                pod,
+                "Pending",
+                {"waiting": {"reason": "ErrImagePull",
+                             "message": f"pull access denied for {image}: not found locally"}},
+            )  # fmt: skip
+            return
+        if self.args.simulate:
+            await self.patch_status(pod, "Running", {"running": {"startedAt": now()}})
+            return
+        env = {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        for item in container.get("env") or []:
+            env[item["name"]] = self.env_value(pod, item)
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        log_path = self.log_dir / f"{meta['namespace']}_{meta['name']}.log"
+        cwd = tempfile.mkdtemp(prefix=f"{meta['name']}-", dir=self.workdir)
+        with log_path.open("ab") as log_file:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        self.procs[meta["uid"]] = proc
+        self.reported[meta["uid"]] = asyncio.Event()
+        await self.patch_status(pod, "Running", {"running": {"startedAt": now()}})
+        code = await proc.wait()
+        if code < 0:
+            code = 128 - code
+        state = {
+            "terminated": {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "startedAt": now(),
+                "finishedAt": now(),
+            }
+        }
+        # Also when the pod is being deleted: a kubelet reports how the container ended.
+        await self.patch_status(pod, "Succeeded" if code == 0 else "Failed", state)
+        self.reported[meta["uid"]].set()
+
+    def env_value(self, pod: dict[str, Any], item: dict[str, Any]) -> str:
+        if "value" in item:
+            return str(item["value"])
+        path = item["valueFrom"]["fieldRef"]["fieldPath"]
+        return {
+            "status.podIP": "127.0.0.1",
+            "status.hostIP": "127.0.0.1",
+            "metadata.name": pod["metadata"]["name"],
+            "metadata.namespace": pod["metadata"]["namespace"],
+            "spec.nodeName": pod["spec"].get("nodeName", ""),
+        }[path]
+
+    async def patch_status(self, pod: dict[str, Any], phase: str, state: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        container = next(c for c in pod["spec"]["containers"] if c["name"] == CONTAINER)
+        running = "running" in state
+        status = {
+            "status": {
+                "phase": phase,
+                "hostIP": "127.0.0.1",
+                "podIP": "127.0.0.1",
+                "podIPs": [{"ip": "127.0.0.1"}],
+                "startTime": now(),
+                "conditions": [
+                    {"type": "Ready", "status": "True" if running else "False"},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": CONTAINER,
+                        "image": container["image"],
+                        "imageID": "",
+                        "ready": running,
+                        "started": running,
+                        "restartCount": 0,
+                        "state": state,
+                    }
+                ],
+            }
+        }
+        r = await self.send(
+            "PATCH",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+            content=json.dumps(status),
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        if r.status_code not in (200, 404):
+            print(f"kubelet: status of {meta['name']}: {r.status_code} {r.text}", file=sys.stderr)
+
+    async def stop_pod(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        proc = self.procs.pop(meta["uid"], None)
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            grace = meta.get("deletionGracePeriodSeconds") or 30
+            try:
+                await asyncio.wait_for(proc.wait(), grace)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        if proc is not None:  # report how the container ended before the final delete
+            await self.reported[meta["uid"]].wait()
+        # The kubelet's final delete: grace 0, only this incarnation of the pod.
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+        await self.send(
+            "DELETE",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            content=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        )
+
+    async def send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """A write a kubelet must not lose: retried while the API server is away."""
+        for _ in range(240):
+            try:
+                return await self.http.request(method, url, **kwargs)
+            except httpx.TransportError:
+                await asyncio.sleep(0.25)
+        raise RuntimeError(f"{method} {url}: the API server stayed away for a minute")
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def shutdown(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def main(args: argparse.Namespace) -> None:
+    kubelet = Kubelet(args)
+    logs = LogServer(kubelet.log_dir, kubelet.workdir)
+    await kubelet.register_nodes(logs.port)
+    print(f"kubelet ready: {len(kubelet.nodes)} nodes, logs on port {logs.port}", flush=True)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    runner = loop.create_task(kubelet.run())
+    await stop.wait()
+    runner.cancel()
+    await kubelet.shutdown()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--server", required=True)
+    p.add_argument("--token", required=True)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--node-prefix", default="fake-node")
+    p.add_argument("--image", action="append", default=[], help="images that 'pull' (repeat)")
+    p.add_argument("--workdir", default=tempfile.gettempdir())
+    p.add_argument("--simulate", action="store_true", help="do not run containers (KWOK-style)")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))
