@@ -1,0 +1,427 @@
+"""Offline checks of the Helm chart helm/appliance: lint, render, validate, and what it promises.
+
+helm comes from deploy/tools/fetch-helm.sh (PyPI only). Rendered objects are validated with
+`kubernetes-validate --strict` against two Kubernetes versions, then checked against the
+coordinator's contract (appliance/config.py). Nothing here reaches a cluster: helm runs with an
+empty kubeconfig and its own config directories. With APPLIANCE_REQUIRE_HELM=1 (CI) a helm that
+cannot be fetched is an error, not a skip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from appliance.config import Settings, read_inventory
+from appliance.domain.inventory import NodeKind
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "appliance"
+FETCH_HELM = REPO / "deploy" / "tools" / "fetch-helm.sh"
+LARGE_VALUES = CHART / "ci" / "values-postgres-auth-large.yaml"
+REQUIRE_ENV = "APPLIANCE_REQUIRE_HELM"
+# kubernetes-validate ships schemas per minor version; the real API server used later is 1.34.
+KUBERNETES_VERSIONS = ("1.33.0", "1.34.0")
+RELEASE, NAMESPACE = "appliance", "ml"
+
+VALUES = {"default": [], "postgres-auth-large": ["-f", str(LARGE_VALUES)]}
+ROLE_RULES = {
+    "pods": {"create", "get", "list", "watch", "delete", "deletecollection"},
+    "pods/log": {"get"},
+    "services": {"create", "get", "list", "watch", "delete"},
+    "configmaps": {"create", "get", "list", "watch", "delete", "update", "patch"},
+    "events": {"create", "patch", "get", "list", "watch"},
+}
+
+Obj = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Helm:
+    """The fetched helm binary, isolated from the user's helm config and clusters."""
+
+    binary: Path
+    env: dict[str, str]
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.binary), *args], env=self.env, capture_output=True, text=True, timeout=60
+        )
+
+    def template(self, *args: str) -> str:
+        done = self.run("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    text: str
+    objects: list[Obj]
+
+    def one(self, kind: str, suffix: str = "", *, name: str | None = None) -> Obj:
+        """The one object of this kind named `name`, or whose name ends with `suffix`."""
+        found = [o for o in self.objects if o["kind"] == kind]
+        found = [
+            o
+            for o in found
+            if o["metadata"]["name"] == name
+            or (name is None and o["metadata"]["name"].endswith(suffix))
+        ]
+        assert len(found) == 1, f"expected one {kind} {name or '*' + suffix}, got {len(found)}"
+        return found[0]
+
+    def kinds(self) -> list[str]:
+        return [o["kind"] for o in self.objects]
+
+    @property
+    def pod(self) -> Obj:
+        spec: Obj = self.one("Deployment")["spec"]["template"]["spec"]
+        return spec
+
+    @property
+    def container(self) -> Obj:
+        (container,) = self.pod["containers"]
+        return container
+
+    def env(self, secrets: dict[tuple[str, str], str]) -> dict[str, str]:
+        """The coordinator's environment as the kubelet would build it (env beats envFrom)."""
+        env: dict[str, str] = {}
+        for source in self.container.get("envFrom", []):
+            env.update(self.one("ConfigMap", name=source["configMapRef"]["name"])["data"])
+        for var in self.container.get("env", []):
+            if "value" in var:
+                env[var["name"]] = var["value"]
+            elif "secretKeyRef" in var["valueFrom"]:
+                ref = var["valueFrom"]["secretKeyRef"]
+                env[var["name"]] = secrets[(ref["name"], ref["key"])]
+            else:
+                assert var["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+                env[var["name"]] = NAMESPACE
+        return env
+
+    def volume(self, mount_path: str) -> Obj:
+        (mount,) = [m for m in self.container["volumeMounts"] if m["mountPath"] == mount_path]
+        (volume,) = [v for v in self.pod["volumes"] if v["name"] == mount["name"]]
+        return volume
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    done = subprocess.run(
+        ["bash", str(FETCH_HELM)], capture_output=True, text=True, timeout=600, check=False
+    )
+    if done.returncode != 0:
+        message = f"deploy/tools/fetch-helm.sh failed, so no helm: {done.stderr.strip()}"
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 but {message}", pytrace=False)
+        pytest.skip(message)
+    binary = Path(done.stdout.strip().splitlines()[-1]) / "helm"
+    home = tmp_path_factory.mktemp("helm-home")
+    (home / "kubeconfig").write_text("")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_DATA_HOME": str(home / "data"),
+        "KUBECONFIG": str(home / "kubeconfig"),
+    }
+    return Helm(binary, env)
+
+
+@pytest.fixture(scope="session")
+def rendered(helm: Helm) -> dict[str, Rendered]:
+    out = {}
+    for name, args in VALUES.items():
+        text = helm.template(*args)
+        out[name] = Rendered(text, [o for o in yaml.safe_load_all(text) if o])
+    return out
+
+
+@pytest.fixture
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for key in list(os.environ):
+        if key.startswith("APPLIANCE_"):
+            monkeypatch.delenv(key)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_helm_lint_strict(helm: Helm, values: str) -> None:
+    done = helm.run("lint", "--strict", str(CHART), *VALUES[values])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("values", VALUES)
+def test_kubernetes_validate_strict(
+    rendered: dict[str, Rendered], tmp_path: Path, values: str, version: str
+) -> None:
+    manifest = tmp_path / f"{values}.yaml"
+    manifest.write_text(rendered[values].text)
+    done = subprocess.run(
+        [sys.executable, "-m", "kubernetes_validate", "--strict", "-k", version, str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    # An unknown kind is only a WARN with exit code 0: every object must have been validated.
+    assert "WARN" not in done.stdout, done.stdout
+    assert done.stdout.count(" passed for resource ") == len(rendered[values].objects)
+
+
+def test_kubernetes_validate_catches_a_misspelt_field(
+    rendered: dict[str, Rendered], tmp_path: Path
+) -> None:
+    """Guards the check above: the validator really rejects unknown fields."""
+    manifest = tmp_path / "typo.yaml"
+    text = rendered["default"].text.replace("readOnlyRootFilesystem", "readOnlyRootFilesytem")
+    manifest.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "readOnlyRootFilesytem" in done.stdout
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_coordinator_pod_is_locked_down(rendered: dict[str, Rendered], values: str) -> None:
+    r = rendered[values]
+    deployment = r.one("Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert r.pod["securityContext"]["runAsNonRoot"] is True
+    assert r.pod["securityContext"]["runAsUser"] == 10001
+    assert r.container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert r.container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert r.container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert r.volume("/tmp") == {"name": "tmp", "emptyDir": {}}
+    assert r.container["command"] + r.container["args"] == ["appliance", "serve"]
+    assert set(r.container["resources"]) == {"requests", "limits"}
+    probes = {
+        probe: (r.container[probe]["httpGet"]["path"], r.container[probe]["httpGet"]["port"])
+        for probe in ("livenessProbe", "readinessProbe")
+    }
+    assert probes == {"livenessProbe": ("/healthz", "http"), "readinessProbe": ("/readyz", "http")}
+    ports = {p["name"]: p["containerPort"] for p in r.container["ports"]}
+    assert ports == {"grpc": 50051, "http": 8080}
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_service_and_labels(rendered: dict[str, Rendered], values: str) -> None:
+    r = rendered[values]
+    service, deployment = r.one("Service"), r.one("Deployment")
+    assert {(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        ("grpc", 50051, "grpc"),
+        ("http", 8080, "http"),
+    }
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == selector
+    # The coordinator's selector must never match the replica pods it creates.
+    assert selector["app.kubernetes.io/component"] == "coordinator"
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= pod_labels.items()
+    for obj in r.objects:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "appliance", obj["kind"]
+        assert labels["app.kubernetes.io/instance"] == RELEASE, obj["kind"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", obj["kind"]
+        assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_role_is_namespaced_and_minimal(rendered: dict[str, Rendered], values: str) -> None:
+    r = rendered[values]
+    assert "ClusterRole" not in r.kinds() and "ClusterRoleBinding" not in r.kinds()
+    rules: dict[str, set[str]] = {}
+    for rule in r.one("Role")["rules"]:
+        assert rule["apiGroups"] == [""]
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+        for resource in rule["resources"]:
+            rules.setdefault(resource, set()).update(rule["verbs"])
+    assert rules == ROLE_RULES
+    binding = r.one("RoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": r.one("Role")["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": r.pod["serviceAccountName"],
+            "namespace": NAMESPACE,
+        }
+    ]
+    assert r.one("ServiceAccount")["metadata"]["name"] == r.pod["serviceAccountName"]
+
+
+def test_default_store_is_sqlite_on_a_pvc(
+    rendered: dict[str, Rendered], clean_environ: pytest.MonkeyPatch
+) -> None:
+    r = rendered["default"]
+    pvc = r.one("PersistentVolumeClaim")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert r.volume("/var/lib/appliance")["persistentVolumeClaim"] == {
+        "claimName": pvc["metadata"]["name"]
+    }
+    env = r.env(secrets={})
+    assert "APPLIANCE_DATABASE_URL" not in env
+    assert "APPLIANCE_AUTH_TOKENS_FILE" not in env
+
+
+def test_postgres_from_a_secret_needs_no_pvc(rendered: dict[str, Rendered]) -> None:
+    r = rendered["postgres-auth-large"]
+    assert "PersistentVolumeClaim" not in r.kinds()
+    assert r.volume("/var/lib/appliance") == {"name": "data", "emptyDir": {}}
+    (url,) = [v for v in r.container["env"] if v["name"] == "APPLIANCE_DATABASE_URL"]
+    assert url["valueFrom"] == {"secretKeyRef": {"name": "appliance-db", "key": "url"}}
+
+
+def test_auth_tokens_are_mounted_from_a_secret(rendered: dict[str, Rendered]) -> None:
+    r = rendered["postgres-auth-large"]
+    (tokens,) = [v for v in r.container["env"] if v["name"] == "APPLIANCE_AUTH_TOKENS_FILE"]
+    assert tokens["value"] == "/etc/appliance/tokens.yaml"
+    sources = r.volume("/etc/appliance")["projected"]["sources"]
+    assert {"secret": {"name": "appliance-tokens", "items": [_item("tokens.yaml")]}} in sources
+
+
+@pytest.mark.parametrize(
+    ("values", "counts"), [("default", (4, 4, 2)), ("postgres-auth-large", (64, 8, 4))]
+)
+def test_settings_and_inventory_are_what_the_coordinator_reads(
+    rendered: dict[str, Rendered],
+    clean_environ: pytest.MonkeyPatch,
+    tmp_path: Path,
+    values: str,
+    counts: tuple[int, int, int],
+) -> None:
+    """The pod's environment builds a Settings, and its inventory parses to the expected pool."""
+    r = rendered[values]
+    secrets = {("appliance-db", "url"): "postgresql+psycopg://u:p@db/appliance"}
+    env = r.env(secrets)
+    assert {k for k in env if k.startswith("APPLIANCE_")} == set(env)
+    unknown = {k for k in env if k.removeprefix("APPLIANCE_").lower() not in Settings.model_fields}
+    assert not unknown, f"not coordinator settings: {unknown}"
+
+    sources = r.volume("/etc/appliance")["projected"]["sources"]
+    inventory_map = r.one("ConfigMap", "-inventory")
+    assert {
+        "configMap": {
+            "name": inventory_map["metadata"]["name"],
+            "items": [_item("inventory.yaml")],
+        }
+    } in sources
+    assert env["APPLIANCE_INVENTORY_FILE"] == "/etc/appliance/inventory.yaml"
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(inventory_map["data"]["inventory.yaml"])
+    for key, value in env.items():
+        clean_environ.setenv(key, value)
+    clean_environ.setenv("APPLIANCE_INVENTORY_FILE", str(inventory))
+    settings = Settings()
+
+    image = r.container["image"]
+    assert settings.host == "0.0.0.0"
+    assert (settings.grpc_port, settings.http_port) == (50051, 8080)
+    assert settings.data_dir == Path("/var/lib/appliance")
+    assert settings.backend == "kubernetes"
+    assert settings.kube_namespace == NAMESPACE
+    assert settings.kube_image == image
+    assert settings.kube_image_pull_policy == r.container["imagePullPolicy"]
+    service = r.one("Service")["metadata"]["name"]
+    assert settings.coordinator_address == f"{service}.{NAMESPACE}.svc:50051"
+
+    pool = read_inventory(
+        inventory, memoryx_bytes=settings.memoryx_bytes, swarmx_ports=settings.swarmx_ports
+    )
+    assert pool == settings.pool()
+    by_kind = [[n.name for n in pool if n.kind is kind] for kind in NodeKind]
+    assert tuple(len(names) for names in by_kind) == counts
+    if values == "default":
+        assert settings.kube_clean_pod_policy == "all"
+        assert by_kind == [
+            ["cs2-01", "cs2-02", "cs2-03", "cs2-04"],
+            ["memx-01", "memx-02", "memx-03", "memx-04"],
+            ["swarmx-01", "swarmx-02"],
+        ]
+    else:
+        assert settings.kube_clean_pod_policy == "keep-failed"
+        assert settings.database_url == secrets[("appliance-db", "url")]
+        assert settings.auth_tokens_file == Path("/etc/appliance/tokens.yaml")
+        assert settings.memoryx_bytes == 128 << 30 and settings.swarmx_ports == 16
+        assert settings.scheduler_interval == 0.5 and settings.log_tail_lines == 50
+        assert by_kind[0][-1] == "cs2-64" and by_kind[1][0] == "memx-rack1-a"
+
+
+def test_pool_names_can_be_given_or_counted(helm: Helm, tmp_path: Path) -> None:
+    text = helm.template(
+        "--set", "pool.systems=12", "--set-json", 'pool.swarmx=["sx-east","sx-west"]'
+    )
+    (inventory_map,) = [
+        o for o in yaml.safe_load_all(text) if o and o["metadata"]["name"].endswith("-inventory")
+    ]
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(inventory_map["data"]["inventory.yaml"])
+    pool = read_inventory(inventory, memoryx_bytes=1, swarmx_ports=1)
+    names = {kind: [n.name for n in pool if n.kind is kind] for kind in NodeKind}
+    assert names[NodeKind.SYSTEM] == [f"cs2-{i:02d}" for i in range(1, 13)]
+    assert names[NodeKind.SWARMX] == ["sx-east", "sx-west"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "cleanPodPolicy=bogus"], "value must be one of 'all', 'keep-failed'"),
+        (["--set", "pool.sytems=3"], "'sytems' not allowed"),
+        (["--set", "replicas=2"], "'replicas' not allowed"),
+        (["--set", "pool.systems=0"], "/pool/systems"),
+        (["--set-json", 'pool.memoryx=["Bad_Name"]'], "does not match pattern"),
+        (["--set", "settings.schedulerIntervl=1"], "'schedulerIntervl' not allowed"),
+        (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+        (["--set-json", 'pool.memoryx=["cs2-01"]'], 'node name "cs2-01" is used twice'),
+    ],
+    ids=[
+        "enum",
+        "nested-typo",
+        "top-level-typo",
+        "zero-systems",
+        "bad-node-name",
+        "settings-typo",
+        "pull-policy",
+        "duplicate-name",
+    ],
+)
+def test_bad_values_are_rejected_with_a_reason(helm: Helm, args: list[str], message: str) -> None:
+    done = helm.run("template", RELEASE, str(CHART), *args)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_notes_say_how_to_connect(helm: Helm, values: str) -> None:
+    args = ["install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    done = helm.run(*args, *VALUES[values])
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert f"kubectl --namespace {NAMESPACE} port-forward svc/appliance 50051:50051 8080:8080" in (
+        notes
+    )
+    assert "csctl --server 127.0.0.1:50051 get jobs" in notes
+    assert "app.kubernetes.io/name=appliance,appliance.io/job-id=" in notes
+    assert ("CSCTL_TOKEN" in notes) == (values == "postgres-auth-large")
+
+
+def _item(key: str) -> dict[str, str]:
+    return {"key": key, "path": key}
