@@ -52,8 +52,15 @@ class WatchExpired(Exception):
 class KubeApi:
     """Typed-enough access to the few calls the backend makes, with timeouts and retries."""
 
-    def __init__(self, api: k8s.ApiClient, namespace: str, request_timeout: float) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        namespace: str,
+        request_timeout: float,
+        backoff: tuple[float, ...] = BACKOFF,
+    ) -> None:
         self._api = api
+        self.backoff = backoff
         self.namespace = namespace
         self.request_timeout = request_timeout
         self.last_error = ""  # empty while the last call succeeded
@@ -61,7 +68,12 @@ class KubeApi:
 
     @classmethod
     async def connect(
-        cls, *, kubeconfig: Path | None, namespace: str, request_timeout: float
+        cls,
+        *,
+        kubeconfig: Path | None,
+        namespace: str,
+        request_timeout: float,
+        backoff: tuple[float, ...] = BACKOFF,
     ) -> KubeApi:
         """Configure from a kubeconfig file, else in-cluster, else ~/.kube/config."""
         configuration = k8s.Configuration()
@@ -77,7 +89,7 @@ class KubeApi:
         if not namespace:
             namespace = _default_namespace(kubeconfig)
         configuration.connection_pool_maxsize = 64
-        return cls(k8s.ApiClient(configuration), namespace, request_timeout)
+        return cls(k8s.ApiClient(configuration), namespace, request_timeout, backoff)
 
     async def close(self) -> None:
         await self._api.close()
@@ -213,7 +225,7 @@ class KubeApi:
     ) -> Any:
         """One API call: timeout, the backoff ladder; returns the client's RESTResponse."""
         headers = {"Accept": "application/json", "Content-Type": "application/json"}
-        for attempt, pause in enumerate((*BACKOFF, None)):
+        for attempt, pause in enumerate((*self.backoff, None)):
             try:
                 request = await self._api.param_serialize(
                     method,

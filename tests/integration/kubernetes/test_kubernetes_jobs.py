@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
+from typing import Any
 
 from appliance.client import ApplianceClient
 from appliance.domain.job import EventKind, ReplicaPhase
 from appliance.domain.phases import Phase
-from tests.integration.coordinator.harness import wait_until, worker_processes
+from tests.integration.coordinator.harness import serving, wait_until, worker_processes
 from tests.integration.kubernetes.conftest import PARAMS
 from tests.kube.cluster import NAMESPACE, KubeCluster
 
@@ -89,3 +91,46 @@ def test_cancel_deletes_pods_and_service_and_frees_the_systems(
     assert not worker_processes(job.id)
     assert all(n.used == 0 for n in client.nodes()), client.nodes()
     assert job.status.phase is Phase.CANCELLED
+
+
+def test_keep_failed_policy_keeps_failed_pods_for_debugging(
+    tmp_path: Path, kube: KubeCluster, kube_settings: dict[str, object]
+) -> None:
+    settings = {**kube_settings, "kube_clean_pod_policy": "keep-failed"}
+    with (
+        serving(tmp_path / "data", **settings) as coordinator,
+        ApplianceClient(coordinator.address) as client,
+    ):
+        job = client.submit(params=PARAMS, num_csx=2, num_steps=100_000)
+        wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
+        (victim,) = [p for p in worker_processes(job.id) if "cs2-1" in p.cmdline()]
+        os.killpg(victim.pid, signal.SIGKILL)
+        list(job.watch(timeout=30))
+        assert job.status.phase is Phase.FAILED
+
+        def only_failed_pods_left() -> bool:
+            pods = pods_of(kube, job.id)
+            return bool(pods) and all(_exit_code(p) not in (None, 0) for p in pods)
+
+        wait_until(only_failed_pods_left, 30, "the running pods to be deleted")
+        kept = {p["metadata"]["name"] for p in pods_of(kube, job.id)}
+        assert f"{job.id}-cs2-1" in kept
+        # The ConfigMap that owns the kept pods stays (deleting it removes them); the Service
+        # goes.
+        ns = f"/api/v1/namespaces/{NAMESPACE}"
+        assert kube.request("GET", f"{ns}/configmaps/{job.id}").is_success
+        assert kube.request("GET", f"{ns}/services/{job.id}").status_code == 404
+        # What the garbage collector would do once the ConfigMap is deleted (no controller
+        # manager runs here):
+        for name in kept:
+            kube.request("DELETE", f"{ns}/pods/{name}", {"gracePeriodSeconds": 0})
+        kube.request("DELETE", f"{ns}/configmaps/{job.id}")
+        wait_until(lambda: job_objects_gone(kube, job.id), 30, "the kept objects to be deleted")
+
+
+def _exit_code(pod: dict[str, Any]) -> int | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        ended = (status.get("state") or {}).get("terminated")
+        if ended is not None:
+            return int(ended["exitCode"])
+    return None
