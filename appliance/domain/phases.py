@@ -51,3 +51,15 @@ class Outcome(enum.Enum):
     ALREADY = "already"  # the job was already in the target phase
     LOST = "lost"  # the job left the expected phase before we wrote
     INVALID = "invalid"  # the transition is not in the table
+
+
+def check_move(current: Phase, target: Phase, expected: Phase | None = None) -> Outcome:
+    """What moving a job that is in `current` to `target` does, for a caller that decided on
+    `expected` (None: on whatever phase the job is in): APPLIED when the move may be written."""
+    if expected is not None and current is not expected:
+        return Outcome.ALREADY if current is target else Outcome.LOST
+    if current is target:
+        return Outcome.ALREADY
+    if not can_transition(current, target):
+        return Outcome.INVALID
+    return Outcome.APPLIED

@@ -1,12 +1,15 @@
-"""Group commit of submits: jobs submitted concurrently are written in one transaction.
+"""Group commit: requests that arrive together are written in one transaction.
 
-Each submit still gets its own answer; a batch that fails to write fails every submit in it and
-stores none of them (one transaction), so nothing is half-written.
+Each caller still gets its own answer. A batch that fails as a whole (the database is locked or
+gone) is tried again one request at a time, so one bad request fails only its own caller and
+nothing is half-written. Used for submits (SubmitBatcher) and cancels (services/cancels.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
 
 from appliance.domain.errors import Unavailable
 from appliance.domain.job import Job
@@ -15,16 +18,30 @@ from appliance.store.jobs import NewJob
 
 MAX_BATCH = 256
 
+Request = TypeVar("Request")
+Answer = TypeVar("Answer")
 
-class SubmitBatcher:
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self._pending: list[tuple[NewJob, asyncio.Future[Job]]] = []
+
+class GroupCommit(Generic[Request, Answer]):
+    """Collects requests while a batch is being written and writes them as the next batch.
+
+    `write_batch` answers a batch in request order, each answer either a value or the
+    exception that request alone fails with.
+    """
+
+    def __init__(
+        self,
+        write_batch: Callable[[list[Request]], Awaitable[Sequence[Answer | Exception]]],
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        self._write_batch = write_batch
+        self._max_batch = max_batch
+        self._pending: list[tuple[Request, asyncio.Future[Answer]]] = []
         self._writer: asyncio.Task[None] | None = None
 
-    async def write(self, new: NewJob) -> Job:
-        future: asyncio.Future[Job] = asyncio.get_running_loop().create_future()
-        self._pending.append((new, future))
+    async def write(self, request: Request) -> Answer:
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._drain())
         return await future
@@ -32,22 +49,19 @@ class SubmitBatcher:
     async def _drain(self) -> None:
         try:
             while self._pending:
-                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+                size = self._max_batch
+                batch, self._pending = self._pending[:size], self._pending[size:]
                 await self._write(batch)
         finally:
             self._writer = None
             for _, future in self._pending:  # only left behind when the writer is cancelled
                 if not future.done():
-                    future.set_exception(Unavailable("the coordinator is stopping; submit again"))
+                    future.set_exception(Unavailable("the coordinator is stopping; try again"))
             self._pending = []
 
-    async def _write(self, batch: list[tuple[NewJob, asyncio.Future[Job]]]) -> None:
-        """One transaction for the batch; if it fails, each job alone, so one bad job fails only
-        its own submit."""
+    async def _write(self, batch: list[tuple[Request, asyncio.Future[Answer]]]) -> None:
         try:
-            jobs = await self.ctx.db(
-                self.ctx.store.create_jobs, [n for n, _ in batch], self.ctx.clock()
-            )
+            answers = await self._write_batch([request for request, _ in batch])
         except Exception as exc:
             if len(batch) > 1:
                 for item in batch:
@@ -55,6 +69,24 @@ class SubmitBatcher:
             elif not batch[0][1].done():
                 batch[0][1].set_exception(exc)
             return
-        for (_, future), job in zip(batch, jobs, strict=True):
-            if not future.done():
-                future.set_result(job)
+        for (_, future), answer in zip(batch, answers, strict=True):
+            if future.done():
+                continue
+            if isinstance(answer, Exception):
+                future.set_exception(answer)
+            else:
+                future.set_result(answer)
+
+
+class SubmitBatcher:
+    """Jobs submitted concurrently are persisted in one transaction (JobStore.create_jobs)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._commit = GroupCommit[NewJob, Job](self._create)
+
+    async def write(self, new: NewJob) -> Job:
+        return await self._commit.write(new)
+
+    async def _create(self, batch: list[NewJob]) -> list[Job]:
+        return await self.ctx.db(self.ctx.store.create_jobs, batch, self.ctx.clock())

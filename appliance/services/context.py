@@ -70,11 +70,14 @@ class Context:
         return change
 
     def announce(self, change: PhaseChange) -> None:
-        if change.event is None:
+        event = change.event
+        if event is None:
             return
-        self.bus.publish(change.event)
-        if change.event.to_phase in TERMINAL and change.event.from_phase in HOLDS_RESOURCES:
+        self.bus.publish(event)
+        if event.to_phase in TERMINAL and event.from_phase in HOLDS_RESOURCES:
             self.bus.wake_scheduler()  # resources came back
         # A queued job that ends frees nothing: the next periodic pass re-reads the queue (and
-        # its pending reasons) instead of one pass per cancelled job.
-        self.bus.wake_reconciler()
+        # its pending reasons) instead of one pass per cancelled job. Nor has it replicas for
+        # the reconciler to stop: it acts on jobs that enter or leave the holding phases.
+        if event.from_phase in HOLDS_RESOURCES or event.to_phase in HOLDS_RESOURCES:
+            self.bus.wake_reconciler()

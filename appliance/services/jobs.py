@@ -15,6 +15,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_user
 from appliance.services.batching import SubmitBatcher
+from appliance.services.cancels import CancelBatcher, CancelRequest
 from appliance.services.context import Context
 from appliance.services.job_views import JobViewCache
 from appliance.store.jobs import MAX_LIMIT, JobKey, JobQuery, NewJob
@@ -27,6 +28,7 @@ class JobService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._batcher = SubmitBatcher(ctx)
+        self._cancels = CancelBatcher(ctx)
         self._views = JobViewCache()
         # Resolved once: a new job's directory does not exist yet, so resolving its parent is
         # the same as resolving it, without a filesystem walk on every submit.
@@ -113,27 +115,24 @@ class JobService:
             page = dataclasses.replace(page, page_token=token)
 
     async def summaries(self, job_ids: list[str]) -> list[Job]:
+        """Summaries of the given jobs (no params, no replicas, no queue position)."""
         return await self.ctx.read(self.ctx.store.job_summaries, job_ids)
+
+    async def queue_positions(self, job_ids: list[str]) -> dict[str, int]:
+        """The queue positions of those of the given jobs that are QUEUED. Positions move
+        whenever other jobs enter, leave or overtake in the queue, so they are read on every
+        call and never cached with a summary."""
+        return await self.ctx.read(self.ctx.store.queue_positions, job_ids)
 
     async def cancel(
         self, job_id: str, reason: str = "", *, by: Principal | None = None
     ) -> tuple[Job, bool, str]:
-        """Cancel a job; cancelling a terminal job changes nothing and says so."""
+        """Cancel a job; cancelling a terminal job changes nothing and says so. Concurrent
+        cancels are group-committed (services/cancels.py)."""
         check_job_id(job_id)
         why = reason.strip()[:1024] or (f"cancelled by {by.user}" if by else "cancelled by user")
-        while True:
-            job = await self._summary(job_id)  # no replicas, no queue position: cheap
-            if by is not None:
-                check_may_act_on(by, job.user, job.groups, "cancel")
-            if job.phase.terminal:
-                if job.phase is Phase.CANCELLED:
-                    return job, False, f"job {job_id} was already cancelled"
-                return job, False, f"job {job_id} already {job.phase.value}; nothing to cancel"
-            change = await self.ctx.set_phase(job_id, Phase.CANCELLED, why, expected=job.phase)
-            if change.applied:
-                job = await self.ctx.db(self.ctx.store.get_job, job_id)
-                return job, True, f"job {job_id} cancelled"
-            # The job moved on between our read and our write: decide again on its new phase.
+        answer = await self._cancels.cancel(CancelRequest(job_id, why, by))
+        return answer.job, answer.changed, answer.message
 
     async def set_priority(
         self, job_id: str, priority: Priority, *, by: Principal | None = None

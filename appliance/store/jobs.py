@@ -1,8 +1,9 @@
 """JobStore: every read and write of jobs, and the only writer of job phase.
 
-`set_phase` checks the transition table and writes with compare-and-set on the current phase,
-recording an event in the same transaction. Leaving the resource-holding phases releases the
-job's placements in that same transaction, so the pool can never leak.
+`set_phase` (and `set_phases`, its batch form) checks the transition table and writes with
+compare-and-set on the current phase, recording an event in the same transaction. Leaving the
+resource-holding phases releases the job's placements in that same transaction, so the pool
+can never leak. The writes themselves are in store/phase_writes.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Engine,
@@ -27,21 +28,21 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.orm import Session, sessionmaker
 
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound
 from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
 from appliance.domain.job import EventKind, Job, JobEvent, Lease, Progress, Replica, ReplicaPhase
 from appliance.domain.phases import (
-    HOLDS_RESOURCES,
-    TERMINAL,
-    Outcome,
     Phase,
-    can_transition,
 )
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels
 from appliance.scheduler.admission import Placement, QueuedJob
+from appliance.store.phase_writes import PhaseChange as PhaseChange
+from appliance.store.phase_writes import PhaseMove as PhaseMove
+from appliance.store.phase_writes import write_phases
 from appliance.store.tables import (
     ACTIVE_PHASES_SQL,
     QUEUED_SQL,
@@ -91,16 +92,12 @@ class NewJob:
     groups: tuple[str, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
-class PhaseChange:
-    """The outcome of a phase change, and the event it recorded when it was applied."""
+class JobOwner(NamedTuple):
+    """Where a job is and whose it is: what a decision to act on it needs."""
 
-    outcome: Outcome
-    event: JobEvent | None = None
-
-    @property
-    def applied(self) -> bool:
-        return self.outcome is Outcome.APPLIED
+    phase: Phase
+    user: str
+    groups: tuple[str, ...]
 
 
 class JobStore:
@@ -250,6 +247,24 @@ class JobStore:
             job = _job_from_row(row, replicas=_sorted_replicas(replicas), position=position)
             return job, row.version
 
+    def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
+        """Full views of the given jobs, as get_job gives them, in no particular order (unknown
+        ids are left out): two queries a chunk instead of two a job."""
+        found: list[Job] = []
+        with self._sessions() as s:
+            conn = s.connection()
+            for chunk in _chunks(list(job_ids)):
+                replicas: dict[str, list[Replica]] = {}
+                for m in conn.execute(_REPLICAS_OF, {"ids": chunk}).mappings():
+                    replicas.setdefault(m["job_id"], []).append(_replica_from_row(m))
+                for r in conn.execute(_FULL_VIEWS_OF, {"ids": chunk}):
+                    position = 0
+                    if r.phase == Phase.QUEUED.value:
+                        position = self._queue_position(s, r.priority, r.created_at, r.id)
+                    own = _sorted_replicas(tuple(replicas.get(r.id, ())))
+                    found.append(_job_from_summary(r, r.params_yaml, own, position))
+        return found
+
     def job_version(self, job_id: str) -> tuple[int, int]:
         """(version, queue position) of a job: what a cached full view needs to be checked
         against (the position moves with other jobs, without this job's version)."""
@@ -285,6 +300,16 @@ class JobStore:
                 )
             )
         return int(ahead or 0) + 1
+
+    def queue_positions(self, job_ids: Iterable[str]) -> dict[str, int]:
+        """1-based queue positions of those of the given jobs that are QUEUED, all from one read
+        of the queue in order (its index: a few ms for 10,000 queued jobs), so the positions
+        of a listed page are as fresh as that read and agree with each other."""
+        wanted = set(job_ids)
+        if not wanted:
+            return {}
+        order = self._driver_rows(_QUEUE_ORDER)
+        return {row[0]: n for n, row in enumerate(order, 1) if row[0] in wanted}
 
     def list_jobs(self, query: JobQuery) -> tuple[list[Job], str]:
         """Newest first, keyset-paginated; returns (job summaries, next page token or "").
@@ -326,10 +351,20 @@ class JobStore:
     def job_summaries(self, job_ids: Sequence[str]) -> list[Job]:
         """Summaries of the given jobs, in no particular order (unknown ids are left out)."""
         found: list[Job] = []
-        with self._sessions() as s:
+        with self.engine.connect() as conn:
             for chunk in _chunks(list(job_ids)):
-                rows = s.execute(select(*_SUMMARY).where(JobRow.id.in_(chunk)))
+                rows = conn.execute(_SUMMARIES_OF, {"ids": chunk})
                 found += (_job_from_summary(r) for r in rows)
+        return found
+
+    def job_owners(self, job_ids: Sequence[str]) -> dict[str, JobOwner]:
+        """Phase, owner and owner's groups of the given jobs (unknown ids are left out): what
+        a batch of decisions to act on jobs reads, three columns instead of a summary."""
+        found: dict[str, JobOwner] = {}
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(job_ids)):
+                for job_id, phase, user, groups in conn.execute(_OWNERS_OF, {"ids": chunk}):
+                    found[job_id] = JobOwner(Phase(phase), user, tuple(groups or ()))
         return found
 
     def jobs_in(self, phases: Iterable[Phase]) -> list[Job]:
@@ -379,71 +414,30 @@ class JobStore:
         """Move a job to `target` if the table allows it; record the event; release resources.
 
         `expected` pins the phase the caller decided on (compare-and-set); without it the
-        current phase is read in the same transaction.
+        current phase is read in the same transaction. Raises NotFound for an unknown job.
         """
         with self._sessions.begin() as s:
-            return self._set_phase(s, job_id, target, reason, now, expected)
+            move = PhaseMove(job_id, target, reason, expected)
+            return _found(write_phases(s.connection(), [move], now))
 
-    def _set_phase(
-        self,
-        s: Session,
-        job_id: str,
-        target: Phase,
-        reason: str,
-        now: float,
-        expected: Phase | None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> PhaseChange:
-        current_value = s.scalar(select(JobRow.phase).where(JobRow.id == job_id))
-        if current_value is None:
-            raise NotFound(f"job {job_id} not found")
-        current = Phase(current_value)
-        if expected is not None and current is not expected:
-            return PhaseChange(Outcome.ALREADY if current is target else Outcome.LOST)
-        if current is target:
-            return PhaseChange(Outcome.ALREADY)
-        if not can_transition(current, target):
-            return PhaseChange(Outcome.INVALID)
-        values: dict[str, Any] = {
-            "phase": target.value, "updated_at": now, "version": JobRow.version + 1,
-            **(extra or {}),
-        }  # fmt: skip
-        if target is Phase.RUNNING:
-            values["started_at"] = now
-        if target in TERMINAL:
-            values["finished_at"] = now
-            values["reason"] = reason
-            values["pending_reason"] = ""
-        elif target is not Phase.QUEUED:
-            values["pending_reason"] = ""
-        result = s.execute(
-            update(JobRow).where(JobRow.id == job_id, JobRow.phase == current.value).values(values)
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            return PhaseChange(Outcome.LOST)
-        if target not in HOLDS_RESOURCES:
-            s.execute(delete(PlacementRow).where(PlacementRow.job_id == job_id))
-        row = JobEventRow(
-            job_id=job_id, time=now, from_phase=current.value, to_phase=target.value, reason=reason
-        )
-        s.add(row)
-        s.flush()  # assigns the event's sequence number
-        return PhaseChange(Outcome.APPLIED, _event_from_row(row))
+    def set_phases(self, moves: Sequence[PhaseMove], now: float) -> list[PhaseChange | NotFound]:
+        """set_phase for several jobs in one transaction (group commit of cancels).
+
+        Each move is checked and compare-and-set on its own, and gets its own outcome, in
+        order: an unknown job is a NotFound in its place, not a failure of the others; a job
+        named twice sees the effect of its earlier move.
+        """
+        with self._sessions.begin() as s:
+            return write_phases(s.connection(), moves, now)
 
     def schedule(self, job_id: str, placements: Sequence[Placement], now: float) -> PhaseChange:
         """QUEUED -> SCHEDULED with the job's placements and replica rows, all or nothing."""
         systems = [p.node for p in placements if p.role is Role.CS2]
         reason = "reserved " + ", ".join(systems) if systems else "reserved"
         with self._sessions.begin() as s:
-            change = self._set_phase(
-                s,
-                job_id,
-                Phase.SCHEDULED,
-                reason,
-                now,
-                Phase.QUEUED,
-                extra={"systems": ",".join(systems)},
-            )
+            move = PhaseMove(job_id, Phase.SCHEDULED, reason, Phase.QUEUED)
+            extra = {"systems": ",".join(systems)}
+            change = _found(write_phases(s.connection(), [move], now, extra))
             if not change.applied:
                 return change
             s.add_all(
@@ -484,6 +478,9 @@ class JobStore:
                     {"b_job": j, "b_reason": reasons[j]} for j, r in current if reasons[j] != r
                 ]
             if changed:
+                # Rows in id order, the order every multi-row writer locks them in (see
+                # phase_writes), so this and a batch of cancels cannot deadlock.
+                changed.sort(key=lambda row: row["b_job"])
                 s.connection().execute(
                     update(JobRow)
                     .where(JobRow.id == bindparam("b_job"), JobRow.phase == Phase.QUEUED.value)
@@ -642,6 +639,14 @@ class JobStore:
             return [_event_from_row(r) for r in rows]
 
 
+def _found(changes: Sequence[PhaseChange | NotFound]) -> PhaseChange:
+    """The one change of a one-move batch; raises its NotFound."""
+    (change,) = changes
+    if isinstance(change, NotFound):
+        raise change
+    return change
+
+
 # ---- row conversion -------------------------------------------------------------------------
 
 
@@ -694,22 +699,25 @@ def _lease(seconds: float, expires_at: float, holder: str) -> Lease | None:
     return Lease(seconds, expires_at, holder) if seconds > 0 else None
 
 
-def _replica_from_row(r: ReplicaRow) -> Replica:
+def _replica_from_row(r: ReplicaRow | RowMapping) -> Replica:
+    """A replica from its ORM row, or from a row of the replicas table read with Core."""
+    m = r if isinstance(r, RowMapping) else {c: getattr(r, c) for c in _REPLICA_COLUMNS}
     return Replica(
-        job_id=r.job_id,
-        name=r.name,
-        role=Role(r.role),
-        index=r.index,
-        node=r.node,
-        phase=ReplicaPhase(r.phase),
-        address=r.address,
-        pid=r.pid,
-        exit_code=r.exit_code,
-        message=r.message,
-        log_tail=r.log_tail,
+        job_id=m["job_id"],
+        name=m["name"],
+        role=Role(m["role"]),
+        index=m["index"],
+        node=m["node"],
+        phase=ReplicaPhase(m["phase"]),
+        address=m["address"],
+        pid=m["pid"],
+        exit_code=m["exit_code"],
+        message=m["message"],
+        log_tail=m["log_tail"],
     )
 
 
+_REPLICA_COLUMNS = tuple(ReplicaRow.__table__.columns.keys())
 _ROLE_ORDER = {Role.CHIEF: 0, Role.CS2: 1, Role.SWARMX: 2, Role.MEMORYX: 3}
 
 
@@ -736,6 +744,22 @@ _SUMMARY = (
     JobRow.progress, JobRow.lease_seconds, JobRow.lease_expires_at, JobRow.lease_holder,
     JobRow.groups,
 )  # fmt: skip
+
+
+# Built once: a statement object carries its compiled form from call to call.
+_SUMMARIES_OF = select(*_SUMMARY).where(JobRow.id.in_(bindparam("ids", expanding=True)))
+_FULL_VIEWS_OF = select(*_SUMMARY, JobRow.params_yaml).where(
+    JobRow.id.in_(bindparam("ids", expanding=True))
+)
+_QUEUE_ORDER = (
+    select(JobRow.id).where(QUEUED_SQL).order_by(JobRow.priority, JobRow.created_at, JobRow.id)
+)
+_OWNERS_OF = select(JobRow.id, JobRow.phase, JobRow.user, JobRow.groups).where(
+    JobRow.id.in_(bindparam("ids", expanding=True))
+)
+_REPLICAS_OF = select(*ReplicaRow.__table__.columns).where(
+    ReplicaRow.job_id.in_(bindparam("ids", expanding=True))
+)
 
 
 def _page_stmt(query: JobQuery, columns: Sequence[Any], max_limit: int = MAX_LIMIT) -> Any:
@@ -778,9 +802,13 @@ def _page(rows: Sequence[Any], query: JobQuery) -> tuple[Sequence[Any], str]:
     return rows, _encode_token(rows[-1].created_at, rows[-1].id)
 
 
-def _job_from_summary(r: Any) -> Job:
+def _job_from_summary(
+    r: Any, params_yaml: str = "", replicas: tuple[Replica, ...] = (), position: int = 0
+) -> Job:
+    """A job from a row of _SUMMARY columns (what a list shows), or a full view when given the
+    params YAML, the replicas and the queue position."""
     spec = JobSpec(
-        params_yaml="", num_csx=r.num_csx, num_steps=r.num_steps, mode=Mode(r.mode),
+        params_yaml=params_yaml, num_csx=r.num_csx, num_steps=r.num_steps, mode=Mode(r.mode),
         labels=r.labels or {}, priority=Priority(r.priority), model_dir=r.model_dir,
     )  # fmt: skip
     return Job(
@@ -790,7 +818,7 @@ def _job_from_summary(r: Any) -> Job:
         progress=Progress(**r.progress) if r.progress else _NO_PROGRESS,
         started_at=r.started_at, finished_at=r.finished_at,
         lease=_lease(r.lease_seconds, r.lease_expires_at, r.lease_holder),
-        groups=tuple(r.groups or ()),
+        groups=tuple(r.groups or ()), replicas=replicas, queue_position=position,
     )  # fmt: skip
 
 

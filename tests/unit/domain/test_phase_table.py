@@ -11,8 +11,10 @@ from appliance.domain.phases import (
     HOLDS_RESOURCES,
     TERMINAL,
     TRANSITIONS,
+    Outcome,
     Phase,
     can_transition,
+    check_move,
 )
 
 FORWARD = [Phase.QUEUED, Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING, Phase.SUCCEEDED]
@@ -52,3 +54,15 @@ def test_phase_sets_partition_and_resources_are_held_only_between_queue_and_end(
     assert set(Phase) == ACTIVE | TERMINAL
     assert not ACTIVE & TERMINAL
     assert {Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING} == HOLDS_RESOURCES
+
+
+@pytest.mark.parametrize("current", list(Phase), ids=str)
+def test_check_move_decides_on_the_expected_phase_then_the_table(current: Phase) -> None:
+    for target in Phase:
+        table = Outcome.APPLIED if can_transition(current, target) else Outcome.INVALID
+        same = Outcome.ALREADY if current is target else table
+        assert check_move(current, target) is same
+        assert check_move(current, target, expected=current) is same
+        for expected in (p for p in Phase if p is not current):
+            moved_on = Outcome.ALREADY if current is target else Outcome.LOST
+            assert check_move(current, target, expected) is moved_on, (expected, target)

@@ -1,0 +1,220 @@
+"""How a job's phase is written: the checked, compare-and-set moves of JobStore.set_phase,
+set_phases and schedule. Nothing but JobStore calls `write_phases`.
+
+Every move is decided on the transition table (domain/phases.py) and written only while the
+job is still in the phase it was decided on; a move written records its event and, when the
+job leaves the resource-holding phases, releases its placements, all in the caller's
+transaction. Moves of many jobs cost one UPDATE per (source, target, reason) and one INSERT,
+with statements built once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import BindParameter, Connection, bindparam, delete, insert, select, update
+from sqlalchemy.sql.dml import ReturningUpdate
+
+from appliance.domain.errors import NotFound
+from appliance.domain.job import EventKind, JobEvent
+from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Outcome, Phase, check_move
+from appliance.store.tables import JobEventRow, JobRow, PlacementRow
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseMove:
+    """A phase change asked for: `job_id` to `target`, decided on `expected` (compare-and-set;
+    None: from whatever phase the job is in). `reason` is recorded with the event."""
+
+    job_id: str
+    target: Phase
+    reason: str
+    expected: Phase | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseChange:
+    """The outcome of a phase change, and the event it recorded when it was applied."""
+
+    outcome: Outcome
+    event: JobEvent | None = None
+
+    @property
+    def applied(self) -> bool:
+        return self.outcome is Outcome.APPLIED
+
+
+_PHASES_OF = select(JobRow.id, JobRow.phase).where(JobRow.id.in_(bindparam("ids", expanding=True)))
+_RELEASE = delete(PlacementRow).where(PlacementRow.job_id.in_(bindparam("ids", expanding=True)))
+_LOCK = (
+    select(JobRow.id)
+    .where(JobRow.id.in_(bindparam("ids", expanding=True)))
+    .order_by(JobRow.id)
+    .with_for_update()
+)
+_RECORD = insert(JobEventRow).returning(JobEventRow.job_id, JobEventRow.seq)
+_CHUNK = 500  # SQLite and PostgreSQL both cap bound parameters per statement
+
+
+def write_phases(
+    conn: Connection,
+    moves: Sequence[PhaseMove],
+    now: float,
+    extra: Mapping[str, str] | None = None,
+) -> list[PhaseChange | NotFound]:
+    """Apply `moves` in order, each checked on its own (`extra`: more columns written with
+    each phase). An unknown job is a NotFound in its place; a job named twice sees the effect
+    of its earlier move."""
+    changes: list[PhaseChange | NotFound] = []
+    for run in _distinct_runs(moves):
+        changes += _write_distinct(conn, run, now, extra or {})
+    return changes
+
+
+def _write_distinct(
+    conn: Connection, moves: Sequence[PhaseMove], now: float, extra: Mapping[str, str]
+) -> list[PhaseChange | NotFound]:
+    """Moves of distinct jobs. A move that names the phase it expects, and that the table
+    allows from there, is written at once; the others read the job's phase first. A write
+    that misses reads the phase after, to say why. So a batch of cancels is one UPDATE and
+    one INSERT."""
+    sources: dict[str, Phase] = {}  # the phase each move is written from
+    for move in moves:
+        expected = move.expected
+        if expected is not None and check_move(expected, move.target, expected) is (
+            Outcome.APPLIED
+        ):
+            sources[move.job_id] = expected
+    current = _phases(conn, [m.job_id for m in moves if m.job_id not in sources])
+    for move in moves:
+        phase = current.get(move.job_id)
+        if phase is not None and check_move(phase, move.target, move.expected) is (
+            Outcome.APPLIED
+        ):
+            sources[move.job_id] = phase
+    events = _write(conn, [m for m in moves if m.job_id in sources], sources, now, extra)
+    current.update(_phases(conn, [j for j in sources if j not in events]))
+    changes: list[PhaseChange | NotFound] = []
+    for move in moves:
+        event = events.get(move.job_id)
+        phase = current.get(move.job_id)
+        if event is not None:
+            changes.append(PhaseChange(Outcome.APPLIED, event))
+        elif phase is None:
+            changes.append(NotFound(f"job {move.job_id} not found"))
+        else:
+            outcome = check_move(phase, move.target, move.expected)
+            # Decided APPLIED but not written: the job left that phase meanwhile.
+            changes.append(
+                PhaseChange(outcome if outcome is not Outcome.APPLIED else Outcome.LOST)
+            )
+    return changes
+
+
+def _phases(conn: Connection, job_ids: Sequence[str]) -> dict[str, Phase]:
+    """The current phase of each of the jobs that exist."""
+    found: dict[str, Phase] = {}
+    for chunk in _chunks(job_ids):
+        rows = conn.execute(_PHASES_OF, {"ids": chunk})
+        found.update((job_id, Phase(phase)) for job_id, phase in rows)
+    return found
+
+
+def _write(
+    conn: Connection,
+    moves: Sequence[PhaseMove],
+    sources: Mapping[str, Phase],
+    now: float,
+    extra: Mapping[str, str],
+) -> dict[str, JobEvent]:
+    """Write each move if its job is still in its source phase; release what the jobs that
+    left a resource-holding phase held; record an event for each move written. Returns the
+    events by job."""
+    groups: dict[tuple[Phase, Phase, str], list[str]] = {}
+    for move in moves:
+        groups.setdefault((sources[move.job_id], move.target, move.reason), []).append(move.job_id)
+    if len(moves) > 1 and conn.dialect.name != "sqlite":
+        # Lock the rows in id order first, as every multi-row writer does, so two writers
+        # never wait for each other's rows (SQLite has one writer at a time).
+        for chunk in _chunks(sorted(m.job_id for m in moves)):
+            conn.execute(_LOCK, {"ids": chunk})
+    stmt_extra = tuple(sorted(extra))
+    written: list[dict[str, Any]] = []
+    released: list[str] = []
+    for (source, target, reason), job_ids in groups.items():
+        stmt = _move_stmt(target, stmt_extra)
+        params = {"b_source": source.value, "b_now": now, "b_reason": reason}
+        params.update((f"b_{key}", value) for key, value in extra.items())
+        for chunk in _chunks(job_ids):
+            ids = [job_id for (job_id,) in conn.execute(stmt, {**params, "ids": chunk})]
+            written += (
+                {"job_id": job_id, "time": now, "from_phase": source.value,
+                 "to_phase": target.value, "reason": reason}
+                for job_id in ids
+            )  # fmt: skip
+            if source in HOLDS_RESOURCES and target not in HOLDS_RESOURCES:
+                released += ids
+    for chunk in _chunks(released):
+        conn.execute(_RELEASE, {"ids": chunk})
+    if not written:
+        return {}
+    seqs = {job_id: seq for job_id, seq in conn.execute(_RECORD, written)}
+    return {
+        w["job_id"]: JobEvent(
+            job_id=w["job_id"], kind=EventKind.PHASE, time=now, seq=seqs[w["job_id"]],
+            from_phase=Phase(w["from_phase"]), to_phase=Phase(w["to_phase"]), reason=w["reason"],
+        )
+        for w in written
+    }  # fmt: skip
+
+
+@functools.cache
+def _move_stmt(target: Phase, extra: tuple[str, ...]) -> ReturningUpdate[str]:
+    """UPDATE of the jobs `ids` still in phase `b_source` to `target`, returning those moved.
+
+    `phase || ''`: no index serves it, so the planner looks the ids up by key (SQLite without
+    statistics would scan ix_jobs_phase, every queued row, for each batch).
+    """
+    now: BindParameter[float] = bindparam("b_now")
+    values: dict[str, Any] = {"phase": target.value, "updated_at": now}
+    values["version"] = JobRow.version + 1  # what a summary shows changed
+    values.update((key, bindparam(f"b_{key}")) for key in extra)
+    if target is Phase.RUNNING:
+        values["started_at"] = now
+    if target in TERMINAL:
+        values["finished_at"] = now
+        values["reason"] = bindparam("b_reason")
+        values["pending_reason"] = ""
+    elif target is not Phase.QUEUED:
+        values["pending_reason"] = ""
+    return (
+        update(JobRow)
+        .where(
+            JobRow.id.in_(bindparam("ids", expanding=True)),
+            JobRow.phase + "" == bindparam("b_source"),
+        )
+        .values(values)
+        .returning(JobRow.id)
+    )
+
+
+def _distinct_runs(moves: Sequence[PhaseMove]) -> Iterator[Sequence[PhaseMove]]:
+    """Consecutive runs of moves naming each job at most once (a job named again starts a new
+    run, so its second move is decided on the phase its first one wrote)."""
+    start = 0
+    seen: set[str] = set()
+    for index, move in enumerate(moves):
+        if move.job_id in seen:
+            yield moves[start:index]
+            start, seen = index, set()
+        seen.add(move.job_id)
+    if start < len(moves):
+        yield moves[start:]
+
+
+def _chunks(items: Sequence[str]) -> Iterator[list[str]]:
+    for start in range(0, len(items), _CHUNK):
+        yield list(items[start : start + _CHUNK])
