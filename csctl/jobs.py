@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import time
 
 import click
 
-from appliance.client import ApplianceClient, CancelResult
+from appliance.client import CancelResult
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
-from appliance.domain.job import Job
-from appliance.domain.phases import Phase
 from appliance.domain.spec import parse_label_selector
 from csctl import render
 from csctl.session import Session
@@ -19,7 +16,6 @@ from csctl.session import Session
 _LIST_FORMATS = ("table", "wide", "json", "yaml")
 _DETAIL_FORMATS = ("yaml", "json", "table")
 _CANCEL_REASON = "cancelled with csctl"
-MAX_POSITION_LOOKUPS = 100  # queued jobs whose queue position one `get jobs` looks up
 
 
 def _label_selector(
@@ -100,9 +96,8 @@ def get_jobs(
         labels=labels,
         limit=max_jobs,
     )
+    # Listed summaries carry each queued job's queue position and pending reason: no GetJob.
     jobs.sort(key=lambda job: job.created_at, reverse=True)
-    if show_pending or output == "wide":
-        jobs = with_queue_positions(session.client(), jobs)
     if output in ("json", "yaml"):
         documents = [render.job_document(job, with_params=False) for job in jobs]
         click.echo(render.to_json(documents) if output == "json" else render.to_yaml(documents))
@@ -113,32 +108,6 @@ def get_jobs(
         click.echo(table)
     else:
         click.echo("No jobs found." if include_all else "No active jobs (-a shows finished ones).")
-
-
-def with_queue_positions(client: ApplianceClient, jobs: list[Job]) -> list[Job]:
-    """The jobs with the queue position and pending reason of each queued one filled in.
-
-    Listed jobs carry no queue position (it changes with every submit), so it is asked for job
-    by job, for at most the MAX_POSITION_LOOKUPS oldest queued jobs (newer ones keep their plain
-    reason).
-    """
-    queued = [job for job in jobs if job.phase is Phase.QUEUED and not job.queue_position]
-    fresh: dict[str, Job] = {}
-    for job in queued[-MAX_POSITION_LOOKUPS:]:
-        try:
-            fresh[job.id] = client.get_job(job.id)
-        except NotFound:  # cancelled and purged meanwhile
-            continue
-    return [
-        dataclasses.replace(
-            job,
-            queue_position=fresh[job.id].queue_position,
-            pending_reason=fresh[job.id].pending_reason,
-        )
-        if job.id in fresh
-        else job
-        for job in jobs
-    ]
 
 
 @get.command("job")

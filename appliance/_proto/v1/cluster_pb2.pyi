@@ -229,9 +229,11 @@ class Job(_message.Message):
     reason: _builtins.str
     """Why the job is in its phase (failure cause, cancel reason, ...)."""
     pending_reason: _builtins.str
-    """For QUEUED jobs: what the job waits for."""
+    """For QUEUED jobs: what the job waits for (in list summaries too)."""
     queue_position: _builtins.int
-    """For QUEUED jobs: 1-based position in the queue."""
+    """For QUEUED jobs: 1-based position in the queue (in list summaries too, read fresh on
+    every call: it moves when other jobs enter, leave or overtake in the queue).
+    """
     created_at: _builtins.float
     updated_at: _builtins.float
     started_at: _builtins.float

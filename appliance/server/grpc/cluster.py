@@ -63,7 +63,9 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> cluster_pb2.ListJobsResponse:
         self._caller(context)
         keys, token = await self.jobs.list_keys(query_from_request(request))
-        parts = await self.summaries.responses(keys, self.jobs.summaries, max_bytes=1 << 62)
+        parts = await self.summaries.responses(
+            keys, self.jobs.summaries, self.jobs.queue_positions, max_bytes=1 << 62
+        )
         response = parts[0] if parts else cluster_pb2.ListJobsResponse()
         response.next_page_token = token
         return response
@@ -74,7 +76,10 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> AsyncIterator[cluster_pb2.ListJobsResponse]:
         self._caller(context)
         async for keys in self.jobs.stream_keys(query_from_request(request)):
-            for response in await self.summaries.responses(keys, self.jobs.summaries):
+            responses = await self.summaries.responses(
+                keys, self.jobs.summaries, self.jobs.queue_positions
+            )
+            for response in responses:
                 yield response
 
     @unary

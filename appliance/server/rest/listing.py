@@ -1,8 +1,12 @@
-"""List pages for REST: summary keys from JobService, then the summaries in key order."""
+"""List pages for REST: summary keys from JobService, then the summaries in key order, each
+queued one with its queue position read fresh (as GetJob and ListJobs give it)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from appliance.domain.job import Job
+from appliance.domain.phases import Phase
 from appliance.services.jobs import JobService
 from appliance.store.jobs import JobKey, JobQuery
 
@@ -17,4 +21,12 @@ async def _summaries(jobs: JobService, keys: list[JobKey]) -> list[Job]:
     if not keys:
         return []
     found = {job.id: job for job in await jobs.summaries([k[0] for k in keys])}
-    return [found[k[0]] for k in keys if k[0] in found]
+    queued = [job_id for job_id, job in found.items() if job.phase is Phase.QUEUED]
+    where = await jobs.queue_positions(queued) if queued else {}
+    return [
+        dataclasses.replace(found[k[0]], queue_position=where[k[0]])
+        if k[0] in where
+        else found[k[0]]
+        for k in keys
+        if k[0] in found
+    ]

@@ -128,8 +128,10 @@ class JobOut(_Out):
     spec: SpecOut
     phase: Phase
     reason: str = Field(description="Why the job ended (terminal phases).")
-    pending_reason: str = Field(description="Why a QUEUED job waits.")
-    queue_position: int = Field(description="1 = next to run; 0 when not queued or unknown.")
+    pending_reason: str = Field(description="Why a QUEUED job waits (in lists too).")
+    queue_position: int = Field(
+        description="1 = next to run; 0 when not queued. In lists too, read fresh every call."
+    )
     systems: list[str] = Field(description="CS-2 systems reserved for the job.")
     progress: ProgressOut
     created_at: float
@@ -141,7 +143,10 @@ class JobOut(_Out):
 
 
 class JobListOut(_Out):
-    jobs: list[JobOut] = Field(description="Newest first; summaries without params or replicas.")
+    jobs: list[JobOut] = Field(
+        description="Newest first; summaries without params or replicas, with the queue "
+        "position and pending reason of each queued job."
+    )
     next_page_token: str = Field(description="Pass as page_token for the next page; empty = end.")
 
 

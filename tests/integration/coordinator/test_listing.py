@@ -11,8 +11,11 @@ import pytest
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc, common_pb2
 from appliance.client import ApplianceClient
+from appliance.domain.inventory import NodeState
 from appliance.domain.phases import Phase
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
+
+SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
 
 
 @pytest.fixture
@@ -84,3 +87,51 @@ def test_list_pages_and_limits(
     with pytest.raises(grpc.RpcError) as info:
         stub.ListJobs(pb.ListJobsRequest(limit=10_001))
     assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_listed_queue_positions_and_reasons_match_get_job_and_follow_the_queue(
+    coordinator: RunningCoordinator, stub: cluster_pb2_grpc.ClusterServiceStub
+) -> None:
+    coordinator.coordinator.ctx.store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)
+    params = "model: {name: fc_mnist, hidden_sizes: [4]}\n"
+    spec = pb.JobSpec(params_yaml=params, num_csx=1, num_steps=2)
+    job_ids = [stub.SubmitJob(pb.SubmitJobRequest(spec=spec)).id for _ in range(4)]
+
+    def seen() -> list[dict[str, tuple[int, str]]]:
+        """job -> (queue position, pending reason) as GetJob, ListJobs, StreamJobs and
+        StreamJobs in small pages give them."""
+        got = {j: stub.GetJob(pb.GetJobRequest(job_id=j)) for j in job_ids}
+        views = [{j: (job.queue_position, job.pending_reason) for j, job in got.items()}]
+        for listing in (_listed(stub), _streamed(stub), _streamed(stub, limit=3)):
+            views.append({j: (listing[j].queue_position, listing[j].pending_reason) for j in got})
+        return views
+
+    def agreed(reason_of_last: str) -> dict[str, tuple[int, str]]:
+        """The views once they agree (the scheduler rewrites reasons after each change)."""
+        wait_until(
+            lambda: (
+                all(v == seen()[0] for v in seen()) and reason_of_last in seen()[0][job_ids[-1]][1]
+            ),
+            10,
+            "listed and full views to agree",
+        )
+        return seen()[0]
+
+    def listed_positions() -> list[list[int]]:
+        return [[view[j][0] for j in job_ids] for view in seen()]
+
+    assert [agreed("needs 1 system, 0 free")[j][0] for j in job_ids] == [1, 2, 3, 4]
+
+    # The other jobs' summaries are cached and unchanged, yet their positions move at once.
+    stub.SetJobPriority(pb.SetJobPriorityRequest(job_id=job_ids[3], priority=2))
+    assert listed_positions() == [[2, 3, 4, 1]] * 4
+    first = agreed("needs 1 system")
+    assert "behind " + job_ids[3] in first[job_ids[0]][1]
+    stub.CancelJob(pb.CancelJobRequest(job_id=job_ids[1]))
+    job_ids.remove(job_ids[1])
+    assert listed_positions() == [[2, 3, 1]] * 4
+    agreed("needs 1 system")
+
+    for job_id in job_ids:
+        stub.CancelJob(pb.CancelJobRequest(job_id=job_id))
+    assert all(job.queue_position == 0 for job in _listed(stub, all=True).values())

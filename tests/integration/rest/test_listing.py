@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.coordinator.harness import wait_until
 from tests.integration.rest.conftest import Rest
 
 
@@ -58,3 +59,35 @@ def test_label_selectors_combine(parked: Rest, seven: list[dict[str, Any]]) -> N
     assert nobody.json()["jobs"] == []
     mine = parked.http.get("/api/v1/jobs", params={"all": True, "user": "anonymous", "limit": 7})
     assert len(mine.json()["jobs"]) == 7
+
+
+def test_listed_queue_positions_and_reasons_match_get_and_follow_priority(parked: Rest) -> None:
+    ids = [parked.submit(labels={"set": "queue"})["id"] for _ in range(3)]
+
+    def agreed() -> dict[str, tuple[int, str]]:
+        """id -> (queue position, pending reason), once the list and GET agree."""
+        views: list[dict[str, tuple[int, str]]] = []
+
+        def same() -> bool:
+            listed = parked.http.get("/api/v1/jobs", params={"label": "set=queue"}).json()
+            views[:] = [
+                {j["id"]: (j["queue_position"], j["pending_reason"]) for j in listed["jobs"]},
+                {
+                    i: (parked.job(i)["queue_position"], parked.job(i)["pending_reason"])
+                    for i in ids
+                },
+            ]
+            return views[0] == views[1] and views[0][ids[-1]][1].startswith("needs 1 system")
+
+        wait_until(same, 10, "the list and GET to agree")
+        return views[0]
+
+    before = agreed()
+    assert before[ids[0]][0] < before[ids[1]][0] < before[ids[2]][0]
+    moved = parked.http.patch(f"/api/v1/jobs/{ids[2]}", json={"priority": "p1"})
+    assert moved.status_code == 200, moved.text
+    after = agreed()
+    assert after[ids[2]][0] < after[ids[0]][0] < after[ids[1]][0]
+    assert "behind " + ids[2] in after[ids[0]][1]
+    for job_id in ids:
+        parked.http.post(f"/api/v1/jobs/{job_id}/cancel")

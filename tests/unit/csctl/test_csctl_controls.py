@@ -84,6 +84,23 @@ def test_show_pending_adds_the_queue_position_and_reason(
     assert running.split()[-1] == "alice"
 
 
+def test_pending_columns_come_from_the_list_alone(csctl: Csctl, cluster: FakeCluster) -> None:
+    """Listed summaries carry queue positions and reasons: no GetJob per queued job."""
+    for n in range(1, 151):
+        cluster.service.add_job(pending_reason=f"needs 1 system ({n})", queue_position=n)
+    cluster.service.add_job(pending_reason="waiting for the scheduler", created_at=1.0)
+
+    pending = csctl("get", "jobs", "--show-pending")
+    wide = csctl("get", "jobs", "-o", "wide")
+
+    assert [name for name, _ in cluster.service.requests] == ["StreamJobs", "StreamJobs"]
+    expected = {f"#{n}: needs 1 system ({n})" for n in range(1, 151)}
+    for output in (pending.stdout, wide.stdout):
+        *rows, oldest = output.splitlines()[1:]
+        assert {row[row.index("#") :] for row in rows} == expected
+        assert oldest.endswith("   waiting for the scheduler")  # no position: as listed
+
+
 def test_get_job_table_shows_the_queue_position(csctl: Csctl, cluster: FakeCluster) -> None:
     job_id = cluster.service.add_job(pending_reason="needs 1 system", queue_position=3).id
 
