@@ -1,12 +1,16 @@
 """Where csctl finds the appliance: `--server`, then $CSCTL_SERVER, then the config file.
 
 The config file is `$CSCTL_CONFIG`, else `$XDG_CONFIG_HOME/csctl/config.yaml`, else
-`~/.config/csctl/config.yaml`; it is YAML with a `server: host:port` key.
+`~/.config/csctl/config.yaml`; it is YAML with a `server: host:port` key and, when the
+appliance has authentication on, a `token:` key. csctl writes it readable by its owner only
+(mode 0600) and warns when a file holding a token can be read by anyone else.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,6 +21,8 @@ from appliance.client import DEFAULT_ADDRESS
 ENV_SERVER = "CSCTL_SERVER"
 ENV_CONFIG = "CSCTL_CONFIG"
 ENV_TOKEN = "CSCTL_TOKEN"
+SETTABLE = ("server", "token")
+REDACTED = "REDACTED"  # what `config view` shows in place of a token
 
 
 class ConfigError(Exception):
@@ -54,17 +60,46 @@ def resolve_server(flag: str | None, environ: Mapping[str, str]) -> ServerAddres
     return ServerAddress(DEFAULT_ADDRESS, "default")
 
 
-def resolve_token(flag: str | None, environ: Mapping[str, str]) -> str | None:
+@dataclasses.dataclass(frozen=True)
+class Token:
+    """The bearer token csctl sends, and the config file it was read from (if it was)."""
+
+    value: str = dataclasses.field(repr=False)
+    file: Path | None = None
+
+
+def resolve_token(flag: str | None, environ: Mapping[str, str]) -> Token | None:
     """The bearer token by precedence: flag, environment, `token:` in the config file."""
     if flag:
-        return flag
+        return Token(flag)
     if environ.get(ENV_TOKEN):
-        return environ[ENV_TOKEN]
+        return Token(environ[ENV_TOKEN])
     path = config_path(environ)
     token = read_config(path, required=bool(environ.get(ENV_CONFIG))).get("token")
     if token is not None and not isinstance(token, str):
         raise ConfigError(f"`token` in config file {path} must be a string")
-    return token or None
+    return Token(token, path) if token else None
+
+
+def exposure_warning(path: Path) -> str | None:
+    """A warning when the config file at `path` (which holds a token) can be read by its
+    group or by others; None when only its owner can (or when it is gone)."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return None
+    readers = [who for who, bit in (("its group", 0o040), ("others", 0o004)) if mode & bit]
+    if not readers:
+        return None
+    return (
+        f"warning: config file {path} holds a token and can be read by "
+        f"{' and '.join(readers)} (mode {mode:04o}); run `chmod 600 {path}`"
+    )
+
+
+def redacted(settings: Mapping[str, object]) -> dict[str, object]:
+    """The settings with the token hidden (for showing them)."""
+    return {k: REDACTED if k == "token" and v else v for k, v in settings.items()}
 
 
 def read_config(path: Path, *, required: bool) -> dict[str, object]:
@@ -88,22 +123,37 @@ def read_config(path: Path, *, required: bool) -> dict[str, object]:
     return {str(key): value for key, value in loaded.items()}
 
 
-def set_server(path: Path, address: str) -> str:
-    """Write `server: address` into the config file at `path`, keeping its other keys.
-
-    Returns the checked address. Creates the file (and its directory) when absent.
+def set_setting(path: Path, key: str, value: str) -> str:
+    """Write `key: value` (a SETTABLE key) into the config file at `path`, keeping its other
+    keys; returns the checked value. The file (created with its directory when absent) is
+    written readable by its owner only, mode 0600: it may hold a token.
     """
-    checked = _checked(address, "the command line")
+    if key == "server":
+        checked = _checked(value, "the command line")
+    elif key == "token":
+        checked = _checked_token(value)
+    else:
+        raise ConfigError(f"unknown setting {key!r}; one of: {', '.join(SETTABLE)}")
     config = read_config(path, required=False)
-    config["server"] = checked
+    config[key] = checked
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            os.fchmod(file.fileno(), 0o600)  # a leftover temporary may have had another mode
+            file.write(yaml.safe_dump(config, sort_keys=False))
         temporary.replace(path)
     except OSError as exc:
         raise ConfigError(f"cannot write config file {path}: {exc.strerror or exc}") from None
     return checked
+
+
+def _checked_token(token: str) -> str:
+    token = token.strip()
+    if not token or any(c.isspace() or not c.isprintable() for c in token):
+        raise ConfigError("a token is one word of printable characters, with no spaces")
+    return token
 
 
 def _checked(address: str, source: str) -> str:

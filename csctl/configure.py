@@ -1,16 +1,27 @@
-"""`csctl config view` and `csctl config set server HOST:PORT`: the csctl config file."""
+"""`csctl config view` and `csctl config set server|token VALUE`: the csctl config file."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
 from csctl import render
-from csctl.config import ENV_SERVER, ConfigError, config_path, read_config, set_server
+from csctl.config import (
+    ENV_SERVER,
+    ENV_TOKEN,
+    SETTABLE,
+    ConfigError,
+    config_path,
+    exposure_warning,
+    read_config,
+    redacted,
+    set_setting,
+)
 from csctl.session import CsctlConfigError, Session
 
-SETTABLE = ("server",)
+_OVERRIDDEN_BY = {"server": ENV_SERVER, "token": ENV_TOKEN}
 
 
 @click.group()
@@ -18,19 +29,23 @@ def config() -> None:
     """Show or change csctl's settings.
 
     The server is taken from --server, else $CSCTL_SERVER, else `server:` in the config file
-    ($CSCTL_CONFIG, else $XDG_CONFIG_HOME/csctl/config.yaml, else ~/.config/csctl/config.yaml).
+    ($CSCTL_CONFIG, else $XDG_CONFIG_HOME/csctl/config.yaml, else ~/.config/csctl/config.yaml);
+    the token likewise from --token, $CSCTL_TOKEN, then `token:`. The file is written readable
+    by you only (mode 0600); csctl warns when a file holding a token is readable by others.
 
     \b
     Examples:
       csctl config view
       csctl config set server coordinator:50051
+      csctl config set token -        # reads the token from stdin, not the command line
     """
 
 
 @config.command("view")
 @click.pass_obj
 def view(session: Session) -> None:
-    """Show the config file, its settings and the server csctl would use (and why).
+    """Show the config file, its settings (a token redacted) and the server csctl would use
+    (and why).
 
     \b
     Example:
@@ -41,11 +56,15 @@ def view(session: Session) -> None:
         settings = read_config(path, required=False)
     except ConfigError as exc:
         raise CsctlConfigError(str(exc)) from None
+    if settings.get("token"):
+        warning = exposure_warning(path)
+        if warning:
+            click.echo(warning, err=True)
     server = session.server
     document = {
         "config_file": str(path),
         "exists": path.exists(),
-        "settings": settings,
+        "settings": redacted(settings),
         "server": server.address,
         "server_from": server.source,
     }
@@ -56,17 +75,25 @@ def view(session: Session) -> None:
 @click.argument("key", type=click.Choice(SETTABLE))
 @click.argument("value")
 def set_(key: str, value: str) -> None:
-    """Write a setting into the config file (created if absent; other keys are kept).
+    """Write a setting into the config file (created if absent; other keys are kept). The file
+    is written readable by you only (mode 0600). A token given as `-` is read from stdin, so
+    it stays out of your shell history.
 
     \b
-    Example:
+    Examples:
       csctl config set server coordinator:50051
+      csctl config set token -
     """
     path = config_path(os.environ)
+    if key == "token" and value == "-":
+        value = sys.stdin.readline()
     try:
-        address = set_server(path, value)
+        written = set_setting(path, key, value)
     except ConfigError as exc:
         raise CsctlConfigError(str(exc)) from None
-    click.echo(f"{key}: {address} written to {path}")
-    if os.environ.get(ENV_SERVER):
-        click.echo(f"note: ${ENV_SERVER} is set and takes precedence over the file", err=True)
+    shown = redacted({key: written})[key]
+    click.echo(f"{key}: {shown} written to {path}")
+    if os.environ.get(_OVERRIDDEN_BY[key]):
+        click.echo(
+            f"note: ${_OVERRIDDEN_BY[key]} is set and takes precedence over the file", err=True
+        )

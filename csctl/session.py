@@ -10,7 +10,13 @@ import click
 
 from appliance.client import ApplianceClient
 from appliance.domain.errors import ApplianceError
-from csctl.config import ConfigError, ServerAddress, resolve_server, resolve_token
+from csctl.config import (
+    ConfigError,
+    ServerAddress,
+    exposure_warning,
+    resolve_server,
+    resolve_token,
+)
 
 
 class CsctlError(click.ClickException):
@@ -58,6 +64,11 @@ class Session:
                 token = resolve_token(self.token_flag, os.environ)
             except ConfigError as exc:
                 raise CsctlConfigError(str(exc)) from None
-            self._client = ApplianceClient(self.server.address, token=token)
+            if token is not None and token.file is not None:
+                warning = exposure_warning(token.file)
+                if warning:
+                    click.echo(warning, err=True)
+            value = token.value if token is not None else None
+            self._client = ApplianceClient(self.server.address, token=value)
             click.get_current_context().call_on_close(self._client.close)
         return self._client
