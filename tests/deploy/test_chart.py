@@ -21,10 +21,11 @@ import yaml
 
 from appliance.config import Settings, read_inventory
 from appliance.domain.inventory import NodeKind
+from tests.kube.cluster import CannotRun
+from tests.kube.helm import fetch_helm, helm_env
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "appliance"
-FETCH_HELM = REPO / "deploy" / "tools" / "fetch-helm.sh"
 LARGE_VALUES = CHART / "ci" / "values-postgres-auth-large.yaml"
 REQUIRE_ENV = "APPLIANCE_REQUIRE_HELM"
 # kubernetes-validate ships schemas per minor version; the real API server used later is 1.34.
@@ -115,26 +116,15 @@ class Rendered:
 
 @pytest.fixture(scope="session")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    done = subprocess.run(
-        ["bash", str(FETCH_HELM)], capture_output=True, text=True, timeout=600, check=False
-    )
-    if done.returncode != 0:
-        message = f"deploy/tools/fetch-helm.sh failed, so no helm: {done.stderr.strip()}"
+    try:
+        bin_dir = fetch_helm()
+    except CannotRun as e:
         if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but {message}", pytrace=False)
-        pytest.skip(message)
-    binary = Path(done.stdout.strip().splitlines()[-1]) / "helm"
+            pytest.fail(f"{REQUIRE_ENV}=1 but {e}", pytrace=False)
+        pytest.skip(str(e))
     home = tmp_path_factory.mktemp("helm-home")
     (home / "kubeconfig").write_text("")
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_DATA_HOME": str(home / "data"),
-        "KUBECONFIG": str(home / "kubeconfig"),
-    }
-    return Helm(binary, env)
+    return Helm(bin_dir / "helm", helm_env(home, home / "kubeconfig"))
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ import pytest
 from appliance.client import ApplianceClient
 from tests.integration.coordinator.harness import RunningCoordinator, serving
 from tests.kube.cluster import ADMIN_TOKEN, NAMESPACE, REPO, CannotRun, KubeCluster
+from tests.kube.helm import fetch_helm, helm_env
 
 IMAGE = "appliance:dev"
 RELEASE = "appliance"
@@ -48,33 +49,21 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
 
 @pytest.fixture(scope="session")
 def helm_bin() -> Path:
-    done = subprocess.run(
-        ["bash", str(REPO / "deploy" / "tools" / "fetch-helm.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if done.returncode != 0:
-        _cannot(f"deploy/tools/fetch-helm.sh failed: {done.stderr.strip()[-300:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    try:
+        return fetch_helm()
+    except CannotRun as e:
+        _cannot(str(e))
+        raise
 
 
 @pytest.fixture(scope="session")
 def chart_release(kube: KubeCluster, helm_bin: Path) -> subprocess.CompletedProcess[str]:
     """`helm install` of the chart with its default values: every object accepted."""
-    home = kube.workdir / "helm-home"
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_DATA_HOME": str(home / "data"),
-        "KUBECONFIG": str(kube.kubeconfig),
-    }
     done = subprocess.run(
         [str(helm_bin / "helm"), "install", RELEASE, str(REPO / "helm" / "appliance"),
          "--namespace", NAMESPACE],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=helm_env(kube.workdir / "helm-home", kube.kubeconfig),
+        capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from appliance.backends.kubernetes import KubeApi, KubeError, KubernetesBackend
-from appliance.client import ApplianceClient
+from appliance.client import ApplianceClient, JobHandle
 from appliance.domain.phases import Phase
 from tests.integration.coordinator.harness import (
     RunningCoordinator,
@@ -182,13 +182,7 @@ def test_transition_while_the_watch_is_broken_is_found_by_the_next_list(
     tmp_path: Path, kube: KubeCluster, kube_settings: dict[str, object], proxy: _Proxy
 ) -> None:
     settings = {**kube_settings, "kube_config": _relayed(tmp_path, kube, kube_settings, proxy)}
-    with (
-        serving(tmp_path / "data", **settings) as coordinator,
-        ApplianceClient(coordinator.address) as client,
-    ):
-        backend = _backend(coordinator)
-        job = client.submit(params=PARAMS, num_csx=2, num_steps=100_000)
-        wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
+    with _running_job(tmp_path, kube, settings) as (backend, job):
         errors = backend.watch_restarts["error"]
         proxy.cut()  # the watch breaks; nothing reaches the coordinator
         wait_until(lambda: backend.watch_restarts["error"] > errors, 30, "the watch to break")
@@ -200,6 +194,20 @@ def test_transition_while_the_watch_is_broken_is_found_by_the_next_list(
         final = job.status
         assert final.phase is Phase.FAILED
         assert final.reason.startswith("replica cs2-1 exited with exit code 137"), final.reason
+
+
+@contextlib.contextmanager
+def _running_job(
+    tmp_path: Path, kube: KubeCluster, settings: dict[str, object]
+) -> Iterator[tuple[KubernetesBackend, JobHandle]]:
+    """A coordinator with a long 2-CS-2 job RUNNING; at the end its objects must be gone."""
+    with (
+        serving(tmp_path / "data", **settings) as coordinator,
+        ApplianceClient(coordinator.address) as client,
+    ):
+        job = client.submit(params=PARAMS, num_csx=2, num_steps=100_000)
+        wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
+        yield _backend(coordinator), job
         wait_until(lambda: job_objects_gone(kube, job.id), 30, "the job's objects to be deleted")
 
 
@@ -217,13 +225,7 @@ def test_expired_watch_is_listed_again_and_misses_no_transition(
     tmp_path: Path, kube: KubeCluster, kube_settings: dict[str, object], proxy: _Proxy
 ) -> None:
     settings = {**kube_settings, "kube_config": _relayed(tmp_path, kube, kube_settings, proxy)}
-    with (
-        serving(tmp_path / "data", **settings) as coordinator,
-        ApplianceClient(coordinator.address) as client,
-    ):
-        backend = _backend(coordinator)
-        job = client.submit(params=PARAMS, num_csx=2, num_steps=100_000)
-        wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
+    with _running_job(tmp_path, kube, settings) as (backend, job):
         version = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods").json()
         before = backend.watch_restarts["gone"]
         # The coordinator loses the API server; meanwhile the chief dies and the API server
@@ -245,7 +247,6 @@ def test_expired_watch_is_listed_again_and_misses_no_transition(
         assert final.phase is Phase.FAILED
         assert final.reason.startswith("replica chief-0 exited with exit code 137"), final.reason
         assert backend.watch_restarts["gone"] > before
-        wait_until(lambda: job_objects_gone(kube, job.id), 30, "the job's objects to be deleted")
 
 
 def test_api_server_outage_is_a_condition_and_readyz_then_recovers(
