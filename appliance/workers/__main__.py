@@ -93,6 +93,7 @@ def main(
     # hence the imports below.
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(variable, "1")
+    from appliance.workers.allocator import keep_tensor_buffers
     from appliance.workers.runtime import WorkerOptions, run_replica
 
     logging.basicConfig(
@@ -100,6 +101,7 @@ def main(
         stream=sys.stderr,
         format=f"%(asctime)s {replica} %(levelname)s %(name)s: %(message)s",
     )
+    keep_tensor_buffers()  # before the first tensor message
     options = WorkerOptions(
         role=role,
         job_id=job_id,

@@ -1,8 +1,9 @@
 """CS-2: runs one step of its shard of the global batch, one streamed unit (layer) at a time.
 
 Forward: one StreamStepWeights call per step brings every unit's weights from this CS-2's
-SwarmX, in unit order, each unit computed as soon as its weights are in. Backward: in reverse
-unit order, in one worker thread, on one PushGradients stream per step; each unit's gradient goes
+SwarmX, last unit first (appliance.workers.topology.weight_order: the order in which they become
+ready), each unit computed as soon as it and the units before it are in. Backward: in reverse
+unit order, on the event loop, on one PushGradients stream per step; each unit's gradient goes
 out as soon as it is complete while backward carries on (see appliance.workers.model for tied
 weights). One call per direction and step, and one message per unit unless a unit exceeds the
 chunk size, because each round trip and message costs more than the bytes it carries.
@@ -36,7 +37,9 @@ from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.model import Batch, Tensors, backward_units
 from appliance.workers.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
-from appliance.workers.topology import JobLayout
+from appliance.workers.topology import JobLayout, weight_order
+from appliance.workers.weight_rpc import WeightStreamingClient
+from appliance.workers.wire import WireChunk
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +86,8 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         layout = self._layout
         assert layout is not None
         swarmx = layout.swarmx_of_cs2(self.index)
-        weights = dataplane_pb2_grpc.WeightStreamingStub(
-            self._channels.get(swarmx.address, "weights")
-        )
-        gradients = dataplane_pb2_grpc.WeightStreamingStub(
-            self._channels.get(swarmx.address, "gradients")
-        )
+        weights = WeightStreamingClient(self._channels.get(swarmx.address, "weights"))
+        gradients = WeightStreamingClient(self._channels.get(swarmx.address, "gradients"))
         step = _StepRun(layout, self.index, weights, gradients, self._step_timeout)
         previous, self._push = self._push, None
         try:
@@ -132,8 +131,8 @@ class _StepRun:
         self,
         layout: JobLayout,
         index: int,
-        weights: dataplane_pb2_grpc.WeightStreamingStub,
-        gradients: dataplane_pb2_grpc.WeightStreamingStub,
+        weights: WeightStreamingClient,
+        gradients: WeightStreamingClient,
         timeout: float,
     ) -> None:
         self.layout = layout
@@ -179,8 +178,8 @@ class _StepRun:
 
     def _stream_weights(self, version: int) -> _Arrivals:
         """Start streaming every unit's weights at `version`; they queue up as they arrive."""
-        request = pb.StepWeightsRequest(step=version, layers=range(self.model.num_units))
-        stream = self.weight_stub.StreamStepWeights(request, timeout=self.timeout)
+        request = pb.StepWeightsRequest(step=version, layers=weight_order(self.model.num_units))
+        stream = self.weight_stub.stream_step_weights(request, self.timeout)
         arrived: asyncio.Queue[LayerTensors | None] = asyncio.Queue()
         return arrived, asyncio.ensure_future(_read_into(read_layers(stream), arrived))
 
@@ -193,13 +192,16 @@ class _StepRun:
         outputs: Any = batch.inputs
         try:
             for unit in range(num_units):
-                streamed = await _next_layer(arrived, reader)
-                if streamed.layer != unit or streamed.step != version:
-                    raise ValueError(f"expected unit {unit} at version {version}")
-                self.weights[unit] = streamed.tensors
+                while unit not in self.weights:  # units arrive in weight_order, not unit order
+                    streamed = await _next_layer(arrived, reader)
+                    if streamed.step != version or not 0 <= streamed.layer < num_units:
+                        raise ValueError(f"unexpected unit {streamed.layer} at {streamed.step}")
+                    if streamed.layer in self.weights:
+                        raise ValueError(f"unit {streamed.layer} streamed twice")
+                    self.weights[streamed.layer] = streamed.tensors
                 # On the event loop: a thread hand-off per unit costs more than it overlaps;
                 # gRPC keeps receiving the next units meanwhile.
-                outputs, cache = self.model.forward_unit(unit, streamed.tensors, outputs)
+                outputs, cache = self.model.forward_unit(unit, self.weights[unit], outputs)
                 caches.append(cache)
             await reader
         finally:
@@ -207,33 +209,29 @@ class _StepRun:
         return outputs, caches
 
     async def _backward(self, step: int, caches: list[Any], head: Any) -> None:
-        loop = asyncio.get_running_loop()
-        ready: asyncio.Queue[list[pb.LayerChunk] | BaseException | None] = asyncio.Queue()
+        """Backward unit by unit on the event loop; each unit's gradient goes out once done.
 
-        def compute() -> None:
-            """All of backward in one worker thread; each unit's chunks go out as it is done."""
-            try:
-                for unit, grads in backward_units(self.model, self.weights, caches, head):
-                    chunks = list(encode_layer(step, unit, self.index, grads))
-                    loop.call_soon_threadsafe(ready.put_nowait, chunks)
-            except BaseException as err:  # fail the push rather than let it end short
-                loop.call_soon_threadsafe(ready.put_nowait, err)
-                raise
-            loop.call_soon_threadsafe(ready.put_nowait, None)
+        Not in a worker thread: the last unit's gradient starts the next step's critical path
+        (MemoryX's update of unit 0, then its weights back), and a thread hand-off delays it by
+        a scheduler wake-up. gRPC sends a unit's chunks in its own threads while the next unit
+        is computed.
+        """
+        ready: asyncio.Queue[list[WireChunk] | None] = asyncio.Queue()
 
-        async def chunks() -> AsyncIterator[pb.LayerChunk]:
+        async def chunks() -> AsyncIterator[WireChunk]:
             while (layer := await ready.get()) is not None:
-                if isinstance(layer, BaseException):
-                    raise layer
                 for chunk in layer:
-                    yield TRAFFIC.count("gradients", chunk)
+                    yield chunk
 
-        computing = asyncio.ensure_future(asyncio.to_thread(compute))
+        push = asyncio.ensure_future(self.gradient_stub.push_gradients(chunks(), self.timeout))
         try:
-            await self.gradient_stub.PushGradients(chunks(), timeout=self.timeout)
-            await computing
+            for unit, grads in backward_units(self.model, self.weights, caches, head):
+                ready.put_nowait(list(encode_layer(step, unit, self.index, grads)))
+                await asyncio.sleep(0)  # gRPC takes the unit's chunks before the next unit
+            ready.put_nowait(None)
+            await push
         finally:
-            computing.cancel()
+            push.cancel()
 
 
 async def _read_into(

@@ -33,6 +33,8 @@ from appliance.workers.lifecycle import StopSignal
 from appliance.workers.model import Array, Tensors
 from appliance.workers.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
 from appliance.workers.topology import JobLayout
+from appliance.workers.weight_rpc import add_weight_streaming
+from appliance.workers.wire import WireChunk
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +52,7 @@ class LayerShard:
     changed: asyncio.Condition = dataclasses.field(default_factory=asyncio.Condition)
 
 
-class MemoryXRole(
-    dataplane_pb2_grpc.WeightStreamingServicer, dataplane_pb2_grpc.UpdateControlServicer
-):
+class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
     """The memoryx role: WeightStreaming and UpdateControl over the layers it owns."""
 
     def __init__(self, index: int) -> None:
@@ -64,7 +64,7 @@ class MemoryXRole(
         self._configured = asyncio.Event()
 
     def add_services(self, server: grpc.aio.Server) -> None:
-        dataplane_pb2_grpc.add_WeightStreamingServicer_to_server(self, server)
+        add_weight_streaming(self, server)
         dataplane_pb2_grpc.add_UpdateControlServicer_to_server(self, server)
 
     def configure(self, layout: JobLayout) -> None:
@@ -110,25 +110,25 @@ class MemoryXRole(
 
     async def StreamWeights(
         self, request: pb.WeightsRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.LayerChunk]:
+    ) -> AsyncIterator[WireChunk]:
         tensors = await self._weights_at(request.step, request.layer, context)
         if request.with_optimizer_state:
             shard = self._layers[request.layer]
             for slot, state in shard.state.items():
                 tensors.update({f"{slot}/{name}": array for name, array in state.items()})
         for chunk in encode_layer(request.step, request.layer, self.index, tensors):
-            yield TRAFFIC.count("weights", chunk)
+            yield chunk
 
     async def StreamStepWeights(
         self, request: pb.StepWeightsRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.LayerChunk]:
+    ) -> AsyncIterator[WireChunk]:
         for layer in request.layers:
             tensors = await self._weights_at(request.step, layer, context)
             for chunk in encode_layer(request.step, layer, self.index, tensors):
-                yield TRAFFIC.count("weights", chunk)
+                yield chunk
 
     async def PushGradients(
-        self, request_iterator: AsyncIterator[pb.LayerChunk], context: grpc.aio.ServicerContext
+        self, request_iterator: AsyncIterator[WireChunk], context: grpc.aio.ServicerContext
     ) -> pb.GradientAck:
         pushed: list[tuple[int, LayerShard]] = []
         try:
@@ -262,7 +262,12 @@ class MemoryXRole(
 
 
 def sum_in_order(arrays: list[Array]) -> Array:
-    """Add arrays left to right in float32, so the order (not arrival) fixes the rounding."""
+    """Add arrays left to right in float32, so the order (not arrival) fixes the rounding.
+
+    A single array is returned as it is (no copy; the sum is only read).
+    """
+    if len(arrays) == 1:
+        return arrays[0]
     total = arrays[0].copy()
     for array in arrays[1:]:
         total += array

@@ -19,6 +19,7 @@ from appliance.workers.lifecycle import EXIT_FAILED, ReplicaExit
 from appliance.workers.model import Tensors
 from appliance.workers.tensors import collect_layer
 from appliance.workers.topology import JobLayout, PeerAddress
+from appliance.workers.weight_rpc import WeightStreamingClient
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +89,10 @@ class PeerCalls:
 
         async def fetch(layer: int) -> Tensors:
             owner = self.layout.memoryx_of_layer(layer)
-            stub = dataplane_pb2_grpc.WeightStreamingStub(self._channel(owner))
+            stub = WeightStreamingClient(self._channel(owner))
             request = pb.WeightsRequest(step=version, layer=layer, with_optimizer_state=with_state)
             try:
-                streamed = await collect_layer(stub.StreamWeights(request, timeout=self._timeout))
+                streamed = await collect_layer(stub.stream_weights(request, self._timeout))
             except grpc.aio.AioRpcError as err:
                 raise _failure(owner, f"fetching layer {layer}", err) from err
             return streamed.tensors

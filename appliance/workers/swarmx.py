@@ -1,20 +1,21 @@
 """SwarmX: broadcasts each layer's weights to its CS-2s and reduces their gradients.
 
 Weights: the first CS-2 asking for a step's layers (one StreamStepWeights stream per step) has
-them fetched once from their MemoryXs, one stream per MemoryX carrying its layers in order; every
-CS-2 gets the same chunks, each layer as soon as it has arrived. Gradients: each CS-2 pushes one
-stream per step, its layers' gradients in backward order; once all of this SwarmX's CS-2s have
-pushed a layer, their gradients are added in CS-2 index order and the sum goes on at once, as
-one partial sum, into this step's stream to the owning MemoryX (one per MemoryX and step). A
-CS-2's push is answered once MemoryX has taken every layer it carried (appliance.workers.memoryx),
-so a CS-2's step ends only when its gradients are in.
+them fetched once from their MemoryXs, one stream per MemoryX carrying its layers in the order
+asked for; every CS-2 gets the same chunks, each chunk as soon as it has arrived. Gradients: each
+CS-2 pushes one stream per step, its layers' gradients in backward order; once all of this
+SwarmX's CS-2s have pushed chunk i of a layer, their chunks are added in CS-2 index order and the
+sum goes on at once, as chunk i of one partial sum, into this step's stream to the owning MemoryX
+(one per MemoryX and step). Relaying and reducing chunk by chunk (appliance.workers.relay) lets
+the hops of a big layer overlap. A CS-2's push is answered once MemoryX has taken every layer it
+carried (appliance.workers.memoryx), so a CS-2's step ends only when its gradients are in.
 
 The first gradient of step k also starts fetching the weights of step k + 1 (unless k is the
-job's last step): MemoryX sends each layer as soon as its update is applied, while backward goes
-on, so the next step's weights are here before its RunStep starts. A cached layer is dropped
-once every CS-2 pushed its gradient for it (they are all past its forward pass), and every older
-version once a CS-2 asks for a newer one; weights fetched for evaluation at version k are the
-ones training step k uses.
+job's last step), last unit first (appliance.workers.topology.weight_order): MemoryX sends each
+layer as soon as its update is applied, while backward goes on, so the next step's weights are
+here before its RunStep starts. A cached layer is dropped once every CS-2 pushed its gradient
+for it (they are all past its forward pass), and every older version once a CS-2 asks for a
+newer one; weights fetched for evaluation at version k are the ones training step k uses.
 """
 
 from __future__ import annotations
@@ -28,20 +29,14 @@ from collections.abc import AsyncIterator
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2 as pb
-from appliance._proto.v1 import dataplane_pb2_grpc
 from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
-from appliance.workers.memoryx import sum_in_order
-from appliance.workers.model import Tensors
-from appliance.workers.tensors import (
-    TRAFFIC,
-    LayerTensors,
-    encode_layer,
-    layer_chunks,
-    read_layers,
-)
-from appliance.workers.topology import JobLayout, PeerAddress
+from appliance.workers.relay import ChunkOrder, LayerRelay, sum_chunks
+from appliance.workers.tensors import TRAFFIC
+from appliance.workers.topology import JobLayout, PeerAddress, weight_order
+from appliance.workers.weight_rpc import WeightStreamingClient, add_weight_streaming
+from appliance.workers.wire import WireChunk
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +48,13 @@ _END = None  # closes an outgoing gradient stream
 class _StepReduction:
     """One step's gradients: what the CS-2s pushed so far, one outgoing stream per MemoryX."""
 
-    received: dict[int, dict[int, Tensors]]  # layer -> cs2 index -> gradient
-    outgoing: dict[PeerAddress, asyncio.Queue[pb.LayerChunk | None]]
+    received: dict[tuple[int, int], dict[int, WireChunk]]  # (layer, chunk) -> cs2 -> chunk
+    outgoing: dict[PeerAddress, asyncio.Queue[WireChunk | None]]
     remaining: dict[PeerAddress, int]  # layers still to send to each MemoryX
     acks: dict[PeerAddress, asyncio.Task[None]]  # each stream's answer from its MemoryX
 
 
-class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
+class SwarmXRole:
     """The swarmx role: WeightStreaming towards CS-2s, a client of MemoryX."""
 
     def __init__(self, index: int, step_timeout: float) -> None:
@@ -68,12 +63,12 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
         self._channels = PeerChannels()
         self._layout: JobLayout | None = None
         self._configured = asyncio.Event()
-        self._weights: dict[LayerKey, asyncio.Future[list[pb.LayerChunk]]] = {}
+        self._weights: dict[LayerKey, LayerRelay] = {}
         self._fetches: set[asyncio.Task[None]] = set()
         self._reductions: dict[int, _StepReduction] = {}
 
     def add_services(self, server: grpc.aio.Server) -> None:
-        dataplane_pb2_grpc.add_WeightStreamingServicer_to_server(self, server)
+        add_weight_streaming(self, server)
 
     def configure(self, layout: JobLayout) -> None:
         if self._layout is None:
@@ -95,35 +90,38 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
 
     async def StreamWeights(
         self, request: pb.WeightsRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.LayerChunk]:
+    ) -> AsyncIterator[WireChunk]:
         async for chunk in self._relay(request.step, [request.layer], context):
             yield chunk
 
     async def StreamStepWeights(
         self, request: pb.StepWeightsRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.LayerChunk]:
+    ) -> AsyncIterator[WireChunk]:
         async for chunk in self._relay(request.step, list(request.layers), context):
             yield chunk
 
     async def PushGradients(
-        self, request_iterator: AsyncIterator[pb.LayerChunk], context: grpc.aio.ServicerContext
+        self, request_iterator: AsyncIterator[WireChunk], context: grpc.aio.ServicerContext
     ) -> pb.GradientAck:
         await self._configured.wait()
         layout = self._layout
         assert layout is not None
         expected = set(layout.cs2_of_swarmx(self.index))
         waits: dict[tuple[int, PeerAddress], asyncio.Task[None]] = {}
+        order = ChunkOrder()
         try:
-            async for gradient in read_layers(request_iterator):
-                if gradient.source_index not in expected:
+            async for chunk in request_iterator:
+                if chunk.source_index not in expected:
                     await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        f"cs2-{gradient.source_index} is not mine",
+                        grpc.StatusCode.INVALID_ARGUMENT, f"cs2-{chunk.source_index} is not mine"
                     )
-                reduction = self._reduction(layout, gradient.step)
-                owner = layout.memoryx_of_layer(gradient.layer)
-                waits[(gradient.step, owner)] = reduction.acks[owner]
-                self._add_gradient(layout, reduction, gradient, expected)
+                index = order.index_of(chunk)
+                reduction = self._reduction(layout, chunk.step)
+                owner = layout.memoryx_of_layer(chunk.layer)
+                waits[(chunk.step, owner)] = reduction.acks[owner]
+                self._add_gradient(layout, reduction, chunk, index, expected)
+            if order.inside_layer:
+                raise ValueError("the gradient stream ended inside a layer")
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             raise AssertionError("unreachable") from err
@@ -136,65 +134,58 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
 
     async def _relay(
         self, step: int, layers: list[int], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.LayerChunk]:
-        """Each layer's chunks at version `step`, in order, as each arrives from MemoryX."""
+    ) -> AsyncIterator[WireChunk]:
+        """Each layer's chunks at version `step`, in order, each as it arrives from MemoryX."""
         await self._configured.wait()
         # Step `step` starts only once every CS-2 finished the one before: older versions are done.
         for key in [key for key in self._weights if key[0] < step]:
             del self._weights[key]
-        for layer, fetched in zip(layers, self._fetch(step, layers), strict=True):
+        for layer, relay in zip(layers, self._fetch(step, layers), strict=True):
             try:
-                chunks = await asyncio.shield(fetched)
+                async for chunk in relay.chunks():
+                    yield chunk
             except grpc.aio.AioRpcError as err:
                 await context.abort(err.code(), f"swarmx-{self.index}: memoryx: {err.details()}")
                 raise AssertionError("unreachable") from err
             except ValueError as err:
                 await context.abort(grpc.StatusCode.INTERNAL, f"layer {layer}: {err}")
                 raise AssertionError("unreachable") from err
-            for chunk in chunks:
-                yield TRAFFIC.count("weights", chunk)
 
-    def _fetch(self, step: int, layers: list[int]) -> list[asyncio.Future[list[pb.LayerChunk]]]:
-        """The layers' cached chunks, fetching the missing ones (one stream per MemoryX)."""
+    def _fetch(self, step: int, layers: list[int]) -> list[LayerRelay]:
+        """The layers' relays, fetching the missing ones (one stream per MemoryX)."""
         layout = self._layout
         assert layout is not None
         missing: dict[PeerAddress, list[int]] = {}
         for layer in layers:
             if (step, layer) not in self._weights:
-                self._weights[step, layer] = asyncio.get_running_loop().create_future()
+                self._weights[step, layer] = LayerRelay()
                 missing.setdefault(layout.memoryx_of_layer(layer), []).append(layer)
         for owner, owned in missing.items():
-            futures = [self._weights[step, layer] for layer in owned]
-            task = asyncio.create_task(self._fetch_from_memoryx(owner, step, owned, futures))
+            relays = [self._weights[step, layer] for layer in owned]
+            task = asyncio.create_task(self._fetch_from_memoryx(owner, step, owned, relays))
             self._fetches.add(task)
             task.add_done_callback(self._fetches.discard)
         return [self._weights[step, layer] for layer in layers]
 
     async def _fetch_from_memoryx(
-        self,
-        owner: PeerAddress,
-        step: int,
-        layers: list[int],
-        futures: list[asyncio.Future[list[pb.LayerChunk]]],
+        self, owner: PeerAddress, step: int, layers: list[int], relays: list[LayerRelay]
     ) -> None:
-        channel = self._channels.get(owner.address, "weights")
-        stub = dataplane_pb2_grpc.WeightStreamingStub(channel)
+        stub = WeightStreamingClient(self._channels.get(owner.address, "weights"))
         request = pb.StepWeightsRequest(step=step, layers=layers)
-        received = 0
+        received = 0  # layers complete
         try:
-            async for chunks in layer_chunks(
-                stub.StreamStepWeights(request, timeout=self._step_timeout)
-            ):
-                if received == len(layers) or chunks[0].layer != layers[received]:
-                    raise ValueError(f"{owner.name} sent layer {chunks[0].layer} out of order")
-                futures[received].set_result(chunks)
-                received += 1
+            async for chunk in stub.stream_step_weights(request, self._step_timeout):
+                if received == len(layers) or chunk.layer != layers[received]:
+                    raise ValueError(f"{owner.name} sent layer {chunk.layer} out of order")
+                relays[received].add(chunk)
+                if chunk.last:
+                    received += 1
             if received < len(layers):
                 raise ValueError(f"{owner.name} ended the stream after {received} layers")
         except (grpc.aio.AioRpcError, ValueError) as err:
-            for layer, future in zip(layers[received:], futures[received:], strict=True):
-                future.set_exception(err)
-                if self._weights.get((step, layer)) is future:
+            for layer, relay in zip(layers[received:], relays[received:], strict=True):
+                relay.fail(err)
+                if self._weights.get((step, layer)) is relay:
                     del self._weights[step, layer]  # a later request fetches it afresh
 
     def _reduction(self, layout: JobLayout, step: int) -> _StepReduction:
@@ -203,7 +194,7 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
         if reduction is not None:
             return reduction
         owners = [m for m in layout.memoryx if layout.layers_of_memoryx(m.index)]
-        outgoing: dict[PeerAddress, asyncio.Queue[pb.LayerChunk | None]] = {
+        outgoing: dict[PeerAddress, asyncio.Queue[WireChunk | None]] = {
             owner: asyncio.Queue() for owner in owners
         }
         acks = {
@@ -216,7 +207,7 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
         if step + 1 < layout.num_steps:
             # The next step's weights: MemoryX sends each layer as soon as this step's update
             # of it is applied, so the next step finds them here instead of waiting two hops.
-            self._fetch(step + 1, list(range(layout.model.num_units)))
+            self._fetch(step + 1, weight_order(layout.model.num_units))
         finished = asyncio.gather(*acks.values(), return_exceptions=True)
         finished.add_done_callback(lambda _: self._reductions.pop(step, None))
         return reduction
@@ -225,38 +216,40 @@ class SwarmXRole(dataplane_pb2_grpc.WeightStreamingServicer):
         self,
         layout: JobLayout,
         reduction: _StepReduction,
-        gradient: LayerTensors,
+        chunk: WireChunk,
+        index: int,
         expected: set[int],
     ) -> None:
-        """Keep one CS-2's gradient; the last one sends the layer's sum on to its MemoryX."""
-        step, layer = gradient.step, gradient.layer
-        received = reduction.received.setdefault(layer, {})
-        received[gradient.source_index] = gradient.tensors
-        if set(received) != expected:
+        """Keep one CS-2's chunk `index` of a layer; the last one sends their sum on to MemoryX.
+
+        Raises ValueError if the CS-2s' chunks do not match.
+        """
+        step, layer = chunk.step, chunk.layer
+        received = reduction.received.setdefault((layer, index), {})
+        if chunk.source_index in received:
+            raise ValueError(f"cs2-{chunk.source_index} sent chunk {index} of layer {layer} twice")
+        received[chunk.source_index] = chunk
+        if len(received) < len(expected):
             return
-        del reduction.received[layer]
-        self._weights.pop((step, layer), None)  # every CS-2 is past this layer's forward pass
-        sources = sorted(received)
-        partial_sum = {
-            name: sum_in_order([received[s][name] for s in sources])
-            for name in received[sources[0]]
-        }
+        del reduction.received[layer, index]
+        partial_sum = sum_chunks([received[s] for s in sorted(received)], self.index)
         owner = layout.memoryx_of_layer(layer)
         queue = reduction.outgoing[owner]
-        for chunk in encode_layer(step, layer, self.index, partial_sum):
-            queue.put_nowait(TRAFFIC.count("gradients", chunk))
+        queue.put_nowait(partial_sum)
+        if not partial_sum.last:
+            return
+        self._weights.pop((step, layer), None)  # every CS-2 is past this layer's forward pass
         reduction.remaining[owner] -= 1
         if reduction.remaining[owner] == 0:
             queue.put_nowait(_END)
 
     async def _push_to_memoryx(
-        self, owner: PeerAddress, queue: asyncio.Queue[pb.LayerChunk | None]
+        self, owner: PeerAddress, queue: asyncio.Queue[WireChunk | None]
     ) -> None:
-        async def chunks() -> AsyncIterator[pb.LayerChunk]:
+        async def chunks() -> AsyncIterator[WireChunk]:
             while (chunk := await queue.get()) is not _END:
                 assert chunk is not None
                 yield chunk
 
-        channel = self._channels.get(owner.address, "gradients")
-        stub = dataplane_pb2_grpc.WeightStreamingStub(channel)
-        await stub.PushGradients(chunks(), timeout=self._step_timeout)
+        stub = WeightStreamingClient(self._channels.get(owner.address, "gradients"))
+        await stub.push_gradients(chunks(), self._step_timeout)

@@ -1,12 +1,13 @@
 """Tensors on the wire: raw little-endian float32 bytes with shape, chunked under ~1 MiB.
 
-A layer (its named tensors, or their gradients) travels as a sequence of LayerChunk messages,
-each packing as many consecutive tensor slices as fit in CHUNK_BYTES (one message per message
-round trip is what costs, not bytes); each tensor's slices are consecutive and it is complete
-once its bytes match its shape. A stream
-may carry several layers one after the other; the final chunk of each is marked `last`.
-Decoded arrays are read-only views of the received bytes (no copy): every consumer reads them or
-builds new arrays from them.
+A layer (its named tensors, or their gradients) travels as a sequence of LayerChunk messages
+(appliance.workers.wire), each packing as many consecutive tensor slices as fit in CHUNK_BYTES
+(one message per message round trip is what costs, not bytes); each tensor's slices are
+consecutive and it is complete once its bytes match its shape. A stream may carry several layers
+one after the other; the final chunk of each is marked `last`.
+Encoded chunks are views of the arrays (they are copied once, into the message, when gRPC sends
+them, so the arrays must not change until then); decoded arrays are read-only views of the
+received bytes (no copy): every consumer reads them or builds new arrays from them.
 `TRAFFIC` counts the serialized bytes this process sends, by kind, for the benchmark.
 """
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance.workers.model import Array
+from appliance.workers.wire import Buffer, TensorSlice, WireChunk
 
 CHUNK_BYTES = 1 << 20
 _WIRE_DTYPE = np.dtype("<f4")
@@ -31,13 +33,8 @@ class TrafficMeter:
     def __init__(self) -> None:
         self.sent: dict[str, int] = {}
 
-    def count(self, kind: str, chunk: pb.LayerChunk) -> pb.LayerChunk:
-        self.sent[kind] = self.sent.get(kind, 0) + chunk.ByteSize()
-        return chunk
-
-    def counted(self, kind: str, chunks: Iterator[pb.LayerChunk]) -> Iterator[pb.LayerChunk]:
-        for chunk in chunks:
-            yield self.count(kind, chunk)
+    def count(self, kind: str, size: int) -> None:
+        self.sent[kind] = self.sent.get(kind, 0) + size
 
 
 TRAFFIC = TrafficMeter()
@@ -55,32 +52,31 @@ class LayerTensors:
 
 def encode_layer(
     step: int, layer: int, source_index: int, tensors: Mapping[str, Array]
-) -> Iterator[pb.LayerChunk]:
-    """Pack a layer's tensors, in order, into LayerChunk messages of at most CHUNK_BYTES of data
-    (a larger tensor is sliced); the final chunk is marked `last`."""
-    chunk = pb.LayerChunk(step=step, layer=layer, source_index=source_index)
+) -> Iterator[WireChunk]:
+    """Pack a layer's tensors, in order, into chunks of at most CHUNK_BYTES of data (a larger
+    tensor is sliced); the final chunk is marked `last`."""
+    pieces: list[TensorSlice] = []
     size = 0
     for name, array in tensors.items():
-        raw = np.ascontiguousarray(array, dtype=_WIRE_DTYPE).tobytes()
+        contiguous = np.ascontiguousarray(array, dtype=_WIRE_DTYPE)
+        raw = contiguous.data.cast("B") if contiguous.size else memoryview(b"")
+        shape = tuple(int(n) for n in array.shape)
         for start in range(0, max(len(raw), 1), CHUNK_BYTES):
-            # Slicing the whole of a bytes object returns it: a one-slice tensor is not copied.
-            data = raw if len(raw) <= CHUNK_BYTES else raw[start : start + CHUNK_BYTES]
-            if chunk.tensors and size + len(data) > CHUNK_BYTES:
-                yield chunk
-                chunk = pb.LayerChunk(step=step, layer=layer, source_index=source_index)
-                size = 0
-            chunk.tensors.add(name=name, shape=array.shape, dtype=pb.DTYPE_FLOAT32, data=data)
+            data = raw[start : start + CHUNK_BYTES]
+            if pieces and size + len(data) > CHUNK_BYTES:
+                yield WireChunk(step, layer, source_index, tuple(pieces))
+                pieces, size = [], 0
+            pieces.append(TensorSlice(name, shape, data))
             size += len(data)
-    chunk.last = True
-    yield chunk
+    yield WireChunk(step, layer, source_index, tuple(pieces), last=True)
 
 
-def decode_layer(chunks: list[pb.LayerChunk]) -> LayerTensors:
+def decode_layer(chunks: list[WireChunk]) -> LayerTensors:
     """Reassemble the tensors of one layer; raises ValueError on a malformed stream."""
     if not chunks:
         raise ValueError("empty tensor stream")
     first = chunks[0]
-    parts: dict[str, list[bytes]] = {}
+    parts: dict[str, list[Buffer]] = {}
     shapes: dict[str, tuple[int, ...]] = {}
     for chunk in chunks:
         if (chunk.step, chunk.layer, chunk.source_index) != (
@@ -93,7 +89,7 @@ def decode_layer(chunks: list[pb.LayerChunk]) -> LayerTensors:
             if piece.dtype != pb.DTYPE_FLOAT32:
                 raise ValueError(f"tensor {piece.name!r} is not float32")
             parts.setdefault(piece.name, []).append(piece.data)
-            shapes[piece.name] = tuple(piece.shape)
+            shapes[piece.name] = piece.shape
     tensors: dict[str, Array] = {}
     for name, data in parts.items():
         raw = data[0] if len(data) == 1 else b"".join(data)
@@ -105,14 +101,14 @@ def decode_layer(chunks: list[pb.LayerChunk]) -> LayerTensors:
     return LayerTensors(first.step, first.layer, first.source_index, tensors)
 
 
-async def collect_layer(stream: AsyncIterable[pb.LayerChunk]) -> LayerTensors:
+async def collect_layer(stream: AsyncIterable[WireChunk]) -> LayerTensors:
     """Read a whole chunk stream and decode it."""
     return decode_layer([chunk async for chunk in stream])
 
 
-async def layer_chunks(stream: AsyncIterable[pb.LayerChunk]) -> AsyncIterator[list[pb.LayerChunk]]:
+async def layer_chunks(stream: AsyncIterable[WireChunk]) -> AsyncIterator[list[WireChunk]]:
     """Split a stream of several layers into each layer's chunks, as each layer completes."""
-    pending: list[pb.LayerChunk] = []
+    pending: list[WireChunk] = []
     async for chunk in stream:
         pending.append(chunk)
         if chunk.last:
@@ -122,7 +118,7 @@ async def layer_chunks(stream: AsyncIterable[pb.LayerChunk]) -> AsyncIterator[li
         yield pending
 
 
-async def read_layers(stream: AsyncIterable[pb.LayerChunk]) -> AsyncIterator[LayerTensors]:
+async def read_layers(stream: AsyncIterable[WireChunk]) -> AsyncIterator[LayerTensors]:
     """Decode a stream of several layers, one layer as soon as it is complete."""
     async for chunks in layer_chunks(stream):
         yield decode_layer(chunks)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
 
-from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance.workers import tensors
+from appliance.workers.wire import TensorSlice, WireChunk, parse_chunk, serialize_chunk
 
 
 def test_large_tensor_is_chunked_and_reassembled() -> None:
@@ -23,7 +24,17 @@ def test_large_tensor_is_chunked_and_reassembled() -> None:
     assert (decoded.step, decoded.layer, decoded.source_index) == (5, 2, 1)
     np.testing.assert_array_equal(decoded.tensors["weight"], weight)
     np.testing.assert_array_equal(decoded.tensors["bias"], bias)
-    assert chunks[0].tensors[0].data[:8] == np.array([0, 1], dtype="<f4").tobytes()
+    assert bytes(chunks[0].tensors[0].data[:8]) == np.array([0, 1], dtype="<f4").tobytes()
+
+
+def test_decoded_tensors_are_views_of_the_received_message() -> None:
+    weight = np.arange(12, dtype=np.float32).reshape(3, 4)
+    received = [
+        parse_chunk(serialize_chunk(c)) for c in tensors.encode_layer(1, 0, 0, {"w": weight})
+    ]
+    decoded = tensors.decode_layer(received).tensors["w"]
+    np.testing.assert_array_equal(decoded, weight)
+    assert not decoded.flags.writeable and not decoded.flags.owndata
 
 
 def test_small_tensors_of_a_layer_travel_in_one_message() -> None:
@@ -37,7 +48,7 @@ def test_a_stream_of_several_layers_is_split_as_each_completes() -> None:
     big = np.arange(300 * 1000, dtype=np.float32).reshape(300, 1000)  # two chunks
     layers = [{"weight": big, "bias": np.ones(1000, np.float32)}, {"gain": np.ones(4, np.float32)}]
 
-    async def stream() -> AsyncIterator[pb.LayerChunk]:
+    async def stream() -> AsyncIterator[WireChunk]:
         for index, layer in enumerate(layers):
             for chunk in tensors.encode_layer(7, index, 0, layer):
                 yield chunk
@@ -58,14 +69,15 @@ def test_empty_tensor_still_travels() -> None:
 
 
 def test_truncated_stream_is_rejected() -> None:
-    chunks = list(tensors.encode_layer(0, 0, 0, {"weight": np.ones((4, 4), np.float32)}))
-    chunks[0].tensors[0].data = chunks[0].tensors[0].data[:-4]
+    (chunk,) = tensors.encode_layer(0, 0, 0, {"weight": np.ones((4, 4), np.float32)})
+    piece = chunk.tensors[0]
+    short = dataclasses.replace(chunk, tensors=(dataclasses.replace(piece, data=piece.data[:-4]),))
     with pytest.raises(ValueError, match="do not fit shape"):
-        tensors.decode_layer(chunks)
+        tensors.decode_layer([short])
 
 
 def test_mixed_stream_is_rejected() -> None:
-    chunk = pb.LayerChunk(step=1, layer=0, tensors=[pb.TensorChunk(dtype=pb.DTYPE_FLOAT32)])
-    other = pb.LayerChunk(step=2, layer=0, tensors=[pb.TensorChunk(dtype=pb.DTYPE_FLOAT32)])
+    chunk = WireChunk(step=1, layer=0, source_index=0, tensors=(TensorSlice("w", (0,), b""),))
+    other = dataclasses.replace(chunk, step=2)
     with pytest.raises(ValueError, match="mixes"):
         tensors.decode_layer([chunk, other])
