@@ -225,7 +225,7 @@ class KubernetesBackend:
 
     async def _ensure_watching(self) -> None:
         if not self._watching:
-            _, version = await self._relist()
+            version = await self._relist()
             self._start_watch(version)
 
     def _start_watch(self, version: str) -> None:
@@ -249,7 +249,7 @@ class KubernetesBackend:
                 self.watch_restarts["gone"] += 1
                 log.info("pod watch expired (%s); listing again", e)
                 with contextlib.suppress(KubeUnavailable, KubeError):
-                    _, version = await self._relist()
+                    version = await self._relist()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # broken stream, API down: resume once it answers
@@ -257,8 +257,9 @@ class KubernetesBackend:
                 log.warning("pod watch failed: %s; resuming from %s", e, version)
                 await asyncio.sleep(WATCH_RETRY_SECONDS)
 
-    async def _relist(self) -> tuple[list[dict[str, Any]], str]:
-        """List every replica pod; what is gone since the last look was deleted meanwhile."""
+    async def _relist(self) -> str:
+        """List every replica pod; what is gone since the last look was deleted meanwhile.
+        Returns the resourceVersion to watch from."""
         items, version = await self.api.list("Pod", m.REPLICA_SELECTOR)
         seen = set()
         for pod in items:
@@ -266,7 +267,7 @@ class KubernetesBackend:
             await self._apply("MODIFIED", pod)
         for name in [n for n in self._views if n not in seen]:
             await self._apply("DELETED", {"metadata": {"name": name}})
-        return items, version
+        return version
 
     async def _apply(self, kind: str, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,13 +20,13 @@ from kubernetes.aio import client as k8s
 from kubernetes.aio import config as k8s_config
 
 from appliance.backends.base import BackendUnavailable
+from appliance.backends.kubernetes.manifests import CONTAINER
 
 log = logging.getLogger(__name__)
 
 BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0)  # seconds; then KubeUnavailable
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
-CONTAINER_NAME = "replica"
-_PLURAL = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps", "Event": "events"}
+_PLURAL = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"}
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -64,7 +63,6 @@ class KubeApi:
         self.namespace = namespace
         self.request_timeout = request_timeout
         self.last_error = ""  # empty while the last call succeeded
-        self.failing_since: float | None = None
 
     @classmethod
     async def connect(
@@ -131,14 +129,6 @@ class KubeApi:
             body={"gracePeriodSeconds": grace_seconds, "propagationPolicy": "Background"},
         )
 
-    async def get(self, kind: str, name: str) -> dict[str, Any] | None:
-        try:
-            return await self._json("GET", self._path(kind, name))
-        except KubeError as e:
-            if e.status == 404:
-                return None
-            raise
-
     async def list(
         self, kind: str, selector: str, namespace: str = ""
     ) -> tuple[list[dict[str, Any]], str]:
@@ -198,7 +188,7 @@ class KubeApi:
         self, name: str, *, tail_lines: int | None = None, limit_bytes: int | None = None
     ) -> str:
         """A replica pod's log through the API (the kubelet serves it; the API proxies)."""
-        query: dict[str, Any] = {"container": CONTAINER_NAME}
+        query: dict[str, Any] = {"container": CONTAINER}
         if tail_lines is not None:
             query["tailLines"] = tail_lines
         if limit_bytes is not None:
@@ -261,12 +251,9 @@ class KubeApi:
 
     def _healthy(self) -> None:
         self.last_error = ""
-        self.failing_since = None
 
     def _failing(self, error: str) -> None:
         self.last_error = error
-        if self.failing_since is None:
-            self.failing_since = time.monotonic()
 
 
 def _kube_error(status: int, text: str) -> KubeError:
