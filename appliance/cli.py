@@ -14,7 +14,7 @@ import click
 
 from appliance.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, Settings
 from appliance.domain.errors import ApplianceError
-from appliance.server.app import Coordinator
+from appliance.server.app import Coordinator, StartupError
 
 EXAMPLE_PARAMS = Path(__file__).parent / "examples" / "params_fc_mnist.yaml"
 
@@ -164,6 +164,8 @@ async def _serve(
     coordinator = Coordinator(settings)
     try:
         await coordinator.start()
+    except StartupError as exc:
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(
             f"cannot listen on {settings.host}: {exc.strerror}; pick another port with "

@@ -15,9 +15,9 @@ import grpc
 import uvicorn
 
 from appliance._proto.v1 import cluster_pb2_grpc, control_pb2_grpc
-from appliance.backends.base import Backend
+from appliance.backends.base import Backend, BackendUnavailable
 from appliance.backends.local import LocalBackend
-from appliance.config import Settings
+from appliance.config import InventoryError, Settings
 from appliance.reconciler.loop import Reconciler
 from appliance.scheduler.loop import SchedulerLoop
 from appliance.server.auth import Authenticator
@@ -33,6 +33,10 @@ from appliance.store.engine import make_engine, migrate
 from appliance.store.jobs import JobStore
 
 log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """The coordinator cannot start with these settings; the message says what to fix."""
 
 
 class Coordinator:
@@ -56,7 +60,10 @@ class Coordinator:
         self.engine = make_engine(s.sqlalchemy_url)
         migrate(self.engine)
         store = JobStore(self.engine)
-        store.sync_pool(s.pool())
+        try:
+            store.sync_pool(s.pool())
+        except InventoryError as exc:
+            raise StartupError(str(exc)) from None
         sqlite = self.engine.dialect.name == "sqlite"
         self.executor = ThreadPoolExecutor(1 if sqlite else 8, thread_name_prefix="store")
         # SQLite: one writer thread, and a reader thread that WAL lets run beside it.
@@ -68,7 +75,7 @@ class Coordinator:
         replicas = ReplicaService(self.ctx)
 
         # The replicas' coordinator address is completed once the gRPC port is known.
-        self.backend = await make_backend(s)
+        self.backend = await make_backend(s)  # StartupError when it cannot be configured
         logs = LogService(self.ctx, self.backend)
         self.auth = Authenticator.from_file(s.auth_tokens_file)
         self._grpc = grpc.aio.server()
@@ -81,7 +88,14 @@ class Coordinator:
         self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
         self.backend.coordinator_address = s.coordinator_address or f"127.0.0.1:{self.grpc_port}"
         self.reconciler = Reconciler(self.ctx, self.backend, replicas)
-        await self.reconciler.recover()  # before serving: no call acts on a job not yet adopted
+        try:  # before serving: no call acts on a job not yet adopted
+            await self.reconciler.recover()
+        except BackendUnavailable as exc:
+            await self.backend.close()
+            raise StartupError(
+                f"cannot find the replicas still running, so cannot start: {exc}; "
+                "start the coordinator again once the backend answers"
+            ) from None
         await self._grpc.start()
         scheduler = SchedulerLoop(self.ctx)
         self._spawn(scheduler.run())
@@ -121,13 +135,21 @@ class Coordinator:
 async def make_backend(s: Settings) -> Backend:
     """Local processes, or pods through the Kubernetes API (imported only when chosen)."""
     if s.backend == "kubernetes":
-        from appliance.backends.kubernetes import KubeApi, KubernetesBackend, PodTemplate
-
-        api = await KubeApi.connect(
-            kubeconfig=s.kube_config,
-            namespace=s.kube_namespace,
-            request_timeout=s.kube_request_timeout_seconds,
+        from appliance.backends.kubernetes import (
+            KubeApi,
+            KubeConfigError,
+            KubernetesBackend,
+            PodTemplate,
         )
+
+        try:
+            api = await KubeApi.connect(
+                kubeconfig=s.kube_config,
+                namespace=s.kube_namespace,
+                request_timeout=s.kube_request_timeout_seconds,
+            )
+        except KubeConfigError as exc:
+            raise StartupError(str(exc)) from None
         template = PodTemplate(
             namespace=api.namespace,
             image=s.kube_image,

@@ -1,7 +1,19 @@
 """Replicas as pods through the Kubernetes API (the `kubernetes` client: in client.py only)."""
 
 from appliance.backends.kubernetes.backend import KubernetesBackend
-from appliance.backends.kubernetes.client import KubeApi, KubeError, KubeUnavailable
+from appliance.backends.kubernetes.client import (
+    KubeApi,
+    KubeConfigError,
+    KubeError,
+    KubeUnavailable,
+)
 from appliance.backends.kubernetes.manifests import PodTemplate
 
-__all__ = ["KubeApi", "KubeError", "KubeUnavailable", "KubernetesBackend", "PodTemplate"]
+__all__ = [
+    "KubeApi",
+    "KubeConfigError",
+    "KubeError",
+    "KubeUnavailable",
+    "KubernetesBackend",
+    "PodTemplate",
+]

@@ -40,6 +40,10 @@ class KubeError(Exception):
         self.message = message
 
 
+class KubeConfigError(ValueError):
+    """No usable configuration to reach the API server; the message says which and why."""
+
+
 class KubeUnavailable(BackendUnavailable):
     """The API server could not be reached (or kept failing) through the whole retry ladder."""
 
@@ -76,14 +80,21 @@ class KubeApi:
         """Configure from a kubeconfig file, else in-cluster, else ~/.kube/config."""
         configuration = k8s.Configuration()
         configuration.retries = None  # our own ladder below; the client's would stack on it
-        if kubeconfig is not None:
-            await k8s_config.load_kube_config(
-                config_file=str(kubeconfig), client_configuration=configuration
-            )
-        elif _in_cluster():
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        else:
-            await k8s_config.load_kube_config(client_configuration=configuration)
+        try:
+            if kubeconfig is not None:
+                await k8s_config.load_kube_config(
+                    config_file=str(kubeconfig), client_configuration=configuration
+                )
+            elif _in_cluster():
+                k8s_config.load_incluster_config(client_configuration=configuration)
+            else:
+                await k8s_config.load_kube_config(client_configuration=configuration)
+        except (k8s_config.ConfigException, OSError, ValueError) as e:
+            where = kubeconfig or "the in-cluster service account or ~/.kube/config"
+            raise KubeConfigError(
+                f"cannot configure the Kubernetes client from {where}: {e}; set "
+                "APPLIANCE_KUBE_CONFIG to a kubeconfig file"
+            ) from None
         if not namespace:
             namespace = _default_namespace(kubeconfig)
         configuration.connection_pool_maxsize = 64

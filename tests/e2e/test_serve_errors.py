@@ -1,0 +1,78 @@
+"""`appliance serve` with settings it cannot start with: one `Error:` line saying what to fix,
+exit code 1, no traceback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BIN / "appliance", "serve", "--data-dir", tmp_path / "data", "--grpc-port", "0",
+         "--http-port", "0"],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+    for needle in needles:
+        assert needle in line, line
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("systems: [a, a]\nmemoryx: [m]\nswarmx: [s]\n", "names used twice: a"),
+        ("systems: []\nmemoryx: [m]\nswarmx: [s]\n", "systems"),
+        ("systems: [a]\nmemoryx: [m]\nswarmx: [s]\ngpus: [g]\n", "gpus"),
+        ("systems: [a\n", "is not YAML"),
+    ],
+)
+def test_bad_inventory_file(tmp_path: Path, text: str, needle: str) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(text)
+    done = serve(tmp_path, APPLIANCE_INVENTORY_FILE=str(inventory))
+    assert_one_line_error(done, f"inventory file {inventory}", needle)
+
+
+def test_missing_inventory_file(tmp_path: Path) -> None:
+    done = serve(tmp_path, APPLIANCE_INVENTORY_FILE=str(tmp_path / "absent.yaml"))
+    assert_one_line_error(done, "cannot read the inventory file")
+
+
+def test_unusable_kubeconfig(tmp_path: Path) -> None:
+    done = serve(
+        tmp_path, APPLIANCE_BACKEND="kubernetes", APPLIANCE_KUBE_CONFIG=str(tmp_path / "none")
+    )
+    assert_one_line_error(done, "cannot configure the Kubernetes client", "APPLIANCE_KUBE_CONFIG")
+
+
+def test_unreachable_api_server_at_start(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    done = serve(
+        tmp_path,
+        APPLIANCE_BACKEND="kubernetes",
+        APPLIANCE_KUBE_CONFIG=str(kubeconfig),
+        APPLIANCE_KUBE_REQUEST_TIMEOUT_SECONDS="1",
+    )
+    assert_one_line_error(done, "cannot find the replicas still running", "unreachable")
