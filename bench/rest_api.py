@@ -3,13 +3,17 @@ jobs/s) and the p99 of GET /api/v1/jobs/{id} measured during that load (goal <= 
 
 Every CS-2 system is put in maintenance before the coordinator starts, so the jobs stay QUEUED
 (the scheduler still runs its passes). Each submit client has its own httpx.AsyncClient (its
-own keep-alive connection) and submits back to back until the shared count is reached; a few
-probe clients GET one job in a loop meanwhile. Only jobs persisted QUEUED count. The run is
-repeated (`--runs`, each on a fresh store and coordinator) and the best is recorded, with
-every run listed beside it.
+own keep-alive connection) and submits back to back until the shared count is reached. Only
+jobs persisted QUEUED count. Meanwhile one probe process (`--probes`) GETs one job every 5 ms
+(`--probe-interval`) on its own keep-alive connection, like a user's `csctl` beside the load.
+The probe is a process of its own: a probe on the load generator's event loop, busy with 50
+clients, measured that loop's delay in reading the answer (p99 ~120 ms where a probe process
+saw ~30 ms). The run is repeated (`--runs`, each on a fresh store and coordinator); the
+median run by GET p99 is recorded with every run listed beside it, and the goals count as met
+only if every run meets them.
 
-    python -m bench.rest_api [--jobs 5000] [--clients 50] [--probes 4] [--runs 3] [--no-record]
-        [--profile OUT.prof]
+    python -m bench.rest_api [--jobs 5000] [--clients 50] [--probes 1] [--probe-interval 0.005]
+        [--runs 3] [--no-record] [--profile OUT.prof]
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
+import multiprocessing.synchronize
 import os
 import re
 import sqlite3
@@ -26,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import (
     EXAMPLE_PARAMS,
@@ -61,9 +68,45 @@ class RestCoordinator(CoordinatorProcess):
         raise TimeoutError("coordinator did not print its address")
 
 
-async def load(
-    base_url: str, jobs: int, clients: int, probes: int, time_limit: float
-) -> dict[str, Any]:
+def probe(
+    url: str, interval: float, stop: multiprocessing.synchronize.Event, results: Any
+) -> None:
+    """GET `url` every `interval` seconds (or as soon as the last answer came, if later) on
+    one keep-alive connection until `stop`; put the latencies (seconds) and the non-200
+    answers in `results`."""
+    latency: list[float] = []
+    errors: dict[str, int] = {}
+    with httpx.Client() as client:
+        while not stop.wait(max(0.0, interval - (latency[-1] if latency else 0.0))):
+            t0 = time.perf_counter()
+            response = client.get(url, timeout=30)
+            if response.status_code != 200:
+                key = f"GET {response.status_code}"
+                errors[key] = errors.get(key, 0) + 1
+                continue
+            latency.append(time.perf_counter() - t0)
+    results.put((latency, errors))
+
+
+def server_side_latency(metrics: str, method: str, route: str) -> dict[str, float]:
+    """How many of the route's requests the coordinator answered within each histogram bucket
+    (from receiving the request to starting the response), from its /metrics."""
+    cumulative: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name.endswith("_bucket")
+                and labels.get("method") == method
+                and labels.get("route") == route
+                and labels.get("status") == "200"
+            ):
+                cumulative[f"le_{labels['le']}_s"] = sample.value
+    return cumulative
+
+
+async def load(base_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    jobs, clients = args.jobs, args.clients
     body = {
         "params": EXAMPLE_PARAMS.read_text(),
         "num_csx": 1,
@@ -73,19 +116,16 @@ async def load(
     }
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     submitters = [httpx.AsyncClient(base_url=base_url, limits=limits) for _ in range(clients)]
-    getters = [httpx.AsyncClient(base_url=base_url, limits=limits) for _ in range(probes)]
-    everyone = submitters + getters
-    await asyncio.gather(*(c.get("/healthz") for c in everyone))  # warm-up: connect
-    probe = await submitters[0].post("/api/v1/jobs", json=body)
-    probe.raise_for_status()
-    probe_url = f"/api/v1/jobs/{probe.json()['id']}"
+    await asyncio.gather(*(c.get("/healthz") for c in submitters))  # warm-up: connect
+    probed = await submitters[0].post("/api/v1/jobs", json=body)
+    probed.raise_for_status()
+    probe_url = f"{base_url}/api/v1/jobs/{probed.json()['id']}"
 
     remaining = jobs
     submit_latency: list[float] = []
     get_latency: list[float] = []
     errors: dict[str, int] = {}
-    deadline = time.monotonic() + time_limit
-    done = asyncio.Event()
+    deadline = time.monotonic() + args.time_limit
 
     async def submitter(client: httpx.AsyncClient) -> None:
         nonlocal remaining
@@ -98,23 +138,27 @@ async def load(
                 continue
             submit_latency.append(time.perf_counter() - t0)
 
-    async def getter(client: httpx.AsyncClient) -> None:
-        while not done.is_set():
-            t0 = time.perf_counter()
-            response = await client.get(probe_url, timeout=30)
-            if response.status_code != 200:
-                key = f"GET {response.status_code}"
-                errors[key] = errors.get(key, 0) + 1
-                continue
-            get_latency.append(time.perf_counter() - t0)
-
+    spawn = multiprocessing.get_context("spawn")
+    stop, results = spawn.Event(), spawn.Queue()
+    probing = [
+        spawn.Process(target=probe, args=(probe_url, args.probe_interval, stop, results))
+        for _ in range(args.probes)
+    ]
+    for process in probing:
+        process.start()
     start = time.perf_counter()
-    probing = [asyncio.create_task(getter(c)) for c in getters]
     await asyncio.gather(*(submitter(c) for c in submitters))
     elapsed = time.perf_counter() - start
-    done.set()
-    await asyncio.gather(*probing)
-    await asyncio.gather(*(c.aclose() for c in everyone))
+    stop.set()
+    for _ in probing:
+        latency, probe_errors = results.get(timeout=60)
+        get_latency += latency
+        for key, count in probe_errors.items():
+            errors[key] = errors.get(key, 0) + count
+    for process in probing:
+        process.join()
+    scraped = (await submitters[0].get("/metrics")).text
+    await asyncio.gather(*(c.aclose() for c in submitters))
     return {
         "elapsed_s": round(elapsed, 3),
         "acked": len(submit_latency),
@@ -122,6 +166,7 @@ async def load(
         "acked_per_s": round(len(submit_latency) / elapsed, 1),
         "submit_latency": summarize_ms(submit_latency) if submit_latency else {},
         "get_latency_under_load": summarize_ms(get_latency) if get_latency else {},
+        "get_server_side": server_side_latency(scraped, "GET", "/api/v1/jobs/{job_id}"),
     }
 
 
@@ -129,22 +174,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--probes", type=int, default=4, help="clients GETting one job")
+    parser.add_argument(
+        "--probes", type=int, default=1, help="processes GETting one job meanwhile"
+    )
+    parser.add_argument(
+        "--probe-interval", type=float, default=0.005, help="seconds between a probe's GETs"
+    )
     parser.add_argument("--time-limit", type=float, default=90.0)
     parser.add_argument(
-        "--runs", type=int, default=3, help="independent runs; the best one is recorded"
+        "--runs", type=int, default=3, help="independent runs; the median one is recorded"
     )
     parser.add_argument("--no-record", action="store_true")
     parser.add_argument("--profile", type=Path, help="cProfile the coordinator into this file")
     args = parser.parse_args()
 
     runs = [run_once(args) for _ in range(args.runs)]
-    best = max(runs, key=lambda r: (r["meets_goals"], r["jobs_per_s"]))
+    ordered = sorted(runs, key=lambda r: r["get_p99_ms"])
+    median = ordered[(len(ordered) - 1) // 2]
     emit(
         "rest_api",
         {
-            **best,
-            "judged_on": f"best of {len(runs)} runs (each a fresh store and coordinator)",
+            **median,
+            "judged_on": f"the median of {len(runs)} runs by GET p99 (each a fresh store "
+            "and coordinator); every run must meet both goals",
+            "meets_goals": all(r["meets_goals"] for r in runs),
             "runs": [
                 {k: r[k] for k in ("jobs_per_s", "get_p99_ms", "meets_goals", "elapsed_s")}
                 for r in runs
@@ -163,9 +216,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         coordinator.wait_address()
         cpu_before = coordinator.thread_cpu()
         own_before = time.process_time()
-        run = asyncio.run(
-            load(coordinator.http_url, args.jobs, args.clients, args.probes, args.time_limit)
-        )
+        run = asyncio.run(load(coordinator.http_url, args))
         own_cpu = time.process_time() - own_before
         cpu_after = coordinator.thread_cpu()
     finally:
@@ -184,6 +235,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     result = {
         "clients": args.clients,
         "probes": args.probes,
+        "probe_interval_s": args.probe_interval,
         "jobs_requested": args.jobs,
         "persisted_queued": queued,
         "jobs_per_s": round(rate, 1),

@@ -108,7 +108,7 @@ class Coordinator:
             rest, host=s.host, port=s.http_port, log_level="warning", lifespan="off"
         )
         self._http = uvicorn.Server(config)
-        sock = socket.create_server((s.host, s.http_port), reuse_port=False)
+        sock = listen_tcp(s.host, s.http_port)
         self.http_port = sock.getsockname()[1]
         self._spawn(self._http.serve(sockets=[sock]))
 
@@ -174,3 +174,17 @@ async def make_backend(s: Settings) -> Backend:
         grace_seconds=s.cancel_grace_seconds,
         orphan_timeout=s.worker_orphan_timeout,
     )
+
+
+def listen_tcp(host: str, port: int) -> socket.socket:
+    """A listening TCP socket whose accepted connections send small writes at once.
+
+    asyncio sets TCP_NODELAY only on sockets created with proto IPPROTO_TCP, and
+    `socket.create_server` makes them with proto 0, so uvicorn's connections kept Nagle's
+    algorithm: its response headers and body are two writes, and the body waited for the
+    client's delayed ACK (40 ms on Linux) on every keep-alive request. Linux copies the option
+    from the listening socket to each accepted one.
+    """
+    sock = socket.create_server((host, port), reuse_port=False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock

@@ -64,6 +64,9 @@ def error_response(
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
+CLOSE = {"Connection": "close"}
+
+
 async def _appliance_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, errors.ApplianceError)
     status, code = status_for(exc)
@@ -100,7 +103,11 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("internal error serving %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(500, "internal", "internal error; see the coordinator's log")
+    # Starlette raises the error again once this response is sent, and uvicorn then closes
+    # the connection: say so, or a keep-alive client sends its next request into a reset.
+    return error_response(
+        500, "internal", "internal error; see the coordinator's log", headers=CLOSE
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:

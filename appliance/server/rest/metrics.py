@@ -6,6 +6,7 @@ phase are read from the store at scrape time with one GROUP BY on the indexed ph
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -37,6 +38,12 @@ class RestMetrics:
             ["phase"],
             registry=self.registry,
         )
+        self.frozen = Gauge(
+            "appliance_gc_frozen_objects",
+            "Objects frozen out of the garbage collector's full collections at start "
+            "(`appliance serve` freezes its start-up heap; 0 means full collections scan it).",
+            registry=self.registry,
+        )
         self.latency = Histogram(
             "appliance_http_request_duration_seconds",
             "Time from receiving an HTTP request to starting its response.",
@@ -48,6 +55,7 @@ class RestMetrics:
     def render(self, phase_counts: dict[Phase, int]) -> bytes:
         for phase in Phase:
             self.jobs.labels(phase=phase.value).set(phase_counts.get(phase, 0))
+        self.frozen.set(gc.get_freeze_count())
         return generate_latest(self.registry)
 
     content_type = CONTENT_TYPE_LATEST

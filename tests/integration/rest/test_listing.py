@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -64,8 +65,10 @@ def test_label_selectors_combine(parked: Rest, seven: list[dict[str, Any]]) -> N
 def test_listed_queue_positions_and_reasons_match_get_and_follow_priority(parked: Rest) -> None:
     ids = [parked.submit(labels={"set": "queue"})["id"] for _ in range(3)]
 
-    def agreed() -> dict[str, tuple[int, str]]:
-        """id -> (queue position, pending reason), once the list and GET agree."""
+    def agreed(reasons_settled: Callable[[dict[str, tuple[int, str]]], bool]) -> dict[str, Any]:
+        """id -> (queue position, pending reason), once the list and GET agree and the
+        scheduler has written the reasons `reasons_settled` waits for (a pass after a change
+        rewrites them; positions are read per call)."""
         views: list[dict[str, tuple[int, str]]] = []
 
         def same() -> bool:
@@ -77,17 +80,18 @@ def test_listed_queue_positions_and_reasons_match_get_and_follow_priority(parked
                     for i in ids
                 },
             ]
-            return views[0] == views[1] and views[0][ids[-1]][1].startswith("needs 1 system")
+            return views[0] == views[1] and reasons_settled(views[0])
 
         wait_until(same, 10, "the list and GET to agree")
         return views[0]
 
-    before = agreed()
+    before = agreed(lambda view: view[ids[-1]][1].startswith("needs 1 system"))
     assert before[ids[0]][0] < before[ids[1]][0] < before[ids[2]][0]
     moved = parked.http.patch(f"/api/v1/jobs/{ids[2]}", json={"priority": "p1"})
     assert moved.status_code == 200, moved.text
-    after = agreed()
+    positions = {i: parked.job(i)["queue_position"] for i in ids}  # at once, not after a pass
+    assert positions[ids[2]] < positions[ids[0]] < positions[ids[1]]
+    after = agreed(lambda view: "behind " + ids[2] in view[ids[0]][1])
     assert after[ids[2]][0] < after[ids[0]][0] < after[ids[1]][0]
-    assert "behind " + ids[2] in after[ids[0]][1]
     for job_id in ids:
         parked.http.post(f"/api/v1/jobs/{job_id}/cancel")
