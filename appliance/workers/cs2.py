@@ -3,8 +3,9 @@
 Forward: one StreamStepWeights call per step brings every unit's weights from this CS-2's
 SwarmX, last unit first (appliance.workers.topology.weight_order: the order in which they become
 ready), each unit computed as soon as it and the units before it are in. Backward: in reverse
-unit order, on the event loop, on one PushGradients stream per step; each unit's gradient goes
-out as soon as it is complete while backward carries on (see appliance.workers.model for tied
+unit order, on the event loop, on one PushGradients stream per step, opened when the step starts
+(its setup then overlaps the forward pass); each unit's gradient goes out as soon as it is
+complete while backward carries on (see appliance.workers.model for tied
 weights). One call per direction and step, and one message per unit unless a unit exceeds the
 chunk size, because each round trip and message costs more than the bytes it carries.
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any
 
 import grpc
@@ -147,27 +148,38 @@ class _StepRun:
         """The step's result, and its gradient push if that may complete in the background."""
         model = self.model
         arrivals = self._stream_weights(request.step)
-        try:  # the weights travel while a worker thread makes the batch
-            batch = await asyncio.to_thread(self._batch, request)
-            outputs, caches = await self._forward(request.step, batch, arrivals)
-        finally:
-            arrivals[1].cancel()
-        normalizer = model.batch_size * model.predictions_per_sample
-        head = model.head(outputs, self.weights, batch.targets, normalizer, not request.evaluate)
+        # A training step opens its gradient push now, so the call is set up while the weights
+        # arrive: opened when backward starts, its first messages waited for the call's setup
+        # until backward was over, and every hop of the step's critical path came later.
+        push = None if request.evaluate else _GradientPush(self.gradient_stub, self.timeout)
+        try:
+            try:  # the weights travel while a worker thread makes the batch
+                batch = await asyncio.to_thread(self._batch, request)
+                outputs, caches = await self._forward(request.step, batch, arrivals)
+            finally:
+                arrivals[1].cancel()
+            normalizer = model.batch_size * model.predictions_per_sample
+            head = model.head(
+                outputs, self.weights, batch.targets, normalizer, not request.evaluate
+            )
+        except BaseException:
+            if push is not None:
+                push.cancel()
+            raise
         result = pb.RunStepResult(
             loss_sum=head.loss_sum,
             num_samples=batch.num_samples,
             num_predictions=head.num_predictions,
             num_correct=head.num_correct,
         )
-        if request.evaluate:
+        if push is None:
             return result, None
-        push = asyncio.ensure_future(self._backward(request.step, caches, head))
+        pushed = asyncio.ensure_future(self._backward(request.step, caches, head, push))
         clipping = self.layout.params.optimizer.max_gradient_norm is not None
         if clipping or request.step + 1 >= self.layout.num_steps:
-            await push  # the chief reads the norms next, or the job ends: MemoryX must have all
+            await pushed  # the chief reads the norms next, or the job ends: MemoryX must have all
             return result, None
-        return result, push
+        return result, pushed
 
     def _batch(self, request: pb.RunStepRequest) -> Batch:
         """This CS-2's shard of the step's training batch or of the evaluation batch."""
@@ -208,7 +220,9 @@ class _StepRun:
             reader.cancel()
         return outputs, caches
 
-    async def _backward(self, step: int, caches: list[Any], head: Any) -> None:
+    async def _backward(
+        self, step: int, caches: list[Any], head: Any, push: _GradientPush
+    ) -> None:
         """Backward unit by unit on the event loop; each unit's gradient goes out once done.
 
         Not in a worker thread: the last unit's gradient starts the next step's critical path
@@ -216,22 +230,51 @@ class _StepRun:
         a scheduler wake-up. gRPC sends a unit's chunks in its own threads while the next unit
         is computed.
         """
-        ready: asyncio.Queue[list[WireChunk] | None] = asyncio.Queue()
-
-        async def chunks() -> AsyncIterator[WireChunk]:
-            while (layer := await ready.get()) is not None:
-                for chunk in layer:
-                    yield chunk
-
-        push = asyncio.ensure_future(self.gradient_stub.push_gradients(chunks(), self.timeout))
         try:
             for unit, grads in backward_units(self.model, self.weights, caches, head):
-                ready.put_nowait(list(encode_layer(step, unit, self.index, grads)))
-                await asyncio.sleep(0)  # gRPC takes the unit's chunks before the next unit
-            ready.put_nowait(None)
-            await push
+                push.send(encode_layer(step, unit, self.index, grads))
+                # gRPC takes the unit's chunks (its write of the unit before may first have to
+                # complete) before the next unit is computed, so they travel meanwhile.
+                await push.taken()
+            await push.close()
         finally:
             push.cancel()
+
+
+class _GradientPush:
+    """One step's PushGradients call, open before its gradients exist; chunks queue up."""
+
+    def __init__(self, stub: WeightStreamingClient, timeout: float) -> None:
+        self._ready: asyncio.Queue[WireChunk | None] = asyncio.Queue()
+        self._taken = asyncio.Event()  # set while gRPC has taken every chunk sent so far
+        self._call = asyncio.ensure_future(stub.push_gradients(self._chunks(), timeout))
+
+    async def _chunks(self) -> AsyncIterator[WireChunk]:
+        while (chunk := await self._ready.get()) is not None:
+            if self._ready.empty():
+                self._taken.set()
+            yield chunk
+
+    def send(self, chunks: Iterable[WireChunk]) -> None:
+        for chunk in chunks:
+            self._ready.put_nowait(chunk)
+            self._taken.clear()
+
+    async def taken(self) -> None:
+        """Until gRPC has taken every chunk sent so far (or the call ended)."""
+        taken = asyncio.ensure_future(self._taken.wait())
+        try:
+            await asyncio.wait({taken, self._call}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            taken.cancel()
+
+    async def close(self) -> None:
+        """End the stream; returns once MemoryX has taken every layer (raises if it failed)."""
+        self._ready.put_nowait(None)
+        await self._call
+
+    def cancel(self) -> None:
+        self._call.cancel()
 
 
 async def _read_into(

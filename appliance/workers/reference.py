@@ -45,8 +45,10 @@ class ReferenceTrainer:
         outputs, caches = forward_units(model, weights, batch.inputs)
         head = model.head(outputs, weights, batch.targets, normalizer, need_grad=True)
         grads: dict[int, Tensors] = dict(backward_units(model, weights, caches, head))
-        norms = [optimizers.squared_norm(grads[u]) for u in range(model.num_units)]
-        scale = optimizers.clip_scale(norms, settings.max_gradient_norm)
+        scale = 1.0  # a plain loop computes the global norm only to clip by it
+        if settings.max_gradient_norm is not None:
+            norms = [optimizers.squared_norm(grads[u]) for u in range(model.num_units)]
+            scale = optimizers.clip_scale(norms, settings.max_gradient_norm)
         lr = optimizers.learning_rate_at(settings, self.step, self.num_steps)
         for unit in range(model.num_units):
             optimizers.apply_update(

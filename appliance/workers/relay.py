@@ -108,7 +108,9 @@ def sum_chunks(chunks: list[WireChunk], source_index: int) -> WireChunk:
             raise ValueError(f"the senders' chunks of layer {first.layer} do not match")
     if any(piece.dtype != pb.DTYPE_FLOAT32 for piece in first.tensors):
         raise ValueError(f"a gradient of layer {first.layer} is not float32")
-    if len(chunks) == 1:  # nothing to add: the same slices, relabelled
+    if len(chunks) == 1:  # nothing to add: sent on as received, or relabelled
+        if first.source_index == source_index:
+            return first  # its received bytes go on without being serialized again
         return dataclasses.replace(first, source_index=source_index, encoded=None)
     pieces = []
     for position, piece in enumerate(first.tensors):

@@ -1,14 +1,16 @@
 """SwarmX: broadcasts each layer's weights to its CS-2s and reduces their gradients.
 
-Weights: the first CS-2 asking for a step's layers (one StreamStepWeights stream per step) has
-them fetched once from their MemoryXs, one stream per MemoryX carrying its layers in the order
-asked for; every CS-2 gets the same chunks, each chunk as soon as it has arrived. Gradients: each
-CS-2 pushes one stream per step, its layers' gradients in backward order; once all of this
-SwarmX's CS-2s have pushed chunk i of a layer, their chunks are added in CS-2 index order and the
-sum goes on at once, as chunk i of one partial sum, into this step's stream to the owning MemoryX
-(one per MemoryX and step). Relaying and reducing chunk by chunk (appliance.workers.relay) lets
-the hops of a big layer overlap. A CS-2's push is answered once MemoryX has taken every layer it
-carried (appliance.workers.memoryx), so a CS-2's step ends only when its gradients are in.
+Weights: the first CS-2 asking for a step's layers (one StreamStepWeights stream per step) has them
+fetched once from their MemoryXs, one stream per MemoryX carrying its layers in the order asked
+for; every CS-2 gets the same chunks, each chunk as soon as it has arrived. Gradients: each CS-2
+pushes one stream per step, its layers' gradients in backward order; once all of this SwarmX's
+CS-2s have pushed chunk i of a layer, their chunks are added in CS-2 index order and the sum goes
+on at once, as chunk i of one partial sum, into this step's stream to the owning MemoryX (one per
+MemoryX and step, opened when a CS-2's push for the step arrives, before its first gradient, so the
+call is set up by the time the first sum goes out). Relaying and reducing chunk by chunk
+(appliance.workers.relay) lets the hops of a big layer overlap. A CS-2's push is answered once
+MemoryX has taken every layer it carried (appliance.workers.memoryx), so a CS-2's step ends only
+when its gradients are in.
 
 The first gradient of step k also starts fetching the weights of step k + 1 (unless k is the
 job's last step), last unit first (appliance.workers.topology.weight_order): MemoryX sends each
@@ -42,6 +44,10 @@ log = logging.getLogger(__name__)
 
 LayerKey = tuple[int, int]  # (step, layer)
 _END = None  # closes an outgoing gradient stream
+# A step's streams to the MemoryXs: the queue feeding each, and each one's answer.
+_OpenPushes = tuple[
+    dict[PeerAddress, "asyncio.Queue[WireChunk | None]"], dict[PeerAddress, "asyncio.Task[None]"]
+]
 
 
 @dataclasses.dataclass
@@ -66,6 +72,8 @@ class SwarmXRole:
         self._weights: dict[LayerKey, LayerRelay] = {}
         self._fetches: set[asyncio.Task[None]] = set()
         self._reductions: dict[int, _StepReduction] = {}
+        # Pushes to the MemoryXs opened ahead of the step that will use them (see PushGradients).
+        self._spare_pushes: _OpenPushes | None = None
 
     def add_services(self, server: grpc.aio.Server) -> None:
         add_weight_streaming(self, server)
@@ -85,6 +93,9 @@ class SwarmXRole:
             task.cancel()
         for reduction in self._reductions.values():
             for ack in reduction.acks.values():
+                ack.cancel()
+        if self._spare_pushes is not None:
+            for ack in self._spare_pushes[1].values():
                 ack.cancel()
         await self._channels.close()
 
@@ -107,6 +118,10 @@ class SwarmXRole:
         layout = self._layout
         assert layout is not None
         expected = set(layout.cs2_of_swarmx(self.index))
+        if self._spare_pushes is None:
+            # A CS-2 opens its push when its step starts: open the pushes to the MemoryXs now,
+            # so their calls are set up before the first gradient instead of after it.
+            self._spare_pushes = self._open_pushes(layout)
         waits: dict[tuple[int, PeerAddress], asyncio.Task[None]] = {}
         order = ChunkOrder()
         try:
@@ -193,14 +208,8 @@ class SwarmXRole:
         reduction = self._reductions.get(step)
         if reduction is not None:
             return reduction
-        owners = [m for m in layout.memoryx if layout.layers_of_memoryx(m.index)]
-        outgoing: dict[PeerAddress, asyncio.Queue[WireChunk | None]] = {
-            owner: asyncio.Queue() for owner in owners
-        }
-        acks = {
-            owner: asyncio.create_task(self._push_to_memoryx(owner, outgoing[owner]))
-            for owner in owners
-        }
+        outgoing, acks = self._take_spare_pushes() or self._open_pushes(layout)
+        owners = list(outgoing)
         remaining = {owner: len(layout.layers_of_memoryx(owner.index)) for owner in owners}
         reduction = _StepReduction({}, outgoing, remaining, acks)
         self._reductions[step] = reduction
@@ -242,6 +251,33 @@ class SwarmXRole:
         reduction.remaining[owner] -= 1
         if reduction.remaining[owner] == 0:
             queue.put_nowait(_END)
+
+    def _take_spare_pushes(self) -> _OpenPushes | None:
+        """The pushes opened ahead, unless one of them already ended (its deadline passed
+        while no step needed it, e.g. during evaluation): those are dropped."""
+        spares, self._spare_pushes = self._spare_pushes, None
+        if spares is None:
+            return None
+        acks = spares[1].values()
+        if not any(ack.done() for ack in acks):
+            return spares
+        for ack in acks:
+            ack.cancel()
+            if ack.done() and not ack.cancelled():
+                ack.exception()  # retrieved: it only ended a stream nobody used
+        return None
+
+    def _open_pushes(self, layout: JobLayout) -> _OpenPushes:
+        """A PushGradients call to each MemoryX that holds layers, fed by a queue."""
+        owners = [m for m in layout.memoryx if layout.layers_of_memoryx(m.index)]
+        outgoing: dict[PeerAddress, asyncio.Queue[WireChunk | None]] = {
+            owner: asyncio.Queue() for owner in owners
+        }
+        acks = {
+            owner: asyncio.create_task(self._push_to_memoryx(owner, outgoing[owner]))
+            for owner in owners
+        }
+        return outgoing, acks
 
     async def _push_to_memoryx(
         self, owner: PeerAddress, queue: asyncio.Queue[WireChunk | None]

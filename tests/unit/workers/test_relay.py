@@ -40,6 +40,13 @@ def test_one_sender_is_relabelled_without_changing_its_data() -> None:
     (chunk,) = tensors.encode_layer(0, 2, 3, {"w": np.ones(4, np.float32)})
     relabelled = sum_chunks([chunk], 1)
     assert relabelled.source_index == 1 and relabelled.tensors == chunk.tensors
+    assert parse_chunk(serialize_chunk(relabelled)).source_index == 1
+
+
+def test_one_sender_with_the_same_index_goes_on_as_received() -> None:
+    (chunk,) = tensors.encode_layer(0, 2, 0, {"w": np.ones(4, np.float32)})
+    received = parse_chunk(serialize_chunk(chunk))
+    assert sum_chunks([received], 0) is received  # its bytes are sent on, not serialized again
 
 
 def test_chunks_that_do_not_match_are_rejected() -> None:
