@@ -15,6 +15,7 @@ from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import EXIT_FAILED, ReplicaExit, StopSignal
 from appliance.workers.peer_calls import PeerCalls
+from appliance.workers.step_trace import TRACE
 from appliance.workers.topology import job_layout
 from appliance.workers.training_loop import TrainingLoop
 
@@ -36,6 +37,7 @@ class ChiefRole:
         """The chief gets its topology from AwaitPeers, not from Configure."""
 
     async def close(self) -> None:
+        TRACE.write("chief-0")
         await self._channels.close()
 
     async def run(self, control: ControlPlane, stop: StopSignal) -> None:

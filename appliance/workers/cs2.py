@@ -37,6 +37,7 @@ from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.model import Batch, Tensors, backward_units
+from appliance.workers.step_trace import TRACE
 from appliance.workers.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
 from appliance.workers.topology import JobLayout, weight_order
 from appliance.workers.weight_rpc import WeightStreamingClient
@@ -76,6 +77,7 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
 
     async def close(self) -> None:
         log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
+        TRACE.write(f"cs2-{self.index}")
         if self._push is not None:
             self._push.cancel()
         await self._channels.close()
@@ -147,6 +149,8 @@ class _StepRun:
     async def run(self, request: pb.RunStepRequest) -> _StepOutcome:
         """The step's result, and its gradient push if that may complete in the background."""
         model = self.model
+        if not request.evaluate:
+            TRACE.mark("cs2_step_start", request.step)
         arrivals = self._stream_weights(request.step)
         # A training step opens its gradient push now, so the call is set up while the weights
         # arrive: opened when backward starts, its first messages waited for the call's setup
@@ -211,6 +215,7 @@ class _StepRun:
                     if streamed.layer in self.weights:
                         raise ValueError(f"unit {streamed.layer} streamed twice")
                     self.weights[streamed.layer] = streamed.tensors
+                    TRACE.mark("cs2_weights_in", version, streamed.layer)
                 # On the event loop: a thread hand-off per unit costs more than it overlaps;
                 # gRPC keeps receiving the next units meanwhile.
                 outputs, cache = self.model.forward_unit(unit, self.weights[unit], outputs)
@@ -233,6 +238,7 @@ class _StepRun:
         try:
             for unit, grads in backward_units(self.model, self.weights, caches, head):
                 push.send(encode_layer(step, unit, self.index, grads))
+                TRACE.mark("cs2_gradient_out", step, unit)
                 # gRPC takes the unit's chunks (its write of the unit before may first have to
                 # complete) before the next unit is computed, so they travel meanwhile.
                 await push.taken()

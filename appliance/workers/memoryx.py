@@ -31,6 +31,7 @@ from appliance.workers import checkpoints, optimizers
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.model import Array, Tensors
+from appliance.workers.step_trace import TRACE
 from appliance.workers.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
 from appliance.workers.topology import JobLayout
 from appliance.workers.weight_rpc import add_weight_streaming
@@ -107,6 +108,7 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
 
     async def close(self) -> None:
         log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
+        TRACE.write(f"memoryx-{self.index}")
 
     async def StreamWeights(
         self, request: pb.WeightsRequest, context: grpc.aio.ServicerContext
@@ -124,6 +126,7 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
     ) -> AsyncIterator[WireChunk]:
         for layer in request.layers:
             tensors = await self._weights_at(request.step, layer, context)
+            TRACE.mark("memoryx_weights_out", request.step, layer)
             for chunk in encode_layer(request.step, layer, self.index, tensors):
                 yield chunk
 
@@ -133,6 +136,7 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
         pushed: list[tuple[int, LayerShard]] = []
         try:
             async for partial in read_layers(request_iterator):
+                TRACE.mark("memoryx_gradient_in", partial.step, partial.layer)
                 shard = await self._shard(partial.layer, context)
                 await self._add_partial_sum(shard, partial, context)
                 pushed.append((partial.step, shard))
@@ -198,10 +202,10 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
                 shard.changed.notify_all()
                 return
         learning_rate = optimizers.learning_rate_at(self._optimizer, partial.step, self._num_steps)
-        await self._apply(shard, partial.step, learning_rate, 1.0)
+        await self._apply(partial.layer, shard, partial.step, learning_rate, 1.0)
 
     async def _apply(
-        self, shard: LayerShard, step: int, learning_rate: float, gradient_scale: float
+        self, layer: int, shard: LayerShard, step: int, learning_rate: float, gradient_scale: float
     ) -> None:
         """Apply the step's update to one layer; its version moves to step + 1."""
         assert shard.gradient is not None
@@ -215,6 +219,7 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
             learning_rate,
             gradient_scale,
         )
+        TRACE.mark("memoryx_updated", step, layer)
         async with shard.changed:
             shard.gradient = None
             shard.version += 1
@@ -232,8 +237,10 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
     async def ApplyUpdates(
         self, request: pb.ApplyUpdatesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ApplyUpdatesResponse:
-        for shard in (await self._complete(request.step, context)).values():
-            await self._apply(shard, request.step, request.learning_rate, request.gradient_scale)
+        for layer, shard in (await self._complete(request.step, context)).items():
+            await self._apply(
+                layer, shard, request.step, request.learning_rate, request.gradient_scale
+            )
         return pb.ApplyUpdatesResponse()
 
     async def _complete(

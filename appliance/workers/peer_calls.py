@@ -17,6 +17,7 @@ from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance.workers.channels import PeerChannels
 from appliance.workers.lifecycle import EXIT_FAILED, ReplicaExit
 from appliance.workers.model import Tensors
+from appliance.workers.step_trace import TRACE
 from appliance.workers.tensors import collect_layer
 from appliance.workers.topology import JobLayout, PeerAddress
 from appliance.workers.weight_rpc import WeightStreamingClient
@@ -51,13 +52,18 @@ class PeerCalls:
         """One step (or evaluation batch) on every CS-2; results in CS-2 index order."""
         request = pb.RunStepRequest(step=step, evaluate=evaluate, eval_batch=eval_batch)
         what = f"eval batch {eval_batch}" if evaluate else f"step {step}"
-        return await self._all(
+        if not evaluate:
+            TRACE.mark("chief_run_step", step)
+        results = await self._all(
             self.layout.cs2,
             lambda peer: dataplane_pb2_grpc.StepExecutionStub(self._channel(peer)).RunStep(
                 request, timeout=self._timeout
             ),
             what,
         )
+        if not evaluate:
+            TRACE.mark("chief_step_done", step)
+        return results
 
     async def gradient_norms(self, step: int) -> list[float]:
         """Squared norm of every layer's summed gradient, in layer order."""

@@ -35,6 +35,7 @@ from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.relay import ChunkOrder, LayerRelay, sum_chunks
+from appliance.workers.step_trace import TRACE
 from appliance.workers.tensors import TRAFFIC
 from appliance.workers.topology import JobLayout, PeerAddress, weight_order
 from appliance.workers.weight_rpc import WeightStreamingClient, add_weight_streaming
@@ -89,6 +90,7 @@ class SwarmXRole:
 
     async def close(self) -> None:
         log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
+        TRACE.write(f"swarmx-{self.index}")
         for task in self._fetches:
             task.cancel()
         for reduction in self._reductions.values():
@@ -131,6 +133,8 @@ class SwarmXRole:
                         grpc.StatusCode.INVALID_ARGUMENT, f"cs2-{chunk.source_index} is not mine"
                     )
                 index = order.index_of(chunk)
+                if chunk.last:
+                    TRACE.mark("swarmx_gradient_in", chunk.step, chunk.layer)
                 reduction = self._reduction(layout, chunk.step)
                 owner = layout.memoryx_of_layer(chunk.layer)
                 waits[(chunk.step, owner)] = reduction.acks[owner]
@@ -159,6 +163,7 @@ class SwarmXRole:
             try:
                 async for chunk in relay.chunks():
                     yield chunk
+                TRACE.mark("swarmx_weights_out", step, layer)
             except grpc.aio.AioRpcError as err:
                 await context.abort(err.code(), f"swarmx-{self.index}: memoryx: {err.details()}")
                 raise AssertionError("unreachable") from err
@@ -194,6 +199,7 @@ class SwarmXRole:
                     raise ValueError(f"{owner.name} sent layer {chunk.layer} out of order")
                 relays[received].add(chunk)
                 if chunk.last:
+                    TRACE.mark("swarmx_weights_in", step, chunk.layer)
                     received += 1
             if received < len(layers):
                 raise ValueError(f"{owner.name} ended the stream after {received} layers")
@@ -247,6 +253,7 @@ class SwarmXRole:
         queue.put_nowait(partial_sum)
         if not partial_sum.last:
             return
+        TRACE.mark("swarmx_gradient_out", step, layer)
         self._weights.pop((step, layer), None)  # every CS-2 is past this layer's forward pass
         reduction.remaining[owner] -= 1
         if reduction.remaining[owner] == 0:
