@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -30,7 +32,9 @@ import yaml
 from appliance.client import DEFAULT_ADDRESS, ApplianceClient, JobHandle
 from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
 from appliance.client.progress import EventPrinter, describe_progress
+from appliance.client.user_config import ConfigError
 from appliance.domain.errors import ApplianceError, InvalidSpec
+from appliance.domain.job import JobEvent
 from appliance.domain.phases import Phase
 from appliance.domain.spec import Mode, parse_label_selector
 
@@ -44,11 +48,10 @@ ENV_TOKEN = "CSCTL_TOKEN"
 CANCEL_REASON = "the launcher was interrupted"
 
 
-class _Stopped(BaseException):
+class _Stopped:
     """Ctrl-C or SIGTERM arrived: cancel the job and exit with `code`."""
 
     def __init__(self, code: int) -> None:
-        super().__init__(code)
         self.code = code
 
 
@@ -97,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--token",
         default=os.environ.get(ENV_TOKEN) or None,
         metavar="TOKEN",
-        help=f"Bearer token when authentication is on (default ${ENV_TOKEN}).",
+        help=f"Bearer token when authentication is on (default ${ENV_TOKEN}, else the "
+        "`token:` of csctl's config file).",
     )
     return parser
 
@@ -198,6 +202,8 @@ def _submit_and_follow(
         )
     except InvalidSpec as exc:
         return _error(exc.message, EXIT_BAD_INPUT)
+    except ConfigError as exc:  # csctl's config file, read for the token
+        return _error(str(exc), EXIT_BAD_INPUT)
     with client:
         if args.mode == Mode.COMPILE.value:
             return _compile(client, args, params, out)
@@ -228,22 +234,57 @@ def _submit_and_follow(
 
 
 def _follow(job: JobHandle, out: TextIO) -> int:
+    """Print the job's events until it ends; Ctrl-C or SIGTERM cancels it.
+
+    The events are read on a thread of their own and handed over through a SimpleQueue, which
+    is also what the signal handler writes to: the main thread only ever waits on that queue.
+    A handler that raised while the main thread was inside gRPC could leave the channel's
+    bookkeeping half-done, and closing it then hung.
+    """
     printer = EventPrinter(out)
-    previous = _set_handlers(_raise_stopped)
+    inbox: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        inbox.put(_Stopped(EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED))
+
+    previous = _set_handlers(stop)
     try:
-        for event in job.watch():
-            printer.show(event)
+        threading.Thread(target=_read_events, args=(job, inbox), daemon=True).start()
+        while not isinstance(item := inbox.get(), _EndOfEvents):
+            if isinstance(item, _Stopped):
+                _set_handlers(signal.SIG_IGN)  # a second Ctrl-C must not abort the cancel
+                printer.message(f"interrupted: cancelling {job.id} ...")
+                return _cancel(job, printer, item.code)
+            if isinstance(item, Exception) and not isinstance(item, ApplianceError):
+                raise item  # a bug, not the appliance's answer: let it show
+            if isinstance(item, ApplianceError):
+                printer.close()
+                return _error(
+                    f"{item.message} (job {job.id} is cancelled when its lease lapses)", 1
+                )
+            printer.show(item)
         printer.close()
         return _outcome(job, printer, out)
-    except _Stopped as stopped:
-        _set_handlers(signal.SIG_IGN)  # a second Ctrl-C must not abort the cancel
-        printer.message(f"interrupted: cancelling {job.id} ...")
-        return _cancel(job, printer, stopped.code)
-    except ApplianceError as exc:
-        printer.close()
-        return _error(f"{exc.message} (job {job.id} is cancelled when its lease lapses)", 1)
     finally:
         _restore_handlers(previous)
+
+
+class _EndOfEvents:
+    """The job's event stream ended (after its terminal phase)."""
+
+
+_Item: TypeAlias = "JobEvent | Exception | _Stopped | _EndOfEvents"
+
+
+def _read_events(job: JobHandle, inbox: queue.SimpleQueue[_Item]) -> None:
+    """Put the job's events, then the end of the stream or the error that broke it."""
+    try:
+        for event in job.watch():
+            inbox.put(event)
+    except Exception as exc:  # an ApplianceError also once the channel closes after a cancel
+        inbox.put(exc)
+        return
+    inbox.put(_EndOfEvents())
 
 
 def _outcome(job: JobHandle, printer: EventPrinter, out: TextIO) -> int:
@@ -265,10 +306,6 @@ def _cancel(job: JobHandle, printer: EventPrinter, code: int) -> int:
     state = "cancelled" if result.changed else f"already {result.job.phase}"
     printer.message(f"{job.id} {state}")
     return code
-
-
-def _raise_stopped(signum: int, frame: FrameType | None) -> None:
-    raise _Stopped(EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED)
 
 
 _Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None

@@ -7,8 +7,7 @@ import sys
 
 import click
 
-from csctl import render
-from csctl.config import (
+from appliance.client.user_config import (
     ENV_SERVER,
     ENV_TOKEN,
     SETTABLE,
@@ -19,6 +18,7 @@ from csctl.config import (
     redacted,
     set_setting,
 )
+from csctl import render
 from csctl.session import CsctlConfigError, Session
 
 _OVERRIDDEN_BY = {"server": ENV_SERVER, "token": ENV_TOKEN}

@@ -9,14 +9,14 @@ from typing import IO, Any, NoReturn
 import click
 
 from appliance.client import ApplianceClient
-from appliance.domain.errors import ApplianceError
-from csctl.config import (
+from appliance.client.user_config import (
     ConfigError,
     ServerAddress,
     exposure_warning,
     resolve_server,
     resolve_token,
 )
+from appliance.domain.errors import ApplianceError
 
 
 class CsctlError(click.ClickException):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import fuzz_report
 from tests.postgres import REQUIRE_ENV, PostgresServer, PostgresUnavailable, postgres_server
 
 _skipped_postgres: list[str] = []
@@ -40,6 +41,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(autouse=True)
+def no_user_csctl_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Keep the machine's csctl settings (its token, its config file) out of every test: the
+    client takes a token from them when it is given none."""
+    empty = tmp_path_factory.mktemp("csctl") / "config.yaml"
+    empty.write_text("")
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("CSCTL_TOKEN", "CSCTL_SERVER"):
+            patch.delenv(name, raising=False)
+        patch.setenv("CSCTL_CONFIG", str(empty))
+        yield
+
+
 @pytest.fixture
 def dead_address() -> Iterator[str]:
     """An address where nothing listens: the port is held by a socket that never listens."""
@@ -49,5 +63,7 @@ def dead_address() -> Iterator[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in fuzz_report.LINES:
+        terminalreporter.write_line(line)
     if _skipped_postgres:
         terminalreporter.write_line(f"PostgreSQL tests skipped: {_skipped_postgres[0]}")

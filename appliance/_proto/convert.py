@@ -63,6 +63,10 @@ def priority_from_pb(value: int) -> Priority | None:
     return _PRIO_FROM_PB.get(value)
 
 
+def _or_default(priority: Priority | None, default: Priority) -> Priority:
+    return default if priority is None else priority
+
+
 def spec_to_pb(spec: JobSpec) -> cluster_pb2.JobSpec:
     return cluster_pb2.JobSpec(
         params_yaml=spec.params_yaml,
@@ -83,7 +87,8 @@ def spec_from_pb(msg: cluster_pb2.JobSpec) -> JobSpec:
         num_steps=msg.num_steps,
         mode=mode_from_pb(msg.mode) or Mode.TRAIN,
         labels=dict(msg.labels),
-        priority=priority_from_pb(msg.priority) or Priority.P2,
+        # Not `or`: Priority.P0 is 0, so `or` read every P0 job as P2.
+        priority=_or_default(priority_from_pb(msg.priority), Priority.P2),
         model_dir=msg.model_dir,
     )
 

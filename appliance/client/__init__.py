@@ -16,12 +16,13 @@ Results are the domain types of `appliance.domain` (Job, JobEvent, ...); failure
 project's errors (`appliance.domain.errors`), plus JobFailed and JobCancelled from `wait()`.
 """
 
-from appliance.client.client import DEFAULT_ADDRESS, ApplianceClient, CancelResult
+from appliance.client.client import ApplianceClient, CancelResult
 from appliance.client.errors import JobCancelled, JobFailed
 from appliance.client.handle import JobHandle
 from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
 from appliance.client.nodes import NodeStatus
 from appliance.client.params import ParamsSource
+from appliance.client.user_config import DEFAULT_ADDRESS
 from appliance.client.watch import WatchRetry
 
 __all__ = [

@@ -31,13 +31,13 @@ from appliance.client.lease import (
 )
 from appliance.client.nodes import NodeStatus, node_from_pb
 from appliance.client.params import ParamsSource, load_params_yaml
+from appliance.client.user_config import DEFAULT_ADDRESS, resolve_token
 from appliance.client.watch import WatchRetry, watch_job_events
 from appliance.domain.compile import CompileReport
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.spec import Mode, Priority, validate_labels, validate_spec
 
-DEFAULT_ADDRESS = "127.0.0.1:50051"
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a full job (GetJob) carries up to 1 MiB of params
 _T = TypeVar("_T")
 
@@ -70,7 +70,9 @@ class ApplianceClient:
     renews it every `heartbeat_interval` seconds until the job ends or `close()` is called).
     `detach=True` makes `submit()` detach by default (see `appliance.client.lease`).
     `token` is sent as a bearer token with every call (needed once the coordinator has tokens;
-    `appliance token create` makes one).
+    `appliance token create` makes one). Without it the client takes csctl's: $CSCTL_TOKEN,
+    else `token:` in csctl's config file (appliance.client.user_config); a config file that
+    cannot be read raises user_config.ConfigError.
     """
 
     def __init__(
@@ -85,6 +87,9 @@ class ApplianceClient:
         token: str | None = None,
     ) -> None:
         check_lease_timing(lease_seconds, heartbeat_interval)
+        if token is None:  # like csctl: $CSCTL_TOKEN, then `token:` in its config file
+            found = resolve_token(None, os.environ)
+            token = found.value if found is not None else None
         self.address = address
         self.timeout = timeout
         self.watch_retry = watch_retry or WatchRetry()

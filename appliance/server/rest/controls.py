@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.domain.auth import Principal
 from appliance.domain.inventory import NodeKind, NodeUsage
-from appliance.domain.spec import Priority
+from appliance.domain.spec import Priority, validate_labels
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.models import JobOut, LeaseOut, PriorityName, job_out, lease_out
@@ -80,6 +80,8 @@ def controls_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
     ) -> JobOut:
         """Change a job's priority (queued or running jobs; P0 is admin-only) and/or labels."""
         job = None
+        if body.labels is not None:
+            validate_labels(body.labels.set)  # before any write: all of the PATCH or none of it
         if body.priority is not None:
             job = await jobs.set_priority(job_id, Priority[body.priority.name], by=by)
         if body.labels is not None:

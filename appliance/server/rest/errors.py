@@ -81,9 +81,14 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     if not problems:
         return error_response(422, "invalid_request", "the request is not valid")
     first = problems[0]
+    if first.get("type") == "json_invalid":  # its location is a character offset, not a field
+        detail = first.get("ctx", {}).get("error", "")
+        text = f"the request body is not valid JSON ({detail})" if detail else "not valid JSON"
+        return error_response(422, "invalid_request", text, "body")
     loc = [str(part) for part in first.get("loc", ())]
     where = loc[1:] if len(loc) > 1 and loc[0] in _LOCATIONS else loc
-    field = ".".join(where) or None
+    # A key like "" still has a place: name the body (or query) it is in rather than nothing.
+    field = ".".join(where) if any(where) else (loc[0] if loc else None)
     message = str(first.get("msg", "invalid value"))
     more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
     text = f"{field}: {message}{more}" if field else f"{message}{more}"
@@ -98,6 +103,9 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         phrase = "HTTP error"
     code = phrase.lower().replace(" ", "_").replace("-", "_")
     message = exc.detail if isinstance(exc.detail, str) and exc.detail else phrase
+    if exc.status_code == 400:  # FastAPI's own: a body it could not parse at all
+        message = f"{message}: send a JSON object with content-type application/json"
+        return error_response(400, code, message, "body", headers=exc.headers)
     return error_response(exc.status_code, code, message, headers=exc.headers)
 
 

@@ -77,3 +77,32 @@ def test_csctl_token_from_flag_environment_and_config(
     assert csctl("get", "jobs", CSCTL_TOKEN=tokens["alice"]).returncode == 0
     config.write_text(f"server: {running.address}\ntoken: {tokens['alice']}\n")
     assert csctl("get", "jobs").returncode == 0
+
+
+def test_client_and_launcher_take_the_token_like_csctl(
+    secured: tuple[RunningCoordinator, dict[str, str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No token= argument: $CSCTL_TOKEN, else `token:` in csctl's config file."""
+    running, tokens = secured
+    config = tmp_path / "csctl.yaml"
+    config.write_text(f"token: {tokens['bob']}\n")
+    monkeypatch.setenv("CSCTL_CONFIG", str(config))
+    monkeypatch.setenv("CSCTL_TOKEN", tokens["alice"])
+    with ApplianceClient(running.address, detach=True) as client:
+        assert client.submit(params=PARAMS, num_csx=1, num_steps=2).status.user == "alice"
+    monkeypatch.delenv("CSCTL_TOKEN")
+    with ApplianceClient(running.address, detach=True) as client:
+        assert client.submit(params=PARAMS, num_csx=1, num_steps=2).status.user == "bob"
+
+    params = tmp_path / "params.yaml"
+    params.write_text("model: {name: fc_mnist, hidden_sizes: [8]}\n")
+    launched = subprocess.run(
+        [sys.executable, "-m", "appliance.run", "--params", params, "--num_csx", "1",
+         "--num_steps", "2", "--server", running.address, "--detach"],
+        capture_output=True, text=True, timeout=60, env={**os.environ},
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    with ApplianceClient(running.address, detach=True) as client:
+        assert sorted(j.user for j in client.list_jobs()) == ["alice", "bob", "bob"]

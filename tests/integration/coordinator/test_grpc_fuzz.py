@@ -14,6 +14,7 @@ from appliance._proto.errors import FIELD_KEY
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc
 from appliance.domain.inventory import NodeState
+from tests.fuzz_report import report
 from tests.integration.coordinator.harness import RunningCoordinator
 
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
@@ -46,7 +47,7 @@ def stub(
             yield cluster_pb2_grpc.ClusterServiceStub(channel)
     finally:
         running.stop()
-        print(f"\ngRPC fuzz: {cases['count']} generated requests")
+        report(f"gRPC fuzz (hypothesis): {cases['count']} generated requests")
 
 
 def _check(call: object) -> object | None:

@@ -71,7 +71,8 @@ def test_bodies_that_are_not_json_objects_are_422(parked: Rest) -> None:
     bad_json = parked.http.post(
         "/api/v1/jobs", content=b"{", headers={"content-type": "application/json"}
     )
-    _error(bad_json, 422, "invalid_request")
+    malformed = _error(bad_json, 422, "invalid_request")
+    assert malformed["field"] == "body" and "not valid JSON" in malformed["message"]
     _error(parked.http.post("/api/v1/jobs", json=[1, 2]), 422, "invalid_request")
     _error(parked.http.post("/api/v1/jobs"), 422, "invalid_request")
 

@@ -12,6 +12,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi import checks
 
+from tests.fuzz_report import report
 from tests.integration.rest.conftest import Rest
 
 EXAMPLES_PER_OPERATION = 50  # per generation mode; keeps the whole fuzz run well under a minute
@@ -31,9 +32,9 @@ def test_no_generated_request_gets_a_server_error(parked: Rest) -> None:
             tried[f"{operation.label} [{mode.value}]"] = _fuzz(operation, mode, parked.base_url)
 
     total = sum(tried.values())
-    print(f"\nschemathesis: {total} cases over {len(tried)} operation/mode pairs")
+    report(f"REST fuzz (schemathesis): {total} cases over {len(tried)} operation/mode pairs")
     for label, count in sorted(tried.items()):
-        print(f"  {count:4d}  {label}")
+        report(f"  {count:4d}  {label}")
     assert total >= len(operations) * 10
 
 
@@ -55,6 +56,9 @@ def _fuzz(operation: Any, mode: GenerationMode, base_url: str) -> int:
         count += 1
         response = case.call(base_url=base_url, timeout=10)
         case.validate_response(response, checks=CHECKS)
+        if response.status_code in (400, 422):  # a rejected input names what to fix
+            error = response.json()["error"]
+            assert error["field"], f"{case.method} {case.path} {response.request.body!r}: {error}"
 
     check()
     return count

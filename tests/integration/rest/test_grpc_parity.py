@@ -55,11 +55,14 @@ def test_queued_and_cancelled_jobs_and_lists_match(
 ) -> None:
     with grpc.insecure_channel(parked.running.address) as channel:
         parked_stub = cluster_pb2_grpc.ClusterServiceStub(channel)
-        job = parked.submit(labels={"door": "both"}, priority="p3")
-        parked.wait_phase(job["id"], {"QUEUED"})
-        assert parked.job(job["id"]) == _via_grpc(parked_stub, job["id"])
-        parked.http.post(f"/api/v1/jobs/{job['id']}/cancel", json={"reason": "parity"})
-        assert parked.job(job["id"]) == _via_grpc(parked_stub, job["id"])
+        # Every priority: P0 is 0 on the wire, and a reader that took 0 for "unset" showed it P2.
+        for priority in ("p0", "p1", "p2", "p3"):
+            job = parked.submit(labels={"door": "both"}, priority=priority)
+            parked.wait_phase(job["id"], {"QUEUED"})
+            assert parked.job(job["id"]) == _via_grpc(parked_stub, job["id"])
+            assert _via_grpc(parked_stub, job["id"])["spec"]["priority"] == priority
+            parked.http.post(f"/api/v1/jobs/{job['id']}/cancel", json={"reason": "parity"})
+            assert parked.job(job["id"]) == _via_grpc(parked_stub, job["id"])
 
         listed = parked_stub.ListJobs(pb.ListJobsRequest(all=True, labels={"door": "both"}))
         rest_list = parked.http.get("/api/v1/jobs", params={"all": True, "label": "door=both"})

@@ -13,8 +13,8 @@ from csctl_runner import Csctl
 from fake_cluster_service import FakeCluster
 
 from appliance.client import DEFAULT_ADDRESS
+from appliance.client.user_config import ConfigError, config_path, resolve_server
 from csctl.cli import cli
-from csctl.config import ConfigError, config_path, resolve_server
 
 
 def test_flag_beats_env_beats_file(tmp_path: Path) -> None:

@@ -1,4 +1,8 @@
-"""Where csctl finds the appliance: `--server`, then $CSCTL_SERVER, then the config file.
+"""The user's appliance settings, shared by csctl, the Python client and the launcher.
+
+Where to find the appliance: `--server`, then $CSCTL_SERVER, then the config file. The bearer
+token (when the appliance has authentication on): the flag or `token=` argument, then
+$CSCTL_TOKEN, then the config file.
 
 The config file is `$CSCTL_CONFIG`, else `$XDG_CONFIG_HOME/csctl/config.yaml`, else
 `~/.config/csctl/config.yaml`; it is YAML with a `server: host:port` key and, when the
@@ -16,8 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from appliance.client import DEFAULT_ADDRESS
-
+DEFAULT_ADDRESS = "127.0.0.1:50051"
 ENV_SERVER = "CSCTL_SERVER"
 ENV_CONFIG = "CSCTL_CONFIG"
 ENV_TOKEN = "CSCTL_TOKEN"
