@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import time
 
 import click
@@ -92,7 +91,7 @@ def get_jobs(
     """
     jobs = session.client().list_jobs(
         all=include_all,
-        user=getpass.getuser() if my_jobs else None,
+        mine=my_jobs,
         labels=labels,
         limit=max_jobs,
     )

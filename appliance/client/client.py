@@ -202,15 +202,21 @@ class ApplianceClient:
         user: str | None = None,
         labels: Mapping[str, str] | None = None,
         limit: int | None = None,
+        mine: bool = False,
     ) -> list[Job]:
         """Jobs newest first: active ones, or every one with `all`; at most `limit` of them.
 
-        `user` keeps one user's jobs; every label in `labels` must match.
+        `user` keeps one user's jobs; every label in `labels` must match. `mine` keeps the
+        caller's: its token's user when the appliance has authentication on, else this
+        process's user name (the one `submit` sends).
         """
         if limit is not None and limit <= 0:
             raise InvalidSpec(f"limit must be a positive number, got {limit}", field="limit")
         request = cluster_pb2.ListJobsRequest(
-            all=all, user=user or "", labels=validate_labels(labels or {})
+            all=all,
+            user=_os_user() if mine else user or "",
+            labels=validate_labels(labels or {}),
+            mine=mine,
         )
         if limit is None:
             pages: Iterator[cluster_pb2.ListJobsResponse] = self._stream(

@@ -327,11 +327,16 @@ class ListJobsRequest(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    MINE_FIELD_NUMBER: _builtins.int
     all: _builtins.bool
     """Include terminal jobs."""
     user: _builtins.str
     limit: _builtins.int
     page_token: _builtins.str
+    mine: _builtins.bool
+    """Only the caller's jobs: with authentication on, the user of the caller's token (whatever
+    `user` says); with it off, `user` (the name the client submits under).
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Every label must match."""
@@ -344,10 +349,11 @@ class ListJobsRequest(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         limit: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        mine: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "labels", b"labels", "limit", b"limit", "page_token", b"page_token", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "labels", b"labels", "limit", b"limit", "mine", b"mine", "page_token", b"page_token", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

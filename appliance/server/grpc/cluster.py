@@ -61,8 +61,8 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def ListJobs(
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> cluster_pb2.ListJobsResponse:
-        self._caller(context)
-        keys, token = await self.jobs.list_keys(query_from_request(request))
+        by = self._caller(context)
+        keys, token = await self.jobs.list_keys(query_from_request(request, by))
         parts = await self.summaries.responses(
             keys, self.jobs.summaries, self.jobs.queue_positions, max_bytes=1 << 62
         )
@@ -74,8 +74,8 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def StreamJobs(
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> AsyncIterator[cluster_pb2.ListJobsResponse]:
-        self._caller(context)
-        async for keys in self.jobs.stream_keys(query_from_request(request)):
+        by = self._caller(context)
+        async for keys in self.jobs.stream_keys(query_from_request(request, by)):
             responses = await self.summaries.responses(
                 keys, self.jobs.summaries, self.jobs.queue_positions
             )
@@ -199,10 +199,10 @@ def spec_from_request(msg: cluster_pb2.JobSpec) -> JobSpec:
     )
 
 
-def query_from_request(msg: cluster_pb2.ListJobsRequest) -> JobQuery:
+def query_from_request(msg: cluster_pb2.ListJobsRequest, by: Principal | None = None) -> JobQuery:
     return JobQuery(
         include_terminal=msg.all,
-        user=msg.user,
+        user=by.user if msg.mine and by is not None else msg.user,
         labels=validate_labels(dict(msg.labels)),
         limit=msg.limit,
         page_token=msg.page_token,

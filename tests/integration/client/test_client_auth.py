@@ -49,11 +49,13 @@ def test_client_sends_its_token(secured: tuple[RunningCoordinator, dict[str, str
         assert [j.id for j in alice.list_jobs()] == [job.id]
         streamed = alice.list_jobs(all=True)  # a server stream carries the token too
         assert [j.id for j in streamed] == [job.id]
-    with (
-        ApplianceClient(running.address, token=tokens["bob"], detach=True) as bob,
-        pytest.raises(PermissionDenied),
-    ):
-        bob.cancel_job(job.id)
+        # "mine" is the token's user, not this process's (which submitted nothing here)
+        assert [j.id for j in alice.list_jobs(mine=True)] == [job.id]
+        assert [j.id for j in alice.list_jobs(mine=True, limit=10)] == [job.id]
+    with ApplianceClient(running.address, token=tokens["bob"], detach=True) as bob:
+        assert bob.list_jobs(mine=True) == []
+        with pytest.raises(PermissionDenied):
+            bob.cancel_job(job.id)
 
 
 def test_csctl_token_from_flag_environment_and_config(
@@ -77,6 +79,11 @@ def test_csctl_token_from_flag_environment_and_config(
     assert csctl("get", "jobs", CSCTL_TOKEN=tokens["alice"]).returncode == 0
     config.write_text(f"server: {running.address}\ntoken: {tokens['alice']}\n")
     assert csctl("get", "jobs").returncode == 0
+    with ApplianceClient(running.address, token=tokens["alice"], detach=True) as alice:
+        job = alice.submit(params=PARAMS, num_csx=1, num_steps=2)
+    mine = csctl("get", "jobs", "-m", "-o", "json")  # alice's, whatever the OS user is
+    assert mine.returncode == 0 and job.id in mine.stdout, mine.stderr
+    assert job.id not in csctl("get", "jobs", "-m", CSCTL_TOKEN=tokens["bob"]).stdout
 
 
 def test_client_and_launcher_take_the_token_like_csctl(
