@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from appliance.domain.job import Job, Replica
@@ -35,9 +35,16 @@ class ReplicaEvent:
     message: str = ""
 
 
+# The environment variable that carries a job's replica token into each of its replicas.
+REPLICA_TOKEN_ENV = "APPLIANCE_REPLICA_TOKEN"
+
+
 class Backend(Protocol):
     # HOST:PORT replicas dial; the coordinator sets it once its gRPC port is known.
     coordinator_address: str
+    # With authentication on, the token a job's replicas present to the coordinator (passed to
+    # them as APPLIANCE_REPLICA_TOKEN); None when authentication is off.
+    replica_token: Callable[[str], str] | None
 
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
         """Start every replica of the job (idempotent for replicas already running)."""

@@ -23,6 +23,7 @@ from appliance.scheduler.loop import SchedulerLoop
 from appliance.server.auth import Authenticator
 from appliance.server.grpc.cluster import ClusterServicer
 from appliance.server.grpc.control import ReplicaControlServicer
+from appliance.server.replica_tokens import ReplicaTokens
 from appliance.server.rest.app import create_app
 from appliance.services.bus import JobBus
 from appliance.services.context import Context
@@ -82,8 +83,11 @@ class Coordinator:
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
             ClusterServicer(self.jobs, logs, self.auth), self._grpc
         )
+        # With authentication on, replicas present their job's token (replica_tokens.py).
+        tokens = ReplicaTokens.in_data_dir(s.data_dir) if self.auth.enabled else None
+        self.backend.replica_token = tokens.token_for if tokens is not None else None
         control_pb2_grpc.add_ReplicaControlServicer_to_server(
-            ReplicaControlServicer(replicas), self._grpc
+            ReplicaControlServicer(replicas, tokens), self._grpc
         )
         self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
         self.backend.coordinator_address = s.coordinator_address or f"127.0.0.1:{self.grpc_port}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -16,6 +17,7 @@ from typing import TypeVar
 import grpc
 
 from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
+from appliance.backends.base import REPLICA_TOKEN_ENV
 from appliance.workers.lifecycle import EXIT_ORPHANED, ReplicaExit, StopSignal
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,9 @@ class ControlPlane:
         orphan_timeout: float,
     ) -> None:
         self._stub = control_pb2_grpc.ReplicaControlStub(channel)
+        # With authentication on, the coordinator gave this replica its job's token.
+        token = os.environ.get(REPLICA_TOKEN_ENV)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self.job_id = job_id
         self.replica = replica
         self._orphan_timeout = orphan_timeout
@@ -50,7 +55,10 @@ class ControlPlane:
             job_id=self.job_id, replica=self.replica, address=address, pid=pid
         )
         await self._with_retry(
-            "RegisterReplica", lambda: self._stub.RegisterReplica(request, timeout=CALL_TIMEOUT)
+            "RegisterReplica",
+            lambda: self._stub.RegisterReplica(
+                request, timeout=CALL_TIMEOUT, metadata=self._metadata
+            ),
         )
         log.info("registered %s of %s at %s", self.replica, self.job_id, address)
 
@@ -61,7 +69,9 @@ class ControlPlane:
         )
         topology: control_pb2.Topology = await self._with_retry(
             "AwaitPeers",
-            lambda: self._stub.AwaitPeers(request, timeout=AWAIT_PEERS_WINDOW + CALL_TIMEOUT),
+            lambda: self._stub.AwaitPeers(
+                request, timeout=AWAIT_PEERS_WINDOW + CALL_TIMEOUT, metadata=self._metadata
+            ),
             orphan_clock=False,
         )
         return topology
@@ -75,11 +85,16 @@ class ControlPlane:
         )
         if retry:
             directive: control_pb2.ReplicaDirective = await self._with_retry(
-                "ReportProgress", lambda: self._stub.ReportProgress(request, timeout=CALL_TIMEOUT)
+                "ReportProgress",
+                lambda: self._stub.ReportProgress(
+                    request, timeout=CALL_TIMEOUT, metadata=self._metadata
+                ),
             )
             return directive
         try:
-            directive = await self._stub.ReportProgress(request, timeout=CALL_TIMEOUT)
+            directive = await self._stub.ReportProgress(
+                request, timeout=CALL_TIMEOUT, metadata=self._metadata
+            )
         except grpc.aio.AioRpcError as err:
             log.warning("progress report at step %d failed: %s", progress.step, err.code())
             return None
@@ -91,7 +106,10 @@ class ControlPlane:
         request = control_pb2.HeartbeatRequest(job_id=self.job_id, replica=self.replica)
         while True:
             directive: control_pb2.ReplicaDirective = await self._with_retry(
-                "Heartbeat", lambda: self._stub.Heartbeat(request, timeout=CALL_TIMEOUT)
+                "Heartbeat",
+                lambda: self._stub.Heartbeat(
+                    request, timeout=CALL_TIMEOUT, metadata=self._metadata
+                ),
             )
             if not directive.keep_running:
                 stop.request(0, "the coordinator says the job is over")

@@ -75,6 +75,7 @@ class KubernetesBackend:
         self._tasks: set[asyncio.Task[None]] = set()
         self._watching = False
         self._slots = asyncio.Semaphore(API_CONCURRENCY)
+        self.replica_token: Callable[[str], str] | None = None
 
     @property
     def coordinator_address(self) -> str:
@@ -95,7 +96,9 @@ class KubernetesBackend:
 
         async def create(replica: Replica) -> None:
             async with self._slots:
-                await self.api.create("Pod", m.replica_pod(job.id, replica, self.template, uid))
+                token = self.replica_token(job.id) if self.replica_token is not None else None
+                pod = m.replica_pod(job.id, replica, self.template, uid, token)
+                await self.api.create("Pod", pod)
 
         missing = [r for r in replicas if m.pod_name(job.id, r.name) not in self._views]
         await asyncio.gather(*(create(r) for r in missing))

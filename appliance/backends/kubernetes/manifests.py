@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from appliance.backends.base import REPLICA_TOKEN_ENV
 from appliance.domain.job import Job, Replica
 from appliance.domain.plan import Role
 
@@ -137,7 +138,7 @@ def headless_service(job_id: str, namespace: str, owner_uid: str) -> dict[str, A
 
 
 def replica_pod(
-    job_id: str, replica: Replica, template: PodTemplate, owner_uid: str
+    job_id: str, replica: Replica, template: PodTemplate, owner_uid: str, token: str | None = None
 ) -> dict[str, Any]:
     """One replica as a pod: the worker command of the local backend, identity in env."""
     requests = ROLE_REQUESTS[replica.role]
@@ -156,6 +157,8 @@ def replica_pod(
         _from_field("APPLIANCE_REPLICA_HOST", "status.podIP"),
         _from_field("APPLIANCE_POD_NAME", "metadata.name"),
     ]
+    if token is not None:  # authentication is on: how the replicas prove they are the job's
+        env = [*env, {"name": REPLICA_TOKEN_ENV, "value": token}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

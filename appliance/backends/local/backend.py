@@ -15,10 +15,10 @@ import os
 import signal
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 
-from appliance.backends.base import ReplicaEvent, ReplicaEventKind
+from appliance.backends.base import REPLICA_TOKEN_ENV, ReplicaEvent, ReplicaEventKind
 from appliance.domain.job import Job, Replica
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class LocalBackend:
     ) -> None:
         self.jobs_dir = data_dir / "jobs"
         self.coordinator_address = coordinator_address
+        self.replica_token: Callable[[str], str] | None = None
         self.grace_seconds = grace_seconds
         self.orphan_timeout = orphan_timeout
         self.python = python
@@ -92,6 +93,8 @@ class LocalBackend:
             "APPLIANCE_REPLICA": replica.name,
             "APPLIANCE_COORDINATOR": self.coordinator_address,
         }
+        if self.replica_token is not None:
+            env[REPLICA_TOKEN_ENV] = self.replica_token(job_id)
         command = [
             self.python, "-m", "appliance.workers", replica.role.value,
             "--job-id", job_id, "--replica", replica.name,

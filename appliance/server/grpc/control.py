@@ -9,6 +9,7 @@ import grpc
 from appliance._proto import convert
 from appliance._proto.v1 import control_pb2, control_pb2_grpc
 from appliance.server.grpc.errors import unary
+from appliance.server.replica_tokens import ReplicaTokens
 from appliance.services.replicas import ReplicaService
 
 Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
@@ -16,13 +17,28 @@ MAX_AWAIT_SECONDS = 600.0
 
 
 class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
-    def __init__(self, replicas: ReplicaService) -> None:
+    """With `tokens` (authentication on), every call must carry its job's replica token."""
+
+    def __init__(self, replicas: ReplicaService, tokens: ReplicaTokens | None = None) -> None:
         self.replicas = replicas
+        self.tokens = tokens
+
+    async def _check(self, job_id: str, context: Ctx) -> None:
+        if self.tokens is None:
+            return
+        metadata = dict(context.invocation_metadata() or ())
+        scheme, _, token = str(metadata.get("authorization", "")).partition(" ")
+        if scheme.lower() != "bearer" or not self.tokens.valid(job_id, token.strip()):
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"replica calls for {job_id or 'a job'} need that job's replica token",
+            )
 
     @unary
     async def RegisterReplica(
         self, request: control_pb2.RegisterReplicaRequest, context: Ctx
     ) -> control_pb2.RegisterReplicaResponse:
+        await self._check(request.job_id, context)
         await self.replicas.register(request.job_id, request.replica, request.address, request.pid)
         return control_pb2.RegisterReplicaResponse()
 
@@ -30,6 +46,7 @@ class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
     async def AwaitPeers(
         self, request: control_pb2.AwaitPeersRequest, context: Ctx
     ) -> control_pb2.Topology:
+        await self._check(request.job_id, context)
         wait = min(request.timeout_seconds or MAX_AWAIT_SECONDS, MAX_AWAIT_SECONDS)
         job = await self.replicas.await_running(request.job_id, wait)
         return control_pb2.Topology(
@@ -51,6 +68,7 @@ class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
     async def ReportProgress(
         self, request: control_pb2.ReportProgressRequest, context: Ctx
     ) -> control_pb2.ReplicaDirective:
+        await self._check(request.job_id, context)
         keep = await self.replicas.report_progress(
             request.job_id, convert.progress_from_pb(request.progress)
         )
@@ -60,6 +78,7 @@ class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
     async def Heartbeat(
         self, request: control_pb2.HeartbeatRequest, context: Ctx
     ) -> control_pb2.ReplicaDirective:
+        await self._check(request.job_id, context)
         keep, phase = await self.replicas.keep_running(request.job_id)
         directive = control_pb2.ReplicaDirective(keep_running=keep)
         if phase is not None:

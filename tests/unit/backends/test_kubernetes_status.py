@@ -93,6 +93,10 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
     env = {e["name"]: e for e in c["env"]}
     assert env["APPLIANCE_REPLICA"]["value"] == "cs2-1"
     assert env["APPLIANCE_REPLICA_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert "APPLIANCE_REPLICA_TOKEN" not in env  # authentication off
+    authenticated = m.replica_pod(JOB, replica, template, "uid-1", token="t0k")
+    (with_token,) = authenticated["spec"]["containers"]
+    assert {"name": "APPLIANCE_REPLICA_TOKEN", "value": "t0k"} in with_token["env"]
     assert c["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     # The model dirs are writable on the read-only root: an emptyDir unless a claim is given.
