@@ -32,7 +32,7 @@ import yaml
 from appliance.client import DEFAULT_ADDRESS, ApplianceClient, JobHandle
 from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
 from appliance.client.progress import EventPrinter, describe_progress
-from appliance.client.user_config import ConfigError
+from appliance.client.user_config import ENV_SERVER, ENV_TOKEN, ConfigError
 from appliance.domain.errors import ApplianceError, InvalidSpec
 from appliance.domain.job import JobEvent
 from appliance.domain.phases import Phase
@@ -43,8 +43,6 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
-ENV_SERVER = "CSCTL_SERVER"
-ENV_TOKEN = "CSCTL_TOKEN"
 CANCEL_REASON = "the launcher was interrupted"
 
 
@@ -98,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--token",
-        default=os.environ.get(ENV_TOKEN) or None,
+        default=None,  # ApplianceClient looks in $CSCTL_TOKEN, then csctl's config file
         metavar="TOKEN",
         help=f"Bearer token when authentication is on (default ${ENV_TOKEN}, else the "
         "`token:` of csctl's config file).",
@@ -255,13 +253,13 @@ def _follow(job: JobHandle, out: TextIO) -> int:
                 _set_handlers(signal.SIG_IGN)  # a second Ctrl-C must not abort the cancel
                 printer.message(f"interrupted: cancelling {job.id} ...")
                 return _cancel(job, printer, item.code)
-            if isinstance(item, Exception) and not isinstance(item, ApplianceError):
-                raise item  # a bug, not the appliance's answer: let it show
             if isinstance(item, ApplianceError):
                 printer.close()
                 return _error(
                     f"{item.message} (job {job.id} is cancelled when its lease lapses)", 1
                 )
+            if isinstance(item, Exception):
+                raise item  # a bug, not the appliance's answer: let it show
             printer.show(item)
         printer.close()
         return _outcome(job, printer, out)

@@ -21,7 +21,15 @@ from typing import Any
 import grpc
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
-from bench.common import SYSTEMS, CoordinatorProcess, emit, fresh_dir, prepare_store, summarize_ms
+from bench.common import (
+    SYSTEMS,
+    CoordinatorProcess,
+    emit,
+    fresh_dir,
+    median_run,
+    prepare_store,
+    summarize_ms,
+)
 from bench.submit_throughput import load as submit_load
 
 GOAL_JOBS_PER_S = 1600.0
@@ -108,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
 
     runs = [run_once(args) for _ in range(args.runs)]
-    median = sorted(runs, key=lambda r: r["cancelled_per_s"])[len(runs) // 2]
+    median = median_run(runs, "cancelled_per_s")
     emit(
         "bulk_cancel",
         {

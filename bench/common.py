@@ -207,6 +207,11 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+def median_run(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The run whose `key` is the median of the runs' (the lower one of an even count)."""
+    return sorted(runs, key=lambda run: run[key])[(len(runs) - 1) // 2]
+
+
 def summarize_ms(values_s: Sequence[float]) -> dict[str, float]:
     ms = [v * 1000 for v in values_s]
     return {

@@ -40,6 +40,7 @@ from bench.common import (
     CoordinatorProcess,
     emit,
     fresh_dir,
+    median_run,
     prepare_store,
     summarize_ms,
 )
@@ -189,8 +190,7 @@ def main() -> None:
     args = parser.parse_args()
 
     runs = [run_once(args) for _ in range(args.runs)]
-    ordered = sorted(runs, key=lambda r: r["get_p99_ms"])
-    median = ordered[(len(ordered) - 1) // 2]
+    median = median_run(runs, "get_p99_ms")
     emit(
         "rest_api",
         {

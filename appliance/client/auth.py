@@ -22,9 +22,14 @@ class _Details(NamedTuple):
     compression: Any
 
 
+def bearer_metadata(token: str) -> tuple[str, str]:
+    """The metadata entry that carries `token` to the coordinator."""
+    return (AUTH_METADATA_KEY, f"Bearer {token}")
+
+
 class TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
     def __init__(self, token: str) -> None:
-        self._header = (AUTH_METADATA_KEY, f"Bearer {token}")
+        self._header = bearer_metadata(token)
 
     def _with_token(self, details: grpc.ClientCallDetails) -> _Details:
         metadata = [*(details.metadata or ()), self._header]

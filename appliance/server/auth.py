@@ -67,17 +67,25 @@ class Authenticator:
         """Who calls, from an `Authorization: Bearer <token>` value."""
         if self._principals is None:
             return Principal(user=claimed_user or "anonymous", admin=True)
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = bearer_token(authorization)
+        if token is None:
             raise Unauthenticated(
                 "authentication is required: pass a token (csctl --token, CSCTL_TOKEN, or "
                 "ApplianceClient(token=...))"
             )
-        wanted = digest(token.strip())
+        wanted = digest(token)
         for known, principal in self._principals.items():
             if hmac.compare_digest(known, wanted):
                 return principal
         raise Unauthenticated("the token is not recognised; ask an admin for a valid one")
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` value; None if there is none."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
 
 
 def create_token(path: Path, user: str, groups: Sequence[str], admin: bool) -> str:

@@ -18,6 +18,7 @@ import grpc
 
 from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
 from appliance.backends.base import REPLICA_TOKEN_ENV
+from appliance.client.auth import bearer_metadata
 from appliance.workers.lifecycle import EXIT_ORPHANED, ReplicaExit, StopSignal
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class ControlPlane:
         self._stub = control_pb2_grpc.ReplicaControlStub(channel)
         # With authentication on, the coordinator gave this replica its job's token.
         token = os.environ.get(REPLICA_TOKEN_ENV)
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self._metadata = (bearer_metadata(token),) if token else None
         self.job_id = job_id
         self.replica = replica
         self._orphan_timeout = orphan_timeout

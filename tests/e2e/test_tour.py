@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,31 +13,17 @@ import yaml
 
 from appliance.client import ApplianceClient
 from appliance.domain.phases import Phase
-from tests.integration.coordinator.harness import kill_workers, wait_until, worker_processes
+from tests.e2e.conftest import Served
+from tests.integration.coordinator.harness import wait_until, worker_processes
 
 BIN = Path(sys.executable).parent
 PARAMS = Path(__file__).resolve().parents[2] / "examples" / "params_fc_mnist.yaml"
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[str]:
-    """`appliance serve` on free ports; yields its gRPC address."""
-    proc = subprocess.Popen(
-        [BIN / "appliance", "serve", "--data-dir", tmp_path / "data", "--grpc-port", "0",
-         "--http-port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    first = proc.stdout.readline()
-    match = re.match(r"appliance (127\.0\.0\.1:\d+) \(gRPC\)", first)
-    assert match, f"unexpected first line from appliance serve: {first!r}"
-    address = match.group(1)
-    try:
-        yield address
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-        kill_workers(address)
+def served(serving: Served) -> str:
+    """`appliance serve` on free ports; its gRPC address."""
+    return serving.address
 
 
 def csctl(address: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,6 +8,7 @@ import grpc
 
 from appliance._proto import convert
 from appliance._proto.v1 import control_pb2, control_pb2_grpc
+from appliance.server.auth import AUTH_METADATA_KEY, bearer_token
 from appliance.server.grpc.errors import unary
 from appliance.server.replica_tokens import ReplicaTokens
 from appliance.services.replicas import ReplicaService
@@ -27,8 +28,8 @@ class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
         if self.tokens is None:
             return
         metadata = dict(context.invocation_metadata() or ())
-        scheme, _, token = str(metadata.get("authorization", "")).partition(" ")
-        if scheme.lower() != "bearer" or not self.tokens.valid(job_id, token.strip()):
+        token = bearer_token(metadata.get(AUTH_METADATA_KEY))
+        if token is None or not self.tokens.valid(job_id, token):
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
                 f"replica calls for {job_id or 'a job'} need that job's replica token",
