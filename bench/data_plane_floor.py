@@ -1,6 +1,6 @@
-"""The floor of a weight-streaming step on grpc.aio: the fc_mnist traffic with no work at all.
+"""The floor of a weight-streaming step on gRPC: the fc_mnist traffic with no work at all.
 
-    python -m bench.data_plane_floor [--steps N] [--runs 3]
+    python -m bench.data_plane_floor [--steps N] [--runs 3] [--modes aio,sync,aio-streams]
 
 Three processes (cs2, swarmx, memoryx) move exactly the default fc_mnist job's tensors each step
 over the same call shapes, lanes and channel options as the replicas
@@ -10,9 +10,11 @@ pushes their gradients (last unit first) through SwarmX to MemoryX; MemoryX send
 step k + 1 only once its gradient of step k is in, as the real update does. Nothing is
 computed, parsed or copied by hand: messages are pre-built bytes passed through unchanged.
 
-Each transport (grpc.aio, as the replicas use, and the synchronous thread-per-call API) runs
-twice: relayed through SwarmX as above, and direct (the CS-2 calls MemoryX; no SwarmX), the
-least any design that keeps the CS-2 and MemoryX in processes of their own can move.
+Three modes: `aio`, grpc.aio with a weights call and a gradients call a step and hop, as the
+replicas do; `sync`, the same calls on the synchronous thread-per-call API; `aio-streams`,
+grpc.aio with one long-lived call each way and hop for the whole run (no call set up per step).
+Each runs twice: relayed through SwarmX as above, and direct (the CS-2 calls MemoryX; no
+SwarmX), the least any design that keeps the CS-2 and MemoryX in processes of their own moves.
 
 What it gives: the step time and CPU per step of the data plane alone. Compute (the
 single-process step, ~1.9 ms) can only add to it; the weight-streaming benchmark's goal for
@@ -44,11 +46,26 @@ SERVICE = "bench.Floor"
 # The default fc_mnist units (examples/params_fc_mnist.yaml): weight + bias, float32.
 UNIT_BYTES = [(784 * 256 + 256) * 4, (256 * 256 + 256) * 4, (256 * 10 + 10) * 4]
 WARMUP_STEPS = 200
-TRANSPORTS = ("aio", "sync")
+# How the CS-2 calls: grpc.aio, two calls a step (as the replicas); the synchronous API, the same
+# calls; grpc.aio, one long-lived call each way for the whole run.
+MODES = ("aio", "sync", "aio-streams")
 
 
 def _identity(data: bytes) -> bytes:
     return data
+
+
+def _weights_request(step: int, count: int = 1) -> bytes:
+    """Ask for the weights of `count` steps from `step` on."""
+    return step.to_bytes(4, "little") + count.to_bytes(4, "little")
+
+
+def _steps_asked(request: bytes) -> tuple[int, int]:
+    return int.from_bytes(request[:4], "little"), int.from_bytes(request[4:], "little")
+
+
+def _gradient(step: int, size: int) -> bytes:
+    return step.to_bytes(4, "little") + bytes(size - 4)
 
 
 def _handlers(weights: object, gradients: object) -> grpc.GenericRpcHandler:
@@ -80,12 +97,13 @@ async def _serve(role: str, upstream: str | None) -> None:
             return arrived.setdefault((step, unit), asyncio.Event())
 
         async def weights(request: bytes, context: object) -> AsyncIterator[bytes]:
-            step = int.from_bytes(request, "little")
-            for unit in reversed(range(len(payloads))):  # topology.weight_order
-                if step > 0:  # the update of step - 1 must be in
-                    await event(step - 1, unit).wait()
-                    arrived.pop((step - 1, unit), None)
-                yield payloads[unit]
+            first, count = _steps_asked(request)
+            for step in range(first, first + count):
+                for unit in reversed(range(len(payloads))):  # topology.weight_order
+                    if step > 0:  # the update of step - 1 must be in
+                        await event(step - 1, unit).wait()
+                        arrived.pop((step - 1, unit), None)
+                    yield payloads[unit]
 
         async def gradients(requests: AsyncIterator[bytes], context: object) -> bytes:
             async for message in requests:  # a unit's gradient: its size names it, then step
@@ -114,19 +132,20 @@ async def _serve(role: str, upstream: str | None) -> None:
 
 
 async def _drive(address: str, steps: int) -> None:
+    """Each step: push its gradients while reading the next step's weights, one call each."""
     client = _Client(address)
     sizes = list(reversed(UNIT_BYTES))
 
     async def read_weights(step: int) -> None:
         count = 0
-        async for _ in client.weights(step.to_bytes(4, "little")):
+        async for _ in client.weights(_weights_request(step)):
             count += 1
         assert count == len(UNIT_BYTES)
 
     async def push(step: int) -> None:
         async def messages() -> AsyncIterator[bytes]:
             for size in sizes:
-                yield step.to_bytes(4, "little") + bytes(size - 4)
+                yield _gradient(step, size)
 
         await client.gradients(messages())
 
@@ -136,6 +155,30 @@ async def _drive(address: str, steps: int) -> None:
             print("measure", flush=True)
         nxt = [read_weights(step + 1)] if step + 1 < steps else []
         await asyncio.gather(push(step), *nxt)
+    print("done", flush=True)
+
+
+async def _drive_streams(address: str, steps: int) -> None:
+    """_drive with one long-lived call each way for the whole run instead of two a step."""
+    client = _Client(address)
+    sizes = list(reversed(UNIT_BYTES))
+    outgoing: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def messages() -> AsyncIterator[bytes]:
+        while (message := await outgoing.get()) is not None:
+            yield message
+
+    pushing = asyncio.ensure_future(client.gradients(messages()))
+    weights = aiter(client.weights(_weights_request(0, steps)))
+    for step in range(steps):
+        if step == WARMUP_STEPS:
+            print("measure", flush=True)
+        for _ in UNIT_BYTES:  # this step's weights
+            await anext(weights)
+        for size in sizes:
+            outgoing.put_nowait(_gradient(step, size))
+    outgoing.put_nowait(None)
+    await pushing
     print("done", flush=True)
 
 
@@ -151,7 +194,7 @@ def _serve_sync(role: str, upstream: str | None) -> None:
                 return arrived.setdefault((step, unit), threading.Event())
 
         def weights(request: bytes, context: object) -> Iterator[bytes]:
-            step = int.from_bytes(request, "little")
+            step, _ = _steps_asked(request)
             for unit in reversed(range(len(payloads))):
                 if step > 0:
                     event(step - 1, unit).wait()
@@ -188,10 +231,10 @@ def _drive_sync(address: str, steps: int) -> None:
     sizes = list(reversed(UNIT_BYTES))
 
     def read_weights(step: int) -> None:
-        assert sum(1 for _ in client.weights(step.to_bytes(4, "little"))) == len(UNIT_BYTES)
+        assert sum(1 for _ in client.weights(_weights_request(step))) == len(UNIT_BYTES)
 
     def push(step: int) -> None:
-        client.gradients(step.to_bytes(4, "little") + bytes(size - 4) for size in sizes)
+        client.gradients(_gradient(step, size) for size in sizes)
 
     read_weights(0)
     with ThreadPoolExecutor(max_workers=1) as reader:
@@ -218,14 +261,14 @@ def _port(name: str, process: subprocess.Popen[str]) -> str:
     return port
 
 
-def _spawn(transport: str, *args: str) -> subprocess.Popen[str]:
+def _spawn(mode: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
             "-m",
             "bench.data_plane_floor",
-            "--transport",
-            transport,
+            "--mode",
+            mode,
             "--role",
             *args,
         ],
@@ -235,7 +278,7 @@ def _spawn(transport: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def measure(transport: str, relayed: bool, steps: int) -> dict[str, object]:
+def measure(mode: str, relayed: bool, steps: int) -> dict[str, object]:
     """One run: the step time and each process's CPU per step over steps past the warm-up.
 
     Without `relayed` the CS-2 talks to MemoryX directly: the least any design with the two
@@ -243,18 +286,16 @@ def measure(transport: str, relayed: bool, steps: int) -> dict[str, object]:
     """
     processes: dict[str, subprocess.Popen[str]] = {}
     try:
-        processes["memoryx"] = upstream = _spawn(transport, "memoryx")
+        processes["memoryx"] = upstream = _spawn(mode, "memoryx")
         if relayed:
             processes["swarmx"] = upstream = _spawn(
-                transport,
+                mode,
                 "swarmx",
                 "--upstream",
                 f"127.0.0.1:{_port('memoryx', processes['memoryx'])}",
             )
         address = f"127.0.0.1:{_port('upstream', upstream)}"
-        processes["cs2"] = cs2 = _spawn(
-            transport, "cs2", "--upstream", address, "--steps", str(steps)
-        )
+        processes["cs2"] = cs2 = _spawn(mode, "cs2", "--upstream", address, "--steps", str(steps))
         assert cs2.stdout is not None
         if cs2.stdout.readline().strip() != "measure":
             raise RuntimeError("the cs2 process ended before the warm-up did")
@@ -281,35 +322,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2200)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--transports", default="aio,sync", help="aio, sync or both")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="comma-separated, of: %(default)s"
+    )
     parser.add_argument("--no-record", action="store_true", help="do not write results.json")
-    parser.add_argument("--transport", choices=TRANSPORTS, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--role", choices=["cs2", "swarmx", "memoryx"], help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "cs2":
-        if args.transport == "sync":
+        if args.mode == "sync":
             _drive_sync(args.upstream, args.steps)
         else:
-            asyncio.run(_drive(args.upstream, args.steps))
+            drive = _drive_streams if args.mode == "aio-streams" else _drive
+            asyncio.run(drive(args.upstream, args.steps))
         return
     if args.role:
-        if args.transport == "sync":
+        if args.mode == "sync":
             _serve_sync(args.role, args.upstream)
         else:
             asyncio.run(_serve(args.role, args.upstream))
         return
     if args.steps <= WARMUP_STEPS:
         parser.error(f"--steps must be more than the {WARMUP_STEPS} warm-up steps")
-    transports = args.transports.split(",")
-    if not set(transports) <= set(TRANSPORTS):
-        parser.error(f"--transports takes {' and/or '.join(TRANSPORTS)}, comma-separated")
+    modes = args.modes.split(",")
+    if not set(modes) <= set(MODES):
+        parser.error(f"--modes takes some of {', '.join(MODES)}, comma-separated")
     result: dict[str, object] = {"steps": args.steps, "warmup_steps": WARMUP_STEPS}
-    for transport in transports:
+    for mode in modes:
         for layout, relayed in (("relayed", True), ("direct", False)):
-            runs = [measure(transport, relayed, args.steps) for _ in range(args.runs)]
+            runs = [measure(mode, relayed, args.steps) for _ in range(args.runs)]
             median = median_run(runs, "step_ms")
-            result[f"{transport}_{layout}"] = {
+            result[f"{mode}_{layout}"] = {
                 "median_step_ms": median["step_ms"],
                 "median_cpu_ms_per_step": median["cpu_ms_per_step_total"],
                 "runs": runs,
