@@ -1,24 +1,28 @@
 """The floor of a weight-streaming step on gRPC: the fc_mnist traffic with no work at all.
 
-    python -m bench.data_plane_floor [--steps N] [--runs 3] [--modes aio,sync,aio-streams]
+    python -m bench.data_plane_floor [--steps N] [--runs 5] [--modes aio,sync,aio_streams]
+                                     [--chunk-kib 1024,256]
 
 Three processes (cs2, swarmx, memoryx) move exactly the default fc_mnist job's tensors each step
-over the same call shapes, lanes and channel options as the replicas
-(appliance.workers.weight_rpc, appliance.workers.channels): the CS-2 reads the step's three
-units (10 KB, 263 KB, 803 KB: last unit first) from SwarmX, which relays them from MemoryX, then
-pushes their gradients (last unit first) through SwarmX to MemoryX; MemoryX sends a unit of
-step k + 1 only once its gradient of step k is in, as the real update does. Nothing is
-computed, parsed or copied by hand: messages are pre-built bytes passed through unchanged.
+with the replicas' lanes and channel options (appliance.workers.channels): the CS-2 reads the
+step's three units (10 KB, 263 KB, 803 KB: last unit first, topology.weight_order) from SwarmX,
+which relays them from MemoryX, then pushes their gradients (last unit first) through SwarmX to
+MemoryX. Messages are at most the chunk size (the replicas' CHUNK_BYTES is 1 MiB, so each unit
+is one message); MemoryX sends chunk i of step k + 1 once chunk i of step k's gradient is in, as
+an update applied chunk by chunk would (with 1 MiB chunks: a unit once its gradient is in, as
+the replicas' update does). Nothing is computed or parsed: every message is built once, before
+the first step, and passed through unchanged (MemoryX tells a gradient's step and chunk by its
+place in the stream of gradients).
 
-Three modes: `aio`, grpc.aio with a weights call and a gradients call a step and hop, as the
-replicas do; `sync`, the same calls on the synchronous thread-per-call API; `aio-streams`,
-grpc.aio with one long-lived call each way and hop for the whole run (no call set up per step).
-Each runs twice: relayed through SwarmX as above, and direct (the CS-2 calls MemoryX; no
-SwarmX), the least any design that keeps the CS-2 and MemoryX in processes of their own moves.
+Modes: `aio`, grpc.aio with a weights call and a gradients call a step and hop, as the replicas
+(the CS-2 reads step k + 1's weights while it pushes step k's gradients); `sync`, the same calls
+on the synchronous thread-per-call API; `aio_streams`, grpc.aio with one long-lived call each way
+and hop for the whole run (no call set up per step). Each runs relayed through SwarmX as above,
+and direct (the CS-2 calls MemoryX; no SwarmX).
 
-What it gives: the step time and CPU per step of the data plane alone. Compute (the
-single-process step, ~1.9 ms) can only add to it; the weight-streaming benchmark's goal for
-fc_mnist is a 1-CS-2 step of at most twice that single-process step.
+What it gives: the step time and CPU per step of the data plane alone. Compute can only add to
+it; the weight-streaming benchmark's goal for fc_mnist is a 1-CS-2 step of at most twice the
+single-process step (1.91 ms).
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import grpc
 
@@ -46,9 +51,19 @@ SERVICE = "bench.Floor"
 # The default fc_mnist units (examples/params_fc_mnist.yaml): weight + bias, float32.
 UNIT_BYTES = [(784 * 256 + 256) * 4, (256 * 256 + 256) * 4, (256 * 10 + 10) * 4]
 WARMUP_STEPS = 200
-# How the CS-2 calls: grpc.aio, two calls a step (as the replicas); the synchronous API, the same
-# calls; grpc.aio, one long-lived call each way for the whole run.
-MODES = ("aio", "sync", "aio-streams")
+MODES = ("aio", "sync", "aio_streams")
+CALL_TIMEOUT = 60.0  # seconds a per-step call may take; a long-lived call gets the run's
+RUN_TIMEOUT = 600.0  # seconds a run may take before its processes are killed
+_Event = TypeVar("_Event", asyncio.Event, threading.Event)
+
+
+def messages_of_step(chunk_bytes: int) -> list[int]:
+    """Sizes of one step's messages, in weight order (the gradients go in the same order)."""
+    return [
+        min(chunk_bytes, size - start)
+        for size in reversed(UNIT_BYTES)
+        for start in range(0, size, chunk_bytes)
+    ]
 
 
 def _identity(data: bytes) -> bytes:
@@ -60,22 +75,9 @@ def _weights_request(step: int, count: int = 1) -> bytes:
     return step.to_bytes(4, "little") + count.to_bytes(4, "little")
 
 
-def _steps_asked(request: bytes) -> tuple[int, int]:
-    return int.from_bytes(request[:4], "little"), int.from_bytes(request[4:], "little")
-
-
-def _gradient(step: int, size: int) -> bytes:
-    return step.to_bytes(4, "little") + bytes(size - 4)
-
-
-def _handlers(weights: object, gradients: object) -> grpc.GenericRpcHandler:
-    return grpc.method_handlers_generic_handler(
-        SERVICE,
-        {
-            "Weights": grpc.unary_stream_rpc_method_handler(weights, _identity, _identity),
-            "Gradients": grpc.stream_unary_rpc_method_handler(gradients, _identity, _identity),
-        },
-    )
+def _steps_asked(request: bytes) -> range:
+    first = int.from_bytes(request[:4], "little")
+    return range(first, first + int.from_bytes(request[4:], "little"))
 
 
 class _Client:
@@ -88,27 +90,62 @@ class _Client:
         self.gradients = gradients.stream_unary(f"/{SERVICE}/Gradients", _identity, _identity)
 
 
-async def _serve(role: str, upstream: str | None) -> None:
-    if role == "memoryx":
-        payloads = [bytes(size) for size in UNIT_BYTES]
-        arrived: dict[tuple[int, int], asyncio.Event] = {}
+def _serve_on(server: grpc.Server | grpc.aio.Server, weights: object, gradients: object) -> int:
+    handlers = {
+        "Weights": grpc.unary_stream_rpc_method_handler(weights, _identity, _identity),
+        "Gradients": grpc.stream_unary_rpc_method_handler(gradients, _identity, _identity),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    port: int = server.add_insecure_port("127.0.0.1:0")
+    return port
 
-        def event(step: int, unit: int) -> asyncio.Event:
-            return arrived.setdefault((step, unit), asyncio.Event())
+
+class _Updates(Generic[_Event]):
+    """MemoryX's bookkeeping: which chunk of which step's gradient is in, counted in order."""
+
+    def __init__(self, per_step: int, new_event: Callable[[], _Event]) -> None:
+        self.per_step = per_step
+        self._new_event: Callable[[], _Event] = new_event
+        self._received = 0
+        self._lock = threading.Lock()
+        self._arrived: dict[int, _Event] = {}
+
+    def event(self, step: int, index: int) -> _Event:
+        with self._lock:
+            key = step * self.per_step + index
+            event = self._arrived.get(key)
+            if event is None:
+                event = self._arrived[key] = self._new_event()
+            return event
+
+    def forget(self, step: int, index: int) -> None:
+        with self._lock:
+            self._arrived.pop(step * self.per_step + index, None)
+
+    def gradient_in(self) -> None:
+        """The next gradient message of the stream is in."""
+        step, index = divmod(self._received, self.per_step)
+        self._received += 1
+        self.event(step, index).set()
+
+
+async def _serve(role: str, upstream: str | None, chunk_bytes: int) -> None:
+    if role == "memoryx":
+        sizes = messages_of_step(chunk_bytes)
+        payloads = [bytes(size) for size in sizes]
+        updates = _Updates(len(sizes), asyncio.Event)
 
         async def weights(request: bytes, context: object) -> AsyncIterator[bytes]:
-            first, count = _steps_asked(request)
-            for step in range(first, first + count):
-                for unit in reversed(range(len(payloads))):  # topology.weight_order
-                    if step > 0:  # the update of step - 1 must be in
-                        await event(step - 1, unit).wait()
-                        arrived.pop((step - 1, unit), None)
-                    yield payloads[unit]
+            for step in _steps_asked(request):
+                for index, payload in enumerate(payloads):
+                    if step > 0:  # chunk `index` of step - 1's update must be in
+                        await updates.event(step - 1, index).wait()
+                        updates.forget(step - 1, index)
+                    yield payload
 
         async def gradients(requests: AsyncIterator[bytes], context: object) -> bytes:
-            async for message in requests:  # a unit's gradient: its size names it, then step
-                step = int.from_bytes(message[:4], "little")
-                event(step, UNIT_BYTES.index(len(message))).set()
+            async for _ in requests:
+                updates.gradient_in()
             return b"ok"
 
     else:
@@ -116,95 +153,97 @@ async def _serve(role: str, upstream: str | None) -> None:
         client = _Client(upstream)
 
         async def weights(request: bytes, context: object) -> AsyncIterator[bytes]:
-            async for message in client.weights(request):
+            async for message in client.weights(request, timeout=_timeout(request)):
                 yield message
 
         async def gradients(requests: AsyncIterator[bytes], context: object) -> bytes:
-            answer: bytes = await client.gradients(requests)
+            answer: bytes = await client.gradients(requests, timeout=RUN_TIMEOUT)
             return answer
 
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
-    server.add_generic_rpc_handlers((_handlers(weights, gradients),))
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = _serve_on(server, weights, gradients)
     await server.start()
     print(port, flush=True)
     await server.wait_for_termination()
 
 
-async def _drive(address: str, steps: int) -> None:
+def _timeout(request: bytes) -> float:
+    return CALL_TIMEOUT if len(_steps_asked(request)) == 1 else RUN_TIMEOUT
+
+
+async def _drive(address: str, steps: int, chunk_bytes: int) -> None:
     """Each step: push its gradients while reading the next step's weights, one call each."""
     client = _Client(address)
-    sizes = list(reversed(UNIT_BYTES))
+    gradients = [bytes(size) for size in messages_of_step(chunk_bytes)]
 
     async def read_weights(step: int) -> None:
         count = 0
-        async for _ in client.weights(_weights_request(step)):
+        async for _ in client.weights(_weights_request(step), timeout=CALL_TIMEOUT):
             count += 1
-        assert count == len(UNIT_BYTES)
+        if count != len(gradients):
+            raise RuntimeError(f"step {step}: {count} weight messages, not {len(gradients)}")
 
-    async def push(step: int) -> None:
+    async def push() -> None:
         async def messages() -> AsyncIterator[bytes]:
-            for size in sizes:
-                yield _gradient(step, size)
+            for message in gradients:
+                yield message
 
-        await client.gradients(messages())
+        await client.gradients(messages(), timeout=CALL_TIMEOUT)
 
     await read_weights(0)
     for step in range(steps):
         if step == WARMUP_STEPS:
             print("measure", flush=True)
         nxt = [read_weights(step + 1)] if step + 1 < steps else []
-        await asyncio.gather(push(step), *nxt)
+        await asyncio.gather(push(), *nxt)
     print("done", flush=True)
 
 
-async def _drive_streams(address: str, steps: int) -> None:
+async def _drive_streams(address: str, steps: int, chunk_bytes: int) -> None:
     """_drive with one long-lived call each way for the whole run instead of two a step."""
     client = _Client(address)
-    sizes = list(reversed(UNIT_BYTES))
+    gradients = [bytes(size) for size in messages_of_step(chunk_bytes)]
     outgoing: asyncio.Queue[bytes | None] = asyncio.Queue()
 
     async def messages() -> AsyncIterator[bytes]:
         while (message := await outgoing.get()) is not None:
             yield message
 
-    pushing = asyncio.ensure_future(client.gradients(messages()))
-    weights = aiter(client.weights(_weights_request(0, steps)))
-    for step in range(steps):
-        if step == WARMUP_STEPS:
-            print("measure", flush=True)
-        for _ in UNIT_BYTES:  # this step's weights
-            await anext(weights)
-        for size in sizes:
-            outgoing.put_nowait(_gradient(step, size))
-    outgoing.put_nowait(None)
-    await pushing
+    pushing = asyncio.ensure_future(client.gradients(messages(), timeout=RUN_TIMEOUT))
+    try:
+        weights = aiter(client.weights(_weights_request(0, steps), timeout=RUN_TIMEOUT))
+        for step in range(steps):
+            if step == WARMUP_STEPS:
+                print("measure", flush=True)
+            for _ in gradients:  # this step's weights
+                await anext(weights)
+            for message in gradients:
+                outgoing.put_nowait(message)
+        outgoing.put_nowait(None)
+        await pushing
+    finally:
+        pushing.cancel()
     print("done", flush=True)
 
 
-def _serve_sync(role: str, upstream: str | None) -> None:
+def _serve_sync(role: str, upstream: str | None, chunk_bytes: int) -> None:
     """_serve with the synchronous (thread-per-call) gRPC API."""
     if role == "memoryx":
-        payloads = [bytes(size) for size in UNIT_BYTES]
-        arrived: dict[tuple[int, int], threading.Event] = {}
-        lock = threading.Lock()
-
-        def event(step: int, unit: int) -> threading.Event:
-            with lock:
-                return arrived.setdefault((step, unit), threading.Event())
+        sizes = messages_of_step(chunk_bytes)
+        payloads = [bytes(size) for size in sizes]
+        updates = _Updates(len(sizes), threading.Event)
 
         def weights(request: bytes, context: object) -> Iterator[bytes]:
-            step, _ = _steps_asked(request)
-            for unit in reversed(range(len(payloads))):
-                if step > 0:
-                    event(step - 1, unit).wait()
-                    with lock:
-                        arrived.pop((step - 1, unit), None)
-                yield payloads[unit]
+            for step in _steps_asked(request):
+                for index, payload in enumerate(payloads):
+                    if step > 0:
+                        updates.event(step - 1, index).wait()
+                        updates.forget(step - 1, index)
+                    yield payload
 
         def gradients(requests: Iterator[bytes], context: object) -> bytes:
-            for message in requests:
-                event(int.from_bytes(message[:4], "little"), UNIT_BYTES.index(len(message))).set()
+            for _ in requests:
+                updates.gradient_in()
             return b"ok"
 
     else:
@@ -212,29 +251,27 @@ def _serve_sync(role: str, upstream: str | None) -> None:
         client = _Client(upstream, sync=True)
 
         def weights(request: bytes, context: object) -> Iterator[bytes]:
-            yield from client.weights(request)
+            yield from client.weights(request, timeout=_timeout(request))
 
         def gradients(requests: Iterator[bytes], context: object) -> bytes:
-            answer: bytes = client.gradients(requests)
+            answer: bytes = client.gradients(requests, timeout=RUN_TIMEOUT)
             return answer
 
     server = grpc.server(ThreadPoolExecutor(max_workers=8), options=CHANNEL_OPTIONS)
-    server.add_generic_rpc_handlers((_handlers(weights, gradients),))
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = _serve_on(server, weights, gradients)
     server.start()
     print(port, flush=True)
     server.wait_for_termination()
 
 
-def _drive_sync(address: str, steps: int) -> None:
+def _drive_sync(address: str, steps: int, chunk_bytes: int) -> None:
     client = _Client(address, sync=True)
-    sizes = list(reversed(UNIT_BYTES))
+    gradients = [bytes(size) for size in messages_of_step(chunk_bytes)]
 
     def read_weights(step: int) -> None:
-        assert sum(1 for _ in client.weights(_weights_request(step))) == len(UNIT_BYTES)
-
-    def push(step: int) -> None:
-        client.gradients(_gradient(step, size) for size in sizes)
+        count = sum(1 for _ in client.weights(_weights_request(step), timeout=CALL_TIMEOUT))
+        if count != len(gradients):
+            raise RuntimeError(f"step {step}: {count} weight messages, not {len(gradients)}")
 
     read_weights(0)
     with ThreadPoolExecutor(max_workers=1) as reader:
@@ -242,10 +279,20 @@ def _drive_sync(address: str, steps: int) -> None:
             if step == WARMUP_STEPS:
                 print("measure", flush=True)
             nxt = reader.submit(read_weights, step + 1) if step + 1 < steps else None
-            push(step)
+            client.gradients(iter(gradients), timeout=CALL_TIMEOUT)
             if nxt is not None:
                 nxt.result()
     print("done", flush=True)
+
+
+def _exit_with_parent() -> None:
+    """A role process ends when the benchmark's end of its stdin closes (it ended or died)."""
+
+    def watch() -> None:
+        sys.stdin.read()
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -253,111 +300,117 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _port(name: str, process: subprocess.Popen[str]) -> str:
-    assert process.stdout is not None
-    port = process.stdout.readline().strip()
-    if not port:
-        raise RuntimeError(f"the {name} process did not start")
-    return port
-
-
-def _spawn(mode: str, *args: str) -> subprocess.Popen[str]:
+def _spawn(mode: str, chunk_bytes: int, role: str, *args: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "bench.data_plane_floor", "--mode", mode, "--role", role]
+    command += ["--chunk-kib", str(chunk_bytes // 1024), *args]
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bench.data_plane_floor",
-            "--mode",
-            mode,
-            "--role",
-            *args,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
+        command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
 
 
-def measure(mode: str, relayed: bool, steps: int) -> dict[str, object]:
-    """One run: the step time and each process's CPU per step over steps past the warm-up.
+def _line(name: str, process: subprocess.Popen[str]) -> str:
+    """The process's next line; RuntimeError if it ended instead (or was killed: see measure)."""
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if not line:
+        raise RuntimeError(f"the {name} process ended (exit code {process.wait()})")
+    return line
 
-    Without `relayed` the CS-2 talks to MemoryX directly: the least any design with the two
-    in separate processes moves.
-    """
+
+def measure(mode: str, relayed: bool, chunk_bytes: int, steps: int) -> dict[str, Any]:
+    """One run: the step time and each process's CPU per step over steps past the warm-up."""
     processes: dict[str, subprocess.Popen[str]] = {}
+
+    def kill_all() -> None:
+        for process in processes.values():
+            process.kill()
+
+    watchdog = threading.Timer(RUN_TIMEOUT, kill_all)  # a wedged run ends with RuntimeError
+    watchdog.start()
     try:
-        processes["memoryx"] = upstream = _spawn(mode, "memoryx")
+        processes["memoryx"] = _spawn(mode, chunk_bytes, "memoryx")
+        upstream = f"127.0.0.1:{_line('memoryx', processes['memoryx'])}"
         if relayed:
-            processes["swarmx"] = upstream = _spawn(
-                mode,
-                "swarmx",
-                "--upstream",
-                f"127.0.0.1:{_port('memoryx', processes['memoryx'])}",
-            )
-        address = f"127.0.0.1:{_port('upstream', upstream)}"
-        processes["cs2"] = cs2 = _spawn(mode, "cs2", "--upstream", address, "--steps", str(steps))
-        assert cs2.stdout is not None
-        if cs2.stdout.readline().strip() != "measure":
-            raise RuntimeError("the cs2 process ended before the warm-up did")
+            processes["swarmx"] = _spawn(mode, chunk_bytes, "swarmx", "--upstream", upstream)
+            upstream = f"127.0.0.1:{_line('swarmx', processes['swarmx'])}"
+        processes["cs2"] = cs2 = _spawn(
+            mode, chunk_bytes, "cs2", "--upstream", upstream, "--steps", str(steps)
+        )
+        if _line("cs2", cs2) != "measure":
+            raise RuntimeError("the cs2 process did not report its warm-up")
         start = time.perf_counter()
         cpu_start = {name: _cpu_seconds(p.pid) for name, p in processes.items()}
-        if cs2.stdout.readline().strip() != "done":
-            raise RuntimeError("the cs2 process failed")
+        if _line("cs2", cs2) != "done":
+            raise RuntimeError("the cs2 process did not finish its steps")
         elapsed = time.perf_counter() - start
         cpu = {name: _cpu_seconds(p.pid) - cpu_start[name] for name, p in processes.items()}
     finally:
+        watchdog.cancel()
+        kill_all()
         for process in processes.values():
-            process.kill()
             process.wait()
     measured = steps - WARMUP_STEPS
     return {
         "step_ms": round(elapsed / measured * 1000, 3),
         "cpu_ms_per_step": {n: round(s / measured * 1000, 3) for n, s in cpu.items()},
         "cpu_ms_per_step_total": round(sum(cpu.values()) / measured * 1000, 3),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def _run_role(args: argparse.Namespace) -> None:
+    _exit_with_parent()
+    chunk_bytes = args.chunk_kib * 1024
+    if args.role == "cs2":
+        if args.mode == "sync":
+            _drive_sync(args.upstream, args.steps, chunk_bytes)
+        else:
+            drive = _drive_streams if args.mode == "aio_streams" else _drive
+            asyncio.run(drive(args.upstream, args.steps, chunk_bytes))
+    elif args.mode == "sync":
+        _serve_sync(args.role, args.upstream, chunk_bytes)
+    else:
+        asyncio.run(_serve(args.role, args.upstream, chunk_bytes))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=2200)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument(
-        "--modes", default=",".join(MODES), help="comma-separated, of: %(default)s"
-    )
+    parser.add_argument("--steps", type=int, default=2200, help="including 200 warm-up steps")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--modes", default=",".join(MODES), help="some of: %(default)s")
+    parser.add_argument("--chunk-kib", default="1024", help="comma-separated; default: 1024")
     parser.add_argument("--no-record", action="store_true", help="do not write results.json")
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--role", choices=["cs2", "swarmx", "memoryx"], help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.role == "cs2":
-        if args.mode == "sync":
-            _drive_sync(args.upstream, args.steps)
-        else:
-            drive = _drive_streams if args.mode == "aio-streams" else _drive
-            asyncio.run(drive(args.upstream, args.steps))
-        return
     if args.role:
-        if args.mode == "sync":
-            _serve_sync(args.role, args.upstream)
-        else:
-            asyncio.run(_serve(args.role, args.upstream))
+        args.chunk_kib = int(args.chunk_kib)
+        _run_role(args)
         return
     if args.steps <= WARMUP_STEPS:
         parser.error(f"--steps must be more than the {WARMUP_STEPS} warm-up steps")
     modes = args.modes.split(",")
     if not set(modes) <= set(MODES):
         parser.error(f"--modes takes some of {', '.join(MODES)}, comma-separated")
+    try:
+        chunks_kib = [int(kib) for kib in args.chunk_kib.split(",")]
+    except ValueError:
+        parser.error("--chunk-kib takes whole KiB, comma-separated (e.g. 1024,256)")
+    if any(kib < 1 for kib in chunks_kib):
+        parser.error("--chunk-kib must be at least 1")
     result: dict[str, object] = {"steps": args.steps, "warmup_steps": WARMUP_STEPS}
-    for mode in modes:
-        for layout, relayed in (("relayed", True), ("direct", False)):
-            runs = [measure(mode, relayed, args.steps) for _ in range(args.runs)]
-            median = median_run(runs, "step_ms")
-            result[f"{mode}_{layout}"] = {
-                "median_step_ms": median["step_ms"],
-                "median_cpu_ms_per_step": median["cpu_ms_per_step_total"],
-                "runs": runs,
-            }
+    for kib in chunks_kib:
+        for mode in modes:
+            for layout, relayed in (("relayed", True), ("direct", False)):
+                runs = [measure(mode, relayed, kib * 1024, args.steps) for _ in range(args.runs)]
+                median = median_run(runs, "step_ms")
+                result[f"{mode} {layout} {kib}KiB"] = {
+                    "median_step_ms": median["step_ms"],
+                    "median_run_cpu_ms_per_step": median["cpu_ms_per_step_total"],
+                    "best_step_ms": min(run["step_ms"] for run in runs),
+                    "runs": runs,
+                }
     emit("data_plane_floor", result)
 
 
