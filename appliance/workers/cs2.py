@@ -1,24 +1,26 @@
 """CS-2: runs one step of its shard of the global batch, one streamed unit (layer) at a time.
 
-Forward: one StreamStepWeights call per step brings every unit's weights from this CS-2's
-SwarmX, last unit first (appliance.workers.topology.weight_order: the order in which they become
-ready), each unit computed as soon as it and the units before it are in. Backward: in reverse
-unit order, on the event loop, on one PushGradients stream per step, opened when the step starts
-(its setup then overlaps the forward pass); each unit's gradient goes out as soon as it is
-complete while backward carries on (see appliance.workers.model for tied
-weights). One call per direction and step, and one message per unit unless a unit exceeds the
-chunk size, because each round trip and message costs more than the bytes it carries.
+Two calls to this CS-2's SwarmX, opened by the first training step, serve every training step:
+a StreamStepWeights stream brings each version's units in turn, last unit first
+(appliance.workers.topology.weight_order: the order in which they become ready), and one
+PushGradients stream takes every step's gradients. Setting a call up costs more here than the
+megabyte it carries (bench/data_plane_floor.py), hence no call per step. Forward computes each
+unit as soon as it and the units before it are in. Backward runs in reverse unit order, on the
+event loop; each unit's gradient goes out as soon as it is complete while backward carries on
+(see appliance.workers.model for tied weights). A message carries a whole unit unless it exceeds
+the chunk size, because each message costs more than the bytes it carries.
 
-Without clipping, RunStep answers as soon as the step's gradients are on their way: MemoryX
-updates each layer as its gradient completes, and the next step's weights wait for that version
-anyway, so the chief's next RunStep overlaps the push's last hops. That next RunStep (training or
-evaluation) fails if the push failed. With clipping (the chief reads the gradient norms next) and
-on the job's last step, RunStep answers once MemoryX has taken every layer's gradient.
+RunStep answers as soon as the step's gradients are on their way: MemoryX updates each layer as
+its gradient completes and sends the next version as soon as it is applied, so the next step's
+weights may be here before its RunStep. With clipping, the chief's GradientNorms call waits at
+MemoryX for the sums. That next RunStep (training or evaluation) fails if the push failed. On
+the job's last step, RunStep answers once MemoryX has taken every layer of every step.
 The gradient is that of (sum of this shard's losses) / (predictions in the global batch), so the
-shards' gradients add up to the gradient of the global mean loss. The weights of a step are
-dropped when the step ends; between steps a CS-2 holds no weights.
+shards' gradients add up to the gradient of the global mean loss. A step's weights are dropped
+when the step ends; the CS-2 holds no weights but the next version's as they arrive.
 
-Evaluation steps run forward and the loss only, on the CS-2's shard of an evaluation batch.
+Evaluation steps run forward and the loss only, on the CS-2's shard of an evaluation batch, with
+one StreamStepWeights call for the version they evaluate.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         self._configured = asyncio.Event()
         # The last training step's gradient push, until MemoryX has taken every layer of it.
         self._push: asyncio.Future[None] | None = None
+        # Opened by the first training step, for all of them.
+        self._streams: _TrainingStreams | None = None
 
     def add_services(self, server: grpc.aio.Server) -> None:
         dataplane_pb2_grpc.add_StepExecutionServicer_to_server(self, server)
@@ -77,9 +81,12 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
 
     async def close(self) -> None:
         log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
+        log.info("weight-streaming calls made: %s", json.dumps(TRAFFIC.calls))
         TRACE.write(f"cs2-{self.index}")
         if self._push is not None:
             self._push.cancel()
+        if self._streams is not None:
+            self._streams.cancel()
         await self._channels.close()
 
     async def RunStep(
@@ -91,7 +98,9 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         swarmx = layout.swarmx_of_cs2(self.index)
         weights = WeightStreamingClient(self._channels.get(swarmx.address, "weights"))
         gradients = WeightStreamingClient(self._channels.get(swarmx.address, "gradients"))
-        step = _StepRun(layout, self.index, weights, gradients, self._step_timeout)
+        if self._streams is None and not request.evaluate:
+            self._streams = _TrainingStreams(layout, request.step, weights, gradients)
+        step = _StepRun(layout, self.index, weights, self._streams, self._step_timeout)
         previous, self._push = self._push, None
         try:
             result, self._push = await _alongside(step.run(request), previous)
@@ -135,14 +144,14 @@ class _StepRun:
         layout: JobLayout,
         index: int,
         weights: WeightStreamingClient,
-        gradients: WeightStreamingClient,
+        streams: _TrainingStreams | None,
         timeout: float,
     ) -> None:
         self.layout = layout
         self.model = layout.model
         self.index = index
         self.weight_stub = weights
-        self.gradient_stub = gradients
+        self.streams = streams
         self.timeout = timeout
         self.weights: dict[int, Tensors] = {}
 
@@ -151,34 +160,29 @@ class _StepRun:
         model = self.model
         if not request.evaluate:
             TRACE.mark("cs2_step_start", request.step)
-        arrivals = self._stream_weights(request.step)
-        # A training step opens its gradient push now, so the call is set up while the weights
-        # arrive: opened when backward starts, its first messages waited for the call's setup
-        # until backward was over, and every hop of the step's critical path came later.
-        push = None if request.evaluate else _GradientPush(self.gradient_stub, self.timeout)
-        try:
-            try:  # the weights travel while a worker thread makes the batch
-                batch = await asyncio.to_thread(self._batch, request)
-                outputs, caches = await self._forward(request.step, batch, arrivals)
-            finally:
-                arrivals[1].cancel()
-            normalizer = model.batch_size * model.predictions_per_sample
-            head = model.head(
-                outputs, self.weights, batch.targets, normalizer, not request.evaluate
+        streams = None if request.evaluate else self.streams
+        # An evaluation step asks for its version's weights; a training step takes the next
+        # version's from the stream that brings every training step's.
+        arrivals = self._stream_weights(request.step) if streams is None else streams.arrivals
+        try:  # the weights travel while a worker thread makes the batch
+            batch = await asyncio.to_thread(self._batch, request)
+            outputs, caches = await self._forward(
+                request.step, batch, arrivals, whole_stream=streams is None
             )
-        except BaseException:
-            if push is not None:
-                push.cancel()
-            raise
+        finally:
+            if streams is None:
+                arrivals[1].cancel()
+        normalizer = model.batch_size * model.predictions_per_sample
+        head = model.head(outputs, self.weights, batch.targets, normalizer, not request.evaluate)
         result = pb.RunStepResult(
             loss_sum=head.loss_sum,
             num_samples=batch.num_samples,
             num_predictions=head.num_predictions,
             num_correct=head.num_correct,
         )
-        if push is None:
+        if streams is None:
             return result, None
-        pushed = asyncio.ensure_future(self._backward(request.step, caches, head, push))
+        pushed = asyncio.ensure_future(self._backward(request.step, caches, head, streams.push))
         clipping = self.layout.params.optimizer.max_gradient_norm is not None
         if clipping or request.step + 1 >= self.layout.num_steps:
             await pushed  # the chief reads the norms next, or the job ends: MemoryX must have all
@@ -200,8 +204,10 @@ class _StepRun:
         return arrived, asyncio.ensure_future(_read_into(read_layers(stream), arrived))
 
     async def _forward(
-        self, version: int, batch: Batch, arrivals: _Arrivals
+        self, version: int, batch: Batch, arrivals: _Arrivals, whole_stream: bool
     ) -> tuple[Any, list[Any]]:
+        """Forward unit by unit as the weights arrive. With `whole_stream` the stream carries
+        this step's weights only and must end after them."""
         num_units = self.model.num_units
         arrived, reader = arrivals
         caches: list[Any] = []
@@ -220,9 +226,11 @@ class _StepRun:
                 # gRPC keeps receiving the next units meanwhile.
                 outputs, cache = self.model.forward_unit(unit, self.weights[unit], outputs)
                 caches.append(cache)
-            await reader
+            if whole_stream:
+                await reader
         finally:
-            reader.cancel()
+            if whole_stream:
+                reader.cancel()
         return outputs, caches
 
     async def _backward(
@@ -235,22 +243,49 @@ class _StepRun:
         a scheduler wake-up. gRPC sends a unit's chunks in its own threads while the next unit
         is computed.
         """
-        try:
-            for unit, grads in backward_units(self.model, self.weights, caches, head):
-                push.send(encode_layer(step, unit, self.index, grads))
-                TRACE.mark("cs2_gradient_out", step, unit)
-                # gRPC takes the unit's chunks (its write of the unit before may first have to
-                # complete) before the next unit is computed, so they travel meanwhile.
-                await push.taken()
-            await push.close()
-        finally:
-            push.cancel()
+        for unit, grads in backward_units(self.model, self.weights, caches, head):
+            push.send(encode_layer(step, unit, self.index, grads))
+            TRACE.mark("cs2_gradient_out", step, unit)
+            # gRPC takes the unit's chunks (its write of the unit before may first have to
+            # complete) before the next unit is computed, so they travel meanwhile.
+            await push.taken()
+        if step + 1 >= self.layout.num_steps:
+            await push.close()  # the job's last step: answered once MemoryX has every layer
+
+
+class _TrainingStreams:
+    """A CS-2's two calls for all its training steps, opened by the first: every version's
+    weights from that step's on, and a push of every step's gradients."""
+
+    def __init__(
+        self,
+        layout: JobLayout,
+        first: int,
+        weights: WeightStreamingClient,
+        gradients: WeightStreamingClient,
+    ) -> None:
+        request = pb.StepWeightsRequest(
+            step=first,
+            layers=weight_order(layout.model.num_units),
+            num_steps=layout.num_steps - first,
+        )
+        stream = weights.stream_step_weights(request, None)  # as long as the job
+        arrived: asyncio.Queue[LayerTensors | None] = asyncio.Queue()
+        self.arrivals: _Arrivals = (
+            arrived,
+            asyncio.ensure_future(_read_into(read_layers(stream), arrived)),
+        )
+        self.push = _GradientPush(gradients, None)
+
+    def cancel(self) -> None:
+        self.arrivals[1].cancel()
+        self.push.cancel()
 
 
 class _GradientPush:
-    """One step's PushGradients call, open before its gradients exist; chunks queue up."""
+    """A PushGradients call, open before its gradients exist; chunks queue up."""
 
-    def __init__(self, stub: WeightStreamingClient, timeout: float) -> None:
+    def __init__(self, stub: WeightStreamingClient, timeout: float | None) -> None:
         self._ready: asyncio.Queue[WireChunk | None] = asyncio.Queue()
         self._taken = asyncio.Event()  # set while gRPC has taken every chunk sent so far
         self._call = asyncio.ensure_future(stub.push_gradients(self._chunks(), timeout))
@@ -273,6 +308,9 @@ class _GradientPush:
             await asyncio.wait({taken, self._call}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             taken.cancel()
+        if self._call.done():
+            self._call.result()  # raises the call's error
+            raise ValueError("the gradient push ended early")
 
     async def close(self) -> None:
         """End the stream; returns once MemoryX has taken every layer (raises if it failed)."""

@@ -1,15 +1,18 @@
 """MemoryX: holds the weights and optimizer state of its layers (layer l on memoryx-(l % M)).
 
 A layer's weights carry a version, the number of updates applied. StreamWeights(step=k) and
-StreamStepWeights(step=k) send a layer once it reaches version k. A PushGradients stream carries
-one SwarmX's partial sums of step k for one or more layers; once every feeding SwarmX delivered
+StreamStepWeights(step=k) send a layer once it reaches version k; StreamStepWeights with
+num_steps = n sends versions k..k + n - 1, each as soon as it is reached (SwarmX keeps one such
+call open for a whole training run). A PushGradients stream carries one SwarmX's partial sums of
+one or more layers of one or more steps; once every feeding SwarmX delivered
 its partial sum of a layer, they are added in SwarmX index order (so the result does not depend
 on arrival order). Without clipping the update is applied right away, with the learning rate of
 step k's schedule, and the layer's version moves to k + 1 while backward still runs on lower
 layers. With global-norm clipping (which needs every layer of every MemoryX) the sum and its
 squared norm are kept, and updates are a second phase driven by the chief: GradientNorms reports
 the squared norms, then ApplyUpdates applies the optimizer with the step's learning rate and clip
-scale. A push is answered once each of its layers holds its sum (clipping) or is updated.
+scale; GradientNorms waits until every layer holds its sum (the pushes are not answered per
+step). A push is answered once each of its layers holds its sum (clipping) or is updated.
 Optimizer state never leaves MemoryX except into a checkpoint.
 """
 
@@ -108,6 +111,7 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
 
     async def close(self) -> None:
         log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
+        log.info("weight-streaming calls made: %s", json.dumps(TRAFFIC.calls))
         TRACE.write(f"memoryx-{self.index}")
 
     async def StreamWeights(
@@ -124,26 +128,27 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
     async def StreamStepWeights(
         self, request: pb.StepWeightsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[WireChunk]:
-        for layer in request.layers:
-            tensors = await self._weights_at(request.step, layer, context)
-            TRACE.mark("memoryx_weights_out", request.step, layer)
-            for chunk in encode_layer(request.step, layer, self.index, tensors):
-                yield chunk
+        for version in range(request.step, request.step + max(request.num_steps, 1)):
+            for layer in request.layers:
+                tensors = await self._weights_at(version, layer, context)
+                TRACE.mark("memoryx_weights_out", version, layer)
+                for chunk in encode_layer(version, layer, self.index, tensors):
+                    yield chunk
 
     async def PushGradients(
         self, request_iterator: AsyncIterator[WireChunk], context: grpc.aio.ServicerContext
     ) -> pb.GradientAck:
-        pushed: list[tuple[int, LayerShard]] = []
+        pushed: dict[int, tuple[int, LayerShard]] = {}  # layer -> its last step pushed
         try:
             async for partial in read_layers(request_iterator):
                 TRACE.mark("memoryx_gradient_in", partial.step, partial.layer)
                 shard = await self._shard(partial.layer, context)
                 await self._add_partial_sum(shard, partial, context)
-                pushed.append((partial.step, shard))
+                pushed[partial.layer] = (partial.step, shard)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             raise AssertionError("unreachable") from err
-        for step, shard in pushed:
+        for step, shard in pushed.values():
             await self._taken(shard, step)
         return pb.GradientAck(accepted=True)
 
@@ -249,6 +254,7 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
         """Every held layer, once each has its summed gradient for `step`."""
         await self._configured.wait()
         for layer, shard in self._layers.items():
+            await self._summed_or_past(shard, step)
             if shard.version != step or shard.gradient is None:
                 await context.abort(
                     grpc.StatusCode.FAILED_PRECONDITION,
@@ -256,6 +262,14 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
                     f"(version {shard.version})",
                 )
         return self._layers
+
+    @staticmethod
+    async def _summed_or_past(shard: LayerShard, step: int) -> None:
+        """Until the layer holds its summed gradient or is at another version than `step`."""
+        async with shard.changed:
+            await shard.changed.wait_for(
+                lambda: shard.version != step or shard.gradient is not None
+            )
 
     async def _shard(self, layer: int, context: grpc.aio.ServicerContext) -> LayerShard:
         await self._configured.wait()

@@ -1,23 +1,27 @@
 """SwarmX: broadcasts each layer's weights to its CS-2s and reduces their gradients.
 
-Weights: the first CS-2 asking for a step's layers (one StreamStepWeights stream per step) has them
-fetched once from their MemoryXs, one stream per MemoryX carrying its layers in the order asked
-for; every CS-2 gets the same chunks, each chunk as soon as it has arrived. Gradients: each CS-2
-pushes one stream per step, its layers' gradients in backward order; once all of this SwarmX's
-CS-2s have pushed chunk i of a layer, their chunks are added in CS-2 index order and the sum goes
-on at once, as chunk i of one partial sum, into this step's stream to the owning MemoryX (one per
-MemoryX and step, opened when a CS-2's push for the step arrives, before its first gradient, so the
-call is set up by the time the first sum goes out). Relaying and reducing chunk by chunk
-(appliance.workers.relay) lets the hops of a big layer overlap. A CS-2's push is answered once
-MemoryX has taken every layer it carried (appliance.workers.memoryx), so a CS-2's step ends only
-when its gradients are in.
+Every call between the replicas of a training run is long-lived: set up once, it carries every
+step, because setting up a call costs more here than the megabyte it carries
+(bench/data_plane_floor.py). Evaluation steps still ask for one version at a time.
 
-The first gradient of step k also starts fetching the weights of step k + 1 (unless k is the
-job's last step), last unit first (appliance.workers.topology.weight_order): MemoryX sends each
-layer as soon as its update is applied, while backward goes on, so the next step's weights are
-here before its RunStep starts. A cached layer is dropped once every CS-2 pushed its gradient
-for it (they are all past its forward pass), and every older version once a CS-2 asks for a
-newer one; weights fetched for evaluation at version k are the ones training step k uses.
+Weights: the first request for a version opens one StreamStepWeights stream per MemoryX for that
+version and every later one up to the job's last (num_steps), each MemoryX's layers last unit
+first (appliance.workers.topology.weight_order, the order in which the previous step's updates
+complete); MemoryX sends each layer as soon as it reaches the version, i.e. as soon as the
+previous step's update of it is applied, while backward goes on elsewhere. Chunks are kept per
+(version, layer) as they arrive and every CS-2 gets the same ones, each as soon as it is here:
+a CS-2's stream for its training steps (one call for all of them) or for one evaluation
+version. A kept layer is dropped once every CS-2 pushed its gradient for it (they are all past
+its forward pass); an evaluation request drops every older version.
+
+Gradients: each CS-2 pushes one stream for all its steps, its layers' gradients in backward
+order; once all of this SwarmX's CS-2s have pushed chunk i of a layer, their chunks are added in
+CS-2 index order and the sum goes on at once, as chunk i of one partial sum, into the stream to
+the owning MemoryX (one per MemoryX, opened when the first CS-2 push arrives and closed when
+the last one ends). Relaying and reducing chunk by chunk (appliance.workers.relay) lets the hops
+of a big layer overlap. A CS-2's push is answered once MemoryX has taken every layer of every
+step it carried (appliance.workers.memoryx). If a stream to a MemoryX fails, the weights still
+to come fail with its error, so the CS-2s' next steps fail naming it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import grpc
 
@@ -45,20 +50,22 @@ log = logging.getLogger(__name__)
 
 LayerKey = tuple[int, int]  # (step, layer)
 _END = None  # closes an outgoing gradient stream
-# A step's streams to the MemoryXs: the queue feeding each, and each one's answer.
-_OpenPushes = tuple[
-    dict[PeerAddress, "asyncio.Queue[WireChunk | None]"], dict[PeerAddress, "asyncio.Task[None]"]
-]
+
+
+@dataclasses.dataclass
+class _OutgoingPushes:
+    """The PushGradients stream to each MemoryX that holds layers: its queue and its answer."""
+
+    queues: dict[PeerAddress, asyncio.Queue[WireChunk | None]]
+    acks: dict[PeerAddress, asyncio.Task[None]]
 
 
 @dataclasses.dataclass
 class _StepReduction:
-    """One step's gradients: what the CS-2s pushed so far, one outgoing stream per MemoryX."""
+    """One step's gradients: what the CS-2s pushed so far, and how many layers were summed."""
 
     received: dict[tuple[int, int], dict[int, WireChunk]]  # (layer, chunk) -> cs2 -> chunk
-    outgoing: dict[PeerAddress, asyncio.Queue[WireChunk | None]]
-    remaining: dict[PeerAddress, int]  # layers still to send to each MemoryX
-    acks: dict[PeerAddress, asyncio.Task[None]]  # each stream's answer from its MemoryX
+    summed: int = 0
 
 
 class SwarmXRole:
@@ -73,8 +80,11 @@ class SwarmXRole:
         self._weights: dict[LayerKey, LayerRelay] = {}
         self._fetches: set[asyncio.Task[None]] = set()
         self._reductions: dict[int, _StepReduction] = {}
-        # Pushes to the MemoryXs opened ahead of the step that will use them (see PushGradients).
-        self._spare_pushes: _OpenPushes | None = None
+        # The versions that the long-lived streams from the MemoryXs bring (see _fetch).
+        self._streamed: range | None = None
+        # The pushes to the MemoryXs, while any CS-2's push is open.
+        self._pushes: _OutgoingPushes | None = None
+        self._open_cs2_pushes = 0
 
     def add_services(self, server: grpc.aio.Server) -> None:
         add_weight_streaming(self, server)
@@ -90,14 +100,12 @@ class SwarmXRole:
 
     async def close(self) -> None:
         log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
+        log.info("weight-streaming calls made: %s", json.dumps(TRAFFIC.calls))
         TRACE.write(f"swarmx-{self.index}")
         for task in self._fetches:
             task.cancel()
-        for reduction in self._reductions.values():
-            for ack in reduction.acks.values():
-                ack.cancel()
-        if self._spare_pushes is not None:
-            for ack in self._spare_pushes[1].values():
+        if self._pushes is not None:
+            for ack in self._pushes.acks.values():
                 ack.cancel()
         await self._channels.close()
 
@@ -110,8 +118,13 @@ class SwarmXRole:
     async def StreamStepWeights(
         self, request: pb.StepWeightsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[WireChunk]:
-        async for chunk in self._relay(request.step, list(request.layers), context):
-            yield chunk
+        if request.num_steps <= 1:  # an evaluation version
+            async for chunk in self._relay(request.step, list(request.layers), context):
+                yield chunk
+            return
+        for version in range(request.step, request.step + request.num_steps):
+            async for chunk in self._relay(version, list(request.layers), context, drop=False):
+                yield chunk
 
     async def PushGradients(
         self, request_iterator: AsyncIterator[WireChunk], context: grpc.aio.ServicerContext
@@ -120,12 +133,11 @@ class SwarmXRole:
         layout = self._layout
         assert layout is not None
         expected = set(layout.cs2_of_swarmx(self.index))
-        if self._spare_pushes is None:
-            # A CS-2 opens its push when its step starts: open the pushes to the MemoryXs now,
-            # so their calls are set up before the first gradient instead of after it.
-            self._spare_pushes = self._open_pushes(layout)
-        waits: dict[tuple[int, PeerAddress], asyncio.Task[None]] = {}
+        if self._pushes is None:
+            self._pushes = self._open_pushes(layout)
+        pushes = self._pushes
         order = ChunkOrder()
+        self._open_cs2_pushes += 1
         try:
             async for chunk in request_iterator:
                 if chunk.source_index not in expected:
@@ -135,16 +147,19 @@ class SwarmXRole:
                 index = order.index_of(chunk)
                 if chunk.last:
                     TRACE.mark("swarmx_gradient_in", chunk.step, chunk.layer)
-                reduction = self._reduction(layout, chunk.step)
-                owner = layout.memoryx_of_layer(chunk.layer)
-                waits[(chunk.step, owner)] = reduction.acks[owner]
-                self._add_gradient(layout, reduction, chunk, index, expected)
+                self._add_gradient(layout, pushes, chunk, index, expected)
             if order.inside_layer:
                 raise ValueError("the gradient stream ended inside a layer")
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             raise AssertionError("unreachable") from err
-        for ack in waits.values():
+        finally:
+            self._open_cs2_pushes -= 1
+            if self._open_cs2_pushes == 0 and self._pushes is pushes:
+                for queue in pushes.queues.values():
+                    queue.put_nowait(_END)
+                self._pushes = None
+        for ack in pushes.acks.values():
             try:
                 await asyncio.shield(ack)
             except grpc.aio.AioRpcError as err:
@@ -152,13 +167,15 @@ class SwarmXRole:
         return pb.GradientAck(accepted=True)
 
     async def _relay(
-        self, step: int, layers: list[int], context: grpc.aio.ServicerContext
+        self, step: int, layers: list[int], context: grpc.aio.ServicerContext, drop: bool = True
     ) -> AsyncIterator[WireChunk]:
         """Each layer's chunks at version `step`, in order, each as it arrives from MemoryX."""
         await self._configured.wait()
-        # Step `step` starts only once every CS-2 finished the one before: older versions are done.
-        for key in [key for key in self._weights if key[0] < step]:
-            del self._weights[key]
+        if drop:
+            # Step `step` starts only once every CS-2 finished the one before: older versions
+            # are done.
+            for key in [key for key in self._weights if key[0] < step]:
+                del self._weights[key]
         for layer, relay in zip(layers, self._fetch(step, layers), strict=True):
             try:
                 async for chunk in relay.chunks():
@@ -172,20 +189,68 @@ class SwarmXRole:
                 raise AssertionError("unreachable") from err
 
     def _fetch(self, step: int, layers: list[int]) -> list[LayerRelay]:
-        """The layers' relays, fetching the missing ones (one stream per MemoryX)."""
+        """The layers' relays at version `step`. The first request opens the long-lived streams
+        from the MemoryXs; a version they do not bring (one before it) is fetched on its own."""
         layout = self._layout
         assert layout is not None
+        if self._streamed is None:
+            self._stream_from_memoryx(layout, step)
+        streamed = self._streamed
         missing: dict[PeerAddress, list[int]] = {}
         for layer in layers:
             if (step, layer) not in self._weights:
                 self._weights[step, layer] = LayerRelay()
-                missing.setdefault(layout.memoryx_of_layer(layer), []).append(layer)
+                if streamed is None or step not in streamed:
+                    missing.setdefault(layout.memoryx_of_layer(layer), []).append(layer)
         for owner, owned in missing.items():
             relays = [self._weights[step, layer] for layer in owned]
-            task = asyncio.create_task(self._fetch_from_memoryx(owner, step, owned, relays))
-            self._fetches.add(task)
-            task.add_done_callback(self._fetches.discard)
+            self._start(self._fetch_from_memoryx(owner, step, owned, relays))
         return [self._weights[step, layer] for layer in layers]
+
+    def _start(self, fetch: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(fetch)
+        self._fetches.add(task)
+        task.add_done_callback(self._fetches.discard)
+
+    def _stream_from_memoryx(self, layout: JobLayout, first: int) -> None:
+        """Open a stream of versions first..num_steps of its layers from each MemoryX."""
+        if first > layout.num_steps:
+            return  # nothing left to train: versions are fetched one at a time
+        self._streamed = range(first, layout.num_steps + 1)
+        order = weight_order(layout.model.num_units)
+        for owner in layout.memoryx:
+            owned = [layer for layer in order if layout.memoryx_of_layer(layer) == owner]
+            if owned:
+                self._start(self._stream_versions(owner, self._streamed, owned))
+
+    async def _stream_versions(
+        self, owner: PeerAddress, versions: range, layers: list[int]
+    ) -> None:
+        """Keep the chunks of one MemoryX's long-lived stream as they arrive."""
+        stub = WeightStreamingClient(self._channels.get(owner.address, "weights"))
+        request = pb.StepWeightsRequest(
+            step=versions.start, layers=layers, num_steps=len(versions)
+        )
+        try:
+            async for chunk in stub.stream_step_weights(request, None):
+                if chunk.step not in versions or chunk.layer not in layers:
+                    raise ValueError(f"{owner.name} sent layer {chunk.layer} at {chunk.step}")
+                relay = self._weights.get((chunk.step, chunk.layer))
+                if relay is None:  # here before any CS-2 asked for it
+                    relay = self._weights[chunk.step, chunk.layer] = LayerRelay()
+                relay.add(chunk)
+                if chunk.last:
+                    TRACE.mark("swarmx_weights_in", chunk.step, chunk.layer)
+        except (grpc.aio.AioRpcError, ValueError) as err:
+            self._fail_weights(err)
+
+    def _fail_weights(self, error: BaseException) -> None:
+        """Weights still to come fail with `error` (kept complete ones are still served); the
+        next request opens new streams."""
+        self._streamed = None
+        for key, relay in list(self._weights.items()):
+            relay.fail(error)
+            del self._weights[key]
 
     async def _fetch_from_memoryx(
         self, owner: PeerAddress, step: int, layers: list[int], relays: list[LayerRelay]
@@ -209,28 +274,10 @@ class SwarmXRole:
                 if self._weights.get((step, layer)) is relay:
                     del self._weights[step, layer]  # a later request fetches it afresh
 
-    def _reduction(self, layout: JobLayout, step: int) -> _StepReduction:
-        """The step's reduction, opening its streams to the MemoryXs on first use."""
-        reduction = self._reductions.get(step)
-        if reduction is not None:
-            return reduction
-        outgoing, acks = self._take_spare_pushes() or self._open_pushes(layout)
-        owners = list(outgoing)
-        remaining = {owner: len(layout.layers_of_memoryx(owner.index)) for owner in owners}
-        reduction = _StepReduction({}, outgoing, remaining, acks)
-        self._reductions[step] = reduction
-        if step + 1 < layout.num_steps:
-            # The next step's weights: MemoryX sends each layer as soon as this step's update
-            # of it is applied, so the next step finds them here instead of waiting two hops.
-            self._fetch(step + 1, weight_order(layout.model.num_units))
-        finished = asyncio.gather(*acks.values(), return_exceptions=True)
-        finished.add_done_callback(lambda _: self._reductions.pop(step, None))
-        return reduction
-
     def _add_gradient(
         self,
         layout: JobLayout,
-        reduction: _StepReduction,
+        pushes: _OutgoingPushes,
         chunk: WireChunk,
         index: int,
         expected: set[int],
@@ -240,6 +287,7 @@ class SwarmXRole:
         Raises ValueError if the CS-2s' chunks do not match.
         """
         step, layer = chunk.step, chunk.layer
+        reduction = self._reductions.setdefault(step, _StepReduction({}))
         received = reduction.received.setdefault((layer, index), {})
         if chunk.source_index in received:
             raise ValueError(f"cs2-{chunk.source_index} sent chunk {index} of layer {layer} twice")
@@ -248,43 +296,35 @@ class SwarmXRole:
             return
         del reduction.received[layer, index]
         partial_sum = sum_chunks([received[s] for s in sorted(received)], self.index)
-        owner = layout.memoryx_of_layer(layer)
-        queue = reduction.outgoing[owner]
-        queue.put_nowait(partial_sum)
+        pushes.queues[layout.memoryx_of_layer(layer)].put_nowait(partial_sum)
         if not partial_sum.last:
             return
         TRACE.mark("swarmx_gradient_out", step, layer)
         self._weights.pop((step, layer), None)  # every CS-2 is past this layer's forward pass
-        reduction.remaining[owner] -= 1
-        if reduction.remaining[owner] == 0:
-            queue.put_nowait(_END)
+        reduction.summed += 1
+        if reduction.summed == layout.model.num_units:
+            del self._reductions[step]
 
-    def _take_spare_pushes(self) -> _OpenPushes | None:
-        """The pushes opened ahead, unless one of them already ended (its deadline passed
-        while no step needed it, e.g. during evaluation): those are dropped."""
-        spares, self._spare_pushes = self._spare_pushes, None
-        if spares is None:
-            return None
-        acks = spares[1].values()
-        if not any(ack.done() for ack in acks):
-            return spares
-        for ack in acks:
-            ack.cancel()
-            if ack.done() and not ack.cancelled():
-                ack.exception()  # retrieved: it only ended a stream nobody used
-        return None
-
-    def _open_pushes(self, layout: JobLayout) -> _OpenPushes:
+    def _open_pushes(self, layout: JobLayout) -> _OutgoingPushes:
         """A PushGradients call to each MemoryX that holds layers, fed by a queue."""
         owners = [m for m in layout.memoryx if layout.layers_of_memoryx(m.index)]
-        outgoing: dict[PeerAddress, asyncio.Queue[WireChunk | None]] = {
+        queues: dict[PeerAddress, asyncio.Queue[WireChunk | None]] = {
             owner: asyncio.Queue() for owner in owners
         }
         acks = {
-            owner: asyncio.create_task(self._push_to_memoryx(owner, outgoing[owner]))
+            owner: asyncio.create_task(self._push_to_memoryx(owner, queues[owner]))
             for owner in owners
         }
-        return outgoing, acks
+        for ack in acks.values():
+            ack.add_done_callback(self._push_ended)
+        return _OutgoingPushes(queues, acks)
+
+    def _push_ended(self, ack: asyncio.Task[None]) -> None:
+        """A push to a MemoryX that failed fails the weights still to come: the next versions
+        would never come, and the CS-2s waiting for them learn why."""
+        error = None if ack.cancelled() else ack.exception()
+        if error is not None:
+            self._fail_weights(error)
 
     async def _push_to_memoryx(
         self, owner: PeerAddress, queue: asyncio.Queue[WireChunk | None]
@@ -295,4 +335,4 @@ class SwarmXRole:
                 yield chunk
 
         stub = WeightStreamingClient(self._channels.get(owner.address, "gradients"))
-        await stub.push_gradients(chunks(), self._step_timeout)
+        await stub.push_gradients(chunks(), None)

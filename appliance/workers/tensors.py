@@ -8,7 +8,8 @@ one after the other; the final chunk of each is marked `last`.
 Encoded chunks are views of the arrays (they are copied once, into the message, when gRPC sends
 them, so the arrays must not change until then); decoded arrays are read-only views of the
 received bytes (no copy): every consumer reads them or builds new arrays from them.
-`TRAFFIC` counts the serialized bytes this process sends, by kind, for the benchmark.
+`TRAFFIC` counts the serialized bytes this process sends, by kind, for the benchmark, and the
+calls it makes.
 """
 
 from __future__ import annotations
@@ -28,13 +29,18 @@ _WIRE_DTYPE = np.dtype("<f4")
 
 
 class TrafficMeter:
-    """Serialized bytes of the chunks this process sent, by kind ("weights", "gradients")."""
+    """Serialized bytes of the chunks this process sent, by kind ("weights", "gradients"), and
+    the WeightStreaming calls it made, by method."""
 
     def __init__(self) -> None:
         self.sent: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
 
     def count(self, kind: str, size: int) -> None:
         self.sent[kind] = self.sent.get(kind, 0) + size
+
+    def count_call(self, method: str) -> None:
+        self.calls[method] = self.calls.get(method, 0) + 1
 
 
 TRAFFIC = TrafficMeter()

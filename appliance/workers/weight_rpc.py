@@ -53,20 +53,24 @@ class WeightStreamingClient:
         self, request: pb.WeightsRequest, deadline: float
     ) -> AsyncIterator[WireChunk]:
         """One layer's weights at a version (optionally with optimizer state)."""
+        TRAFFIC.count_call("StreamWeights")
         stream: AsyncIterator[WireChunk] = self._stream_weights(request, timeout=deadline)
         return stream
 
     def stream_step_weights(
-        self, request: pb.StepWeightsRequest, deadline: float
+        self, request: pb.StepWeightsRequest, deadline: float | None
     ) -> AsyncIterator[WireChunk]:
-        """Several layers' weights at a version, one layer after the other."""
+        """Several layers' weights at a version (or at several consecutive versions), one layer
+        after the other. A call for the rest of the job has no deadline (None)."""
+        TRAFFIC.count_call("StreamStepWeights")
         stream: AsyncIterator[WireChunk] = self._stream_step_weights(request, timeout=deadline)
         return stream
 
     async def push_gradients(
-        self, chunks: AsyncIterator[WireChunk], deadline: float
+        self, chunks: AsyncIterator[WireChunk], deadline: float | None
     ) -> pb.GradientAck:
-        """Push one step's gradients; answered once MemoryX has taken them."""
+        """Push gradients of one or more steps; answered once MemoryX has taken them all."""
+        TRAFFIC.count_call("PushGradients")
         ack: pb.GradientAck = await self._push_gradients(chunks, timeout=deadline)
         return ack
 

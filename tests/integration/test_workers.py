@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -189,6 +190,15 @@ async def run_job(
         yield RunningJob(fake, processes, log_dir)
 
 
+def calls_made(job: RunningJob, replica: str) -> dict[str, int]:
+    """The WeightStreaming calls a replica made, by method, as it logged them on exit."""
+    log = (job.log_dir / f"{replica}.log").read_text()
+    found = re.findall(r"weight-streaming calls made: (\{.*\})", log)
+    assert len(found) == 1, log
+    calls: dict[str, int] = json.loads(found[0])
+    return calls
+
+
 DEFAULT_MODEL = {"model": {"name": "fc_mnist"}, "optimizer": {"learning_rate": 0.05}}
 SMALL_MODEL = {
     "model": {"input_size": 64, "hidden_sizes": [48, 32], "num_classes": 10},
@@ -228,6 +238,16 @@ async def test_final_weights_do_not_depend_on_the_number_of_cs2(
     num_steps = 12
     async with run_job(tmp_path, num_csx, 2, swarmx, num_steps, SMALL_MODEL) as job:
         assert await job.exit_code("chief-0", within=60) == 0, job.logs()
+        for name in job.processes:  # each logs its calls as it exits
+            assert await job.exit_code(name, within=5) == 0, f"{name}\n{job.logs()}"
+
+    # Every training run's tensors travel on calls set up once, not once a step: each CS-2
+    # makes one weights call and one push, each SwarmX one of each per MemoryX.
+    for name in job.processes:
+        if name.startswith("cs2-"):
+            assert calls_made(job, name) == {"StreamStepWeights": 1, "PushGradients": 1}
+        elif name.startswith("swarmx-"):
+            assert calls_made(job, name) == {"StreamStepWeights": 2, "PushGradients": 2}
 
     reference = ReferenceTrainer(parse_params(SMALL_MODEL), num_steps)
     reference.train()

@@ -40,9 +40,10 @@ class DType(_DType, metaclass=_DTypeEnumTypeWrapper):
     SwarmX and MemoryX serve the same WeightStreaming interface: a SwarmX fetches each layer once
     per step from its MemoryX and relays it to its CS-2s, and sums its CS-2s' gradients before
     handing one partial sum to MemoryX. MemoryX adds the partial sums of a layer in SwarmX index
-    order. A step costs one call per hop and direction: one StreamStepWeights stream carries every
-    layer of the step in forward order, and one PushGradients stream every layer's gradient in the
-    order backward produces them, so layer l + 1 travels while layer l computes.
+    order. A training run costs one call per hop and direction, set up once: one StreamStepWeights
+    stream carries every layer of every step (num_steps versions, each as soon as it is reached),
+    and one PushGradients stream every step's gradients in the order backward produces them, so
+    layer l + 1 travels while layer l computes. An evaluation step asks for one version.
 
     Without clipping MemoryX applies a layer's update as soon as its summed gradient is complete,
     with the learning rate of the step's schedule. With global-norm clipping, which needs every
@@ -168,8 +169,11 @@ class StepWeightsRequest(_message.Message):
 
     STEP_FIELD_NUMBER: _builtins.int
     LAYERS_FIELD_NUMBER: _builtins.int
+    NUM_STEPS_FIELD_NUMBER: _builtins.int
     step: _builtins.int
     """The weight version wanted; each layer is sent once it has reached it."""
+    num_steps: _builtins.int
+    """How many consecutive versions from `step` on, each in full before the next (0 means 1)."""
     @_builtins.property
     def layers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The layers to send, in this order."""
@@ -179,10 +183,11 @@ class StepWeightsRequest(_message.Message):
         *,
         step: _builtins.int = ...,
         layers: _abc.Iterable[_builtins.int] | None = ...,
+        num_steps: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["layers", b"layers", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["layers", b"layers", "num_steps", b"num_steps", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

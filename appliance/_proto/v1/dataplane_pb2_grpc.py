@@ -63,16 +63,17 @@ class WeightStreamingServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamStepWeights(self, request, context):
-        """Several layers' weights at version `step`, one layer after the other, chunked.
+        """Several layers' weights at version `step` (and the num_steps - 1 versions after it), one
+        layer after the other, chunked; each chunk's `step` is its version.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PushGradients(self, request_iterator, context):
-        """Gradients (or partial sums of gradients) of one step for one or more layers, each layer's
-        chunks consecutive and its final chunk marked `last`; answers once MemoryX holds the full
-        sum of every layer in the stream (and, without clipping, has applied its update).
+        """Gradients (or partial sums of gradients) of one or more steps for one or more layers, each
+        layer's chunks consecutive and its final chunk marked `last`; answers once MemoryX holds
+        the full sum of every layer in the stream (and, without clipping, has applied its update).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -35,11 +35,13 @@ class WeightStreamingStub:
     StreamWeights: _grpc.UnaryStreamMultiCallable[_dataplane_pb2.WeightsRequest, _dataplane_pb2.LayerChunk]
     """The layer's weights at version `step`, chunked."""
     StreamStepWeights: _grpc.UnaryStreamMultiCallable[_dataplane_pb2.StepWeightsRequest, _dataplane_pb2.LayerChunk]
-    """Several layers' weights at version `step`, one layer after the other, chunked."""
+    """Several layers' weights at version `step` (and the num_steps - 1 versions after it), one
+    layer after the other, chunked; each chunk's `step` is its version.
+    """
     PushGradients: _grpc.StreamUnaryMultiCallable[_dataplane_pb2.LayerChunk, _dataplane_pb2.GradientAck]
-    """Gradients (or partial sums of gradients) of one step for one or more layers, each layer's
-    chunks consecutive and its final chunk marked `last`; answers once MemoryX holds the full
-    sum of every layer in the stream (and, without clipping, has applied its update).
+    """Gradients (or partial sums of gradients) of one or more steps for one or more layers, each
+    layer's chunks consecutive and its final chunk marked `last`; answers once MemoryX holds
+    the full sum of every layer in the stream (and, without clipping, has applied its update).
     """
 
 @_typing.type_check_only
@@ -48,11 +50,13 @@ class WeightStreamingAsyncStub(WeightStreamingStub):
     StreamWeights: _aio.UnaryStreamMultiCallable[_dataplane_pb2.WeightsRequest, _dataplane_pb2.LayerChunk]  # type: ignore[assignment]
     """The layer's weights at version `step`, chunked."""
     StreamStepWeights: _aio.UnaryStreamMultiCallable[_dataplane_pb2.StepWeightsRequest, _dataplane_pb2.LayerChunk]  # type: ignore[assignment]
-    """Several layers' weights at version `step`, one layer after the other, chunked."""
+    """Several layers' weights at version `step` (and the num_steps - 1 versions after it), one
+    layer after the other, chunked; each chunk's `step` is its version.
+    """
     PushGradients: _aio.StreamUnaryMultiCallable[_dataplane_pb2.LayerChunk, _dataplane_pb2.GradientAck]  # type: ignore[assignment]
-    """Gradients (or partial sums of gradients) of one step for one or more layers, each layer's
-    chunks consecutive and its final chunk marked `last`; answers once MemoryX holds the full
-    sum of every layer in the stream (and, without clipping, has applied its update).
+    """Gradients (or partial sums of gradients) of one or more steps for one or more layers, each
+    layer's chunks consecutive and its final chunk marked `last`; answers once MemoryX holds
+    the full sum of every layer in the stream (and, without clipping, has applied its update).
     """
 
 class WeightStreamingServicer(metaclass=_abc_1.ABCMeta):
@@ -70,7 +74,9 @@ class WeightStreamingServicer(metaclass=_abc_1.ABCMeta):
         request: _dataplane_pb2.StepWeightsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_dataplane_pb2.LayerChunk], _abc.AsyncIterator[_dataplane_pb2.LayerChunk]]:
-        """Several layers' weights at version `step`, one layer after the other, chunked."""
+        """Several layers' weights at version `step` (and the num_steps - 1 versions after it), one
+        layer after the other, chunked; each chunk's `step` is its version.
+        """
 
     @_abc_1.abstractmethod
     def PushGradients(
@@ -78,9 +84,9 @@ class WeightStreamingServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_dataplane_pb2.LayerChunk],
         context: _ServicerContext,
     ) -> _typing.Union[_dataplane_pb2.GradientAck, _abc.Awaitable[_dataplane_pb2.GradientAck]]:
-        """Gradients (or partial sums of gradients) of one step for one or more layers, each layer's
-        chunks consecutive and its final chunk marked `last`; answers once MemoryX holds the full
-        sum of every layer in the stream (and, without clipping, has applied its update).
+        """Gradients (or partial sums of gradients) of one or more steps for one or more layers, each
+        layer's chunks consecutive and its final chunk marked `last`; answers once MemoryX holds
+        the full sum of every layer in the stream (and, without clipping, has applied its update).
         """
 
 def add_WeightStreamingServicer_to_server(servicer: WeightStreamingServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
