@@ -5,7 +5,7 @@ step, because setting up a call costs more here than the megabyte it carries
 (bench/data_plane_floor.py). Evaluation steps still ask for one version at a time.
 
 Weights: the first request for a version opens one StreamStepWeights stream per MemoryX for that
-version and every later one up to the job's last (num_steps), each MemoryX's layers last unit
+version and every later one that a training step uses, each MemoryX's layers last unit
 first (appliance.workers.topology.weight_order, the order in which the previous step's updates
 complete); MemoryX sends each layer as soon as it reaches the version, i.e. as soon as the
 previous step's update of it is applied, while backward goes on elsewhere. Chunks are kept per
@@ -213,10 +213,12 @@ class SwarmXRole:
         task.add_done_callback(self._fetches.discard)
 
     def _stream_from_memoryx(self, layout: JobLayout, first: int) -> None:
-        """Open a stream of versions first..num_steps of its layers from each MemoryX."""
-        if first > layout.num_steps:
+        """Open a stream of the training versions from `first` on (first..num_steps - 1) of its
+        layers from each MemoryX. The final version is only evaluated, if at all: fetched on
+        its own when asked for, never sent unasked."""
+        if first >= layout.num_steps:
             return  # nothing left to train: versions are fetched one at a time
-        self._streamed = range(first, layout.num_steps + 1)
+        self._streamed = range(first, layout.num_steps)
         order = weight_order(layout.model.num_units)
         for owner in layout.memoryx:
             owned = [layer for layer in order if layout.memoryx_of_layer(layer) == owner]
