@@ -13,7 +13,7 @@ the chunk size, because each message costs more than the bytes it carries.
 RunStep answers as soon as the step's gradients are on their way: MemoryX updates each layer as
 its gradient completes and sends the next version as soon as it is applied, so the next step's
 weights may be here before its RunStep. With clipping, the chief's GradientNorms call waits at
-MemoryX for the sums. That next RunStep (training or evaluation) fails if the push failed. On
+MemoryX for the sums. The next RunStep (training or evaluation) fails if the push failed. On
 the job's last step, RunStep answers once MemoryX has taken every layer of every step.
 The gradient is that of (sum of this shard's losses) / (predictions in the global batch), so the
 shards' gradients add up to the gradient of the global mean loss. A step's weights are dropped
@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Coroutine, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 import grpc
 
@@ -46,6 +46,7 @@ from appliance.workers.weight_rpc import WeightStreamingClient
 from appliance.workers.wire import WireChunk
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # A step's result and, unless the step had to wait for it, its gradient push.
 _StepOutcome = tuple[pb.RunStepResult, "asyncio.Future[None] | None"]
@@ -62,7 +63,7 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         self._channels = PeerChannels()
         self._layout: JobLayout | None = None
         self._configured = asyncio.Event()
-        # The last training step's gradient push, until MemoryX has taken every layer of it.
+        # The last training step's backward, until gRPC has taken its last gradient.
         self._push: asyncio.Future[None] | None = None
         # Opened by the first training step, for all of them.
         self._streams: _TrainingStreams | None = None
@@ -154,6 +155,7 @@ class _StepRun:
         self.streams = streams
         self.timeout = timeout
         self.weights: dict[int, Tensors] = {}
+        self._watched_push: _GradientPush | None = None  # fails forward if it fails first
 
     async def run(self, request: pb.RunStepRequest) -> _StepOutcome:
         """The step's result, and its gradient push if that may complete in the background."""
@@ -161,6 +163,7 @@ class _StepRun:
         if not request.evaluate:
             TRACE.mark("cs2_step_start", request.step)
         streams = None if request.evaluate else self.streams
+        self._watched_push = None if streams is None else streams.push
         # An evaluation step asks for its version's weights; a training step takes the next
         # version's from the stream that brings every training step's.
         arrivals = self._stream_weights(request.step) if streams is None else streams.arrivals
@@ -185,7 +188,7 @@ class _StepRun:
         pushed = asyncio.ensure_future(self._backward(request.step, caches, head, streams.push))
         clipping = self.layout.params.optimizer.max_gradient_norm is not None
         if clipping or request.step + 1 >= self.layout.num_steps:
-            await pushed  # the chief reads the norms next, or the job ends: MemoryX must have all
+            await pushed  # the chief reads the norms next (MemoryX waits for the sums)
             return result, None
         return result, pushed
 
@@ -215,7 +218,7 @@ class _StepRun:
         try:
             for unit in range(num_units):
                 while unit not in self.weights:  # units arrive in weight_order, not unit order
-                    streamed = await _next_layer(arrived, reader)
+                    streamed = await _next_layer(arrived, reader, self._watched_push)
                     if streamed.step != version or not 0 <= streamed.layer < num_units:
                         raise ValueError(f"unexpected unit {streamed.layer} at {streamed.step}")
                     if streamed.layer in self.weights:
@@ -302,15 +305,23 @@ class _GradientPush:
             self._taken.clear()
 
     async def taken(self) -> None:
-        """Until gRPC has taken every chunk sent so far (or the call ended)."""
-        taken = asyncio.ensure_future(self._taken.wait())
+        """Until gRPC has taken every chunk sent so far; raises if the call ended."""
+        await self.unless_ended(self._taken.wait())
+
+    async def unless_ended(self, awaitable: Awaitable[_T]) -> _T:
+        """`awaitable`'s result, unless the call ends first: then its error. A push ends only
+        when closed, so while a step waits for its weights a failed push fails the step (the
+        next version would never come: its gradients did not get through)."""
+        waiting = asyncio.ensure_future(awaitable)
         try:
-            await asyncio.wait({taken, self._call}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({waiting, self._call}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            taken.cancel()
-        if self._call.done():
-            self._call.result()  # raises the call's error
-            raise ValueError("the gradient push ended early")
+            if not waiting.done():
+                waiting.cancel()
+        if waiting.done():
+            return waiting.result()
+        self._call.result()  # raises the call's error
+        raise ValueError("the gradient push ended early")
 
     async def close(self) -> None:
         """End the stream; returns once MemoryX has taken every layer (raises if it failed)."""
@@ -333,10 +344,16 @@ async def _read_into(
 
 
 async def _next_layer(
-    arrived: asyncio.Queue[LayerTensors | None], reader: asyncio.Future[None]
+    arrived: asyncio.Queue[LayerTensors | None],
+    reader: asyncio.Future[None],
+    push: _GradientPush | None,
 ) -> LayerTensors:
-    """The next streamed layer; the reader's error if the stream failed or ended early."""
-    layer = await arrived.get()
+    """The next streamed layer; the reader's error if the stream failed or ended early, or the
+    push's if `push` is given and it failed first."""
+    if not arrived.empty() or push is None:
+        layer = await arrived.get()
+    else:
+        layer = await push.unless_ended(arrived.get())
     if layer is None:
         await reader  # raises the stream's error, if any
         raise ValueError("the weight stream ended early")

@@ -66,6 +66,8 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
         self._expected_sources: frozenset[int] = frozenset()
         self._num_steps = 0
         self._configured = asyncio.Event()
+        self._push_failure: str | None = None  # why a push broke off, once one has
+        self._wakeups: set[asyncio.Future[None]] = set()
 
     def add_services(self, server: grpc.aio.Server) -> None:
         add_weight_streaming(self, server)
@@ -139,15 +141,24 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
         self, request_iterator: AsyncIterator[WireChunk], context: grpc.aio.ServicerContext
     ) -> pb.GradientAck:
         pushed: dict[int, tuple[int, LayerShard]] = {}  # layer -> its last step pushed
+        failure: str | None = "a SwarmX's gradient push broke off"  # until it ends well
         try:
             async for partial in read_layers(request_iterator):
                 TRACE.mark("memoryx_gradient_in", partial.step, partial.layer)
                 shard = await self._shard(partial.layer, context)
-                await self._add_partial_sum(shard, partial, context)
+                refused = await self._add_partial_sum(shard, partial)
+                if refused is not None:
+                    failure = refused
+                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refused)
                 pushed[partial.layer] = (partial.step, shard)
+            failure = None
         except ValueError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            failure = str(err)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, failure)
             raise AssertionError("unreachable") from err
+        finally:
+            if failure is not None:
+                self._push_failed(failure)
         for step, shard in pushed.values():
             await self._taken(shard, step)
         return pb.GradientAck(accepted=True)
@@ -178,24 +189,22 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
                 )
             return dict(shard.weights)
 
-    async def _add_partial_sum(
-        self, shard: LayerShard, partial: LayerTensors, context: grpc.aio.ServicerContext
-    ) -> None:
-        """Keep one SwarmX's partial sum; the last one completes the layer's gradient."""
+    async def _add_partial_sum(self, shard: LayerShard, partial: LayerTensors) -> str | None:
+        """Keep one SwarmX's partial sum; the last one completes the layer's gradient.
+
+        Returns why the partial sum is refused, if it is.
+        """
         async with shard.changed:
             if partial.step != shard.version or shard.gradient is not None:
-                await context.abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
+                return (
                     f"gradient for step {partial.step} but layer {partial.layer} is at "
-                    f"version {shard.version}",
+                    f"version {shard.version}"
                 )
             if partial.source_index not in self._expected_sources:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"unexpected swarmx-{partial.source_index}"
-                )
+                return f"unexpected swarmx-{partial.source_index}"
             shard.partial_sums[partial.source_index] = partial.tensors
             if set(shard.partial_sums) != self._expected_sources:
-                return
+                return None
             sources = sorted(shard.partial_sums)
             shard.gradient = {
                 name: sum_in_order([shard.partial_sums[s][name] for s in sources])
@@ -205,9 +214,10 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
             if self._clipping:
                 shard.squared_norm = optimizers.squared_norm(shard.gradient)
                 shard.changed.notify_all()
-                return
+                return None
         learning_rate = optimizers.learning_rate_at(self._optimizer, partial.step, self._num_steps)
         await self._apply(partial.layer, shard, partial.step, learning_rate, 1.0)
+        return None
 
     async def _apply(
         self, layer: int, shard: LayerShard, step: int, learning_rate: float, gradient_scale: float
@@ -255,6 +265,11 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
         await self._configured.wait()
         for layer, shard in self._layers.items():
             await self._summed_or_past(shard, step)
+            if self._push_failure is not None:
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"memoryx-{self.index}: {self._push_failure}: step {step} will not be summed",
+                )
             if shard.version != step or shard.gradient is None:
                 await context.abort(
                     grpc.StatusCode.FAILED_PRECONDITION,
@@ -263,13 +278,27 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
                 )
         return self._layers
 
-    @staticmethod
-    async def _summed_or_past(shard: LayerShard, step: int) -> None:
-        """Until the layer holds its summed gradient or is at another version than `step`."""
+    async def _summed_or_past(self, shard: LayerShard, step: int) -> None:
+        """Until the layer holds its summed gradient, is at another version than `step`, or a
+        push broke off (its sums would never come)."""
         async with shard.changed:
             await shard.changed.wait_for(
-                lambda: shard.version != step or shard.gradient is not None
+                lambda: (
+                    shard.version != step
+                    or shard.gradient is not None
+                    or self._push_failure is not None
+                )
             )
+
+    def _push_failed(self, failure: str) -> None:
+        """Remember the first push that broke off and wake whoever waits for a sum."""
+        if self._push_failure is None:
+            self._push_failure = failure
+            log.warning("a gradient push failed: %s", failure)
+        for shard in self._layers.values():
+            wakeup = asyncio.ensure_future(_notify(shard.changed))
+            self._wakeups.add(wakeup)
+            wakeup.add_done_callback(self._wakeups.discard)
 
     async def _shard(self, layer: int, context: grpc.aio.ServicerContext) -> LayerShard:
         await self._configured.wait()
@@ -280,6 +309,11 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
             )
             raise AssertionError("unreachable")
         return shard
+
+
+async def _notify(condition: asyncio.Condition) -> None:
+    async with condition:
+        condition.notify_all()
 
 
 def sum_in_order(arrays: list[Array]) -> Array:

@@ -20,8 +20,9 @@ CS-2 index order and the sum goes on at once, as chunk i of one partial sum, int
 the owning MemoryX (one per MemoryX, opened when the first CS-2 push arrives and closed when
 the last one ends). Relaying and reducing chunk by chunk (appliance.workers.relay) lets the hops
 of a big layer overlap. A CS-2's push is answered once MemoryX has taken every layer of every
-step it carried (appliance.workers.memoryx). If a stream to a MemoryX fails, the weights still
-to come fail with its error, so the CS-2s' next steps fail naming it.
+step it carried (appliance.workers.memoryx). If a stream breaks off (to a MemoryX, or a CS-2's
+push), the weights still to come and every later request fail with its error, so the CS-2s'
+next steps fail at once instead of waiting for versions that will not come.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class SwarmXRole:
         # The pushes to the MemoryXs, while any CS-2's push is open.
         self._pushes: _OutgoingPushes | None = None
         self._open_cs2_pushes = 0
+        # Set once a stream broke off: every later request for weights fails with it.
+        self._failure: BaseException | None = None
 
     def add_services(self, server: grpc.aio.Server) -> None:
         add_weight_streaming(self, server)
@@ -138,6 +141,7 @@ class SwarmXRole:
         pushes = self._pushes
         order = ChunkOrder()
         self._open_cs2_pushes += 1
+        complete = False
         try:
             async for chunk in request_iterator:
                 if chunk.source_index not in expected:
@@ -150,10 +154,14 @@ class SwarmXRole:
                 self._add_gradient(layout, pushes, chunk, index, expected)
             if order.inside_layer:
                 raise ValueError("the gradient stream ended inside a layer")
+            complete = True
         except ValueError as err:
+            self._fail_weights(ValueError(f"a gradient push was refused: {err}"))
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             raise AssertionError("unreachable") from err
         finally:
+            if not complete:  # the steps it carried will never be summed: nor updated
+                self._fail_weights(ValueError("a CS-2's gradient push broke off"))
             self._open_cs2_pushes -= 1
             if self._open_cs2_pushes == 0 and self._pushes is pushes:
                 for queue in pushes.queues.values():
@@ -171,6 +179,8 @@ class SwarmXRole:
     ) -> AsyncIterator[WireChunk]:
         """Each layer's chunks at version `step`, in order, each as it arrives from MemoryX."""
         await self._configured.wait()
+        if self._failure is not None:
+            await self._abort_with(context, self._failure)
         if drop:
             # Step `step` starts only once every CS-2 finished the one before: older versions
             # are done.
@@ -181,16 +191,23 @@ class SwarmXRole:
                 async for chunk in relay.chunks():
                     yield chunk
                 TRACE.mark("swarmx_weights_out", step, layer)
-            except grpc.aio.AioRpcError as err:
-                await context.abort(err.code(), f"swarmx-{self.index}: memoryx: {err.details()}")
-                raise AssertionError("unreachable") from err
-            except ValueError as err:
-                await context.abort(grpc.StatusCode.INTERNAL, f"layer {layer}: {err}")
-                raise AssertionError("unreachable") from err
+            except (grpc.aio.AioRpcError, ValueError) as err:
+                await self._abort_with(context, err, layer)
+
+    async def _abort_with(
+        self, context: grpc.aio.ServicerContext, error: BaseException, layer: int | None = None
+    ) -> None:
+        if isinstance(error, grpc.aio.AioRpcError):
+            details = f"swarmx-{self.index}: memoryx: {error.details()}"
+            await context.abort(error.code(), details)
+        where = "" if layer is None else f" layer {layer}:"
+        await context.abort(grpc.StatusCode.INTERNAL, f"swarmx-{self.index}:{where} {error}")
+        raise AssertionError("unreachable")
 
     def _fetch(self, step: int, layers: list[int]) -> list[LayerRelay]:
         """The layers' relays at version `step`. The first request opens the long-lived streams
-        from the MemoryXs; a version they do not bring (one before it) is fetched on its own."""
+        from the MemoryXs; a version they do not bring (one before it, or the final one) is
+        fetched on its own."""
         layout = self._layout
         assert layout is not None
         if self._streamed is None:
@@ -247,12 +264,18 @@ class SwarmXRole:
             self._fail_weights(err)
 
     def _fail_weights(self, error: BaseException) -> None:
-        """Weights still to come fail with `error` (kept complete ones are still served); the
-        next request opens new streams."""
-        self._streamed = None
-        for key, relay in list(self._weights.items()):
+        """Weights still to come fail with `error` (kept complete ones are still served), and so
+        does every later request: the job is failing, and its CS-2s learn why at once instead of
+        waiting for versions that will not come."""
+        if self._failure is not None:
+            return
+        self._failure = error
+        log.warning("weights fail from now on: %s", error)
+        for task in self._fetches:
+            task.cancel()
+        for relay in self._weights.values():
             relay.fail(error)
-            del self._weights[key]
+        self._weights.clear()
 
     async def _fetch_from_memoryx(
         self, owner: PeerAddress, step: int, layers: list[int], relays: list[LayerRelay]

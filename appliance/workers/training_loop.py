@@ -3,10 +3,10 @@
 Step k: every CS-2 runs k. Without clipping, MemoryX applies each layer's update as soon as its
 summed gradient is complete (with the learning rate of step k's schedule); RunStep answers once
 the gradients are on their way, and whatever reads weights next (step k + 1, an evaluation, a
-checkpoint) waits for version k + 1 at MemoryX. With clipping, RunStep answers once MemoryX
-holds every layer's summed gradient; the chief gathers every layer's squared gradient norm from
-the MemoryXs, adds them in layer order and derives the clip scale; then every MemoryX applies
-the update with the step's learning rate and that scale. No clipped update is applied before the
+checkpoint) waits for version k + 1 at MemoryX. With clipping, the chief then gathers every
+layer's squared gradient norm from the MemoryXs (each waits until it holds the layer's sum),
+adds them in layer order and derives the clip scale; then every MemoryX applies the update
+with the step's learning rate and that scale. No clipped update is applied before the
 global norm is known. The loss of a step is the mean over the global batch's predictions.
 Evaluation runs every `runconfig.eval_steps` (train_and_eval) and at the end; checkpoints every
 `runconfig.checkpoint_steps` and at the end; summaries every `runconfig.log_steps`.

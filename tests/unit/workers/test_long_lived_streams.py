@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import numpy as np
 import pytest
 
 from appliance.domain.params import OptimizerSection
 from appliance.workers import optimizers
+from appliance.workers.cs2 import _GradientPush, _next_layer
 from appliance.workers.memoryx import LayerShard, MemoryXRole
 from appliance.workers.relay import LayerRelay
 from appliance.workers.swarmx import SwarmXRole
+from appliance.workers.tensors import LayerTensors
+from appliance.workers.weight_rpc import WeightStreamingClient
 from appliance.workers.wire import WireChunk
 
 
@@ -20,10 +24,16 @@ def shard() -> LayerShard:
     return LayerShard(weights, optimizers.initial_state(OptimizerSection(), weights))
 
 
+def memoryx_holding(layer: LayerShard) -> MemoryXRole:
+    role = MemoryXRole(0)
+    role._layers = {0: layer}
+    return role
+
+
 async def test_gradient_norms_wait_for_a_sum_still_on_its_way() -> None:
     """Pushes are no longer answered per step, so the chief's GradientNorms may come first."""
     layer = shard()
-    waiting = asyncio.create_task(MemoryXRole._summed_or_past(layer, 0))
+    waiting = asyncio.create_task(memoryx_holding(layer)._summed_or_past(layer, 0))
     await asyncio.sleep(0)
     assert not waiting.done()
     async with layer.changed:
@@ -35,7 +45,21 @@ async def test_gradient_norms_wait_for_a_sum_still_on_its_way() -> None:
 async def test_gradient_norms_stop_waiting_for_a_layer_past_the_step() -> None:
     layer = shard()
     layer.version = 1
-    await asyncio.wait_for(MemoryXRole._summed_or_past(layer, 0), 5)
+    await asyncio.wait_for(memoryx_holding(layer)._summed_or_past(layer, 0), 5)
+
+
+async def test_gradient_norms_stop_waiting_once_a_push_broke_off() -> None:
+    """Its sums would never come: the chief hears why instead of waiting out its deadline."""
+    layer = shard()
+    role = memoryx_holding(layer)
+    waiting = asyncio.create_task(role._summed_or_past(layer, 0))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    role._push_failed("gradient for step 3 but layer 0 is at version 2")
+    await asyncio.wait_for(waiting, 5)
+    assert role._push_failure == "gradient for step 3 but layer 0 is at version 2"
+    role._push_failed("a later failure")
+    assert role._push_failure == "gradient for step 3 but layer 0 is at version 2"
 
 
 async def test_a_failed_push_to_memoryx_fails_the_weights_still_to_come() -> None:
@@ -44,7 +68,8 @@ async def test_a_failed_push_to_memoryx_fails_the_weights_still_to_come() -> Non
     complete, pending = LayerRelay(), LayerRelay()
     complete.add(WireChunk(3, 1, 0, (), last=True))
     role._weights = {(3, 1): complete, (4, 0): pending}
-    role._streamed = range(3, 10)
+    fetch = asyncio.create_task(asyncio.Event().wait())  # a stream of versions still open
+    role._fetches.add(fetch)
 
     async def rejected() -> None:
         raise RuntimeError("memoryx said no")
@@ -53,7 +78,9 @@ async def test_a_failed_push_to_memoryx_fails_the_weights_still_to_come() -> Non
     await asyncio.wait({push})
     role._push_ended(push)
 
-    assert role._weights == {} and role._streamed is None  # the next request starts afresh
+    assert role._weights == {} and isinstance(role._failure, RuntimeError)
+    await asyncio.wait({fetch})
+    assert fetch.cancelled()  # nothing more is kept: every later request fails at once
     assert [chunk.layer async for chunk in complete.chunks()] == [1]  # still served in full
     with pytest.raises(RuntimeError, match="memoryx said no"):
         async for _ in pending.chunks():
@@ -68,3 +95,33 @@ async def test_a_cancelled_push_fails_nothing() -> None:
     await asyncio.wait({push})
     role._push_ended(push)
     assert list(role._weights) == [(4, 0)]
+
+
+class GoneSwarmX:
+    """A WeightStreamingClient whose PushGradients call fails."""
+
+    async def push_gradients(self, chunks: object, deadline: float | None) -> None:
+        raise RuntimeError("swarmx went away")
+
+
+async def test_a_step_waiting_for_weights_fails_when_its_push_fails() -> None:
+    """The next version would never come: the push carried the gradients it is made from."""
+
+    push = _GradientPush(cast(WeightStreamingClient, GoneSwarmX()), None)
+    arrived: asyncio.Queue[LayerTensors | None] = asyncio.Queue()
+    reader = asyncio.ensure_future(asyncio.Event().wait())
+    with pytest.raises(RuntimeError, match="swarmx went away"):
+        await asyncio.wait_for(_next_layer(arrived, reader, push), 5)
+    reader.cancel()
+
+
+async def test_weights_already_here_are_taken_even_if_the_push_failed() -> None:
+    push = _GradientPush(cast(WeightStreamingClient, GoneSwarmX()), None)
+    with pytest.raises(RuntimeError):
+        await push.close()  # the call has ended
+    arrived: asyncio.Queue[LayerTensors | None] = asyncio.Queue()
+    layer = LayerTensors(4, 0, 0, {})
+    arrived.put_nowait(layer)
+    reader = asyncio.ensure_future(asyncio.Event().wait())
+    assert await _next_layer(arrived, reader, push) is layer
+    reader.cancel()
