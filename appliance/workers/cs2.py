@@ -26,7 +26,6 @@ one StreamStepWeights call for the version they evaluate.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable
 from typing import Any, TypeVar
@@ -81,8 +80,7 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         await asyncio.Future()  # serve until stopped
 
     async def close(self) -> None:
-        log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
-        log.info("weight-streaming calls made: %s", json.dumps(TRAFFIC.calls))
+        TRAFFIC.report(log)
         TRACE.write(f"cs2-{self.index}")
         if self._push is not None:
             self._push.cancel()
@@ -155,7 +153,6 @@ class _StepRun:
         self.streams = streams
         self.timeout = timeout
         self.weights: dict[int, Tensors] = {}
-        self._watched_push: _GradientPush | None = None  # fails forward if it fails first
 
     async def run(self, request: pb.RunStepRequest) -> _StepOutcome:
         """The step's result, and its gradient push if that may complete in the background."""
@@ -163,14 +160,13 @@ class _StepRun:
         if not request.evaluate:
             TRACE.mark("cs2_step_start", request.step)
         streams = None if request.evaluate else self.streams
-        self._watched_push = None if streams is None else streams.push
         # An evaluation step asks for its version's weights; a training step takes the next
         # version's from the stream that brings every training step's.
         arrivals = self._stream_weights(request.step) if streams is None else streams.arrivals
         try:  # the weights travel while a worker thread makes the batch
             batch = await asyncio.to_thread(self._batch, request)
             outputs, caches = await self._forward(
-                request.step, batch, arrivals, whole_stream=streams is None
+                request.step, batch, arrivals, None if streams is None else streams.push
             )
         finally:
             if streams is None:
@@ -207,10 +203,11 @@ class _StepRun:
         return arrived, asyncio.ensure_future(_read_into(read_layers(stream), arrived))
 
     async def _forward(
-        self, version: int, batch: Batch, arrivals: _Arrivals, whole_stream: bool
+        self, version: int, batch: Batch, arrivals: _Arrivals, push: _GradientPush | None
     ) -> tuple[Any, list[Any]]:
-        """Forward unit by unit as the weights arrive. With `whole_stream` the stream carries
-        this step's weights only and must end after them."""
+        """Forward unit by unit as the weights arrive. A training step watches the job's
+        gradient `push` meanwhile (if it fails first, it fails the step); an evaluation step
+        (no push) has a stream of its own that carries this step's weights only."""
         num_units = self.model.num_units
         arrived, reader = arrivals
         caches: list[Any] = []
@@ -218,7 +215,7 @@ class _StepRun:
         try:
             for unit in range(num_units):
                 while unit not in self.weights:  # units arrive in weight_order, not unit order
-                    streamed = await _next_layer(arrived, reader, self._watched_push)
+                    streamed = await _next_layer(arrived, reader, push)
                     if streamed.step != version or not 0 <= streamed.layer < num_units:
                         raise ValueError(f"unexpected unit {streamed.layer} at {streamed.step}")
                     if streamed.layer in self.weights:
@@ -229,10 +226,10 @@ class _StepRun:
                 # gRPC keeps receiving the next units meanwhile.
                 outputs, cache = self.model.forward_unit(unit, self.weights[unit], outputs)
                 caches.append(cache)
-            if whole_stream:
+            if push is None:
                 await reader
         finally:
-            if whole_stream:
+            if push is None:
                 reader.cancel()
         return outputs, caches
 

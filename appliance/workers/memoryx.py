@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -112,8 +111,7 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
         await asyncio.Future()  # serve until stopped
 
     async def close(self) -> None:
-        log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
-        log.info("weight-streaming calls made: %s", json.dumps(TRAFFIC.calls))
+        TRAFFIC.report(log)
         TRACE.write(f"memoryx-{self.index}")
 
     async def StreamWeights(

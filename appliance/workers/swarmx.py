@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
@@ -102,8 +101,7 @@ class SwarmXRole:
         await asyncio.Future()  # serve until stopped
 
     async def close(self) -> None:
-        log.info("tensor traffic sent: %s", json.dumps(TRAFFIC.sent))
-        log.info("weight-streaming calls made: %s", json.dumps(TRAFFIC.calls))
+        TRAFFIC.report(log)
         TRACE.write(f"swarmx-{self.index}")
         for task in self._fetches:
             task.cancel()
@@ -220,8 +218,9 @@ class SwarmXRole:
                 if streamed is None or step not in streamed:
                     missing.setdefault(layout.memoryx_of_layer(layer), []).append(layer)
         for owner, owned in missing.items():
-            relays = [self._weights[step, layer] for layer in owned]
-            self._start(self._fetch_from_memoryx(owner, step, owned, relays))
+            self._start(
+                self._stream_versions(owner, range(step, step + 1), owned, self._step_timeout)
+            )
         return [self._weights[step, layer] for layer in layers]
 
     def _start(self, fetch: Coroutine[Any, Any, None]) -> None:
@@ -240,26 +239,35 @@ class SwarmXRole:
         for owner in layout.memoryx:
             owned = [layer for layer in order if layout.memoryx_of_layer(layer) == owner]
             if owned:
-                self._start(self._stream_versions(owner, self._streamed, owned))
+                self._start(self._stream_versions(owner, self._streamed, owned, None))
 
     async def _stream_versions(
-        self, owner: PeerAddress, versions: range, layers: list[int]
+        self, owner: PeerAddress, versions: range, layers: list[int], deadline: float | None
     ) -> None:
-        """Keep the chunks of one MemoryX's long-lived stream as they arrive."""
+        """Keep the chunks of one MemoryX's stream of `layers` at each of `versions`, in that
+        order, as they arrive."""
         stub = WeightStreamingClient(self._channels.get(owner.address, "weights"))
         request = pb.StepWeightsRequest(
             step=versions.start, layers=layers, num_steps=len(versions)
         )
+        total, received = len(versions) * len(layers), 0  # layers complete
         try:
-            async for chunk in stub.stream_step_weights(request, None):
-                if chunk.step not in versions or chunk.layer not in layers:
-                    raise ValueError(f"{owner.name} sent layer {chunk.layer} at {chunk.step}")
+            async for chunk in stub.stream_step_weights(request, deadline):
+                version, place = divmod(received, len(layers))
+                if received == total or (chunk.step, chunk.layer) != (
+                    versions[version],
+                    layers[place],
+                ):
+                    raise ValueError(f"{owner.name} sent layer {chunk.layer} out of order")
                 relay = self._weights.get((chunk.step, chunk.layer))
                 if relay is None:  # here before any CS-2 asked for it
                     relay = self._weights[chunk.step, chunk.layer] = LayerRelay()
                 relay.add(chunk)
                 if chunk.last:
                     TRACE.mark("swarmx_weights_in", chunk.step, chunk.layer)
+                    received += 1
+            if received < total:
+                raise ValueError(f"{owner.name} ended the stream after {received} layers")
         except (grpc.aio.AioRpcError, ValueError) as err:
             self._fail_weights(err)
 
@@ -276,28 +284,6 @@ class SwarmXRole:
         for relay in self._weights.values():
             relay.fail(error)
         self._weights.clear()
-
-    async def _fetch_from_memoryx(
-        self, owner: PeerAddress, step: int, layers: list[int], relays: list[LayerRelay]
-    ) -> None:
-        stub = WeightStreamingClient(self._channels.get(owner.address, "weights"))
-        request = pb.StepWeightsRequest(step=step, layers=layers)
-        received = 0  # layers complete
-        try:
-            async for chunk in stub.stream_step_weights(request, self._step_timeout):
-                if received == len(layers) or chunk.layer != layers[received]:
-                    raise ValueError(f"{owner.name} sent layer {chunk.layer} out of order")
-                relays[received].add(chunk)
-                if chunk.last:
-                    TRACE.mark("swarmx_weights_in", step, chunk.layer)
-                    received += 1
-            if received < len(layers):
-                raise ValueError(f"{owner.name} ended the stream after {received} layers")
-        except (grpc.aio.AioRpcError, ValueError) as err:
-            for layer, relay in zip(layers[received:], relays[received:], strict=True):
-                relay.fail(err)
-                if self._weights.get((step, layer)) is relay:
-                    del self._weights[step, layer]  # a later request fetches it afresh
 
     def _add_gradient(
         self,

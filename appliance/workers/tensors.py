@@ -15,6 +15,8 @@ calls it makes.
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import math
 from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
 
@@ -41,6 +43,11 @@ class TrafficMeter:
 
     def count_call(self, method: str) -> None:
         self.calls[method] = self.calls.get(method, 0) + 1
+
+    def report(self, log: logging.Logger) -> None:
+        """Log the totals (bench.weight_streaming and the worker tests read these lines)."""
+        log.info("tensor traffic sent: %s", json.dumps(self.sent))
+        log.info("weight-streaming calls made: %s", json.dumps(self.calls))
 
 
 TRAFFIC = TrafficMeter()
