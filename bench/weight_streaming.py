@@ -9,7 +9,10 @@ appliance.domain.params.Gpt2Model) prints JSON with:
 - tensor bytes sent per step by role against the theoretical minimum (each layer's weights go
   once MemoryX -> SwarmX and once SwarmX -> each CS-2, each gradient once CS-2 -> SwarmX and
   once SwarmX -> MemoryX);
-- steps/s with 1, 2 and 4 CS-2s.
+- steps/s with 1, 2 and 4 CS-2s;
+- CPU time per step of each replica process of the 1-CS-2 job (psutil, every thread, sampled at
+  each progress report), and what it implies: on this machine's cores, no step can be shorter
+  than the total CPU time per step divided by the number of cores.
 Replicas are real processes against the fake coordinator of tests/integration/test_workers.py.
 With --runs N the whole measurement repeats N times, each in a new process; each model is judged
 on its median run (by the step-time ratio) and every run's step times and ratio are kept, with
@@ -33,9 +36,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,11 +50,11 @@ from appliance.domain import models
 from appliance.domain.params import parse_params
 from appliance.workers import optimizers
 from appliance.workers.reference import ReferenceTrainer
-from tests.integration.test_workers import run_job
+from tests.integration.test_workers import RunningJob, run_job
 
 TRAFFIC_LINE = re.compile(r"(\w+)-\d+ INFO .*tensor traffic sent: (\{.*\})")
 # Enough steps for several progress reports (every 0.5 s), whose timestamps give the rate.
-DEFAULT_STEPS = {"fc_mnist": 200, "gpt2": 30}
+DEFAULT_STEPS = {"fc_mnist": 600, "gpt2": 30}
 GPT2_DEFAULT = {"model": {"name": "gpt2"}, "optimizer": {"optimizer_type": "adamw",
                                                           "learning_rate": 1e-3}}  # fmt: skip
 
@@ -74,9 +79,12 @@ def single_process_step_seconds(params: dict[str, Any], steps: int) -> float:
 async def streamed_job(params: dict[str, Any], num_csx: int, steps: int) -> dict[str, Any]:
     """Run one job; its steady step rate (between progress reports) and traffic by role."""
     swarmx = 1 if num_csx <= 2 else 2
+    cpu_samples: list[tuple[int, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         async with run_job(Path(tmp), num_csx, 1, swarmx, steps, params) as job:
+            sampler = asyncio.create_task(sample_cpu(job, cpu_samples))
             code = await job.exit_code("chief-0", within=600)
+            sampler.cancel()
             for name in job.processes:
                 await job.exit_code(name, within=30)
             assert code == 0, job.logs()
@@ -93,7 +101,42 @@ async def streamed_job(params: dict[str, Any], num_csx: int, steps: int) -> dict
         for kind, value in json.loads(counts).items():
             sent.setdefault(role, {}).setdefault(kind, 0)
             sent[role][kind] += value
-    return {"steps_per_second": rate, "sent": sent, "swarmx": swarmx}
+    return {
+        "steps_per_second": rate,
+        "sent": sent,
+        "swarmx": swarmx,
+        "cpu_ms_per_step": cpu_per_step(cpu_samples),
+    }
+
+
+async def sample_cpu(job: RunningJob, samples: list[tuple[int, dict[str, float]]]) -> None:
+    """At each progress report, its step and every replica's CPU seconds so far (user + system,
+    every thread), until a replica exits."""
+    processes = {name: psutil.Process(process.pid) for name, process in job.processes.items()}
+
+    def reported_after(count: int) -> Callable[[], bool]:
+        return lambda: len(job.fake.progress) > count
+
+    while True:
+        await job.fake.wait_until(reported_after(len(job.fake.progress)), within=600)
+        try:
+            cpu = {name: sum(p.cpu_times()[:2]) for name, p in processes.items()}
+        except psutil.NoSuchProcess:
+            return
+        samples.append((job.fake.progress[-1].step, cpu))
+
+
+def cpu_per_step(samples: list[tuple[int, dict[str, float]]]) -> dict[str, float] | None:
+    """CPU milliseconds per step by role, between the first and the last sample."""
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+        return None
+    (first_step, first), (last_step, last) = samples[0], samples[-1]
+    by_role: dict[str, float] = {}
+    for name, seconds in last.items():
+        role = name.split("-")[0]
+        by_role[role] = by_role.get(role, 0.0) + seconds - first[name]
+    steps = last_step - first_step
+    return {role: round(1000 * total / steps, 3) for role, total in by_role.items()}
 
 
 def traffic_per_step(
@@ -143,9 +186,26 @@ async def bench_model(name: str, steps: int) -> dict[str, Any]:
             result["one_cs2_step_seconds"] = step_seconds
             result["one_cs2_vs_single_process"] = step_seconds / reference
             result["traffic_one_cs2"] = traffic_per_step(params, job, num_csx, steps)
+            result["one_cs2_cpu"] = cpu_budget(job["cpu_ms_per_step"], reference)
         if num_csx == 4:
             result["traffic_four_cs2"] = traffic_per_step(params, job, num_csx, steps)
     return result
+
+
+def cpu_budget(by_role: dict[str, float] | None, reference: float) -> dict[str, Any] | None:
+    """The 1-CS-2 job's CPU time per step, and the shortest step it allows on this machine."""
+    if by_role is None:
+        return None
+    total = sum(by_role.values())
+    cores = os.cpu_count() or 1
+    return {
+        "ms_per_step_by_role": by_role,
+        "ms_per_step_total": round(total, 3),
+        "single_process_ms_per_step": round(1000 * reference, 3),
+        "cores": cores,
+        "shortest_possible_step_ms": round(total / cores, 3),
+        "shortest_possible_vs_single_process": round(total / cores / (1000 * reference), 3),
+    }
 
 
 GOALS = {"fc_mnist": 2.0, "gpt2": 1.5}  # one CS-2's step time / the single process's, at most
@@ -174,6 +234,7 @@ RUN_FIGURES = (
     "one_cs2_vs_single_process",
     "one_cs2_step_seconds",
     "single_process_step_seconds",
+    "one_cs2_cpu",
     "load_average",
 )
 
