@@ -4,8 +4,9 @@ Every call between the replicas of a training run is long-lived: set up once, it
 step, because setting up a call costs more here than the megabyte it carries
 (bench/data_plane_floor.py). Evaluation steps still ask for one version at a time.
 
-Weights: the first request for a version opens one StreamStepWeights stream per MemoryX for that
-version and every later one that a training step uses, each MemoryX's layers last unit
+Weights: in a job that trains, the first request for a version opens one StreamStepWeights
+stream per MemoryX for that version and every later one that a training step uses (an
+evaluation-only job fetches its one version on its own), each MemoryX's layers last unit
 first (appliance.workers.topology.weight_order, the order in which the previous step's updates
 complete); MemoryX sends each layer as soon as it reaches the version, i.e. as soon as the
 previous step's update of it is applied, while backward goes on elsewhere. Chunks are kept per
@@ -203,12 +204,12 @@ class SwarmXRole:
         raise AssertionError("unreachable")
 
     def _fetch(self, step: int, layers: list[int]) -> list[LayerRelay]:
-        """The layers' relays at version `step`. The first request opens the long-lived streams
-        from the MemoryXs; a version they do not bring (one before it, or the final one) is
-        fetched on its own."""
+        """The layers' relays at version `step`. In a job that trains, the first request opens
+        the long-lived streams from the MemoryXs; a version they do not bring (one before it,
+        the final one, or any in an evaluation-only job) is fetched on its own."""
         layout = self._layout
         assert layout is not None
-        if self._streamed is None:
+        if self._streamed is None and layout.mode != "eval":
             self._stream_from_memoryx(layout, step)
         streamed = self._streamed
         missing: dict[PeerAddress, list[int]] = {}

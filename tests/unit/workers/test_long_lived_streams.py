@@ -8,6 +8,7 @@ from typing import cast
 import numpy as np
 import pytest
 
+from appliance._proto.v1 import common_pb2, control_pb2
 from appliance.domain.params import OptimizerSection
 from appliance.workers import optimizers
 from appliance.workers.cs2 import _GradientPush, _next_layer
@@ -15,6 +16,7 @@ from appliance.workers.memoryx import LayerShard, MemoryXRole
 from appliance.workers.relay import LayerRelay
 from appliance.workers.swarmx import SwarmXRole
 from appliance.workers.tensors import LayerTensors
+from appliance.workers.topology import JobLayout, PeerAddress, job_layout
 from appliance.workers.weight_rpc import WeightStreamingClient
 from appliance.workers.wire import WireChunk
 
@@ -125,3 +127,40 @@ async def test_weights_already_here_are_taken_even_if_the_push_failed() -> None:
     reader = asyncio.ensure_future(asyncio.Event().wait())
     assert await _next_layer(arrived, reader, push) is layer
     reader.cancel()
+
+
+def _layout(mode: common_pb2.Mode.ValueType) -> JobLayout:
+    peers = [
+        control_pb2.Peer(name=f"{role}-0", role=role, index=0, address=f"{role}:0")
+        for role in ("chief", "cs2", "memoryx", "swarmx")
+    ]
+    topology = control_pb2.Topology(
+        job_id="wsjob-test", num_csx=1, num_steps=4, params_yaml="{}", peers=peers, mode=mode
+    )
+    return job_layout(topology)
+
+
+@pytest.mark.parametrize(
+    ("mode", "fetched"),
+    [
+        (common_pb2.MODE_EVAL, [range(0, 1)]),  # only the version asked for
+        (common_pb2.MODE_TRAIN_AND_EVAL, [range(0, 4)]),  # every training version, in one call
+    ],
+)
+async def test_only_a_job_that_trains_opens_a_stream_of_versions(
+    mode: common_pb2.Mode.ValueType, fetched: list[range]
+) -> None:
+    """An evaluation-only job never asks for a next version: a stream of them would hang."""
+    role = SwarmXRole(0, step_timeout=5)
+    role.configure(_layout(mode))
+    asked: list[range] = []
+
+    async def stream_versions(
+        owner: PeerAddress, versions: range, layers: list[int], deadline: float | None
+    ) -> None:
+        asked.append(versions)
+
+    role._stream_versions = stream_versions  # type: ignore[method-assign]
+    role._fetch(0, [0, 1, 2])
+    await asyncio.gather(*role._fetches)
+    assert asked == fetched
