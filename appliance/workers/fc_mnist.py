@@ -99,17 +99,23 @@ def dense_forward(inputs: Array, weight: Array, bias: Array, relu: bool) -> Arra
 
 
 def dense_backward(
-    inputs: Array, weight: Array, outputs: Array, grad_outputs: Array, relu: bool
-) -> tuple[Array, Array, Array]:
-    """Gradients (weight, bias, inputs) of one layer, given the gradient at its outputs."""
+    inputs: Array,
+    weight: Array,
+    outputs: Array,
+    grad_outputs: Array,
+    relu: bool,
+    need_inputs: bool = True,
+) -> tuple[Array, Array, Array | None]:
+    """Gradients (weight, bias, inputs) of one layer, given the gradient at its outputs. The
+    first layer's input gradient is nobody's (`need_inputs` False): None, not computed."""
     grad_pre = grad_outputs * (outputs > 0) if relu else grad_outputs
     grad_weight = inputs.T @ grad_pre
     grad_bias = grad_pre.sum(axis=0)
-    grad_inputs = grad_pre @ weight.T
+    grad_inputs = (grad_pre @ weight.T).astype(np.float32, copy=False) if need_inputs else None
     return (
-        grad_weight.astype(np.float32),
-        grad_bias.astype(np.float32),
-        grad_inputs.astype(np.float32),
+        grad_weight.astype(np.float32, copy=False),
+        grad_bias.astype(np.float32, copy=False),
+        grad_inputs,
     )
 
 
@@ -194,6 +200,6 @@ class FcMnist:
         inputs, outputs = cache
         relu = unit < self.num_units - 1
         grad_weight, grad_bias, grad_inputs = dense_backward(
-            inputs, weights["weight"], outputs, grad, relu
+            inputs, weights["weight"], outputs, grad, relu, need_inputs=unit > 0
         )
-        return {"weight": grad_weight, "bias": grad_bias}, grad_inputs if unit > 0 else None
+        return {"weight": grad_weight, "bias": grad_bias}, grad_inputs
