@@ -11,8 +11,8 @@ appliance.domain.params.Gpt2Model) prints JSON with:
   once SwarmX -> MemoryX);
 - steps/s with 1, 2 and 4 CS-2s;
 - CPU time per step of each replica process of the 1-CS-2 job (psutil, every thread, sampled at
-  each progress report), and what it implies: on this machine's cores, no step can be shorter
-  than the total CPU time per step divided by the number of cores.
+  each progress report), and the lower bound it sets for the job as it is: spending that much
+  CPU, no step can be shorter than the total CPU time per step divided by the number of cores.
 Replicas are real processes against the fake coordinator of tests/integration/test_workers.py.
 With --runs N the whole measurement repeats N times, each in a new process; each model is judged
 on its median run (by the step-time ratio) and every run's step times and ratio are kept, with
@@ -83,8 +83,11 @@ async def streamed_job(params: dict[str, Any], num_csx: int, steps: int) -> dict
     with tempfile.TemporaryDirectory() as tmp:
         async with run_job(Path(tmp), num_csx, 1, swarmx, steps, params) as job:
             sampler = asyncio.create_task(sample_cpu(job, cpu_samples))
-            code = await job.exit_code("chief-0", within=600)
-            sampler.cancel()
+            try:
+                code = await job.exit_code("chief-0", within=600)
+            finally:
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
             for name in job.processes:
                 await job.exit_code(name, within=30)
             assert code == 0, job.logs()
@@ -112,18 +115,18 @@ async def streamed_job(params: dict[str, Any], num_csx: int, steps: int) -> dict
 async def sample_cpu(job: RunningJob, samples: list[tuple[int, dict[str, float]]]) -> None:
     """At each progress report, its step and every replica's CPU seconds so far (user + system,
     every thread), until a replica exits."""
-    processes = {name: psutil.Process(process.pid) for name, process in job.processes.items()}
 
     def reported_after(count: int) -> Callable[[], bool]:
         return lambda: len(job.fake.progress) > count
 
-    while True:
-        await job.fake.wait_until(reported_after(len(job.fake.progress)), within=600)
-        try:
+    try:
+        processes = {name: psutil.Process(p.pid) for name, p in job.processes.items()}
+        while True:
+            await job.fake.wait_until(reported_after(len(job.fake.progress)), within=600)
             cpu = {name: sum(p.cpu_times()[:2]) for name, p in processes.items()}
-        except psutil.NoSuchProcess:
-            return
-        samples.append((job.fake.progress[-1].step, cpu))
+            samples.append((job.fake.progress[-1].step, cpu))
+    except psutil.NoSuchProcess:
+        return
 
 
 def cpu_per_step(samples: list[tuple[int, dict[str, float]]]) -> dict[str, float] | None:
