@@ -209,7 +209,7 @@ class SwarmXRole:
         the final one, or any in an evaluation-only job) is fetched on its own."""
         layout = self._layout
         assert layout is not None
-        if self._streamed is None and layout.mode != "eval":
+        if self._streamed is None:
             self._stream_from_memoryx(layout, step)
         streamed = self._streamed
         missing: dict[PeerAddress, list[int]] = {}
@@ -232,9 +232,9 @@ class SwarmXRole:
     def _stream_from_memoryx(self, layout: JobLayout, first: int) -> None:
         """Open a stream of the training versions from `first` on (first..num_steps - 1) of its
         layers from each MemoryX. The final version is only evaluated, if at all: fetched on
-        its own when asked for, never sent unasked."""
-        if first >= layout.num_steps:
-            return  # nothing left to train: versions are fetched one at a time
+        its own when asked for, never sent unasked. An evaluation-only job trains nothing."""
+        if layout.mode == "eval" or first >= layout.num_steps:
+            return  # nothing (left) to train: versions are fetched one at a time
         self._streamed = range(first, layout.num_steps)
         order = weight_order(layout.model.num_units)
         for owner in layout.memoryx:
