@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 
-for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_variable, "1")  # before NumPy loads: what every replica does
+from appliance.workers.numerics import pin_blas_threads
+
+pin_blas_threads(os.environ)  # before NumPy loads: what every replica does
 
 import argparse
 import asyncio

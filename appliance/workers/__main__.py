@@ -88,13 +88,16 @@ def main(
     step_timeout: float,
 ) -> None:
     """Run one replica of a wsjob until it finishes, is told to stop, or fails."""
-    # Many replicas share a host and each multiplies small matrices: one BLAS thread apiece
-    # (spinning BLAS thread pools made a 2-CS-2 job 3x slower). Must be set before NumPy loads,
-    # hence the imports below.
-    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(variable, "1")
+    # One BLAS thread, whatever the environment says: the thread count changes a product's
+    # rounding (appliance.workers.numerics), and many replicas share a host (spinning BLAS
+    # thread pools made a 2-CS-2 job 3x slower). Before NumPy loads, hence the imports below.
+    from appliance.workers.numerics import limit_loaded_blas, pin_blas_threads
+
+    pin_blas_threads(os.environ)
     from appliance.workers.allocator import keep_tensor_buffers
     from appliance.workers.runtime import WorkerOptions, run_replica
+
+    limit_loaded_blas()  # NumPy is loaded by now
 
     logging.basicConfig(
         level=logging.INFO,

@@ -1,8 +1,9 @@
 """Single-process training with the data plane's numerics: the yardstick for the replicas.
 
-Same model functions, same optimizer, same clipping and schedule, same order of operations, so
-a job on one CS-2 ends with these weights bit for bit, and on N CS-2s up to the order in which
-shard gradients are summed. Also the baseline of bench/weight_streaming.py.
+Same model functions, same optimizer, same clipping and schedule, same order of operations, and
+BLAS on one thread as in a replica, so a job on one CS-2 ends with these weights bit for bit, and
+on N CS-2s up to the order in which shard gradients are summed (appliance.workers.numerics says
+what is promised and why it holds). Also the baseline of bench/weight_streaming.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from appliance.domain.params import Params
 from appliance.workers import optimizers
 from appliance.workers.model import StreamedModel, Tensors, backward_units, forward_units
 from appliance.workers.model_catalog import build_model
+from appliance.workers.numerics import one_blas_thread
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +40,10 @@ class ReferenceTrainer:
 
     def train_step(self) -> float:
         """Run step `self.step` and apply its update; returns the mean loss of the batch."""
+        with one_blas_thread():
+            return self._train_step()
+
+    def _train_step(self) -> float:
         model, settings = self.model, self.params.optimizer
         batch = model.train_batch(self.step)
         normalizer = batch.num_samples * model.predictions_per_sample
@@ -62,11 +68,17 @@ class ReferenceTrainer:
 
     def train(self, until: int | None = None) -> list[float]:
         """Train up to step `until` (default: num_steps); returns all losses so far."""
-        while self.step < (self.num_steps if until is None else until):
-            self.train_step()
+        with one_blas_thread():  # once for the loop, not once a step (the benchmark's baseline)
+            while self.step < (self.num_steps if until is None else until):
+                self._train_step()
         return self.losses
 
     def evaluate(self) -> EvalResult:
+        """Mean loss and accuracy of the current weights over the evaluation batches."""
+        with one_blas_thread():
+            return self._evaluate()
+
+    def _evaluate(self) -> EvalResult:
         model = self.model
         weights = dict(enumerate(self.weights))
         loss_sum, correct, predictions = 0.0, 0, 0

@@ -7,7 +7,9 @@ consecutive and it is complete once its bytes match its shape. A stream may carr
 one after the other; the final chunk of each is marked `last`.
 Encoded chunks are views of the arrays (they are copied once, into the message, when gRPC sends
 them, so the arrays must not change until then); decoded arrays are read-only views of the
-received bytes (no copy): every consumer reads them or builds new arrays from them.
+received bytes (no copy) where those start at a multiple of 4 bytes, and read-only copies
+where they do not (appliance.workers.numerics: a misaligned operand changes the rounding):
+every consumer reads them or builds new arrays from them.
 `TRAFFIC` counts the serialized bytes this process sends, by kind, for the benchmark, and the
 calls it makes.
 """
@@ -110,8 +112,17 @@ def decode_layer(chunks: list[WireChunk]) -> LayerTensors:
         if len(raw) != math.prod(shape) * _WIRE_DTYPE.itemsize:
             raise ValueError(f"tensor {name!r}: {len(raw)} bytes do not fit shape {shape}")
         array = np.frombuffer(raw, dtype=_WIRE_DTYPE).astype(np.float32, copy=False)
-        tensors[name] = array.reshape(shape)
+        tensors[name] = _aligned(array).reshape(shape)
     return LayerTensors(first.step, first.layer, first.source_index, tensors)
+
+
+def _aligned(array: Array) -> Array:
+    """`array` if its data start at a multiple of its item size, else a read-only copy."""
+    if array.flags.aligned:
+        return array
+    copy = array.copy()  # NumPy allocates at the allocator's alignment (16 bytes on glibc)
+    copy.flags.writeable = False
+    return copy
 
 
 async def collect_layer(stream: AsyncIterable[WireChunk]) -> LayerTensors:

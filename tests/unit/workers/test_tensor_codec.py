@@ -37,6 +37,40 @@ def test_decoded_tensors_are_views_of_the_received_message() -> None:
     assert not decoded.flags.writeable and not decoded.flags.owndata
 
 
+def message_at(encoded: bytes, offset: int) -> bytes:
+    """A read-only copy of `encoded` that starts `offset` bytes past a 4-byte boundary (gRPC
+    hands out bytes objects wherever its allocator put them)."""
+    buffer = bytearray(len(encoded) + 8)
+    start = -np.frombuffer(buffer, np.uint8).ctypes.data % 4 + offset
+    buffer[start : start + len(encoded)] = encoded
+    message: bytes = memoryview(buffer).toreadonly()[start : start + len(encoded)]  # type: ignore[assignment]
+    return message
+
+
+@pytest.mark.parametrize("step", [0, 1, 127, 128, 16_383, 16_384, 2**40])
+def test_decoded_tensors_are_aligned_wherever_the_message_put_their_bytes(step: int) -> None:
+    """The step's varint shifts every tensor's bytes inside the message; names and shapes shift
+    them further. Whatever the offset, a decoded array starts at a multiple of 4 bytes
+    (appliance.workers.numerics): views where the bytes are aligned, copies where not."""
+    rng = np.random.default_rng(step)
+    shapes = {"w": (5, 3), "bias": (3,), "attn_qkv_weight": (16, 48), "g": (7,), "wte": (600, 700)}
+    layer = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+    views = 0
+    for offset in range(4):  # where the message itself starts, relative to a 4-byte boundary
+        received = [
+            parse_chunk(message_at(serialize_chunk(chunk), offset))
+            for chunk in tensors.encode_layer(step, 3, 1, layer)
+        ]
+        decoded = tensors.decode_layer(received).tensors
+        for name, array in layer.items():
+            got = decoded[name]
+            assert got.ctypes.data % 4 == 0 and got.flags.aligned, (name, offset)
+            assert not got.flags.writeable
+            np.testing.assert_array_equal(got, array)
+            views += not got.flags.owndata and got.base is not None
+    assert views  # aligned bytes are still used in place, not copied
+
+
 def test_small_tensors_of_a_layer_travel_in_one_message() -> None:
     layer = {"weight": np.ones((16, 8), np.float32), "bias": np.zeros(8, np.float32)}
     chunks = list(tensors.encode_layer(0, 3, 0, layer))
