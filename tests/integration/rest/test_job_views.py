@@ -28,10 +28,12 @@ from appliance.services.job_views import JobViewCache
 from appliance.services.jobs import JobService
 from appliance.store.engine import make_engine, migrate
 from appliance.store.jobs import JobStore, NewJob
+from tests.integration.coordinator.harness import wait_until
 from tests.integration.rest.conftest import Rest
 
 PARAMS = "model: {name: fc_mnist, hidden_sizes: [4]}\n"
 NOW = 1_700_000_000.0
+WAITING_FOR_THE_SCHEDULER = "waiting for the scheduler"  # the reason a job is submitted with
 
 
 # ---- through the REST API -------------------------------------------------------------------
@@ -51,6 +53,12 @@ def test_queue_position_follows_the_jobs_ahead(parked: Rest) -> None:
 def test_every_change_shows_on_the_next_get(parked: Rest) -> None:
     job = parked.submit(labels={"team": "nlp"})
     url = f"/api/v1/jobs/{job['id']}"
+    # The scheduler's first pass replaces the submit's reason with why the job waits (a change,
+    # so a new view); after it nothing changes the job until this test does.
+    wait_until(
+        lambda: parked.job(job["id"])["pending_reason"] != WAITING_FOR_THE_SCHEDULER,
+        what="the scheduler's first pass over the job",
+    )
     assert parked.job(job["id"]) == parked.job(job["id"])
     assert parked.http.patch(url, json={"priority": "p1"}).status_code == 200
     assert parked.job(job["id"])["spec"]["priority"] == "p1"
