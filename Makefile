@@ -27,6 +27,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python proto/generate.py --check
 
 proto: $(STAMP)  ## regenerate appliance/_proto/v1 from proto/

@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
-from appliance.store.jobs import DEFAULT_LIMIT, MAX_LIMIT
+from appliance.domain.listing import DEFAULT_LIMIT, MAX_LIMIT
 from bench.common import SYSTEMS, WORK, CoordinatorProcess, emit, prepare_store, summarize_ms
 from bench.seed import copy_seeded
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
-from appliance.store.jobs import MAX_LIMIT
+from appliance.domain.listing import MAX_LIMIT
 from bench.common import SYSTEMS, WORK, CoordinatorProcess, emit, prepare_store
 from bench.seed import copy_seeded
 

@@ -35,10 +35,6 @@ class ReplicaEvent:
     message: str = ""
 
 
-# The environment variable that carries a job's replica token into each of its replicas.
-REPLICA_TOKEN_ENV = "APPLIANCE_REPLICA_TOKEN"
-
-
 class Backend(Protocol):
     # HOST:PORT replicas dial; the coordinator sets it once its gRPC port is known.
     coordinator_address: str

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
-AUTH_METADATA_KEY = "authorization"
+from appliance.domain.auth import bearer_metadata
 
 
 class _Details(NamedTuple):
@@ -20,11 +20,6 @@ class _Details(NamedTuple):
     credentials: Any
     wait_for_ready: bool | None
     compression: Any
-
-
-def bearer_metadata(token: str) -> tuple[str, str]:
-    """The metadata entry that carries `token` to the coordinator."""
-    return (AUTH_METADATA_KEY, f"Bearer {token}")
 
 
 class TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]

@@ -14,6 +14,16 @@ from collections.abc import Sequence
 from appliance.domain.errors import PermissionDenied
 from appliance.domain.spec import Priority
 
+# The gRPC metadata key of a caller's bearer token: users' tokens, and replicas' per-job tokens.
+AUTH_METADATA_KEY = "authorization"
+# The environment variable that carries a job's replica token into each of its replicas.
+REPLICA_TOKEN_ENV = "APPLIANCE_REPLICA_TOKEN"
+
+
+def bearer_metadata(token: str) -> tuple[str, str]:
+    """The metadata entry that carries `token` to the coordinator."""
+    return (AUTH_METADATA_KEY, f"Bearer {token}")
+
 
 @dataclasses.dataclass(frozen=True)
 class Principal:

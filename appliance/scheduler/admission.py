@@ -14,33 +14,13 @@ from collections.abc import Sequence
 
 from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
 from appliance.domain.plan import ReplicaPlan, Role
-from appliance.domain.spec import Priority
+from appliance.domain.queue import Placement, QueuedJob
 
 _KIND_OF_ROLE = {
     Role.CS2: NodeKind.SYSTEM,
     Role.MEMORYX: NodeKind.MEMORYX,
     Role.SWARMX: NodeKind.SWARMX,
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class QueuedJob:
-    job_id: str
-    priority: Priority
-    created_at: float
-    plan: ReplicaPlan
-
-    @property
-    def order(self) -> tuple[int, float, str]:
-        return (int(self.priority), self.created_at, self.job_id)
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    replica: str
-    role: Role
-    node: str
-    amount: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,8 +18,8 @@ from appliance._proto.v1 import cluster_pb2_grpc, control_pb2_grpc
 from appliance.backends.base import Backend, BackendUnavailable
 from appliance.backends.local import LocalBackend
 from appliance.config import InventoryError, Settings
-from appliance.reconciler.loop import Reconciler
-from appliance.scheduler.loop import SchedulerLoop
+from appliance.loops.reconciling import Reconciler
+from appliance.loops.scheduling import SchedulerLoop
 from appliance.server.auth import Authenticator
 from appliance.server.grpc.cluster import ClusterServicer
 from appliance.server.grpc.control import ReplicaControlServicer

@@ -25,8 +25,6 @@ import yaml
 from appliance.domain.auth import Principal
 from appliance.domain.errors import Unauthenticated
 
-AUTH_METADATA_KEY = "authorization"
-
 
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()

@@ -11,6 +11,7 @@ from appliance.domain.errors import InvalidSpec, NotFound
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent
+from appliance.domain.listing import MAX_LIMIT, JobKey, JobQuery
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_user
@@ -18,7 +19,7 @@ from appliance.services.batching import SubmitBatcher
 from appliance.services.cancels import CancelBatcher, CancelRequest
 from appliance.services.context import Context
 from appliance.services.job_views import JobViewCache
-from appliance.store.jobs import MAX_LIMIT, JobKey, JobQuery, NewJob
+from appliance.store.jobs import NewJob
 
 STREAM_PAGE = 20_000
 MAX_LEASE_SECONDS = 86_400.0

@@ -34,12 +34,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound
 from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
 from appliance.domain.job import EventKind, Job, JobEvent, Lease, Progress, Replica, ReplicaPhase
+from appliance.domain.listing import DEFAULT_LIMIT, MAX_KEYS_LIMIT, MAX_LIMIT, JobKey, JobQuery
 from appliance.domain.phases import (
     Phase,
 )
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
+from appliance.domain.queue import Placement, QueuedJob
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels
-from appliance.scheduler.admission import Placement, QueuedJob
 from appliance.store.phase_writes import PhaseChange as PhaseChange
 from appliance.store.phase_writes import PhaseMove as PhaseMove
 from appliance.store.phase_writes import write_phases
@@ -54,31 +55,11 @@ from appliance.store.tables import (
     ReplicaRow,
 )
 
-DEFAULT_LIMIT = 500
-MAX_LIMIT = 10_000
-MAX_KEYS_LIMIT = 50_000
 _PRIORITIES = {int(p): p for p in Priority}  # a dict lookup, not an Enum call, per queued row
 _QUEUE_AHEAD_SQLITE = text(
     "SELECT count(*) FROM jobs INDEXED BY ix_jobs_queue WHERE phase = 'QUEUED' "
     "AND (priority, created_at, id) < (:priority, :created_at, :id)"
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class JobQuery:
-    include_terminal: bool = False
-    user: str = ""
-    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    limit: int = DEFAULT_LIMIT
-    page_token: str = ""
-    # When given, exactly these phases (include_terminal is then ignored).
-    phases: frozenset[Phase] = frozenset()
-
-
-# (id, created_at, version): one version of a job's summary; what a summary shows changes
-# only together with `version`. Plain tuples straight from the driver: listing 100,000 keys
-# must cost no per-row object.
-JobKey = tuple[str, float, int]
 
 
 @dataclasses.dataclass(frozen=True)

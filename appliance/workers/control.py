@@ -17,8 +17,7 @@ from typing import TypeVar
 import grpc
 
 from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
-from appliance.backends.base import REPLICA_TOKEN_ENV
-from appliance.client.auth import bearer_metadata
+from appliance.domain.auth import REPLICA_TOKEN_ENV, bearer_metadata
 from appliance.workers.lifecycle import EXIT_ORPHANED, ReplicaExit, StopSignal
 
 log = logging.getLogger(__name__)

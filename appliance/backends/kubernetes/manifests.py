@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from appliance.backends.base import REPLICA_TOKEN_ENV
+from appliance.domain.auth import REPLICA_TOKEN_ENV
 from appliance.domain.job import Job, Replica
 from appliance.domain.plan import Role
 

@@ -18,7 +18,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 
-from appliance.backends.base import REPLICA_TOKEN_ENV, ReplicaEvent, ReplicaEventKind
+from appliance.backends.base import ReplicaEvent, ReplicaEventKind
+from appliance.domain.auth import REPLICA_TOKEN_ENV
 from appliance.domain.job import Job, Replica
 
 log = logging.getLogger(__name__)

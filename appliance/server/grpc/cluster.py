@@ -10,16 +10,16 @@ import grpc
 import appliance
 from appliance._proto import convert
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
-from appliance.domain.auth import Principal
+from appliance.domain.auth import AUTH_METADATA_KEY, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
+from appliance.domain.listing import JobQuery
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_spec
-from appliance.server.auth import AUTH_METADATA_KEY, Authenticator
+from appliance.server.auth import Authenticator
 from appliance.server.grpc.errors import stream, unary
 from appliance.server.grpc.summaries import SummaryCache
 from appliance.services.jobs import JobService, check_job_id
 from appliance.services.logs import LogService
-from appliance.store.jobs import JobQuery
 
 Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 

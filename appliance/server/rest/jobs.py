@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from appliance.domain.auth import Principal
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.listing import DEFAULT_LIMIT, MAX_LIMIT, JobQuery
 from appliance.domain.phases import Phase
 from appliance.domain.spec import parse_label_selector, validate_labels
 from appliance.server.rest.auth import CallerDependency
@@ -29,7 +30,6 @@ from appliance.server.rest.models import (
     job_out,
 )
 from appliance.services.jobs import JobService
-from appliance.store.jobs import DEFAULT_LIMIT, MAX_LIMIT, JobQuery
 
 ANONYMOUS = "anonymous"  # the user of a request while authentication is off
 JobId = Annotated[str, Path(description="The job's name, wsjob-<id>.", max_length=64)]

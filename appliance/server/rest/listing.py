@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from appliance.domain.job import Job
+from appliance.domain.listing import JobKey, JobQuery
 from appliance.domain.phases import Phase
 from appliance.services.jobs import JobService
-from appliance.store.jobs import JobKey, JobQuery
 
 
 async def list_page(jobs: JobService, query: JobQuery) -> tuple[list[Job], str]:

@@ -18,12 +18,14 @@ from sqlalchemy.exc import IntegrityError
 from appliance.domain.errors import InvalidSpec, NotFound
 from appliance.domain.inventory import Node, NodeKind, NodeUsage, default_pool
 from appliance.domain.job import Job, JobEvent, Progress, ReplicaPhase
+from appliance.domain.listing import MAX_LIMIT, JobQuery
 from appliance.domain.phases import ACTIVE, TERMINAL, TRANSITIONS, Outcome, Phase
 from appliance.domain.plan import Role, plan_replicas
+from appliance.domain.queue import Placement
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_spec
-from appliance.scheduler.admission import Placement, admit
+from appliance.scheduler.admission import admit
 from appliance.store.engine import alembic_config, migrate
-from appliance.store.jobs import MAX_LIMIT, JobQuery, JobStore, PhaseChange
+from appliance.store.jobs import JobStore, PhaseChange
 from appliance.store.tables import Base, JobEventRow, PlacementRow, ReplicaRow
 
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [64]\noptimizer:\n  optimizer_type: adam\n"

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 
 from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
+from appliance.domain.queue import Placement, QueuedJob
 from appliance.domain.spec import Priority
-from appliance.scheduler.admission import Admission, Placement, QueuedJob, admit
+from appliance.scheduler.admission import Admission, admit
 
 GIB = 1 << 30
 

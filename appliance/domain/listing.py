@@ -1,0 +1,32 @@
+"""Listing jobs: the query a door builds, its limits, and the key of one version of a job."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from appliance.domain.phases import Phase
+
+DEFAULT_LIMIT = 500
+MAX_LIMIT = 10_000
+MAX_KEYS_LIMIT = 50_000
+
+
+@dataclasses.dataclass(frozen=True)
+class JobQuery:
+    """Which jobs to list: active only unless `include_terminal`, one user's or everyone's,
+    matching every label, a page at a time."""
+
+    include_terminal: bool = False
+    user: str = ""
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    limit: int = DEFAULT_LIMIT
+    page_token: str = ""
+    # When given, exactly these phases (include_terminal is then ignored).
+    phases: frozenset[Phase] = frozenset()
+
+
+# (id, created_at, version): one version of a job's summary; what a summary shows changes
+# only together with `version`. Plain tuples straight from the driver: listing 100,000 keys
+# must cost no per-row object.
+JobKey = tuple[str, float, int]

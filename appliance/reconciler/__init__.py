@@ -1,1 +1,0 @@
-"""Loops that move jobs through phases from what the backend reports."""
