@@ -16,9 +16,9 @@ Results are the domain types of `appliance.domain` (Job, JobEvent, ...); failure
 project's errors (`appliance.domain.errors`), plus JobFailed and JobCancelled from `wait()`.
 """
 
-from appliance.client.client import ApplianceClient, CancelResult
+from appliance.client.client import ApplianceClient
 from appliance.client.errors import JobCancelled, JobFailed
-from appliance.client.handle import JobHandle
+from appliance.client.handle import CancelResult, JobHandle
 from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
 from appliance.client.nodes import NodeStatus
 from appliance.client.params import ParamsSource

@@ -7,7 +7,6 @@ type reaches the caller.
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import os
 import time
@@ -21,7 +20,7 @@ from appliance._proto import convert
 from appliance._proto.errors import error_from_rpc
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.client.auth import with_token
-from appliance.client.handle import JobHandle
+from appliance.client.handle import CancelResult, JobHandle
 from appliance.client.lease import (
     DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_LEASE_SECONDS,
@@ -43,15 +42,6 @@ _T = TypeVar("_T")
 
 
 PAGE_SIZE = 1000  # the server caps a ListJobs page at 10,000
-
-
-@dataclasses.dataclass(frozen=True)
-class CancelResult:
-    """What a cancel request did: `changed` is False when the job had already finished."""
-
-    job: Job
-    changed: bool
-    message: str = ""
 
 
 class ApplianceClient:

@@ -1,9 +1,14 @@
-"""A handle on one wsjob: its id plus the calls a user makes on it."""
+"""A handle on one wsjob: its id plus the calls a user makes on it.
+
+The handle makes its calls through `JobCalls`, which ApplianceClient provides: the client
+module imports this one, never the other way round.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from appliance.client.errors import JobCancelled, JobFailed
 from appliance.domain.errors import Unavailable
@@ -11,14 +16,42 @@ from appliance.domain.job import Job, JobEvent
 from appliance.domain.phases import Phase
 from appliance.domain.spec import Priority
 
-if TYPE_CHECKING:
-    from appliance.client.client import ApplianceClient, CancelResult
+
+@dataclasses.dataclass(frozen=True)
+class CancelResult:
+    """What a cancel request did: `changed` is False when the job had already finished."""
+
+    job: Job
+    changed: bool
+    message: str = ""
+
+
+class JobCalls(Protocol):
+    """The calls on one job that a handle makes (ApplianceClient's methods of these names)."""
+
+    def get_job(self, job_id: str) -> Job: ...
+
+    def watch(self, job_id: str, *, timeout: float | None = None) -> Iterator[JobEvent]: ...
+
+    def cancel_job(self, job_id: str, *, reason: str = "") -> CancelResult: ...
+
+    def events(self, job_id: str) -> list[JobEvent]: ...
+
+    def logs(
+        self, job_id: str, replica: str | None = None, *, follow: bool = False
+    ) -> Iterator[tuple[str, str]]: ...
+
+    def set_priority(self, job_id: str, priority: str | Priority) -> Job: ...
+
+    def update_labels(
+        self, job_id: str, set: Mapping[str, str] | None = None, remove: Iterable[str] = ()
+    ) -> Job: ...
 
 
 class JobHandle:
     """A submitted (or looked-up) job. Holds only the id; every property asks the server."""
 
-    def __init__(self, client: ApplianceClient, job_id: str) -> None:
+    def __init__(self, client: JobCalls, job_id: str) -> None:
         self._client = client
         self._id = job_id
 
