@@ -29,7 +29,7 @@ from appliance.domain.inventory import default_pool
 from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import Priority, validate_spec
 from appliance.store.engine import make_engine, migrate
-from appliance.store.jobs import _plan_to_json
+from appliance.store.rows import plan_to_json
 from appliance.store.tables import JobEventRow, JobLabelRow, JobRow, ReplicaRow
 from bench.common import EXAMPLE_PARAMS, WORK, checkpoint, prepare_store
 
@@ -55,7 +55,7 @@ def seed(data_dir: Path, jobs: int, active: int, rng_seed: int = 7) -> dict[str,
     params_yaml = EXAMPLE_PARAMS.read_text()
     pool = default_pool()
     plans = {
-        n: _plan_to_json(
+        n: plan_to_json(
             plan_replicas(validate_spec(params_yaml=params_yaml, num_csx=n, num_steps=1000), pool)
         )
         for n in (1, 2, 3, 4)

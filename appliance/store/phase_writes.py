@@ -21,6 +21,7 @@ from sqlalchemy.sql.dml import ReturningUpdate
 from appliance.domain.errors import NotFound
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Outcome, Phase, check_move
+from appliance.store.base import in_chunks
 from appliance.store.tables import JobEventRow, JobRow, PlacementRow
 
 
@@ -56,7 +57,6 @@ _LOCK = (
     .with_for_update()
 )
 _RECORD = insert(JobEventRow).returning(JobEventRow.job_id, JobEventRow.seq)
-_CHUNK = 500  # SQLite and PostgreSQL both cap bound parameters per statement
 
 
 def write_phases(
@@ -117,7 +117,7 @@ def _write_distinct(
 def _phases(conn: Connection, job_ids: Sequence[str]) -> dict[str, Phase]:
     """The current phase of each of the jobs that exist."""
     found: dict[str, Phase] = {}
-    for chunk in _chunks(job_ids):
+    for chunk in in_chunks(job_ids):
         rows = conn.execute(_PHASES_OF, {"ids": chunk})
         found.update((job_id, Phase(phase)) for job_id, phase in rows)
     return found
@@ -139,7 +139,7 @@ def _write(
     if len(moves) > 1 and conn.dialect.name != "sqlite":
         # Lock the rows in id order first, as every multi-row writer does, so two writers
         # never wait for each other's rows (SQLite has one writer at a time).
-        for chunk in _chunks(sorted(m.job_id for m in moves)):
+        for chunk in in_chunks(sorted(m.job_id for m in moves)):
             conn.execute(_LOCK, {"ids": chunk})
     stmt_extra = tuple(sorted(extra))
     written: list[dict[str, Any]] = []
@@ -148,7 +148,7 @@ def _write(
         stmt = _move_stmt(target, stmt_extra)
         params = {"b_source": source.value, "b_now": now, "b_reason": reason}
         params.update((f"b_{key}", value) for key, value in extra.items())
-        for chunk in _chunks(job_ids):
+        for chunk in in_chunks(job_ids):
             ids = [job_id for (job_id,) in conn.execute(stmt, {**params, "ids": chunk})]
             written += (
                 {"job_id": job_id, "time": now, "from_phase": source.value,
@@ -157,7 +157,7 @@ def _write(
             )  # fmt: skip
             if source in HOLDS_RESOURCES and target not in HOLDS_RESOURCES:
                 released += ids
-    for chunk in _chunks(released):
+    for chunk in in_chunks(released):
         conn.execute(_RELEASE, {"ids": chunk})
     if not written:
         return {}
@@ -213,8 +213,3 @@ def _distinct_runs(moves: Sequence[PhaseMove]) -> Iterator[Sequence[PhaseMove]]:
         seen.add(move.job_id)
     if start < len(moves):
         yield moves[start:]
-
-
-def _chunks(items: Sequence[str]) -> Iterator[list[str]]:
-    for start in range(0, len(items), _CHUNK):
-        yield list(items[start : start + _CHUNK])

@@ -1,0 +1,133 @@
+"""Listing jobs from the store: keyset pages newest first, keys, summaries, owners."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from sqlalchemy import and_, bindparam, or_, select
+
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.job import Job
+from appliance.domain.listing import DEFAULT_LIMIT, MAX_KEYS_LIMIT, MAX_LIMIT, JobKey, JobQuery
+from appliance.domain.phases import Phase
+from appliance.store.base import StoreBase, in_chunks
+from appliance.store.rows import SUMMARY, job_from_row
+from appliance.store.tables import ACTIVE_PHASES_SQL, JobLabelRow, JobRow
+
+
+class JobOwner(NamedTuple):
+    """Where a job is and whose it is: what a decision to act on it needs."""
+
+    phase: Phase
+    user: str
+    groups: tuple[str, ...]
+
+
+# Built once: a statement object carries its compiled form from call to call.
+_SUMMARIES_OF = select(*SUMMARY).where(JobRow.id.in_(bindparam("ids", expanding=True)))
+
+
+_OWNERS_OF = select(JobRow.id, JobRow.phase, JobRow.user, JobRow.groups).where(
+    JobRow.id.in_(bindparam("ids", expanding=True))
+)
+
+
+class ListingStore(StoreBase):
+    """JobStore's part for listing."""
+
+    def list_jobs(self, query: JobQuery) -> tuple[list[Job], str]:
+        """Newest first, keyset-paginated; returns (job summaries, next page token or "").
+
+        Summaries leave out the params YAML (up to 1 MiB a job) and replicas; get_job has them.
+        """
+        with self._sessions() as s:
+            rows = s.execute(_page_stmt(query, SUMMARY)).all()
+        rows, token = _page(rows, query)
+        return [job_from_row(r) for r in rows], token
+
+    def list_job_keys(self, query: JobQuery) -> tuple[list[JobKey], str]:
+        """Like list_jobs, but only what a caller needs to reuse summaries it already has."""
+        columns = (JobRow.id, JobRow.created_at, JobRow.version)  # covered by ix_jobs_created
+        rows = self._driver_rows(_page_stmt(query, columns, MAX_KEYS_LIMIT))
+        limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
+        if len(rows) <= limit:
+            return rows, ""
+        rows = rows[:limit]
+        return rows, _encode_token(rows[-1][1], rows[-1][0])
+
+    def job_summaries(self, job_ids: Sequence[str]) -> list[Job]:
+        """Summaries of the given jobs, in no particular order (unknown ids are left out)."""
+        found: list[Job] = []
+        with self.engine.connect() as conn:
+            for chunk in in_chunks(list(job_ids)):
+                rows = conn.execute(_SUMMARIES_OF, {"ids": chunk})
+                found += (job_from_row(r) for r in rows)
+        return found
+
+    def job_owners(self, job_ids: Sequence[str]) -> dict[str, JobOwner]:
+        """Phase, owner and owner's groups of the given jobs (unknown ids are left out): what
+        a batch of decisions to act on jobs reads, three columns instead of a summary."""
+        found: dict[str, JobOwner] = {}
+        with self.engine.connect() as conn:
+            for chunk in in_chunks(list(job_ids)):
+                for job_id, phase, user, groups in conn.execute(_OWNERS_OF, {"ids": chunk}):
+                    found[job_id] = JobOwner(Phase(phase), user, tuple(groups or ()))
+        return found
+
+
+def _page_stmt(query: JobQuery, columns: Sequence[Any], max_limit: int = MAX_LIMIT) -> Any:
+    """One page of a list query: filters, keyset position, newest first, one row extra."""
+    limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
+    if limit > max_limit:
+        raise InvalidSpec(f"limit must be at most {max_limit}", field="limit")
+    stmt = select(*columns)
+    if query.phases:
+        stmt = stmt.where(JobRow.phase.in_(sorted(p.value for p in query.phases)))
+    elif not query.include_terminal:
+        stmt = stmt.where(ACTIVE_PHASES_SQL)
+    if query.user:
+        stmt = stmt.where(JobRow.user == query.user)
+    for key, value in query.labels.items():
+        stmt = stmt.where(
+            select(JobLabelRow.job_id)
+            .where(
+                JobLabelRow.job_id == JobRow.id, JobLabelRow.key == key, JobLabelRow.value == value
+            )
+            .exists()
+        )
+    if query.page_token:
+        created, last_id = _decode_token(query.page_token)
+        stmt = stmt.where(
+            or_(
+                JobRow.created_at < created,
+                and_(JobRow.created_at == created, JobRow.id < last_id),
+            )
+        )
+    return stmt.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit + 1)
+
+
+def _page(rows: Sequence[Any], query: JobQuery) -> tuple[Sequence[Any], str]:
+    """Trim the extra row; the token points after the last row kept (rows start id, created)."""
+    limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
+    if len(rows) <= limit:
+        return rows, ""
+    rows = rows[:limit]
+    return rows, _encode_token(rows[-1].created_at, rows[-1].id)
+
+
+def _encode_token(created_at: float, job_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([created_at, job_id]).encode()).decode()
+
+
+def _decode_token(token: str) -> tuple[float, str]:
+    try:
+        created, job_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if not math.isfinite(float(created)) or not isinstance(job_id, str):
+            raise ValueError(token)
+        return float(created), job_id
+    except (ValueError, TypeError):
+        raise InvalidSpec("page_token is not one this server issued", field="page_token") from None

@@ -1,0 +1,89 @@
+"""The pool in the store: nodes, their admin-set states, what is placed on them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import func, select, update
+
+from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
+from appliance.store.base import StoreBase
+from appliance.store.tables import NodeRow, PlacementRow
+
+
+class PoolStore(StoreBase):
+    """JobStore's part for the pool; its shape is cached until a change of it."""
+
+    _pool: list[Node] | None = None
+
+    def sync_pool(self, nodes: Sequence[Node]) -> None:
+        """Make the stored pool match the configured one (names, kinds, capacities).
+
+        A node removed from the configuration is kept while a job holds it, so nothing that
+        runs loses its placement; states set by an admin are kept.
+        """
+        self._pool = None
+        with self._sessions.begin() as s:
+            existing = {r.name: r for r in s.scalars(select(NodeRow))}
+            for node in nodes:
+                row = existing.pop(node.name, None)
+                if row is None:
+                    s.add(
+                        NodeRow(
+                            name=node.name,
+                            kind=node.kind.value,
+                            capacity=node.capacity,
+                            state=node.state.value,
+                        )
+                    )
+                else:
+                    row.kind, row.capacity = node.kind.value, node.capacity
+            held = set(s.scalars(select(PlacementRow.node).distinct()))
+            for name, row in existing.items():
+                if name not in held:
+                    s.delete(row)
+
+    def set_node_state(self, names: Iterable[str], state: NodeState) -> int:
+        """Mark nodes ok, in error or in maintenance; returns how many exist."""
+        with self._sessions.begin() as s:
+            result = s.execute(
+                update(NodeRow).where(NodeRow.name.in_(list(names))).values(state=state.value)
+            )
+        self._pool = None
+        return int(result.rowcount)  # type: ignore[attr-defined]
+
+    def pool_usage(self) -> list[NodeUsage]:
+        with self._sessions() as s:
+            used = dict(
+                s.execute(
+                    select(PlacementRow.node, func.sum(PlacementRow.amount)).group_by(
+                        PlacementRow.node
+                    )
+                ).all()
+            )
+            return [
+                NodeUsage(
+                    Node(r.name, NodeKind(r.kind), r.capacity, NodeState(r.state)),
+                    int(used.get(r.name, 0)),
+                )
+                for r in s.scalars(select(NodeRow).order_by(NodeRow.name))
+            ]
+
+    def cached_pool(self) -> list[Node] | None:
+        """The pool's shape if it is cached (no database access), else None."""
+        return self._pool
+
+    def pool(self) -> list[Node]:
+        """The pool's shape (names, kinds, capacities, states), cached until it changes."""
+        if self._pool is None:
+            self._pool = [u.node for u in self.pool_usage()]
+        return self._pool
+
+    def node_holders(self) -> dict[str, list[str]]:
+        """Which jobs hold something on each node."""
+        stmt = select(PlacementRow.node, PlacementRow.job_id).distinct()
+        holders: dict[str, list[str]] = {}
+        with self._sessions() as s:
+            for node, job_id in s.execute(stmt):
+                holders.setdefault(node, []).append(job_id)
+        return {node: sorted(jobs) for node, jobs in holders.items()}
