@@ -16,8 +16,6 @@ from typing import TypeVar
 
 import grpc
 
-from appliance._proto import convert
-from appliance._proto.errors import error_from_rpc
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.client.auth import with_token
 from appliance.client.handle import CancelResult, JobHandle
@@ -36,6 +34,8 @@ from appliance.domain.compile import CompileReport
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.spec import Mode, Priority, validate_labels, validate_spec
+from appliance.protocol import convert
+from appliance.protocol.errors import error_from_rpc
 
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a full job (GetJob) carries up to 1 MiB of params
 _T = TypeVar("_T")

@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from appliance._proto.convert import event_from_pb
-from appliance._proto.errors import error_from_rpc
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.domain.errors import Unavailable
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import Phase
+from appliance.protocol.convert import event_from_pb
+from appliance.protocol.errors import error_from_rpc
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,13 +8,13 @@ from typing import Any, TypeAlias
 import grpc
 
 import appliance
-from appliance._proto import convert
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.domain.auth import AUTH_METADATA_KEY, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_spec
+from appliance.protocol import convert
 from appliance.server.auth import Authenticator
 from appliance.server.grpc.errors import stream, unary
 from appliance.server.grpc.summaries import SummaryCache

@@ -6,9 +6,9 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from appliance._proto import convert
 from appliance._proto.v1 import control_pb2, control_pb2_grpc
 from appliance.domain.auth import AUTH_METADATA_KEY
+from appliance.protocol import convert
 from appliance.server.auth import bearer_token
 from appliance.server.grpc.errors import unary
 from appliance.server.replica_tokens import ReplicaTokens

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from appliance._proto.errors import FIELD_KEY, code_for
 from appliance.domain.errors import ApplianceError
+from appliance.protocol.errors import FIELD_KEY, code_for
 
 log = logging.getLogger(__name__)
 Req = TypeVar("Req")

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
-from appliance._proto import convert
 from appliance._proto.v1 import cluster_pb2
 from appliance.domain.job import Job
 from appliance.domain.listing import JobKey
 from appliance.domain.phases import Phase
+from appliance.protocol import convert
 
 MAX_CACHED = 150_000  # ~30 MB of summaries
 MAX_RESPONSE_BYTES = 2 << 20  # well under gRPC's default 4 MiB receive limit

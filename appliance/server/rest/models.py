@@ -1,6 +1,6 @@
 """Typed REST bodies (pydantic v2) and their conversions from the domain types.
 
-The REST shapes mirror the gRPC messages field for field (appliance/_proto/convert.py), with
+The REST shapes mirror the gRPC messages field for field (appliance/protocol/convert.py), with
 JSON-friendly enums: phases as "QUEUED", modes as "train", priorities as "p2".
 """
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from appliance._proto.errors import FIELD_KEY
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc
 from appliance.client import ApplianceClient
 from appliance.domain.phases import Phase
+from appliance.protocol.errors import FIELD_KEY
 from tests.integration.coordinator.harness import RunningCoordinator
 
 GOOD = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from appliance._proto.errors import FIELD_KEY
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc
 from appliance.domain.inventory import NodeState
+from appliance.protocol.errors import FIELD_KEY
 from tests.fuzz_report import report
 from tests.integration.coordinator.harness import RunningCoordinator
 

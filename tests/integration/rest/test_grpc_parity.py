@@ -8,9 +8,9 @@ from typing import Any
 import grpc
 import pytest
 
-from appliance._proto import convert
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc
+from appliance.protocol import convert
 from appliance.server.rest.models import event_out, job_out
 from tests.integration.coordinator.harness import wait_until
 from tests.integration.rest.conftest import Rest

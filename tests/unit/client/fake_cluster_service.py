@@ -16,13 +16,13 @@ from concurrent import futures
 
 import grpc
 
-from appliance._proto import convert
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.domain.ids import new_job_id
 from appliance.domain.inventory import default_pool
 from appliance.domain.job import EventKind, Job, JobEvent, Lease, Progress
 from appliance.domain.phases import Phase
 from appliance.domain.spec import JobSpec
+from appliance.protocol import convert
 
 FAKE_VERSION = "9.9.9-fake"
 PARAMS_YAML = "model:\n  name: fc_mnist\n"

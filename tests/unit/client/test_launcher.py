@@ -1,4 +1,5 @@
-"""`python -m appliance.run` (appliance/run.py) against the fake ClusterService, in-process."""
+"""`python -m appliance.run` (appliance/client/launcher.py), in-process, against the fake
+ClusterService."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 import yaml
 from fake_cluster_service import FakeCluster
 
-from appliance import run
 from appliance._proto.v1 import cluster_pb2
+from appliance.client import launcher as run
 from appliance.domain.phases import Phase
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from appliance._proto import convert
 from appliance._proto.v1 import cluster_pb2
 from appliance.domain.job import Job
 from appliance.domain.listing import JobKey
 from appliance.domain.phases import Phase
 from appliance.domain.spec import JobSpec
+from appliance.protocol import convert
 from appliance.server.grpc.summaries import SummaryCache
 
 SPEC = JobSpec(params_yaml="", num_csx=1, num_steps=2)

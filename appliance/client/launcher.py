@@ -1,0 +1,333 @@
+"""The launcher on the user node, in the style of the Model Zoo's run.py.
+
+    python -m appliance.run --params params.yaml --num_csx 2 --num_steps 100 \\
+        --model_dir out --mode train [--job_labels team=nlp] [--job_priority p2] [--detach]
+
+It submits one wsjob, prints its id, then streams its phase changes and progress (a progress
+bar on a terminal, plain lines otherwise) until the job ends. The job is tied to this process by
+a client lease: Ctrl-C (or SIGTERM) cancels it before exiting, and if the process dies the
+coordinator cancels it when the lease lapses. With --detach the job is submitted without a
+lease and the launcher exits at once, printing how to follow the job.
+
+Exit status: 0 the job SUCCEEDED (or was submitted, with --detach); 1 it FAILED or was
+cancelled, or the appliance could not be reached; 2 bad input (arguments, params, a spec the
+appliance rejects); 130 interrupted by Ctrl-C (143 by SIGTERM), the job cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO, TypeAlias
+
+import yaml
+
+from appliance.client import DEFAULT_ADDRESS, ApplianceClient, JobHandle
+from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
+from appliance.client.progress import EventPrinter, describe_progress
+from appliance.client.user_config import ENV_SERVER, ENV_TOKEN, ConfigError
+from appliance.domain.errors import ApplianceError, InvalidSpec
+from appliance.domain.job import JobEvent
+from appliance.domain.phases import Phase
+from appliance.domain.spec import Mode, parse_label_selector
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+CANCEL_REASON = "the launcher was interrupted"
+
+
+class _Stopped:
+    """Ctrl-C or SIGTERM arrived: cancel the job and exit with `code`."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The launcher's arguments (Model Zoo spelling: --num_csx, --model_dir, ...)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m appliance.run",
+        description="Submit a wsjob to the appliance and follow it to the end.",
+        epilog="Example: python -m appliance.run --params params.yaml --num_csx 2 "
+        "--num_steps 100 --model_dir out --mode train --job_labels team=nlp",
+    )
+    parser.add_argument("-p", "--params", required=True, help="Params YAML file.")
+    parser.add_argument("--num_csx", type=int, default=1, help="CS-2 systems (default 1).")
+    parser.add_argument(
+        "--num_steps",
+        type=int,
+        default=None,
+        help="Steps to run (not needed with --mode compile).",
+    )
+    parser.add_argument(
+        "-o", "--model_dir", default="model_dir", help="Output directory (default ./model_dir)."
+    )
+    parser.add_argument("-m", "--mode", default=Mode.TRAIN.value, choices=[m.value for m in Mode])
+    parser.add_argument("--checkpoint_path", help="Checkpoint to start from (.npz).")
+    parser.add_argument(
+        "--job_labels", nargs="+", default=[], metavar="K=V", help="Labels for the job."
+    )
+    parser.add_argument("--job_priority", default="p2", help="p1 (first) to p3; default p2.")
+    parser.add_argument(
+        "--detach", action="store_true", help="Submit without a lease, print the id and exit."
+    )
+    parser.add_argument(
+        "--lease_seconds",
+        type=float,
+        default=DEFAULT_LEASE_SECONDS,
+        help="The job is cancelled when this launcher is gone this long (default 60; 0 = "
+        "detached).",
+    )
+    parser.add_argument(
+        "--server",
+        default=os.environ.get(ENV_SERVER) or DEFAULT_ADDRESS,
+        metavar="HOST:PORT",
+        help=f"The appliance's gRPC address (default ${ENV_SERVER}, else {DEFAULT_ADDRESS}).",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,  # ApplianceClient looks in $CSCTL_TOKEN, then csctl's config file
+        metavar="TOKEN",
+        help=f"Bearer token when authentication is on (default ${ENV_TOKEN}, else the "
+        "`token:` of csctl's config file).",
+    )
+    return parser
+
+
+def load_params(params_file: str, checkpoint_path: str | None) -> str | dict[str, Any]:
+    """The params file, or its contents with `runconfig.checkpoint_path` set (absolute)."""
+    if checkpoint_path is None:
+        return params_file
+    path = Path(params_file).expanduser()
+    try:
+        params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidSpec(f"cannot read params file {path}: {exc}", field="params") from None
+    except yaml.YAMLError:
+        raise InvalidSpec(f"params file {path} is not valid YAML", field="params") from None
+    if not isinstance(params, dict):
+        raise InvalidSpec(f"params file {path} must be a YAML mapping", field="params")
+    runconfig = params.get("runconfig") or {}
+    if not isinstance(runconfig, dict):
+        raise InvalidSpec(f"params file {path}: runconfig must be a mapping", field="params")
+    absolute = os.path.abspath(os.path.expanduser(checkpoint_path))
+    params["runconfig"] = {**runconfig, "checkpoint_path": absolute}
+    return params
+
+
+def parse_labels(items: Sequence[str]) -> dict[str, str]:
+    """`k=v` arguments (each may also be `k=v,k2=v2`) as one mapping; raises InvalidSpec."""
+    labels: dict[str, str] = {}
+    for item in items:
+        labels.update(parse_label_selector(item))
+    return labels
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the launcher; returns the exit status."""
+    out = out or sys.stdout
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.num_steps is None:
+        if args.mode != Mode.COMPILE.value:
+            parser.error("--num_steps is required (except with --mode compile)")
+        args.num_steps = 1
+    try:
+        params = load_params(args.params, args.checkpoint_path)
+        labels = parse_labels(args.job_labels)
+    except InvalidSpec as exc:
+        return _error(exc.message, EXIT_BAD_INPUT)
+    try:
+        return _submit_and_follow(args, params, labels, out)
+    except KeyboardInterrupt:  # before the job was known: nothing to cancel
+        return _error("interrupted", EXIT_INTERRUPTED)
+
+
+def _compile(
+    client: ApplianceClient, args: argparse.Namespace, params: str | dict[str, Any], out: TextIO
+) -> int:
+    """--mode compile: print the compile report (nothing runs, nothing is reserved)."""
+    try:
+        report = client.compile(params, num_csx=args.num_csx, num_steps=args.num_steps)
+    except InvalidSpec as exc:
+        return _error(exc.message, EXIT_BAD_INPUT)
+    except ApplianceError as exc:
+        return _error(exc.message, EXIT_FAILED)
+    mib = 1 << 20
+    print(f"model {report.model}: {len(report.units)} streamed layers", file=out)
+    for unit in report.units:
+        tensors = ", ".join(f"{n}{list(s)}" for n, s in unit.tensors)
+        print(f"  layer {unit.index}: {unit.parameters} parameters ({tensors})", file=out)
+    print(
+        f"parameters {report.parameter_bytes / mib:.2f} MiB; MemoryX holds "
+        f"{report.memory_bytes / mib:.2f} MiB with optimizer state",
+        file=out,
+    )
+    counts = ", ".join(f"{g.role.value} x{g.count}" for g in report.plan.groups)
+    print(f"replicas: {counts}", file=out)
+    print(
+        f"bytes per step: {report.bytes_per_step / mib:.2f} MiB (MemoryX->SwarmX "
+        f"{report.bytes_memoryx_to_swarmx / mib:.2f}, SwarmX->CS-2 "
+        f"{report.bytes_swarmx_to_cs2 / mib:.2f}, CS-2->SwarmX "
+        f"{report.bytes_cs2_to_swarmx / mib:.2f}, SwarmX->MemoryX "
+        f"{report.bytes_swarmx_to_memoryx / mib:.2f})",
+        file=out,
+    )
+    return 0
+
+
+def _submit_and_follow(
+    args: argparse.Namespace, params: str | dict[str, Any], labels: dict[str, str], out: TextIO
+) -> int:
+    try:
+        lease = args.lease_seconds
+        client = ApplianceClient(
+            args.server,
+            detach=args.detach or lease == 0,
+            token=args.token,
+            lease_seconds=lease,
+            heartbeat_interval=min(DEFAULT_HEARTBEAT_INTERVAL, lease / 4) if lease > 0 else 1.0,
+        )
+    except InvalidSpec as exc:
+        return _error(exc.message, EXIT_BAD_INPUT)
+    except ConfigError as exc:  # csctl's config file, read for the token
+        return _error(str(exc), EXIT_BAD_INPUT)
+    with client:
+        if args.mode == Mode.COMPILE.value:
+            return _compile(client, args, params, out)
+        try:
+            job = client.submit(
+                params=params,
+                num_csx=args.num_csx,
+                num_steps=args.num_steps,
+                mode=args.mode,
+                labels=labels,
+                priority=args.job_priority,
+                model_dir=args.model_dir,
+            )
+        except InvalidSpec as exc:
+            return _error(exc.message, EXIT_BAD_INPUT)
+        except ApplianceError as exc:
+            return _error(exc.message, EXIT_FAILED)
+        print(f"submitted {job.id} ({args.num_csx} CS-2, {args.num_steps} steps)", file=out)
+        out.flush()
+        if args.detach:
+            print(
+                f"detached: the job runs on its own. Follow it with `csctl events {job.id} -f`"
+                f" or `csctl logs {job.id} -f`; stop it with `csctl cancel job {job.id}`.",
+                file=out,
+            )
+            return EXIT_OK
+        return _follow(job, out)
+
+
+def _follow(job: JobHandle, out: TextIO) -> int:
+    """Print the job's events until it ends; Ctrl-C or SIGTERM cancels it.
+
+    The events are read on a thread of their own and handed over through a SimpleQueue, which
+    is also what the signal handler writes to: the main thread only ever waits on that queue.
+    A handler that raised while the main thread was inside gRPC could leave the channel's
+    bookkeeping half-done, and closing it then hung.
+    """
+    printer = EventPrinter(out)
+    inbox: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        inbox.put(_Stopped(EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED))
+
+    previous = _set_handlers(stop)
+    try:
+        threading.Thread(target=_read_events, args=(job, inbox), daemon=True).start()
+        while not isinstance(item := inbox.get(), _EndOfEvents):
+            if isinstance(item, _Stopped):
+                _set_handlers(signal.SIG_IGN)  # a second Ctrl-C must not abort the cancel
+                printer.message(f"interrupted: cancelling {job.id} ...")
+                return _cancel(job, printer, item.code)
+            if isinstance(item, ApplianceError):
+                printer.close()
+                return _error(
+                    f"{item.message} (job {job.id} is cancelled when its lease lapses)", 1
+                )
+            if isinstance(item, Exception):
+                raise item  # a bug, not the appliance's answer: let it show
+            printer.show(item)
+        printer.close()
+        return _outcome(job, printer, out)
+    finally:
+        _restore_handlers(previous)
+
+
+class _EndOfEvents:
+    """The job's event stream ended (after its terminal phase)."""
+
+
+_Item: TypeAlias = "JobEvent | Exception | _Stopped | _EndOfEvents"
+
+
+def _read_events(job: JobHandle, inbox: queue.SimpleQueue[_Item]) -> None:
+    """Put the job's events, then the end of the stream or the error that broke it."""
+    try:
+        for event in job.watch():
+            inbox.put(event)
+    except Exception as exc:  # an ApplianceError also once the channel closes after a cancel
+        inbox.put(exc)
+        return
+    inbox.put(_EndOfEvents())
+
+
+def _outcome(job: JobHandle, printer: EventPrinter, out: TextIO) -> int:
+    final = job.status
+    reason = f": {final.reason}" if final.reason else ""
+    if final.phase is Phase.SUCCEEDED:
+        progress = describe_progress(final.progress)
+        print(f"{job.id} SUCCEEDED ({progress}); outputs in {final.spec.model_dir}", file=out)
+        return EXIT_OK
+    return _error(f"{job.id} {final.phase}{reason}", EXIT_FAILED)
+
+
+def _cancel(job: JobHandle, printer: EventPrinter, code: int) -> int:
+    try:
+        result = job.cancel(reason=CANCEL_REASON)
+    except ApplianceError as exc:
+        _error(f"could not cancel {job.id}: {exc.message}", EXIT_FAILED)
+        return code
+    state = "cancelled" if result.changed else f"already {result.job.phase}"
+    printer.message(f"{job.id} {state}")
+    return code
+
+
+_Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _set_handlers(handler: _Handler) -> dict[int, _Handler]:
+    """Handle Ctrl-C and SIGTERM with `handler`; returns the handlers it replaced."""
+    previous: dict[int, _Handler] = {}
+    for signum in _STOP_SIGNALS:
+        previous[signum] = signal.getsignal(signum)
+        signal.signal(signum, handler)
+    return previous
+
+
+def _restore_handlers(previous: dict[int, _Handler]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def _error(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
