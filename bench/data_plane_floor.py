@@ -4,15 +4,15 @@
                                      [--chunk-kib 1024,256]
 
 Three processes (cs2, swarmx, memoryx) move exactly the default fc_mnist job's tensors each step
-with the replicas' lanes and channel options (appliance.workers.channels): the CS-2 reads the
-step's three units (10 KB, 263 KB, 803 KB: last unit first, topology.weight_order) from SwarmX,
+with the replicas' lanes and channel options (appliance.workers.transport.channels): the CS-2 reads
+the step's three units (10 KB, 263 KB, 803 KB: last unit first, topology.weight_order) from SwarmX,
 which relays them from MemoryX, then pushes their gradients (last unit first) through SwarmX to
-MemoryX. Messages are at most the chunk size (the replicas' CHUNK_BYTES is 1 MiB, so each unit
-is one message); MemoryX sends chunk i of step k + 1 once chunk i of step k's gradient is in, as
-an update applied chunk by chunk would (with 1 MiB chunks: a unit once its gradient is in, as
-the replicas' update does). Nothing is computed or parsed: every message is built once, before
-the first step, and passed through unchanged (MemoryX tells a gradient's step and chunk by its
-place in the stream of gradients).
+MemoryX. Messages are at most the chunk size (the replicas' CHUNK_BYTES is 1 MiB, so each unit is
+one message); MemoryX sends chunk i of step k + 1 once chunk i of step k's gradient is in, as an
+update applied chunk by chunk would (with 1 MiB chunks: a unit once its gradient is in, as the
+replicas' update does). Nothing is computed or parsed: every message is built once, before the
+first step, and passed through unchanged (MemoryX tells a gradient's step and chunk by its place in
+the stream of gradients).
 
 Modes: `aio`, grpc.aio with a weights call and a gradients call a step and hop, as the replicas
 (the CS-2 reads step k + 1's weights while it pushes step k's gradients); `sync`, the same calls
@@ -44,7 +44,7 @@ import grpc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from appliance.workers.channels import CHANNEL_OPTIONS  # noqa: E402
+from appliance.workers.transport.channels import CHANNEL_OPTIONS  # noqa: E402
 from bench.common import emit, median_run  # noqa: E402
 
 SERVICE = "bench.Floor"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from appliance.workers.numerics import pin_blas_threads
+from appliance.workers.models.numerics import pin_blas_threads
 
 pin_blas_threads(os.environ)  # before NumPy loads: what every replica does
 

@@ -5,7 +5,7 @@
 For each model (fc_mnist as in examples/params_fc_mnist.yaml; gpt2 with the default config of
 appliance.domain.params.Gpt2Model) prints JSON with:
 - step time of a 1-CS-2 job against a single-process NumPy loop of the same model and batch
-  (appliance.workers.reference, one BLAS thread like every replica), measured in this run;
+  (appliance.workers.models.reference, one BLAS thread like every replica), measured in this run;
 - tensor bytes sent per step by role against the theoretical minimum (each layer's weights go
   once MemoryX -> SwarmX and once SwarmX -> each CS-2, each gradient once CS-2 -> SwarmX and
   once SwarmX -> MemoryX);
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from appliance.workers.numerics import pin_blas_threads
+from appliance.workers.models.numerics import pin_blas_threads
 
 pin_blas_threads(os.environ)  # before NumPy loads: what every replica does
 
@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 from appliance.domain import models
 from appliance.domain.params import parse_params
-from appliance.workers import optimizers
-from appliance.workers.reference import ReferenceTrainer
+from appliance.workers.models import optimizers
+from appliance.workers.models.reference import ReferenceTrainer
 from tests.integration.test_workers import RunningJob, run_job
 
 TRAFFIC_LINE = re.compile(r"(\w+)-\d+ INFO .*tensor traffic sent: (\{.*\})")

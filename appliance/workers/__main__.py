@@ -32,10 +32,10 @@ def build_role(options: WorkerOptions) -> ReplicaRole:
             param_hint="--replica",
         )
     index = int(match.group(2))
-    from appliance.workers.chief import ChiefRole
-    from appliance.workers.cs2 import CS2Role
-    from appliance.workers.memoryx import MemoryXRole
-    from appliance.workers.swarmx import SwarmXRole
+    from appliance.workers.roles.chief import ChiefRole
+    from appliance.workers.roles.cs2 import CS2Role
+    from appliance.workers.roles.memoryx import MemoryXRole
+    from appliance.workers.roles.swarmx import SwarmXRole
 
     if options.role == "chief":
         return ChiefRole(options.replica, options.step_timeout)
@@ -89,9 +89,9 @@ def main(
 ) -> None:
     """Run one replica of a wsjob until it finishes, is told to stop, or fails."""
     # One BLAS thread, whatever the environment says: the thread count changes a product's
-    # rounding (appliance.workers.numerics), and many replicas share a host (spinning BLAS
+    # rounding (appliance.workers.models.numerics), and many replicas share a host (spinning BLAS
     # thread pools made a 2-CS-2 job 3x slower). Before NumPy loads, hence the imports below.
-    from appliance.workers.numerics import limit_loaded_blas, pin_blas_threads
+    from appliance.workers.models.numerics import limit_loaded_blas, pin_blas_threads
 
     pin_blas_threads(os.environ)
     from appliance.workers.allocator import keep_tensor_buffers

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from appliance.workers.model import Tensors
-from appliance.workers.optimizers import OptimizerState
+from appliance.workers.models.model import Tensors
+from appliance.workers.models.optimizers import OptimizerState
 
 FORMAT = "wafer-appliance-checkpoint/1"
 _NAME = re.compile(r"^checkpoint_(\d+)\.npz$")

@@ -18,7 +18,6 @@ from typing import Protocol
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2_grpc
-from appliance.workers.channels import CHANNEL_OPTIONS
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import (
     EXIT_FAILED,
@@ -29,6 +28,7 @@ from appliance.workers.lifecycle import (
     StopSignal,
 )
 from appliance.workers.topology import JobLayout
+from appliance.workers.transport.channels import CHANNEL_OPTIONS
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import yaml
 from appliance._proto.v1 import common_pb2, control_pb2
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import Params, parse_params
-from appliance.workers.model import StreamedModel
-from appliance.workers.model_catalog import build_model
+from appliance.workers.models.model import StreamedModel
+from appliance.workers.models.model_catalog import build_model
 
 _MODES = {
     common_pb2.MODE_UNSPECIFIED: "train",

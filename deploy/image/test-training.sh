@@ -2,7 +2,7 @@
 # Run the data plane's numerics and training tests inside the appliance image: its Python (Debian
 # bookworm's 3.11), its glibc and allocator, its NumPy and OpenBLAS, as uid 10001 on a read-only
 # root filesystem with no network. The promise those tests check (the same bits in every process
-# of one machine, appliance/workers/numerics.py) must hold there as on the host.
+# of one machine, appliance/workers/models/numerics.py) must hold there as on the host.
 #
 #   deploy/image/test-training.sh                      # tests appliance:dev (after build.sh)
 #   deploy/image/test-training.sh appliance:test       # another tag (or IMAGE=appliance:test)
@@ -27,7 +27,7 @@ if [ $# -gt 0 ]; then
     shift
 fi
 PYTHON=${PYTHON:-$repo/.venv/bin/python}
-TESTS=(tests/unit/workers/test_numerics.py tests/unit/workers/test_tensor_codec.py
+TESTS=(tests/unit/workers/models/test_numerics.py tests/unit/workers/transport/test_tensor_codec.py
     tests/integration/test_workers_training.py)
 TEST_TOOLS=(pytest pytest-asyncio pytest-timeout psutil)
 IMAGE_UID=10001

@@ -28,7 +28,7 @@ import yaml
 
 from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
 from appliance.domain.params import parse_params
-from appliance.workers.reference import ReferenceTrainer
+from appliance.workers.models.reference import ReferenceTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_ID = "wsjob-testworkers01"

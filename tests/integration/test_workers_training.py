@@ -1,7 +1,7 @@
 """Training on real replica processes: N-CS-2 equivalence, clipping, checkpoints, modes, summaries.
 
 Every job runs against the fake coordinator of tests/integration/test_workers.py and is compared
-with the single-process reference trainer (appliance.workers.reference) or plain NumPy.
+with the single-process reference trainer (appliance.workers.models.reference) or plain NumPy.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 from appliance._proto.v1 import common_pb2
 from appliance.domain.params import parse_params
 from appliance.workers import checkpoints
-from appliance.workers.model import backward_units, forward_units
-from appliance.workers.reference import ReferenceTrainer
+from appliance.workers.models.model import backward_units, forward_units
+from appliance.workers.models.reference import ReferenceTrainer
 from tests.integration.test_workers import run_job
 from tests.model_specs import ADAMW, BIG_LAYER, FC, GPT, SGD, with_
 
@@ -70,7 +70,7 @@ async def test_layers_bigger_than_a_chunk_train_like_the_reference(
 ) -> None:
     # At this size the BLAS thread count changes a product's rounding: replicas started with
     # two threads asked for, and this process's multi-threaded BLAS, still give the same bits
-    # (appliance.workers.numerics).
+    # (appliance.workers.models.numerics).
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     num_steps = 3
     async with run_job(tmp_path, num_csx, memoryx, 1, num_steps, BIG_LAYER) as job:

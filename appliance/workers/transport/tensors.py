@@ -1,17 +1,16 @@
 """Tensors on the wire: raw little-endian float32 bytes with shape, chunked under ~1 MiB.
 
 A layer (its named tensors, or their gradients) travels as a sequence of LayerChunk messages
-(appliance.workers.wire), each packing as many consecutive tensor slices as fit in CHUNK_BYTES
-(one message per message round trip is what costs, not bytes); each tensor's slices are
+(appliance.workers.transport.wire), each packing as many consecutive tensor slices as fit in
+CHUNK_BYTES (one message per message round trip is what costs, not bytes); each tensor's slices are
 consecutive and it is complete once its bytes match its shape. A stream may carry several layers
-one after the other; the final chunk of each is marked `last`.
-Encoded chunks are views of the arrays (they are copied once, into the message, when gRPC sends
-them, so the arrays must not change until then); decoded arrays are read-only views of the
-received bytes (no copy) where those start at a multiple of 4 bytes, and read-only copies
-where they do not (appliance.workers.numerics: a misaligned operand changes the rounding):
-every consumer reads them or builds new arrays from them.
-`TRAFFIC` counts the serialized bytes this process sends, by kind, for the benchmark, and the
-calls it makes.
+one after the other; the final chunk of each is marked `last`. Encoded chunks are views of the
+arrays (they are copied once, into the message, when gRPC sends them, so the arrays must not change
+until then); decoded arrays are read-only views of the received bytes (no copy) where those start
+at a multiple of 4 bytes, and read-only copies where they do not
+(appliance.workers.models.numerics: a misaligned operand changes the rounding): every consumer
+reads them or builds new arrays from them. `TRAFFIC` counts the serialized bytes this process
+sends, by kind, for the benchmark, and the calls it makes.
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
 import numpy as np
 
 from appliance._proto.v1 import dataplane_pb2 as pb
-from appliance.workers.model import Array
-from appliance.workers.wire import Buffer, TensorSlice, WireChunk
+from appliance.workers.models.model import Array
+from appliance.workers.transport.wire import Buffer, TensorSlice, WireChunk
 
 CHUNK_BYTES = 1 << 20
 _WIRE_DTYPE = np.dtype("<f4")

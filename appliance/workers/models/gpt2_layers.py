@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.workers.model import Array, Labels
+from appliance.workers.models.model import Array, Labels
 
 LN_EPS = 1e-5
 _GELU_C = math.sqrt(2.0 / math.pi)

@@ -2,8 +2,8 @@
 
 Same model functions, same optimizer, same clipping and schedule, same order of operations, and
 BLAS on one thread as in a replica, so a job on one CS-2 ends with these weights bit for bit, and
-on N CS-2s up to the order in which shard gradients are summed (appliance.workers.numerics says
-what is promised and why it holds). Also the baseline of bench/weight_streaming.py.
+on N CS-2s up to the order in which shard gradients are summed (appliance.workers.models.numerics
+says what is promised and why it holds). Also the baseline of bench/weight_streaming.py.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 
 from appliance.domain.params import Params
-from appliance.workers import optimizers
-from appliance.workers.model import StreamedModel, Tensors, backward_units, forward_units
-from appliance.workers.model_catalog import build_model
-from appliance.workers.numerics import one_blas_thread
+from appliance.workers.models import optimizers
+from appliance.workers.models.model import StreamedModel, Tensors, backward_units, forward_units
+from appliance.workers.models.model_catalog import build_model
+from appliance.workers.models.numerics import one_blas_thread
 
 
 @dataclasses.dataclass(frozen=True)

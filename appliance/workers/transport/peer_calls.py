@@ -14,13 +14,13 @@ import grpc
 
 from appliance._proto.v1 import control_pb2, dataplane_pb2_grpc
 from appliance._proto.v1 import dataplane_pb2 as pb
-from appliance.workers.channels import PeerChannels
 from appliance.workers.lifecycle import EXIT_FAILED, ReplicaExit
-from appliance.workers.model import Tensors
+from appliance.workers.models.model import Tensors
 from appliance.workers.step_trace import TRACE
-from appliance.workers.tensors import collect_layer
 from appliance.workers.topology import JobLayout, PeerAddress
-from appliance.workers.weight_rpc import WeightStreamingClient
+from appliance.workers.transport.channels import PeerChannels
+from appliance.workers.transport.tensors import collect_layer
+from appliance.workers.transport.weight_rpc import WeightStreamingClient
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 
 from appliance._proto.v1 import common_pb2
-from appliance.workers import checkpoints, optimizers
+from appliance.workers import checkpoints
 from appliance.workers.control import ControlPlane
-from appliance.workers.peer_calls import PeerCalls
+from appliance.workers.models import optimizers
 from appliance.workers.summaries import SummaryLog, write_final_metrics
 from appliance.workers.topology import JobLayout
+from appliance.workers.transport.peer_calls import PeerCalls
 
 log = logging.getLogger(__name__)
 

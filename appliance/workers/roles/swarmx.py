@@ -19,10 +19,10 @@ Gradients: each CS-2 pushes one stream for all its steps, its layers' gradients 
 order; once all of this SwarmX's CS-2s have pushed chunk i of a layer, their chunks are added in
 CS-2 index order and the sum goes on at once, as chunk i of one partial sum, into the stream to
 the owning MemoryX (one per MemoryX, opened when the first CS-2 push arrives and closed when
-the last one ends). Relaying and reducing chunk by chunk (appliance.workers.relay) lets the hops
-of a big layer overlap. A CS-2's push is answered once MemoryX has taken every layer of every
-step it carried (appliance.workers.memoryx). If a stream breaks off (to a MemoryX, or a CS-2's
-push), the weights still to come and every later request fail with its error, so the CS-2s'
+the last one ends). Relaying and reducing chunk by chunk (appliance.workers.transport.relay) lets
+the hops of a big layer overlap. A CS-2's push is answered once MemoryX has taken every layer of
+every step it carried (appliance.workers.roles.memoryx). If a stream breaks off (to a MemoryX, or a
+CS-2's push), the weights still to come and every later request fail with its error, so the CS-2s'
 next steps fail at once instead of waiting for versions that will not come.
 """
 
@@ -37,15 +37,15 @@ from typing import Any
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2 as pb
-from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
-from appliance.workers.relay import ChunkOrder, LayerRelay, sum_chunks
 from appliance.workers.step_trace import TRACE
-from appliance.workers.tensors import TRAFFIC
 from appliance.workers.topology import JobLayout, PeerAddress, weight_order
-from appliance.workers.weight_rpc import WeightStreamingClient, add_weight_streaming
-from appliance.workers.wire import WireChunk
+from appliance.workers.transport.channels import PeerChannels
+from appliance.workers.transport.relay import ChunkOrder, LayerRelay, sum_chunks
+from appliance.workers.transport.tensors import TRAFFIC
+from appliance.workers.transport.weight_rpc import WeightStreamingClient, add_weight_streaming
+from appliance.workers.transport.wire import WireChunk
 
 log = logging.getLogger(__name__)
 

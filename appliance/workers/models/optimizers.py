@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from appliance.domain.params import OptimizerSection
-from appliance.workers.model import Tensors
+from appliance.workers.models.model import Tensors
 
 OptimizerState = dict[str, Tensors]  # slot ("momentum", "exp_avg", ...) -> tensor -> array
 

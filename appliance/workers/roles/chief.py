@@ -1,8 +1,8 @@
 """Chief: the per-job driver. Waits for its peers, configures them, runs the job, shuts down.
 
 The loop itself (steps, clipping, updates, evaluation, summaries, checkpoints) is in
-appliance.workers.training_loop. Any failed or late data-plane call fails the job (exit 1) after
-a best-effort Shutdown of the other replicas.
+appliance.workers.roles.training_loop. Any failed or late data-plane call fails the job (exit 1)
+after a best-effort Shutdown of the other replicas.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import logging
 
 import grpc
 
-from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import EXIT_FAILED, ReplicaExit, StopSignal
-from appliance.workers.peer_calls import PeerCalls
+from appliance.workers.roles.training_loop import TrainingLoop
 from appliance.workers.step_trace import TRACE
 from appliance.workers.topology import job_layout
-from appliance.workers.training_loop import TrainingLoop
+from appliance.workers.transport.channels import PeerChannels
+from appliance.workers.transport.peer_calls import PeerCalls
 
 log = logging.getLogger(__name__)
 

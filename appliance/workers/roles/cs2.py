@@ -7,8 +7,8 @@ PushGradients stream takes every step's gradients. Setting a call up costs more 
 megabyte it carries (bench/data_plane_floor.py), hence no call per step. Forward computes each
 unit as soon as it and the units before it are in. Backward runs in reverse unit order, on the
 event loop; each unit's gradient goes out as soon as it is complete while backward carries on
-(see appliance.workers.model for tied weights). A message carries a whole unit unless it exceeds
-the chunk size, because each message costs more than the bytes it carries.
+(see appliance.workers.models.model for tied weights). A message carries a whole unit unless it
+exceeds the chunk size, because each message costs more than the bytes it carries.
 
 RunStep answers as soon as the step's gradients are on their way: MemoryX updates each layer as
 its gradient completes and sends the next version as soon as it is applied, so the next step's
@@ -34,15 +34,15 @@ import grpc
 
 from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance._proto.v1 import dataplane_pb2_grpc
-from appliance.workers.channels import PeerChannels
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
-from appliance.workers.model import Batch, Tensors, backward_units
+from appliance.workers.models.model import Batch, Tensors, backward_units
 from appliance.workers.step_trace import TRACE
-from appliance.workers.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
 from appliance.workers.topology import JobLayout, weight_order
-from appliance.workers.weight_rpc import WeightStreamingClient
-from appliance.workers.wire import WireChunk
+from appliance.workers.transport.channels import PeerChannels
+from appliance.workers.transport.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
+from appliance.workers.transport.weight_rpc import WeightStreamingClient
+from appliance.workers.transport.wire import WireChunk
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

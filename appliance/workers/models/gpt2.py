@@ -18,9 +18,9 @@ import numpy as np
 
 from appliance.domain.models import gpt2_unit_shapes
 from appliance.domain.params import Gpt2Model, Params
-from appliance.workers import gpt2_layers as nn
-from appliance.workers.model import Array, Batch, HeadOutput, Labels, Tensors
-from appliance.workers.text_corpus import TextCorpus, load_corpus
+from appliance.workers.models import gpt2_layers as nn
+from appliance.workers.models.model import Array, Batch, HeadOutput, Labels, Tensors
+from appliance.workers.models.text_corpus import TextCorpus, load_corpus
 
 _INIT_STREAM = 2
 INIT_STD = 0.02

@@ -10,15 +10,15 @@ import pytest
 
 from appliance._proto.v1 import common_pb2, control_pb2
 from appliance.domain.params import OptimizerSection
-from appliance.workers import optimizers
-from appliance.workers.cs2 import _GradientPush, _next_layer
-from appliance.workers.memoryx import LayerShard, MemoryXRole
-from appliance.workers.relay import LayerRelay
-from appliance.workers.swarmx import SwarmXRole
-from appliance.workers.tensors import LayerTensors
+from appliance.workers.models import optimizers
+from appliance.workers.roles.cs2 import _GradientPush, _next_layer
+from appliance.workers.roles.memoryx import LayerShard, MemoryXRole
+from appliance.workers.roles.swarmx import SwarmXRole
 from appliance.workers.topology import JobLayout, PeerAddress, job_layout
-from appliance.workers.weight_rpc import WeightStreamingClient
-from appliance.workers.wire import WireChunk
+from appliance.workers.transport.relay import LayerRelay
+from appliance.workers.transport.tensors import LayerTensors
+from appliance.workers.transport.weight_rpc import WeightStreamingClient
+from appliance.workers.transport.wire import WireChunk
 
 
 def shard() -> LayerShard:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import grpc
 
-from appliance.workers.tensors import CHUNK_BYTES
+from appliance.workers.transport.tensors import CHUNK_BYTES
 
 # Room for one chunk plus its envelope.
 _MESSAGE_LIMIT = 4 * CHUNK_BYTES

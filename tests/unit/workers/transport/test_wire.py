@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from appliance._proto.v1 import dataplane_pb2 as pb
-from appliance.workers import tensors
-from appliance.workers.wire import TensorSlice, WireChunk, parse_chunk, serialize_chunk
+from appliance.workers.transport import tensors
+from appliance.workers.transport.wire import TensorSlice, WireChunk, parse_chunk, serialize_chunk
 
 
 def _as_message(chunk: WireChunk) -> pb.LayerChunk:

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from appliance.domain.params import parse_params
-from appliance.workers import gpt2_layers as nn
-from appliance.workers.gpt2 import Gpt2
-from appliance.workers.model import backward_units, forward_units
-from appliance.workers.reference import ReferenceTrainer
-from appliance.workers.text_corpus import decode, encode, load_corpus
+from appliance.workers.models import gpt2_layers as nn
+from appliance.workers.models.gpt2 import Gpt2
+from appliance.workers.models.model import backward_units, forward_units
+from appliance.workers.models.reference import ReferenceTrainer
+from appliance.workers.models.text_corpus import decode, encode, load_corpus
 
 TINY = {
     "model": {

@@ -4,7 +4,7 @@ The promise: on one machine (one CPU, one NumPy and BLAS install, the same envir
 NumPy's and OpenBLAS's CPU dispatch), the same spec gives the same bits in every process that
 trains it, whatever the allocator, wherever in memory (at a multiple of its item size) it puts
 an array, and whatever BLAS thread count the process was started with. So a job on one CS-2
-ends with the weights of the single-process reference (appliance.workers.reference) bit for
+ends with the weights of the single-process reference (appliance.workers.models.reference) bit for
 bit, and a run resumed from a checkpoint on the same topology (CS-2s and SwarmX, which fix the
 order of the gradient sums) ends where the uninterrupted run does. On N CS-2s the shards'
 gradients are summed in another order, so the weights match 1 CS-2 up to rounding (the worker
@@ -13,15 +13,15 @@ picks its kernels by CPU, and kernels round differently.
 
 The rules, each closing a way two processes of one machine used to disagree:
 1. **Every array the model computes on is aligned to its item size**
-   (appliance.workers.tensors.decode_layer). A tensor received over the wire is a view of the
-   message, wherever the message put its bytes: mostly not at a multiple of 4, and where
-   depends on the length of the step number's varint. NumPy copies such an operand before a
-   matrix product, in C order, so `grad @ weight.T` reached BLAS as a plain product instead of
-   a transposed one, which OpenBLAS's AVX-512 (SkylakeX) kernels round differently; reductions
-   over a misaligned array are buffered in blocks and summed in another grouping.
-   Alignment beyond the item size (16 or 64 bytes: the allocator's choice) is not something
-   NumPy or OpenBLAS promise to ignore; they do today, and the worker tests train at every
-   aligned place in a cache line so that a release that starts to care is caught.
+   (appliance.workers.transport.tensors.decode_layer). A tensor received over the wire is a view of
+   the message, wherever the message put its bytes: mostly not at a multiple of 4, and where
+   depends on the length of the step number's varint. NumPy copies such an operand before a matrix
+   product, in C order, so `grad @ weight.T` reached BLAS as a plain product instead of a
+   transposed one, which OpenBLAS's AVX-512 (SkylakeX) kernels round differently; reductions over a
+   misaligned array are buffered in blocks and summed in another grouping. Alignment beyond the
+   item size (16 or 64 bytes: the allocator's choice) is not something NumPy or OpenBLAS promise to
+   ignore; they do today, and the worker tests train at every aligned place in a cache line so that
+   a release that starts to care is caught.
 2. **BLAS runs on one thread for the model** (`pin_blas_threads`, `limit_loaded_blas`,
    `one_blas_thread`). OpenBLAS splits a large product between threads in a way that changes
    its rounding (on this machine's kernel a 600x1024 layer differs between 1 and 2 threads).

@@ -7,8 +7,8 @@ import pytest
 
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import parse_params
-from appliance.workers import fc_mnist
-from appliance.workers.reference import ReferenceTrainer
+from appliance.workers.models import fc_mnist
+from appliance.workers.models.reference import ReferenceTrainer
 
 SMALL = {
     "model": {"input_size": 6, "hidden_sizes": [5, 4], "num_classes": 3},

@@ -1,5 +1,5 @@
-"""The numerics promise of appliance.workers.numerics: the same bits wherever the arrays sit and
-whatever BLAS thread count the process has."""
+"""The numerics promise of appliance.workers.models.numerics: the same bits wherever the arrays sit
+and whatever BLAS thread count the process has."""
 
 from __future__ import annotations
 
@@ -14,14 +14,24 @@ import pytest
 import threadpoolctl
 
 from appliance.domain.params import parse_params
-from appliance.workers.model import Batch, StreamedModel, Tensors, backward_units, forward_units
-from appliance.workers.model_catalog import build_model
-from appliance.workers.numerics import BLAS_THREAD_VARIABLES, one_blas_thread, pin_blas_threads
-from appliance.workers.reference import ReferenceTrainer
-from appliance.workers.tensors import decode_layer, encode_layer
-from appliance.workers.wire import parse_chunk, serialize_chunk
+from appliance.workers.models.model import (
+    Batch,
+    StreamedModel,
+    Tensors,
+    backward_units,
+    forward_units,
+)
+from appliance.workers.models.model_catalog import build_model
+from appliance.workers.models.numerics import (
+    BLAS_THREAD_VARIABLES,
+    one_blas_thread,
+    pin_blas_threads,
+)
+from appliance.workers.models.reference import ReferenceTrainer
+from appliance.workers.transport.tensors import decode_layer, encode_layer
+from appliance.workers.transport.wire import parse_chunk, serialize_chunk
 from tests.model_specs import ADAMW, BIG_LAYER, FC, GPT, SGD, with_
-from tests.unit.workers.test_tensor_codec import message_at
+from tests.unit.workers.transport.test_tensor_codec import message_at
 
 CACHE_LINE = 64
 ROOT = Path(__file__).resolve().parents[3]
@@ -101,7 +111,7 @@ def received(tensors: Tensors, unit: int, step: int, offset: int) -> Tensors:
 @pytest.mark.parametrize("step", [0, 1, 128])  # the step's varint moves every tensor's bytes
 def test_a_step_on_weights_received_over_the_wire_is_the_reference_step(step: int) -> None:
     """What failed on AVX-512 BLAS kernels: misaligned weights made NumPy hand BLAS a copy in
-    another layout, which those kernels round differently (appliance.workers.numerics)."""
+    another layout, which those kernels round differently (appliance.workers.models.numerics)."""
     trainer = ReferenceTrainer(parse_params(with_(GPT, optimizer=SGD)), 1)
     model, batch = trainer.model, trainer.model.train_batch(0)
     normalizer = batch.num_samples * model.predictions_per_sample
@@ -160,7 +170,7 @@ def test_a_blas_loaded_before_the_pin_is_limited_too() -> None:
     """A replica's second line of defence: NumPy loaded (with two threads) before the pin."""
     script = (
         "import numpy, threadpoolctl\n"
-        "from appliance.workers.numerics import limit_loaded_blas\n"
+        "from appliance.workers.models.numerics import limit_loaded_blas\n"
         "def threads(): return {i['num_threads'] for i in threadpoolctl.threadpool_info()"
         " if i['user_api'] == 'blas'}\n"
         "before = threads(); limit_loaded_blas(); print(sorted(before), sorted(threads()))\n"

@@ -4,7 +4,7 @@ A CS-2 runs `forward_unit` for units 0..U-1 as each unit's weights stream in, th
 and the gradient at the last unit's outputs), then `backward_unit` for units U-1..0, pushing each
 unit's gradient as soon as it is complete. The single-process reference trainer calls the same
 functions in the same order, so one CS-2 reproduces it bit for bit (under the rules of
-appliance.workers.numerics: aligned arrays, one BLAS thread).
+appliance.workers.models.numerics: aligned arrays, one BLAS thread).
 
 Gradients are those of (sum of the shard's per-prediction losses) / `normalizer`, the number of
 predictions in the global batch, so the shards' gradients add up to the gradient of the mean.

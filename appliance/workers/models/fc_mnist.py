@@ -17,7 +17,7 @@ import numpy as np
 
 from appliance.domain.models import fc_layer_shapes
 from appliance.domain.params import FcMnistModel, Params, parse_params
-from appliance.workers.model import Array, Batch, HeadOutput, Labels, Tensors
+from appliance.workers.models.model import Array, Batch, HeadOutput, Labels, Tensors
 
 __all__ = ["Array", "FcMnist", "Labels", "TrainingConfig", "training_config"]
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from appliance.domain.params import Gpt2Model, Params
-from appliance.workers.fc_mnist import FcMnist
-from appliance.workers.gpt2 import Gpt2
-from appliance.workers.model import StreamedModel
+from appliance.workers.models.fc_mnist import FcMnist
+from appliance.workers.models.gpt2 import Gpt2
+from appliance.workers.models.model import StreamedModel
 
 
 def build_model(params: Params) -> StreamedModel:

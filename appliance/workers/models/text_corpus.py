@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from appliance.workers.model import Batch, Labels
+from appliance.workers.models.model import Batch, Labels
 
 CORPUS_PATH = Path(__file__).parent / "data" / "corpus.txt"
 TRAIN_FRACTION = 0.9

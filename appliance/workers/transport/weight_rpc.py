@@ -1,8 +1,8 @@
 """The WeightStreaming service (proto/appliance/v1/dataplane.proto) with WireChunk messages.
 
 The same methods, names and bytes on the wire as the generated stub and servicer, but
-LayerChunks are (de)serialized by appliance.workers.wire instead of protobuf objects, and the
-serializer counts what this process sends (tensors.TRAFFIC): weights for the streamed answers,
+LayerChunks are (de)serialized by appliance.workers.transport.wire instead of protobuf objects, and
+the serializer counts what this process sends (tensors.TRAFFIC): weights for the streamed answers,
 gradients for the pushes.
 """
 
@@ -14,8 +14,8 @@ from typing import Protocol
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2 as pb
-from appliance.workers.tensors import TRAFFIC
-from appliance.workers.wire import WireChunk, parse_chunk, serialize_chunk
+from appliance.workers.transport.tensors import TRAFFIC
+from appliance.workers.transport.wire import WireChunk, parse_chunk, serialize_chunk
 
 SERVICE = "appliance.v1.WeightStreaming"
 

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from appliance.workers import tensors
-from appliance.workers.wire import TensorSlice, WireChunk, parse_chunk, serialize_chunk
+from appliance.workers.transport import tensors
+from appliance.workers.transport.wire import TensorSlice, WireChunk, parse_chunk, serialize_chunk
 
 
 def test_large_tensor_is_chunked_and_reassembled() -> None:
@@ -51,7 +51,7 @@ def message_at(encoded: bytes, offset: int) -> bytes:
 def test_decoded_tensors_are_aligned_wherever_the_message_put_their_bytes(step: int) -> None:
     """The step's varint shifts every tensor's bytes inside the message; names and shapes shift
     them further. Whatever the offset, a decoded array starts at a multiple of 4 bytes
-    (appliance.workers.numerics): views where the bytes are aligned, copies where not."""
+    (appliance.workers.models.numerics): views where the bytes are aligned, copies where not."""
     rng = np.random.default_rng(step)
     shapes = {"w": (5, 3), "bias": (3,), "attn_qkv_weight": (16, 48), "g": (7,), "wte": (600, 700)}
     layer = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}

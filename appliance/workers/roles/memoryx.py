@@ -29,15 +29,16 @@ import grpc
 from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance._proto.v1 import dataplane_pb2_grpc
 from appliance.domain.params import OptimizerSection
-from appliance.workers import checkpoints, optimizers
+from appliance.workers import checkpoints
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
-from appliance.workers.model import Array, Tensors
+from appliance.workers.models import optimizers
+from appliance.workers.models.model import Array, Tensors
 from appliance.workers.step_trace import TRACE
-from appliance.workers.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
 from appliance.workers.topology import JobLayout
-from appliance.workers.weight_rpc import add_weight_streaming
-from appliance.workers.wire import WireChunk
+from appliance.workers.transport.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
+from appliance.workers.transport.weight_rpc import add_weight_streaming
+from appliance.workers.transport.wire import WireChunk
 
 log = logging.getLogger(__name__)
 

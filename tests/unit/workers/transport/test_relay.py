@@ -7,10 +7,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from appliance.workers import tensors
-from appliance.workers.memoryx import sum_in_order
-from appliance.workers.relay import ChunkOrder, LayerRelay, sum_chunks
-from appliance.workers.wire import TensorSlice, WireChunk, parse_chunk, serialize_chunk
+from appliance.workers.roles.memoryx import sum_in_order
+from appliance.workers.transport import tensors
+from appliance.workers.transport.relay import ChunkOrder, LayerRelay, sum_chunks
+from appliance.workers.transport.wire import TensorSlice, WireChunk, parse_chunk, serialize_chunk
 
 
 def _gradient(seed: int) -> dict[str, np.ndarray]:

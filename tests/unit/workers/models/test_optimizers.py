@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from appliance.domain.params import OptimizerSection
-from appliance.workers import optimizers
+from appliance.workers.models import optimizers
 
 RNG = np.random.default_rng(1)
 

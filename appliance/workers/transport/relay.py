@@ -1,7 +1,7 @@
 """SwarmX's chunk-level building blocks: relaying weights and reducing gradients chunk by chunk.
 
-A big layer travels as several LayerChunk messages (appliance.workers.tensors). SwarmX hands
-each chunk on as soon as it has it, instead of after the whole layer: a weight chunk from
+A big layer travels as several LayerChunk messages (appliance.workers.transport.tensors). SwarmX
+hands each chunk on as soon as it has it, instead of after the whole layer: a weight chunk from
 MemoryX goes to every CS-2 that asked for the layer, and once every CS-2 behind this SwarmX has
 pushed chunk i of a layer's gradient, their sum goes on to MemoryX as chunk i of the partial sum.
 The hops of a big layer then overlap instead of following one another.
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 
 from appliance._proto.v1 import dataplane_pb2 as pb
-from appliance.workers.wire import TensorSlice, WireChunk
+from appliance.workers.transport.wire import TensorSlice, WireChunk
 
 _WIRE_DTYPE = np.dtype("<f4")
 
