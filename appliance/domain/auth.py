@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from appliance.domain.errors import PermissionDenied
 from appliance.domain.spec import Priority
 
+# Who a request is from while authentication is off and it names no user.
+ANONYMOUS_USER = "anonymous"
 # The gRPC metadata key of a caller's bearer token: users' tokens, and replicas' per-job tokens.
 AUTH_METADATA_KEY = "authorization"
 # The environment variable that carries a job's replica token into each of its replicas.

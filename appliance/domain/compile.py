@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 
 from appliance.domain.inventory import Node
-from appliance.domain.models import BYTES_PER_PARAM, memory_bytes, unit_shapes
+from appliance.domain.model_shapes import BYTES_PER_PARAM, memory_bytes, unit_shapes
 from appliance.domain.params import parse_params
 from appliance.domain.plan import ReplicaPlan, Role, plan_replicas
 from appliance.domain.spec import JobSpec

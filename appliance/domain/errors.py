@@ -38,3 +38,8 @@ class InsufficientCapacity(InvalidSpec):
 
 class Unavailable(ApplianceError):
     """A dependency (database, backend) cannot be reached right now; retry later."""
+
+
+def job_not_found(job_id: str) -> NotFound:
+    """The one sentence for a job id that names no job, whichever layer finds out."""
+    return NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")

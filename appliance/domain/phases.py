@@ -1,8 +1,9 @@
 """The one state machine of a wsjob.
 
 QUEUED -> SCHEDULED -> INITIALIZING -> RUNNING -> SUCCEEDED, and FAILED or CANCELLED from any
-non-terminal phase. Terminal phases never change. Only JobStore.set_phase applies transitions,
-and it checks them against TRANSITIONS.
+non-terminal phase. Terminal phases never change. Only the store's phase writer
+(appliance.store.phase_writes, through JobStore.set_phase, set_phases and schedule) applies
+transitions, and it checks every one against TRANSITIONS with compare-and-set.
 """
 
 from __future__ import annotations

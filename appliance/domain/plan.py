@@ -8,7 +8,7 @@ import functools
 import math
 from collections.abc import Sequence
 
-from appliance.domain import models
+from appliance.domain import model_shapes as models
 from appliance.domain.errors import InsufficientCapacity
 from appliance.domain.inventory import Node, NodeKind
 from appliance.domain.spec import JobSpec

@@ -1,1 +1,2 @@
-"""The coordinator service: composition root, gRPC servicers (and REST routers later)."""
+"""The coordinator service: composition root (app.py), authentication, thin gRPC servicers
+(grpc/) and REST routers (rest/) over the services."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from appliance.domain.auth import Principal
+from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import Unauthenticated
 
 
@@ -64,7 +64,7 @@ class Authenticator:
     def principal(self, authorization: str | None, claimed_user: str = "") -> Principal:
         """Who calls, from an `Authorization: Bearer <token>` value."""
         if self._principals is None:
-            return Principal(user=claimed_user or "anonymous", admin=True)
+            return Principal(user=claimed_user or ANONYMOUS_USER, admin=True)
         token = bearer_token(authorization)
         if token is None:
             raise Unauthenticated(

@@ -1,1 +1,2 @@
-"""Use cases shared by every door (gRPC now, REST later): thin servicers call these."""
+"""Use cases shared by every door (gRPC, REST) and by the loops: they call these, never the
+store or the backend directly."""

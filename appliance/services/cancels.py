@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from appliance.domain.auth import Principal, check_may_act_on
-from appliance.domain.errors import ApplianceError, Conflict, NotFound
+from appliance.domain.errors import ApplianceError, Conflict, NotFound, job_not_found
 from appliance.domain.job import Job
 from appliance.domain.phases import Outcome, Phase
 from appliance.services.batching import GroupCommit
@@ -125,4 +125,4 @@ def decide_cancel(request: CancelRequest, owner: JobOwner | None) -> PhaseMove |
 
 
 def _not_found(request: CancelRequest) -> NotFound:
-    return NotFound(f"job {request.job_id} not found; list jobs with `csctl get jobs -a`")
+    return job_not_found(request.job_id)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 
 from appliance.domain.auth import Principal, check_may_act_on, check_may_use_priority
 from appliance.domain.compile import CompileReport, compile_job
-from appliance.domain.errors import InvalidSpec, NotFound
+from appliance.domain.errors import InvalidSpec, job_not_found
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent
@@ -183,7 +183,7 @@ class JobService:
         taken on it is ordered with the writes that follow; raises NotFound."""
         found = await self.ctx.db(self.ctx.store.job_summaries, [job_id])
         if not found:
-            raise NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+            raise job_not_found(job_id)
         return found[0]
 
     async def nodes(self) -> list[tuple[NodeUsage, list[str]]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from appliance.domain.errors import Conflict, NotFound
+from appliance.domain.errors import Conflict, NotFound, job_not_found
 from appliance.domain.job import EventKind, Job, JobEvent, Progress, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.services.context import Context
@@ -59,7 +59,7 @@ class ReplicaService:
         """Record the chief's progress and tell watchers; returns whether to keep running."""
         phase = await self.ctx.db(self.ctx.store.phase_of, job_id)
         if phase is None:
-            raise NotFound(f"job {job_id} not found")
+            raise job_not_found(job_id)
         if phase.terminal:
             return False
         await self.ctx.db(self.ctx.store.set_progress, job_id, progress)

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 
-from appliance.domain.errors import Conflict, NotFound
+from appliance.domain.errors import Conflict, NotFound, job_not_found
 from appliance.domain.job import Job, JobEvent, Progress, Replica, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan, Role
@@ -81,12 +81,6 @@ class JobStore(PoolStore, QueueStore, ListingStore):
             rows = s.execute(select(JobRow.phase, func.count()).group_by(JobRow.phase))
             return {Phase(phase): int(count) for phase, count in rows}
 
-    def create_job(
-        self, job_id: str, user: str, spec: JobSpec, plan: ReplicaPlan, now: float
-    ) -> Job:
-        """Persist a new QUEUED job with its labels and its first event, all or nothing."""
-        return self.create_jobs([NewJob(job_id, user, spec, plan)], now)[0]
-
     def create_jobs(self, new: Sequence[NewJob], now: float) -> list[Job]:
         """Persist several new QUEUED jobs in one transaction (group commit of submits)."""
         jobs = [
@@ -136,7 +130,7 @@ class JobStore(PoolStore, QueueStore, ListingStore):
         with self._sessions() as s:
             row = s.get(JobRow, job_id)
             if row is None:
-                raise NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+                raise job_not_found(job_id)
             replicas: tuple[Replica, ...] = ()
             if with_replicas:
                 replicas = tuple(
@@ -177,7 +171,7 @@ class JobStore(PoolStore, QueueStore, ListingStore):
                 )
             ).first()
             if found is None:
-                raise NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+                raise job_not_found(job_id)
             version, phase, priority, created_at = found
             position = 0
             if phase == Phase.QUEUED.value:
@@ -188,13 +182,6 @@ class JobStore(PoolStore, QueueStore, ListingStore):
         with self._sessions() as s:
             rows = s.scalars(select(JobRow).where(JobRow.phase.in_([p.value for p in phases])))
             return [job_from_row(r, r.params_yaml) for r in rows]
-
-    def plan_of(self, job_id: str) -> ReplicaPlan:
-        with self._sessions() as s:
-            plan = s.scalar(select(JobRow.plan).where(JobRow.id == job_id))
-        if plan is None:
-            raise NotFound(f"job {job_id} not found")
-        return plan_from_json(plan)
 
     # ---- phase: the one writer ----------------------------------------------------------------
 
@@ -255,7 +242,8 @@ class JobStore(PoolStore, QueueStore, ListingStore):
             return change
 
     def set_condition(self, job_id: str, phase: Phase, text: str) -> bool:
-        """Say why a job in `phase` is not moving on (shown like a pending reason)."""
+        """Say why a job in `phase` is not moving on: written to its pending_reason, the field
+        every door shows as the reason a job waits (no phase change)."""
         with self._sessions.begin() as s:
             result = s.execute(
                 update(JobRow)
@@ -333,7 +321,7 @@ class JobStore(PoolStore, QueueStore, ListingStore):
             if result.rowcount != 1:  # type: ignore[attr-defined]
                 phase = s.scalar(select(JobRow.phase).where(JobRow.id == job_id))
                 if phase is None:
-                    raise NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+                    raise job_not_found(job_id)
                 raise Conflict(
                     f"job {job_id} is {phase}; the priority of a finished job is frozen"
                 )
@@ -346,7 +334,7 @@ class JobStore(PoolStore, QueueStore, ListingStore):
         with self._sessions.begin() as s:
             row = s.get(JobRow, job_id, with_for_update=True)
             if row is None:
-                raise NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+                raise job_not_found(job_id)
             labels = {k: v for k, v in (row.labels or {}).items() if k not in set(remove)}
             labels.update(set_labels)
             validate_labels(labels)
@@ -386,7 +374,7 @@ class JobStore(PoolStore, QueueStore, ListingStore):
     def events(self, job_id: str, after_seq: int = 0) -> list[JobEvent]:
         with self._sessions() as s:
             if s.get(JobRow, job_id) is None:
-                raise NotFound(f"job {job_id} not found")
+                raise job_not_found(job_id)
             rows = s.scalars(
                 select(JobEventRow)
                 .where(JobEventRow.job_id == job_id, JobEventRow.seq > after_seq)

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import BindParameter, Connection, bindparam, delete, insert, select, update
 from sqlalchemy.sql.dml import ReturningUpdate
 
-from appliance.domain.errors import NotFound
+from appliance.domain.errors import NotFound, job_not_found
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Outcome, Phase, check_move
 from appliance.store.base import in_chunks
@@ -104,7 +104,7 @@ def _write_distinct(
         if event is not None:
             changes.append(PhaseChange(Outcome.APPLIED, event))
         elif phase is None:
-            changes.append(NotFound(f"job {move.job_id} not found"))
+            changes.append(job_not_found(move.job_id))
         else:
             outcome = check_move(phase, move.target, move.expected)
             # Decided APPLIED but not written: the job left that phase meanwhile.

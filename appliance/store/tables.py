@@ -7,14 +7,20 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from appliance.domain.phases import ACTIVE, Phase
+
 
 class Base(DeclarativeBase):
     pass
 
 
 # Literal predicates (not bound parameters), so the planners can match the partial indexes.
-ACTIVE_PHASES_SQL = text("phase IN ('QUEUED', 'SCHEDULED', 'INITIALIZING', 'RUNNING')")
-QUEUED_SQL = text("phase = 'QUEUED'")
+# Partial-index predicates (the migrations create the same indexes): derived from the domain's
+# phase sets, in the order of the Phase enum, so the text stays what the migrations wrote.
+ACTIVE_PHASES_SQL = text(
+    "phase IN (" + ", ".join(f"'{p.value}'" for p in Phase if p in ACTIVE) + ")"
+)
+QUEUED_SQL = text(f"phase = '{Phase.QUEUED.value}'")
 
 
 class JobRow(Base):

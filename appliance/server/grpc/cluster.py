@@ -9,7 +9,7 @@ import grpc
 
 import appliance
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
-from appliance.domain.auth import AUTH_METADATA_KEY, Principal
+from appliance.domain.auth import ANONYMOUS_USER, AUTH_METADATA_KEY, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
@@ -45,7 +45,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         by = self._caller(context)
         job = await self.jobs.submit(
             spec_from_request(request.spec),
-            request.user or "anonymous",
+            request.user or ANONYMOUS_USER,
             lease_seconds=request.lease_seconds,
             lease_holder=request.lease_holder,
             by=by,

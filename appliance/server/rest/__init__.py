@@ -1,1 +1,2 @@
-"""REST doors (FastAPI). Health endpoints now; the job API comes with the REST issue."""
+"""REST doors (FastAPI): thin routers over the services with the same operations and rules as
+the gRPC door, plus health, readiness and metrics."""

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from appliance.domain.auth import Principal
+from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.listing import DEFAULT_LIMIT, MAX_LIMIT, JobQuery
 from appliance.domain.phases import Phase
@@ -31,7 +31,6 @@ from appliance.server.rest.models import (
 )
 from appliance.services.jobs import JobService
 
-ANONYMOUS = "anonymous"  # the user of a request while authentication is off
 JobId = Annotated[str, Path(description="The job's name, wsjob-<id>.", max_length=64)]
 
 
@@ -48,7 +47,7 @@ def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency
     async def submit_job(body: JobSubmitIn, by: Principal | None = authenticated) -> Response:
         """Submit a wsjob. It is validated like every other door (a request that can never fit
         the cluster is rejected, naming the field) and persisted QUEUED."""
-        job = await jobs.submit(body.to_spec(), ANONYMOUS, by=by)
+        job = await jobs.submit(body.to_spec(), ANONYMOUS_USER, by=by)
         metrics.submitted.inc()
         return _json(job_out(job), 201, {"Location": f"/api/v1/jobs/{job.id}"})
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.domain.models import fc_layer_shapes
+from appliance.domain.model_shapes import fc_layer_shapes
 from appliance.domain.params import FcMnistModel, Params, parse_params
 from appliance.workers.models.model import Array, Batch, HeadOutput, Labels, Tensors
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.domain.models import gpt2_unit_shapes
+from appliance.domain.model_shapes import gpt2_unit_shapes
 from appliance.domain.params import Gpt2Model, Params
 from appliance.workers.models import gpt2_layers as nn
 from appliance.workers.models.model import Array, Batch, HeadOutput, Labels, Tensors

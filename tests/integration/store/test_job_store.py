@@ -25,7 +25,7 @@ from appliance.domain.queue import Placement
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_spec
 from appliance.scheduler.admission import admit
 from appliance.store.engine import alembic_config, migrate
-from appliance.store.jobs import JobStore, PhaseChange
+from appliance.store.jobs import JobStore, NewJob, PhaseChange
 from appliance.store.tables import Base, JobEventRow, PlacementRow, ReplicaRow
 
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [64]\noptimizer:\n  optimizer_type: adam\n"
@@ -76,7 +76,8 @@ def submit(
     store: JobStore, job_id: str, *, now: float = T0, user: str = "alice", **spec: Any
 ) -> Job:
     job_spec = make_spec(**spec)
-    return store.create_job(job_id, user, job_spec, plan_replicas(job_spec, default_pool()), now)
+    plan = plan_replicas(job_spec, default_pool())
+    return store.create_jobs([NewJob(job_id, user, job_spec, plan)], now)[0]
 
 
 def drive(store: JobStore, job_id: str, phase: Phase, now: float = T0 + 1) -> None:
@@ -156,12 +157,12 @@ def test_create_then_get_round_trips_spec_plan_and_first_event(store: JobStore) 
     )
     plan = plan_replicas(spec, default_pool())
 
-    created = store.create_job("wsjob-a", "alice", spec, plan, T0)
+    [created] = store.create_jobs([NewJob("wsjob-a", "alice", spec, plan)], T0)
     job = store.get_job("wsjob-a")
 
     assert job.spec == spec
     assert dict(job.spec.labels) == {"team": "ml", "example.com/run": "r-1", "empty": ""}
-    assert store.plan_of("wsjob-a") == plan
+    assert [(q.job_id, q.plan) for q in store.queued_jobs()] == [("wsjob-a", plan)]
     assert (job.id, job.user, job.phase) == ("wsjob-a", "alice", Phase.QUEUED)
     assert (job.created_at, job.updated_at) == (T0, T0)
     assert (job.started_at, job.finished_at, job.systems, job.replicas) == (0.0, 0.0, (), ())
@@ -184,8 +185,6 @@ def test_unknown_job_is_not_found(store: JobStore) -> None:
         store.get_job("wsjob-unknown")
     with pytest.raises(NotFound):
         store.events("wsjob-unknown")
-    with pytest.raises(NotFound):
-        store.plan_of("wsjob-unknown")
     with pytest.raises(NotFound):
         store.set_phase("wsjob-unknown", Phase.CANCELLED, "no", T0)
     assert store.phase_of("wsjob-unknown") is None

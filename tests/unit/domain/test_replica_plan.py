@@ -8,7 +8,7 @@ import pytest
 
 from appliance.domain.errors import InsufficientCapacity, InvalidSpec
 from appliance.domain.inventory import Node, NodeKind, default_pool
-from appliance.domain.models import BYTES_PER_PARAM
+from appliance.domain.model_shapes import BYTES_PER_PARAM
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role, plan_replicas
 from appliance.domain.spec import JobSpec, validate_spec
 

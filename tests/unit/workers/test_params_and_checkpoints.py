@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.domain import models
+from appliance.domain import model_shapes as models
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import parse_params
 from appliance.domain.spec import validate_params
