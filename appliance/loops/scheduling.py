@@ -51,8 +51,7 @@ class SchedulerLoop:
         decision = admit(queue, usage)
         admitted = 0
         for d in decision.admitted:
-            change = await self.ctx.db(store.schedule, d.job_id, d.placements, self.ctx.clock())
-            self.ctx.announce(change)
+            change = await self.ctx.schedule(d.job_id, d.placements)
             admitted += change.applied
             self._plans.pop(d.job_id, None)
             self._written.pop(d.job_id, None)

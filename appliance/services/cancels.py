@@ -5,7 +5,7 @@ decided on is ordered with the write that follows) and decides each cancel on it
 unknown job, a caller who may not cancel it and a job that already ended are answered as a
 single cancel would be, without failing the others. The cancels that may go ahead are written
 by JobStore.set_phases in one transaction (compare-and-set on the phase decided on, an event
-each, placements released), then each change is announced as Context.set_phase announces one.
+each, placements released), through Context.write_phases, which announces each change.
 A cancel that lost a race (its job moved on between the read and the write) is decided again.
 """
 
@@ -52,14 +52,13 @@ class CancelBatcher:
         while todo:
             requests = [batch[i] for i in todo]
             store, now = self.ctx.store, self.ctx.clock()
-            outcomes = await self.ctx.db(_decide_and_write, store, requests, now)
+            outcomes = await self.ctx.write_phases(_decide_and_write, store, requests, now)
             applied: list[int] = []
             again: list[int] = []
             for index, outcome in zip(todo, outcomes, strict=True):
                 if not isinstance(outcome, PhaseChange):
                     answers[index] = outcome
-                elif outcome.applied:
-                    self.ctx.announce(outcome)
+                elif outcome.applied:  # write_phases announced it
                     applied.append(index)
                 elif outcome.outcome in (Outcome.LOST, Outcome.ALREADY):
                     again.append(index)

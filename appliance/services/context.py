@@ -1,4 +1,10 @@
-"""What every use case needs: the store (run off the event loop), the bus, settings, a clock."""
+"""What every use case needs: the store (run off the event loop), the bus, settings, a clock;
+and the one front door for phase changes.
+
+Every phase change goes through `set_phase`, `schedule` or `write_phases`: each writes through
+the store's one checked writer (appliance.store.phase_writes) and then announces every change
+it applied (the bus's watchers, and the loops that care). No caller announces by itself.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import asyncio
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
@@ -15,11 +21,13 @@ from sqlalchemy.exc import OperationalError
 from appliance.config import Settings
 from appliance.domain.errors import Unavailable
 from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Phase
+from appliance.domain.queue import Placement
 from appliance.services.bus import JobBus
 from appliance.store.jobs import JobStore, PhaseChange
 
 P = ParamSpec("P")
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclasses.dataclass
@@ -66,10 +74,28 @@ class Context:
         change = await self.db(
             self.store.set_phase, job_id, target, reason, self.clock(), expected
         )
-        self.announce(change)
+        self._announce(change)
         return change
 
-    def announce(self, change: PhaseChange) -> None:
+    async def schedule(self, job_id: str, placements: Sequence[Placement]) -> PhaseChange:
+        """JobStore.schedule (QUEUED -> SCHEDULED with the job's placements), then announced."""
+        change = await self.db(self.store.schedule, job_id, placements, self.clock())
+        self._announce(change)
+        return change
+
+    async def write_phases(
+        self, write: Callable[P, list[R]], *args: P.args, **kwargs: P.kwargs
+    ) -> list[R]:
+        """Run a store write that moves phases on the writer thread (`write` returns outcomes,
+        PhaseChanges among them, e.g. a batch of cancels decided and written in one
+        transaction), then announce every change it applied."""
+        outcomes = await self.db(write, *args, **kwargs)
+        for outcome in outcomes:
+            if isinstance(outcome, PhaseChange):
+                self._announce(outcome)
+        return outcomes
+
+    def _announce(self, change: PhaseChange) -> None:
         event = change.event
         if event is None:
             return
