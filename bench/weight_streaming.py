@@ -47,7 +47,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from appliance.domain import models
+from appliance.domain import model_shapes as models
 from appliance.domain.params import parse_params
 from appliance.workers.models import optimizers
 from appliance.workers.models.reference import ReferenceTrainer

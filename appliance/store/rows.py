@@ -31,7 +31,7 @@ def job_from_row(
     view when given the params YAML, the replicas and the queue position."""
     spec = JobSpec(
         params_yaml=params_yaml, num_csx=r.num_csx, num_steps=r.num_steps, mode=Mode(r.mode),
-        labels=r.labels or {}, priority=Priority(r.priority), model_dir=r.model_dir,
+        labels=dict(r.labels or {}), priority=Priority(r.priority), model_dir=r.model_dir,
     )  # fmt: skip
     return Job(
         id=r.id, user=r.user, spec=spec, phase=Phase(r.phase), created_at=r.created_at,
