@@ -9,7 +9,6 @@ from appliance.domain.phases import Phase
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 10_000
-MAX_KEYS_LIMIT = 50_000
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""Job use cases: submit, read, list, cancel, events, watch."""
+"""Job use cases: submit, read, cancel, events, watch (listing: services/listing.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TypeVar
 
 from appliance.domain.auth import Principal, check_may_act_on, check_may_use_priority
 from appliance.domain.compile import CompileReport, compile_job
@@ -11,7 +12,6 @@ from appliance.domain.errors import InvalidSpec, job_not_found
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent
-from appliance.domain.listing import MAX_LIMIT, JobKey, JobQuery
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_user
@@ -19,10 +19,12 @@ from appliance.services.batching import SubmitBatcher
 from appliance.services.cancels import CancelBatcher, CancelRequest
 from appliance.services.context import Context
 from appliance.services.job_views import JobViewCache
+from appliance.services.listing import JobListing
 from appliance.store.jobs import NewJob
 
-STREAM_PAGE = 20_000
 MAX_LEASE_SECONDS = 86_400.0
+
+T = TypeVar("T")
 
 
 class JobService:
@@ -98,32 +100,9 @@ class JobService:
         self._views.put(job_id, version, job)
         return job
 
-    async def list_keys(self, query: JobQuery) -> tuple[list[JobKey], str]:
-        """One page of summary keys (see JobStore.list_job_keys), at most MAX_LIMIT."""
-        if query.limit < 0 or query.limit > MAX_LIMIT:
-            raise InvalidSpec(f"limit must be between 0 and {MAX_LIMIT}", field="limit")
-        return await self.ctx.read(self.ctx.store.list_job_keys, query)
-
-    async def stream_keys(self, query: JobQuery) -> AsyncIterator[list[JobKey]]:
-        """Keys of every matching job in pages, newest first (see JobStore.list_job_keys)."""
-        page = dataclasses.replace(query, limit=query.limit or STREAM_PAGE)
-        while True:
-            keys, token = await self.ctx.read(self.ctx.store.list_job_keys, page)
-            if keys:
-                yield keys
-            if not token:
-                return
-            page = dataclasses.replace(page, page_token=token)
-
-    async def summaries(self, job_ids: list[str]) -> list[Job]:
-        """Summaries of the given jobs (no params, no replicas, no queue position)."""
-        return await self.ctx.read(self.ctx.store.job_summaries, job_ids)
-
-    async def queue_positions(self, job_ids: list[str]) -> dict[str, int]:
-        """The queue positions of those of the given jobs that are QUEUED. Positions move
-        whenever other jobs enter, leave or overtake in the queue, so they are read on every
-        call and never cached with a summary."""
-        return await self.ctx.read(self.ctx.store.queue_positions, job_ids)
+    def listing(self, render: Callable[[Job], T], max_cached: int) -> JobListing[T]:
+        """The list use case for a door that sends summaries rendered by `render`."""
+        return JobListing(self.ctx, render, max_cached)
 
     async def cancel(
         self, job_id: str, reason: str = "", *, by: Principal | None = None

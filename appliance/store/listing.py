@@ -12,7 +12,7 @@ from sqlalchemy import and_, bindparam, or_, select
 
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job
-from appliance.domain.listing import DEFAULT_LIMIT, MAX_KEYS_LIMIT, MAX_LIMIT, JobKey, JobQuery
+from appliance.domain.listing import DEFAULT_LIMIT, JobKey, JobQuery
 from appliance.domain.phases import Phase
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.rows import SUMMARY, job_from_row
@@ -39,20 +39,12 @@ _OWNERS_OF = select(JobRow.id, JobRow.phase, JobRow.user, JobRow.groups).where(
 class ListingStore(StoreBase):
     """JobStore's part for listing."""
 
-    def list_jobs(self, query: JobQuery) -> tuple[list[Job], str]:
-        """Newest first, keyset-paginated; returns (job summaries, next page token or "").
-
-        Summaries leave out the params YAML (up to 1 MiB a job) and replicas; get_job has them.
-        """
-        with self._sessions() as s:
-            rows = s.execute(_page_stmt(query, SUMMARY)).all()
-        rows, token = _page(rows, query)
-        return [job_from_row(r) for r in rows], token
-
     def list_job_keys(self, query: JobQuery) -> tuple[list[JobKey], str]:
-        """Like list_jobs, but only what a caller needs to reuse summaries it already has."""
+        """One page of the jobs `query` matches, newest first (keyset-paginated), as keys: what
+        a caller needs to reuse the summaries it already has (job_summaries reads the others);
+        and the next page token ("" at the end). The page size is the caller's to check."""
         columns = (JobRow.id, JobRow.created_at, JobRow.version)  # covered by ix_jobs_created
-        rows = self._driver_rows(_page_stmt(query, columns, MAX_KEYS_LIMIT))
+        rows = self._driver_rows(_page_stmt(query, columns))
         limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
         if len(rows) <= limit:
             return rows, ""
@@ -79,11 +71,9 @@ class ListingStore(StoreBase):
         return found
 
 
-def _page_stmt(query: JobQuery, columns: Sequence[Any], max_limit: int = MAX_LIMIT) -> Any:
+def _page_stmt(query: JobQuery, columns: Sequence[Any]) -> Any:
     """One page of a list query: filters, keyset position, newest first, one row extra."""
     limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
-    if limit > max_limit:
-        raise InvalidSpec(f"limit must be at most {max_limit}", field="limit")
     stmt = select(*columns)
     if query.phases:
         stmt = stmt.where(JobRow.phase.in_(sorted(p.value for p in query.phases)))
@@ -108,15 +98,6 @@ def _page_stmt(query: JobQuery, columns: Sequence[Any], max_limit: int = MAX_LIM
             )
         )
     return stmt.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit + 1)
-
-
-def _page(rows: Sequence[Any], query: JobQuery) -> tuple[Sequence[Any], str]:
-    """Trim the extra row; the token points after the last row kept (rows start id, created)."""
-    limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
-    if len(rows) <= limit:
-        return rows, ""
-    rows = rows[:limit]
-    return rows, _encode_token(rows[-1].created_at, rows[-1].id)
 
 
 def _encode_token(created_at: float, job_id: str) -> str:

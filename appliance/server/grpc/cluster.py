@@ -16,8 +16,8 @@ from appliance.domain.listing import JobQuery
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_spec
 from appliance.protocol import convert
 from appliance.server.auth import Authenticator
+from appliance.server.grpc import summaries
 from appliance.server.grpc.errors import stream, unary
-from appliance.server.grpc.summaries import SummaryCache
 from appliance.services.jobs import JobService, check_job_id
 from appliance.services.logs import LogService
 
@@ -31,7 +31,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.jobs = jobs
         self.logs = logs
         self.auth = auth or Authenticator(None)
-        self.summaries = SummaryCache()
+        self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED)
 
     def _caller(self, context: Ctx) -> Principal | None:
         """Authenticate the call (UNAUTHENTICATED when tokens are on and it has none)."""
@@ -62,10 +62,8 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> cluster_pb2.ListJobsResponse:
         by = self._caller(context)
-        keys, token = await self.jobs.list_keys(query_from_request(request, by))
-        parts = await self.summaries.responses(
-            keys, self.jobs.summaries, self.jobs.queue_positions, max_bytes=1 << 62
-        )
+        listed, token = await self.listing.page(query_from_request(request, by))
+        parts = summaries.responses(listed, max_bytes=1 << 62)
         response = parts[0] if parts else cluster_pb2.ListJobsResponse()
         response.next_page_token = token
         return response
@@ -75,11 +73,8 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> AsyncIterator[cluster_pb2.ListJobsResponse]:
         by = self._caller(context)
-        async for keys in self.jobs.stream_keys(query_from_request(request, by)):
-            responses = await self.summaries.responses(
-                keys, self.jobs.summaries, self.jobs.queue_positions
-            )
-            for response in responses:
+        async for listed in self.listing.pages(query_from_request(request, by)):
+            for response in summaries.responses(listed):
                 yield response
 
     @unary

@@ -17,7 +17,6 @@ from appliance.domain.spec import parse_label_selector, validate_labels
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.events import MEDIA_TYPE, sse_stream
-from appliance.server.rest.listing import list_page
 from appliance.server.rest.metrics import RestMetrics
 from appliance.server.rest.models import (
     CancelIn,
@@ -42,6 +41,7 @@ def _json(model: BaseModel, status: int = 200, headers: dict[str, str] | None = 
 def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=ERROR_RESPONSES)
     authenticated = Depends(caller)  # the caller, or None while authentication is off
+    listing = jobs.listing(job_out, max_cached=MAX_LIMIT)  # summaries rendered, cached
 
     @router.post("/jobs", status_code=201, response_model=JobOut)
     async def submit_job(body: JobSubmitIn, by: Principal | None = authenticated) -> Response:
@@ -78,8 +78,12 @@ def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency
             page_token=page_token,
             phases=frozenset(phase),
         )
-        found, token = await list_page(jobs, query)
-        return _json(JobListOut(jobs=[job_out(j) for j in found], next_page_token=token))
+        listed, token = await listing.page(query)
+        found = [
+            out.model_copy(update={"queue_position": position}) if position else out
+            for out, position in listed
+        ]
+        return _json(JobListOut(jobs=found, next_page_token=token))
 
     @router.get("/jobs/{job_id}", response_model=JobOut)
     async def get_job(job_id: JobId, by: Principal | None = authenticated) -> Response:

@@ -10,7 +10,7 @@ from appliance.domain.errors import NotFound
 from appliance.domain.phases import Outcome, Phase
 from appliance.domain.spec import Priority
 from appliance.store.jobs import JobOwner, JobStore, PhaseChange, PhaseMove
-from tests.integration.store.test_job_store import (
+from tests.integration.store.driving import (
     T0,
     drive,
     placements_for,

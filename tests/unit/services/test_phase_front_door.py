@@ -1,48 +1,23 @@
 """The one front door for phase changes (services.context.Context): every write through it is
 announced to the job's watchers and wakes the loops that care, whichever of its three ways
-wrote it. Over a real SQLite store; the bus is our own seam and is read directly."""
+wrote it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
 import pytest
 
-from appliance.config import Settings
-from appliance.domain.inventory import default_pool
 from appliance.domain.phases import Phase
-from appliance.domain.plan import plan_replicas
-from appliance.domain.spec import validate_spec
 from appliance.scheduler.admission import admit
-from appliance.services.bus import JobBus
 from appliance.services.context import Context
-from appliance.store.engine import make_engine, migrate
-from appliance.store.jobs import JobStore, NewJob, PhaseMove
+from appliance.store.jobs import PhaseMove
+from tests.unit.services.conftest import NOW, new_jobs
 
-PARAMS = "model: {name: fc_mnist, hidden_sizes: [4]}\n"
-NOW = 1_700_000_000.0
+IDS = [f"wsjob-frontdoor0000{i}" for i in range(3)]
 
 
-@pytest.fixture
-async def ctx(tmp_path: Path) -> AsyncIterator[Context]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'jobs.db'}")
-    migrate(engine)
-    store = JobStore(engine)
-    store.sync_pool(default_pool())
-    spec = validate_spec(params_yaml=PARAMS, num_csx=1, num_steps=5)
-    plan = plan_replicas(spec, default_pool())
-    store.create_jobs(
-        [NewJob(f"wsjob-frontdoor0000{i}", "alice", spec, plan) for i in range(3)], NOW
-    )
-    writer = ThreadPoolExecutor(1, thread_name_prefix="test-store")
-    settings = Settings(data_dir=tmp_path / "data")
-    try:
-        yield Context(settings, store, JobBus(), writer, clock=lambda: NOW + 1)
-    finally:
-        writer.shutdown(wait=True)
-        engine.dispose()
+@pytest.fixture(autouse=True)
+def _three_queued_jobs(ctx: Context) -> None:
+    ctx.store.create_jobs(new_jobs(IDS), NOW)
 
 
 async def test_schedule_set_phase_and_batches_are_all_announced(ctx: Context) -> None:

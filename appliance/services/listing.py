@@ -1,0 +1,106 @@
+"""The list use case, once for every door: a page (or every page) of job summaries, newest
+first, each queued job with its queue position read fresh, and the next page token.
+
+A door renders a summary into what it sends (REST: the Job; gRPC: the serialized message).
+Renderings are cached under the summary's key (id, created, version): every write that changes
+what a summary shows bumps the job's version (JobStore), so a cached rendering is never stale,
+and listing a long history costs a key query instead of reading and rendering every summary.
+
+A queued job's queue position is the exception: it moves when other jobs enter, leave or
+overtake in the queue, without this job's version. So it is never part of a rendering: the
+positions of a page's queued jobs are read fresh on every call (one read of the queue, only
+when the page has queued jobs) and handed out beside the renderings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Generic, NamedTuple, TypeVar
+
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.job import Job
+from appliance.domain.listing import MAX_LIMIT, JobKey, JobQuery
+from appliance.domain.phases import Phase
+from appliance.services.context import Context
+
+T = TypeVar("T")
+
+STREAM_PAGE = 20_000  # keys read per page of a stream that asked for no page size
+
+
+class Listed(NamedTuple, Generic[T]):
+    """One listed job: the door's rendering of its summary, and its fresh queue position
+    (0 unless the job is queued)."""
+
+    rendering: T
+    queue_position: int
+
+
+class JobListing(Generic[T]):
+    """Lists jobs for one door, caching at most `max_cached` of its renderings."""
+
+    def __init__(self, ctx: Context, render: Callable[[Job], T], max_cached: int) -> None:
+        self._ctx = ctx
+        self._render = render
+        self.max_cached = max_cached
+        # (rendering, queued) by key, oldest first; a queued job's rendering has no position.
+        self._cache: OrderedDict[JobKey, tuple[T, bool]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    async def page(self, query: JobQuery) -> tuple[list[Listed[T]], str]:
+        """One page of `query` and the token of the next page ("" at the end)."""
+        check_query(query)
+        keys, token = await self._ctx.read(self._ctx.store.list_job_keys, query)
+        return await self._listed(keys), token
+
+    async def pages(self, query: JobQuery) -> AsyncIterator[list[Listed[T]]]:
+        """Every page of `query`, from its page token on (pages of `query.limit` jobs, or
+        STREAM_PAGE when it asks for none)."""
+        check_query(query)
+        page = dataclasses.replace(query, limit=query.limit or STREAM_PAGE)
+        while True:
+            keys, token = await self._ctx.read(self._ctx.store.list_job_keys, page)
+            if keys:
+                yield await self._listed(keys)
+            if not token:
+                return
+            page = dataclasses.replace(page, page_token=token)
+
+    async def _listed(self, keys: Sequence[JobKey]) -> list[Listed[T]]:
+        # Looked up before anything is added: adding may evict entries of this very page.
+        cached = [(key, self._cache.get(key)) for key in keys]
+        missing = [key[0] for key, hit in cached if hit is None]
+        store = self._ctx.store
+        fetched: dict[str, Job] = {}
+        if missing:
+            fetched = {job.id: job for job in await self._ctx.read(store.job_summaries, missing)}
+        found: list[tuple[str, T, bool]] = []  # (job id, rendering, queued)
+        for key, hit in cached:
+            if hit is None:
+                job = fetched.get(key[0])
+                if job is None:
+                    continue  # deleted between the two reads
+                hit = (self._render(job), job.phase is Phase.QUEUED)
+                self._put(key, hit)
+            found.append((key[0], *hit))
+        queued = [job_id for job_id, _, is_queued in found if is_queued]
+        where = await self._ctx.read(store.queue_positions, queued) if queued else {}
+        return [Listed(rendering, where.get(job_id, 0)) for job_id, rendering, _ in found]
+
+    def _put(self, key: JobKey, hit: tuple[T, bool]) -> None:
+        self._cache[key] = hit
+        if len(self._cache) > self.max_cached:
+            self._cache.popitem(last=False)
+
+
+def check_query(query: JobQuery) -> None:
+    """The one check of a list query's page size (0: the default)."""
+    if not 0 <= query.limit <= MAX_LIMIT:
+        raise InvalidSpec(
+            f"limit must be between 1 and {MAX_LIMIT} (or 0 for the default page size)",
+            field="limit",
+        )

@@ -1,0 +1,107 @@
+"""The list use case (services.listing.JobListing) over a real store: renderings cached under
+each summary's version, queue positions read fresh on every call, pages and their tokens, and
+the one check of the page size."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.job import Job
+from appliance.domain.listing import MAX_LIMIT, JobQuery
+from appliance.domain.phases import Phase
+from appliance.domain.spec import Priority
+from appliance.services.context import Context
+from appliance.services.listing import JobListing
+from tests.unit.services.conftest import NOW, new_jobs
+
+# Created in one batch: the same created_at, so newest first means the highest id first.
+IDS = [f"wsjob-listing00000{i}" for i in range(5)]
+NEWEST_FIRST = IDS[::-1]
+
+
+class Renders:
+    """A door's rendering: (id, phase, labels), counting the summaries it was given."""
+
+    def __init__(self) -> None:
+        self.rendered: list[str] = []
+
+    def __call__(self, job: Job) -> tuple[str, Phase, dict[str, str]]:
+        self.rendered.append(job.id)
+        assert job.queue_position == 0  # a summary never carries a position
+        return job.id, job.phase, dict(job.spec.labels)
+
+
+@pytest.fixture
+def render(ctx: Context) -> Renders:
+    ctx.store.create_jobs(new_jobs(IDS), NOW)
+    return Renders()
+
+
+async def test_renderings_are_cached_while_positions_are_read_fresh(
+    ctx: Context, render: Renders
+) -> None:
+    listing = JobListing(ctx, render, max_cached=100)
+    first, token = await listing.page(JobQuery())
+    assert token == ""
+    assert [r.rendering[0] for r in first] == NEWEST_FIRST
+    assert [r.queue_position for r in first] == [5, 4, 3, 2, 1]  # queue order: then by id
+
+    ctx.store.set_priority(IDS[4], Priority.P0, NOW + 1)  # the newest jumps the queue
+    ctx.store.set_phase(IDS[0], Phase.CANCELLED, "cancelled", NOW + 1)
+    second, _ = await listing.page(JobQuery(include_terminal=True))
+    assert [r.queue_position for r in second] == [1, 4, 3, 2, 0]
+    assert second[4].rendering[1] is Phase.CANCELLED
+    # Re-rendered: the two jobs whose versions changed, nothing else.
+    assert render.rendered == [*NEWEST_FIRST, IDS[4], IDS[0]]
+
+
+async def test_a_changed_summary_is_rendered_again(ctx: Context, render: Renders) -> None:
+    listing = JobListing(ctx, render, max_cached=100)
+    await listing.page(JobQuery())
+    ctx.store.update_labels(IDS[2], {"team": "nlp"}, [], NOW + 1)
+    listed, _ = await listing.page(JobQuery())
+    assert {r.rendering[0]: r.rendering[2] for r in listed}[IDS[2]] == {"team": "nlp"}
+    assert render.rendered[len(IDS) :] == [IDS[2]]
+
+
+async def test_a_page_larger_than_the_cache_is_served_whole(ctx: Context, render: Renders) -> None:
+    listing = JobListing(ctx, render, max_cached=2)
+    for _ in range(2):
+        listed, _ = await listing.page(JobQuery())
+        assert [r.rendering[0] for r in listed] == NEWEST_FIRST
+        assert [r.queue_position for r in listed] == [5, 4, 3, 2, 1]
+    assert len(listing) == 2
+
+
+async def test_pages_follow_their_tokens_and_a_stream_reads_them_all(
+    ctx: Context, render: Renders
+) -> None:
+    listing = JobListing(ctx, render, max_cached=100)
+    seen: list[str] = []
+    token = ""
+    while True:
+        listed, token = await listing.page(JobQuery(limit=2, page_token=token))
+        assert len(listed) <= 2
+        seen += [r.rendering[0] for r in listed]
+        if not token:
+            break
+    assert seen == NEWEST_FIRST
+    streamed = [[r.rendering[0] for r in page] async for page in listing.pages(JobQuery(limit=2))]
+    assert streamed == [NEWEST_FIRST[0:2], NEWEST_FIRST[2:4], NEWEST_FIRST[4:]]
+    everything = [len(page) async for page in listing.pages(JobQuery())]
+    assert everything == [5]  # no page size asked for: one stream page holds them all
+
+
+@pytest.mark.parametrize("limit", [-1, MAX_LIMIT + 1])
+async def test_the_page_size_is_checked_once_naming_the_field(
+    ctx: Context, render: Renders, limit: int
+) -> None:
+    listing = JobListing(ctx, render, max_cached=100)
+    with pytest.raises(InvalidSpec, match=f"between 1 and {MAX_LIMIT}") as page:
+        await listing.page(JobQuery(limit=limit))
+    assert page.value.field == "limit"
+    with pytest.raises(InvalidSpec) as stream:
+        [_ async for _ in listing.pages(JobQuery(limit=limit))]
+    assert stream.value.field == "limit"
+    assert render.rendered == []
