@@ -21,6 +21,7 @@ from appliance.config import InventoryError, Settings
 from appliance.loops.reconciling import Reconciler
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.server.auth import Authenticator
+from appliance.server.grpc.authn import Authentication
 from appliance.server.grpc.cluster import ClusterServicer
 from appliance.server.grpc.control import ReplicaControlServicer
 from appliance.server.replica_tokens import ReplicaTokens
@@ -79,15 +80,15 @@ class Coordinator:
         self.backend = await make_backend(s)  # StartupError when it cannot be configured
         logs = LogService(self.ctx, self.backend)
         self.auth = Authenticator.from_file(s.auth_tokens_file)
-        self._grpc = grpc.aio.server()
-        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
-            ClusterServicer(self.jobs, logs, self.auth), self._grpc
-        )
         # With authentication on, replicas present their job's token (replica_tokens.py).
         tokens = ReplicaTokens.in_data_dir(s.data_dir) if self.auth.enabled else None
         self.backend.replica_token = tokens.token_for if tokens is not None else None
+        self._grpc = grpc.aio.server(interceptors=[Authentication(self.auth, tokens)])
+        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
+            ClusterServicer(self.jobs, logs), self._grpc
+        )
         control_pb2_grpc.add_ReplicaControlServicer_to_server(
-            ReplicaControlServicer(replicas, tokens), self._grpc
+            ReplicaControlServicer(replicas), self._grpc
         )
         self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
         self.backend.coordinator_address = s.coordinator_address or f"127.0.0.1:{self.grpc_port}"

@@ -9,14 +9,14 @@ import grpc
 
 import appliance
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
-from appliance.domain.auth import ANONYMOUS_USER, AUTH_METADATA_KEY, Principal
+from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_spec
 from appliance.protocol import convert
-from appliance.server.auth import Authenticator
 from appliance.server.grpc import summaries
+from appliance.server.grpc.authn import caller
 from appliance.server.grpc.errors import stream, unary
 from appliance.services.jobs import JobService, check_job_id
 from appliance.services.logs import LogService
@@ -25,24 +25,19 @@ Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
-    def __init__(
-        self, jobs: JobService, logs: LogService, auth: Authenticator | None = None
-    ) -> None:
+    """Every method but GetVersion is authenticated before it runs (authn.py); `caller()`
+    is who calls."""
+
+    def __init__(self, jobs: JobService, logs: LogService) -> None:
         self.jobs = jobs
         self.logs = logs
-        self.auth = auth or Authenticator(None)
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED)
-
-    def _caller(self, context: Ctx) -> Principal | None:
-        """Authenticate the call (UNAUTHENTICATED when tokens are on and it has none)."""
-        metadata = dict(context.invocation_metadata() or ())
-        return self.auth.caller(metadata.get(AUTH_METADATA_KEY))
 
     @unary
     async def SubmitJob(
         self, request: cluster_pb2.SubmitJobRequest, context: Ctx
     ) -> cluster_pb2.Job:
-        by = self._caller(context)
+        by = caller()
         job = await self.jobs.submit(
             spec_from_request(request.spec),
             request.user or ANONYMOUS_USER,
@@ -54,14 +49,13 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
 
     @unary
     async def GetJob(self, request: cluster_pb2.GetJobRequest, context: Ctx) -> cluster_pb2.Job:
-        self._caller(context)
         return convert.job_to_pb(await self.jobs.get(request.job_id))
 
     @unary
     async def ListJobs(
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> cluster_pb2.ListJobsResponse:
-        by = self._caller(context)
+        by = caller()
         listed, token = await self.listing.page(query_from_request(request, by))
         parts = summaries.responses(listed, max_bytes=1 << 62)
         response = parts[0] if parts else cluster_pb2.ListJobsResponse()
@@ -72,7 +66,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def StreamJobs(
         self, request: cluster_pb2.ListJobsRequest, context: Ctx
     ) -> AsyncIterator[cluster_pb2.ListJobsResponse]:
-        by = self._caller(context)
+        by = caller()
         async for listed in self.listing.pages(query_from_request(request, by)):
             for response in summaries.responses(listed):
                 yield response
@@ -81,7 +75,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def CancelJob(
         self, request: cluster_pb2.CancelJobRequest, context: Ctx
     ) -> cluster_pb2.CancelJobResponse:
-        by = self._caller(context)
+        by = caller()
         job, changed, message = await self.jobs.cancel(request.job_id, request.reason, by=by)
         return cluster_pb2.CancelJobResponse(
             job=convert.job_to_pb(job), changed=changed, message=message
@@ -91,7 +85,6 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def WatchJob(
         self, request: cluster_pb2.WatchJobRequest, context: Ctx
     ) -> AsyncIterator[cluster_pb2.JobEvent]:
-        self._caller(context)
         async for event in self.jobs.watch(request.job_id, request.after_seq):
             yield convert.event_to_pb(event)
 
@@ -99,7 +92,6 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def GetJobEvents(
         self, request: cluster_pb2.GetJobEventsRequest, context: Ctx
     ) -> cluster_pb2.GetJobEventsResponse:
-        self._caller(context)
         events = await self.jobs.events(request.job_id)
         return cluster_pb2.GetJobEventsResponse(events=[convert.event_to_pb(e) for e in events])
 
@@ -116,7 +108,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         priority = convert.priority_from_pb(request.priority)
         if priority is None:
             raise InvalidSpec("priority must be one of P0, P1, P2, P3", field="priority")
-        job = await self.jobs.set_priority(request.job_id, priority, by=self._caller(context))
+        job = await self.jobs.set_priority(request.job_id, priority, by=caller())
         return convert.job_to_pb(job)
 
     @unary
@@ -124,7 +116,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self, request: cluster_pb2.UpdateJobLabelsRequest, context: Ctx
     ) -> cluster_pb2.Job:
         job = await self.jobs.update_labels(
-            request.job_id, dict(request.set), list(request.remove), by=self._caller(context)
+            request.job_id, dict(request.set), list(request.remove), by=caller()
         )
         return convert.job_to_pb(job)
 
@@ -145,7 +137,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def HeartbeatLease(
         self, request: cluster_pb2.HeartbeatLeaseRequest, context: Ctx
     ) -> cluster_pb2.HeartbeatLeaseResponse:
-        job = await self.jobs.renew_lease(request.job_id, request.holder, by=self._caller(context))
+        job = await self.jobs.renew_lease(request.job_id, request.holder, by=caller())
         response = cluster_pb2.HeartbeatLeaseResponse(keep_running=not job.phase.terminal)
         if job.lease is not None:
             response.lease.CopyFrom(convert.lease_to_pb(job.lease))
@@ -155,7 +147,6 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def GetJobLogs(
         self, request: cluster_pb2.GetJobLogsRequest, context: Ctx
     ) -> AsyncIterator[cluster_pb2.LogChunk]:
-        self._caller(context)
         check_job_id(request.job_id)
         async for replica, lines in self.logs.read(
             request.job_id, request.replica, request.follow
@@ -166,12 +157,10 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def CompileJob(
         self, request: cluster_pb2.CompileJobRequest, context: Ctx
     ) -> cluster_pb2.CompileReport:
-        self._caller(context)
         report = await self.jobs.compile(spec_from_request(request.spec))
         return convert.compile_report_to_pb(report)
 
     async def _nodes(self, context: Ctx) -> list[tuple[NodeUsage, list[str]]]:
-        self._caller(context)
         return await self.jobs.nodes()
 
 

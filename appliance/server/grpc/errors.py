@@ -18,7 +18,8 @@ Resp = TypeVar("Resp")
 Self = TypeVar("Self")
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: Exception) -> None:
+async def abort(context: grpc.aio.ServicerContext[Any, Any], exc: Exception) -> None:
+    """End the call with the status `exc` maps to (always raises)."""
     if isinstance(exc, ApplianceError):
         if exc.field:
             context.set_trailing_metadata(((FIELD_KEY, exc.field),))
@@ -39,7 +40,7 @@ def unary(
         except Exception as exc:
             if isinstance(exc, grpc.aio.AbortError):
                 raise
-            await _abort(context, exc)
+            await abort(context, exc)
             raise  # unreachable: abort raises
 
     return wrapper
@@ -58,6 +59,6 @@ def stream(
         except Exception as exc:
             if isinstance(exc, grpc.aio.AbortError):
                 raise
-            await _abort(context, exc)
+            await abort(context, exc)
 
     return wrapper

@@ -4,25 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from appliance._proto.v1 import cluster_pb2 as pb
-from appliance._proto.v1 import cluster_pb2_grpc, common_pb2
+from appliance._proto.v1 import cluster_pb2_grpc, common_pb2, control_pb2
 from appliance.domain.inventory import NodeState
 from appliance.server.auth import create_token
 from tests.integration.coordinator.harness import RunningCoordinator
 
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
+REPLICA_CONTROL = control_pb2.DESCRIPTOR.services_by_name["ReplicaControl"]
 
 
 class Caller:
     """A stub that sends one user's token with every call."""
 
-    def __init__(self, stub: cluster_pb2_grpc.ClusterServiceStub, token: str | None) -> None:
-        self.stub = stub
+    def __init__(self, channel: grpc.Channel, token: str | None) -> None:
+        self.channel = channel
+        self.stub = cluster_pb2_grpc.ClusterServiceStub(channel)
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
 
     def submit(self, priority: int = 0, user: str = "") -> pb.Job:
@@ -56,10 +59,9 @@ def callers(tmp_path: Path) -> Iterator[dict[str, Caller]]:
     running.coordinator.ctx.store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)
     try:
         with grpc.insecure_channel(running.address) as channel:
-            stub = cluster_pb2_grpc.ClusterServiceStub(channel)
-            yield {name: Caller(stub, token) for name, token in tokens.items()} | {
-                "nobody": Caller(stub, None),
-                "forger": Caller(stub, "not-a-real-token"),
+            yield {name: Caller(channel, token) for name, token in tokens.items()} | {
+                "nobody": Caller(channel, None),
+                "forger": Caller(channel, "not-a-real-token"),
             }
     finally:
         running.stop()
@@ -122,3 +124,23 @@ def test_p0_is_admin_only(callers: dict[str, Caller]) -> None:
         common_pb2.PRIORITY_P0
     )
     assert callers["root"].submit(priority=common_pb2.PRIORITY_P0).user == "root"
+
+
+@pytest.mark.parametrize(
+    "service", [pb.DESCRIPTOR.services_by_name["ClusterService"], REPLICA_CONTROL]
+)
+def test_every_method_but_get_version_refuses_a_call_without_a_token(
+    callers: dict[str, Caller], service: Any
+) -> None:
+    channel = callers["nobody"].channel
+    for method in service.methods:
+        path = f"/{service.full_name}/{method.name}"
+        call = (channel.unary_stream if method.server_streaming else channel.unary_unary)(path)
+        if method.name == "GetVersion":
+            assert call(b"", timeout=10)
+            continue
+        with pytest.raises(grpc.RpcError) as refused:
+            result = call(b"", timeout=10)
+            if method.server_streaming:
+                list(result)
+        assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED, path

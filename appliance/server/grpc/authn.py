@@ -1,0 +1,122 @@
+"""Who calls: every gRPC call is authenticated here, in one interceptor, before any servicer
+method runs.
+
+- ClusterService: the bearer token names a Principal (server/auth.py), which the method reads
+  with `caller()`: None while authentication is off. `GetVersion` needs no token.
+- ReplicaControl: with authentication on, the call carries the replica token of the job it
+  names (server/replica_tokens.py), and no other job's.
+
+A method of a service not named here is refused: a new service is authenticated on purpose,
+never by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from typing import Any, TypeAlias
+
+import grpc
+
+from appliance._proto.v1 import cluster_pb2, control_pb2
+from appliance.domain.auth import AUTH_METADATA_KEY, Principal
+from appliance.domain.errors import ApplianceError, Unauthenticated
+from appliance.server.auth import Authenticator, bearer_token
+from appliance.server.grpc.errors import abort
+from appliance.server.replica_tokens import ReplicaTokens
+
+Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+# Checks a call (its request and metadata) and returns its principal; raises ApplianceError.
+Check: TypeAlias = Callable[[Any, Mapping[str, str]], Principal | None]
+
+CLUSTER = cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name
+CONTROL = control_pb2.DESCRIPTOR.services_by_name["ReplicaControl"].full_name
+PUBLIC = frozenset({f"/{CLUSTER}/GetVersion"})
+
+_CALLER: ContextVar[Principal | None] = ContextVar("grpc_caller", default=None)
+
+
+def caller() -> Principal | None:
+    """The authenticated caller of the ClusterService call being served (None while
+    authentication is off)."""
+    return _CALLER.get()
+
+
+class Authentication(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Authenticates users (ClusterService) and replicas (ReplicaControl). `replica_tokens`
+    is None exactly when authentication is off."""
+
+    def __init__(self, users: Authenticator, replica_tokens: ReplicaTokens | None) -> None:
+        self._users = users
+        self._replica_tokens = replica_tokens
+        self._checks: dict[str, Check] = {CLUSTER: self._user, CONTROL: self._replica}
+        # The wrapped handler of each method, built once (the server's handlers never change).
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        method: str = details.method
+        if handler is None or method in PUBLIC:
+            return handler
+        known = self._wrapped.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        service = method.lstrip("/").partition("/")[0]
+        wrapped = _wrap(handler, self._checks.get(service, _refuse))
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _user(self, request: Any, metadata: Mapping[str, str]) -> Principal | None:
+        return self._users.caller(metadata.get(AUTH_METADATA_KEY))
+
+    def _replica(self, request: Any, metadata: Mapping[str, str]) -> Principal | None:
+        if self._replica_tokens is None:
+            return None
+        job_id: str = request.job_id
+        token = bearer_token(metadata.get(AUTH_METADATA_KEY))
+        if token is None or not self._replica_tokens.valid(job_id, token):
+            raise Unauthenticated(
+                f"replica calls for {job_id or 'a job'} need that job's replica token"
+            )
+        return None
+
+
+def _refuse(request: Any, metadata: Mapping[str, str]) -> Principal | None:
+    raise Unauthenticated("this service is not open to callers")
+
+
+async def _authenticate(check: Check, request: Any, context: Ctx) -> None:
+    try:
+        principal = check(request, dict(context.invocation_metadata() or ()))
+    except ApplianceError as exc:
+        await abort(context, exc)
+    _CALLER.set(principal)  # each call runs in its own task, so in its own context
+
+
+def _wrap(handler: grpc.RpcMethodHandler, check: Check) -> grpc.RpcMethodHandler:
+    if handler.unary_unary is not None:
+        unary = handler.unary_unary
+
+        async def unary_unary(request: Any, context: Ctx) -> Any:
+            await _authenticate(check, request, context)
+            return await unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary, handler.request_deserializer, handler.response_serializer
+        )
+    if handler.unary_stream is not None:
+        streaming = handler.unary_stream
+
+        async def unary_stream(request: Any, context: Ctx) -> AsyncIterator[Any]:
+            await _authenticate(check, request, context)
+            async for response in streaming(request, context):
+                yield response
+
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream, handler.request_deserializer, handler.response_serializer
+        )
+    raise TypeError(f"no authentication for client-streaming methods yet: {handler}")
