@@ -13,7 +13,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.spec import Priority
 from appliance.services.context import Context
 from appliance.services.listing import JobListing
-from tests.unit.services.conftest import NOW, new_jobs
+from tests.unit.harness import NOW, new_jobs
 
 # Created in one batch: the same created_at, so newest first means the highest id first.
 IDS = [f"wsjob-listing00000{i}" for i in range(5)]

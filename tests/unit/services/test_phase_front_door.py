@@ -10,7 +10,7 @@ from appliance.domain.phases import Phase
 from appliance.scheduler.admission import admit
 from appliance.services.context import Context
 from appliance.store.jobs import PhaseMove
-from tests.unit.services.conftest import NOW, new_jobs
+from tests.unit.harness import NOW, new_jobs
 
 IDS = [f"wsjob-frontdoor0000{i}" for i in range(3)]
 

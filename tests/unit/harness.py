@@ -1,0 +1,58 @@
+"""What the unit tests of the services and the loops share: a Context over a real SQLite store
+in a temporary directory (the bus is our own seam and is read directly), on a clock the test
+moves, and jobs to put in it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from appliance.config import Settings
+from appliance.domain.inventory import default_pool
+from appliance.domain.plan import plan_replicas
+from appliance.domain.spec import Priority, validate_spec
+from appliance.services.bus import JobBus
+from appliance.services.context import Context
+from appliance.store.engine import make_engine, migrate
+from appliance.store.jobs import JobStore, NewJob
+
+PARAMS = "model: {name: fc_mnist, hidden_sizes: [4]}\n"
+NOW = 1_700_000_000.0
+
+
+class Clock:
+    """The injected clock: time stands still until a test moves it."""
+
+    def __init__(self, now: float = NOW + 1) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def new_jobs(
+    ids: Iterable[str], priority: Priority = Priority.P2, num_csx: int = 1, **job: Any
+) -> list[NewJob]:
+    """Jobs of alice's, each needing `num_csx` CS-2 systems (of the default pool's four)."""
+    spec = validate_spec(params_yaml=PARAMS, num_csx=num_csx, num_steps=5, priority=priority)
+    plan = plan_replicas(spec, default_pool())
+    return [NewJob(job_id, "alice", spec, plan, **job) for job_id in ids]
+
+
+@contextlib.asynccontextmanager
+async def store_context(tmp_path: Path) -> AsyncIterator[Context]:
+    """A Context over a migrated SQLite store with the default pool, on a Clock."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'jobs.db'}")
+    migrate(engine)
+    store = JobStore(engine)
+    store.sync_pool(default_pool())
+    writer = ThreadPoolExecutor(1, thread_name_prefix="test-store")
+    settings = Settings(data_dir=tmp_path / "data")
+    try:
+        yield Context(settings, store, JobBus(), writer, clock=Clock())
+    finally:
+        writer.shutdown(wait=True)
+        engine.dispose()

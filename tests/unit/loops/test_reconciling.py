@@ -1,0 +1,214 @@
+"""The reconciler turns scheduled jobs into launched ones and replica exits into job phases,
+tears down what ended, expires leases and stuck starts, and settles after a restart. Over a
+real SQLite store and a recording backend (the Backend protocol is our own seam)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import pytest
+
+from appliance.backends.base import BackendUnavailable, ReplicaEvent, ReplicaEventKind
+from appliance.domain.job import Job, Replica
+from appliance.domain.phases import Phase
+from appliance.loops.reconciling import CHIEF, Reconciler
+from appliance.loops.scheduling import SchedulerLoop
+from appliance.services.context import Context
+from appliance.services.replicas import ReplicaService
+from tests.unit.harness import NOW, Clock, new_jobs
+
+JOB = "wsjob-reconcile00000"
+
+
+class RecordingBackend:
+    """Starts nothing: records launches and teardowns, fails launches on request, and
+    reports what a restart would find."""
+
+    def __init__(self) -> None:
+        self.coordinator_address = "127.0.0.1:1"
+        self.replica_token: Callable[[str], str] | None = None
+        self.launched: list[tuple[str, list[str]]] = []
+        self.torn_down: list[str] = []
+        self.unavailable: str = ""  # launches raise BackendUnavailable with this while set
+        self.live: dict[str, set[str]] = {}
+        self.codes: dict[str, dict[str, int]] = {}
+
+    async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
+        if self.unavailable:
+            raise BackendUnavailable(self.unavailable)
+        self.launched.append((job.id, [r.name for r in replicas]))
+
+    async def observe(self) -> AsyncIterator[ReplicaEvent]:
+        return
+        yield  # pragma: no cover
+
+    async def teardown(self, job_id: str) -> None:
+        self.torn_down.append(job_id)
+
+    async def adopt(self) -> dict[str, set[str]]:
+        return {job_id: set(names) for job_id, names in self.live.items()}
+
+    def exit_codes(self, job_id: str) -> dict[str, int]:
+        return self.codes.get(job_id, {})
+
+    async def log_tail(self, job_id: str, replica: str, lines: int) -> str:
+        return f"last words of {replica}"
+
+    async def read_log(self, job_id: str, replica: str, offset: int) -> tuple[str, int]:
+        return "", offset
+
+    def health(self) -> str | None:
+        return None
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def backend() -> RecordingBackend:
+    return RecordingBackend()
+
+
+@pytest.fixture
+async def reconciler(ctx: Context, backend: RecordingBackend) -> Reconciler:
+    """A reconciler with one job, JOB (one CS-2 system), already SCHEDULED."""
+    ctx.store.create_jobs(new_jobs([JOB], lease_seconds=30.0), NOW)
+    assert await SchedulerLoop(ctx).run_once() == 1
+    return Reconciler(ctx, backend, ReplicaService(ctx))
+
+
+async def _running(ctx: Context, reconciler: Reconciler) -> None:
+    """Launch JOB and register all of its replicas, as they would."""
+    await reconciler.sweep(timed=False)
+    replicas = ReplicaService(ctx)
+    for replica in ctx.store.replicas(JOB):
+        await replicas.register(JOB, replica.name, "127.0.0.1:2", 42)
+    assert ctx.store.get_job(JOB).phase is Phase.RUNNING
+
+
+def _last_reason(ctx: Context) -> str:
+    return ctx.store.events(JOB)[-1].reason
+
+
+async def test_a_sweep_launches_scheduled_jobs_and_moves_them_to_initializing(
+    ctx: Context, reconciler: Reconciler, backend: RecordingBackend
+) -> None:
+    await reconciler.sweep(timed=False)
+    [(job_id, names)] = backend.launched
+    assert job_id == JOB and CHIEF in names
+    assert ctx.store.get_job(JOB).phase is Phase.INITIALIZING
+    assert _last_reason(ctx) == f"started {len(names)} replicas"
+    await reconciler.sweep(timed=False)
+    assert len(backend.launched) == 1  # launched once
+
+
+async def test_an_unavailable_backend_keeps_the_job_scheduled_until_the_init_timeout(
+    ctx: Context, reconciler: Reconciler, backend: RecordingBackend, clock: Clock
+) -> None:
+    backend.unavailable = "the API server is restarting"
+    await reconciler.sweep(timed=False)
+    job = ctx.store.get_job(JOB)
+    assert job.phase is Phase.SCHEDULED
+    assert job.pending_reason == (
+        "waiting for the backend to start replicas: the API server is restarting"
+    )
+    clock.now += ctx.settings.init_timeout_seconds + 1
+    await reconciler.sweep(timed=False)
+    assert ctx.store.get_job(JOB).phase is Phase.FAILED
+    assert _last_reason(ctx).startswith("could not start replicas for ")
+
+
+async def test_a_replica_that_exits_non_zero_fails_the_job_and_it_is_torn_down(
+    ctx: Context, reconciler: Reconciler, backend: RecordingBackend
+) -> None:
+    await _running(ctx, reconciler)
+    exited = ReplicaEvent(JOB, "cs2-0", ReplicaEventKind.EXITED, exit_code=137)
+    await reconciler.on_replica_event(exited)
+    assert ctx.store.get_job(JOB).phase is Phase.FAILED
+    assert _last_reason(ctx) == "replica cs2-0 exited with exit code 137"
+    [cs2] = [r for r in ctx.store.replicas(JOB) if r.name == "cs2-0"]
+    assert (cs2.exit_code, cs2.log_tail) == (137, "last words of cs2-0")
+    await reconciler.sweep(timed=False)
+    await reconciler.drain(10)
+    assert backend.torn_down == [JOB] and JOB not in reconciler.active
+
+
+@pytest.mark.parametrize(
+    ("running", "phase", "reason"),
+    [
+        (True, Phase.SUCCEEDED, "chief finished all steps"),
+        (False, Phase.FAILED, "chief exited while the job was INITIALIZING"),
+    ],
+)
+async def test_the_chief_exiting_zero_ends_the_job(
+    ctx: Context, reconciler: Reconciler, running: bool, phase: Phase, reason: str
+) -> None:
+    if running:
+        await _running(ctx, reconciler)
+    else:
+        await reconciler.sweep(timed=False)
+    await reconciler.on_replica_event(
+        ReplicaEvent(JOB, CHIEF, ReplicaEventKind.EXITED, exit_code=0)
+    )
+    assert (ctx.store.get_job(JOB).phase, _last_reason(ctx)) == (phase, reason)
+
+
+async def test_timed_sweeps_cancel_expired_leases_and_fail_stuck_starts(
+    ctx: Context, reconciler: Reconciler, clock: Clock
+) -> None:
+    await reconciler.sweep(timed=False)  # INITIALIZING, no replica registers
+    clock.now += ctx.settings.init_timeout_seconds + 1
+    ctx.store.renew_lease(JOB, "laptop", clock.now)  # the client is still there
+    await reconciler.sweep(timed=False)
+    assert ctx.store.get_job(JOB).phase is Phase.INITIALIZING  # checked only when timed
+    await reconciler.sweep(timed=True)
+    assert ctx.store.get_job(JOB).phase is Phase.FAILED
+    assert _last_reason(ctx).startswith(
+        f"replicas not ready after {ctx.settings.init_timeout_seconds:.0f} s: "
+    )
+
+    ctx.store.create_jobs(new_jobs(["wsjob-reconcile00001"], lease_seconds=30.0), clock.now)
+    clock.now += 31
+    await reconciler.sweep(timed=True)
+    leased = ctx.store.get_job("wsjob-reconcile00001")
+    assert leased.phase is Phase.CANCELLED
+    assert ctx.store.events(leased.id)[-1].reason == (
+        "client lease expired: no heartbeat for 30 s"
+    )
+
+
+@pytest.mark.parametrize(
+    ("codes", "phase", "reason"),
+    [
+        ({"cs2-0": 137}, Phase.FAILED, "replica cs2-0 exited with exit code 137 while the "
+         "coordinator was away"),
+        ({CHIEF: 0}, Phase.SUCCEEDED, "chief finished all steps while the coordinator was away"),
+        ({}, Phase.FAILED, "replicas gone after a coordinator restart: "),
+    ],
+)  # fmt: skip
+async def test_a_restart_settles_jobs_whose_replicas_ended_meanwhile(
+    ctx: Context,
+    reconciler: Reconciler,
+    backend: RecordingBackend,
+    codes: dict[str, int],
+    phase: Phase,
+    reason: str,
+) -> None:
+    await _running(ctx, reconciler)
+    backend.codes[JOB] = codes
+    restarted = Reconciler(ctx, backend, ReplicaService(ctx))
+    await restarted.recover()
+    assert ctx.store.get_job(JOB).phase is phase
+    assert _last_reason(ctx).startswith(reason)
+    assert JOB in restarted.active  # to be torn down by the next sweep
+
+
+async def test_a_restart_adopts_jobs_whose_replicas_all_still_run(
+    ctx: Context, reconciler: Reconciler, backend: RecordingBackend
+) -> None:
+    await _running(ctx, reconciler)
+    backend.live[JOB] = {r.name for r in ctx.store.replicas(JOB)}
+    restarted = Reconciler(ctx, backend, ReplicaService(ctx))
+    await restarted.recover()
+    assert ctx.store.get_job(JOB).phase is Phase.RUNNING
+    assert JOB in restarted.active and ctx.bus.reconcile_wanted.is_set()

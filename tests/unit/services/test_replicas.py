@@ -1,0 +1,65 @@
+"""ReplicaService over a real store: a job runs when its last replica registers, progress is
+recorded and published while the job lives, and a replica of an ended job is told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from appliance.domain.errors import Conflict, NotFound
+from appliance.domain.job import Progress
+from appliance.domain.phases import Phase
+from appliance.loops.scheduling import SchedulerLoop
+from appliance.services.context import Context
+from appliance.services.replicas import ReplicaService
+from tests.unit.harness import NOW, new_jobs
+
+JOB = "wsjob-replicas000000"
+
+
+@pytest.fixture
+async def replicas(ctx: Context) -> ReplicaService:
+    """JOB, scheduled and launched: INITIALIZING, no replica registered yet."""
+    ctx.store.create_jobs(new_jobs([JOB]), NOW)
+    await SchedulerLoop(ctx).run_once()
+    await ctx.set_phase(JOB, Phase.INITIALIZING, "started", expected=Phase.SCHEDULED)
+    return ReplicaService(ctx)
+
+
+async def test_the_job_runs_when_its_last_replica_registers(
+    ctx: Context, replicas: ReplicaService
+) -> None:
+    names = [r.name for r in ctx.store.replicas(JOB)]
+    waiter = asyncio.create_task(replicas.await_running(JOB, 30))
+    for name in names[:-1]:
+        await replicas.register(JOB, name, "127.0.0.1:2", 42)
+        assert ctx.store.get_job(JOB).phase is Phase.INITIALIZING
+    assert not waiter.done()
+    await replicas.register(JOB, names[-1], "127.0.0.1:2", 42)
+    running = await asyncio.wait_for(waiter, 30)
+    assert running.phase is Phase.RUNNING
+    assert {r.address for r in running.replicas} == {"127.0.0.1:2"}
+    with pytest.raises(NotFound, match="has no replica cs2-9"):
+        await replicas.register(JOB, "cs2-9", "127.0.0.1:2", 42)
+
+
+async def test_progress_is_recorded_and_published_until_the_job_ends(
+    ctx: Context, replicas: ReplicaService
+) -> None:
+    progress = Progress(step=2, num_steps=5, loss=0.25)
+    with ctx.bus.subscribe(JOB) as live:
+        assert await replicas.report_progress(JOB, progress) is True
+        assert live.get_nowait().progress == progress
+    assert ctx.store.get_job(JOB).progress == progress
+    assert await replicas.keep_running(JOB) == (True, Phase.INITIALIZING)
+
+    await ctx.set_phase(JOB, Phase.CANCELLED, "stop")
+    later = Progress(step=3, num_steps=5, loss=0.2)
+    assert await replicas.report_progress(JOB, later) is False
+    assert ctx.store.get_job(JOB).progress == progress  # not written after the end
+    assert await replicas.keep_running(JOB) == (False, Phase.CANCELLED)
+    with pytest.raises(Conflict, match="is CANCELLED"):
+        await replicas.await_running(JOB, 30)
+    with pytest.raises(NotFound):
+        await replicas.report_progress("wsjob-replicas999999", later)
