@@ -28,6 +28,7 @@ from appliance.server.replica_tokens import ReplicaTokens
 from appliance.server.rest.app import create_app
 from appliance.services.bus import JobBus
 from appliance.services.context import Context
+from appliance.services.health import Readiness
 from appliance.services.jobs import JobService
 from appliance.services.logs import LogService
 from appliance.services.replicas import ReplicaService
@@ -108,7 +109,7 @@ class Coordinator:
         self._spawn(self.reconciler.run_sweeps())
         self.ctx.bus.wake_scheduler()
 
-        rest = create_app(self.ctx, self.jobs, self.auth, backend_health=self.backend.health)
+        rest = create_app(self.jobs, Readiness(self.ctx, self.backend), self.auth)
         config = uvicorn.Config(
             rest, host=s.host, port=s.http_port, log_level="warning", lifespan="off"
         )

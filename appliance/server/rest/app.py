@@ -7,7 +7,6 @@ HTTP once, in appliance.server.rest.errors.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from fastapi import FastAPI, Response
 
@@ -19,7 +18,7 @@ from appliance.server.rest.errors import install_error_handlers
 from appliance.server.rest.jobs import jobs_router
 from appliance.server.rest.metrics import LatencyMiddleware, RestMetrics
 from appliance.server.rest.models import StatusOut
-from appliance.services.context import Context
+from appliance.services.health import Readiness
 from appliance.services.jobs import JobService
 
 DESCRIPTION = (
@@ -29,12 +28,9 @@ DESCRIPTION = (
 
 
 def create_app(
-    ctx: Context,
-    jobs: JobService,
-    auth: Authenticator | None = None,
-    backend_health: Callable[[], str | None] = lambda: None,
+    jobs: JobService, readiness: Readiness, auth: Authenticator | None = None
 ) -> FastAPI:
-    """Build the app over the coordinator's context and its JobService (shared with gRPC)."""
+    """Build the app over the coordinator's services (shared with gRPC)."""
     app = FastAPI(title="appliance", version=appliance.__version__, description=DESCRIPTION)
     metrics = RestMetrics()
     caller = caller_dependency(auth or Authenticator(None))
@@ -61,15 +57,10 @@ def create_app(
     )
     async def readyz(response: Response) -> StatusOut:
         """The store answers queries and the backend can start replicas."""
-        try:
-            await ctx.db(ctx.store.phase_of, "wsjob-readinessprobe")
-        except Exception as exc:  # the store is down: not ready, and say why
-            response.status_code = 503
-            return StatusOut(status="unavailable", reason=str(exc)[:200])
-        problem = backend_health()
+        problem = await readiness.problem()
         if problem:
             response.status_code = 503
-            return StatusOut(status="unavailable", reason=problem[:200])
+            return StatusOut(status="unavailable", reason=problem)
         return StatusOut(status="ok")
 
     @app.get(

@@ -4,8 +4,12 @@ wrote it."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
+import appliance
 from appliance.domain.phases import Phase
 from appliance.scheduler.admission import admit
 from appliance.services.context import Context
@@ -48,3 +52,48 @@ async def test_a_change_that_did_not_apply_announces_nothing(ctx: Context) -> No
         lost = await ctx.set_phase(job, Phase.CANCELLED, "late", expected=Phase.RUNNING)
         assert not lost.applied
         assert events.empty() and not ctx.bus.reconcile_wanted.is_set()
+
+
+# The store's phase writers, and who may reach them: the front door itself, and the one batch
+# writer that runs only inside Context.write_phases (which announces what it applied).
+STORE_PHASE_WRITERS = frozenset({"set_phase", "set_phases", "schedule"})
+MAY_WRITE_PHASES = {
+    "appliance/services/context.py": None,
+    "appliance/services/cancels.py": "_decide_and_write",
+}
+
+
+def _store_phase_writes(path: Path) -> list[tuple[int, str]]:
+    """(line, enclosing function) of every reference to a phase writer of a store."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            function = node.name
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in STORE_PHASE_WRITERS
+            and ast.unparse(node.value).split(".")[-1] == "store"
+        ):
+            found.append((node.lineno, function))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(ast.parse(path.read_text()), "")
+    return found
+
+
+def test_only_the_front_door_reaches_the_stores_phase_writers() -> None:
+    root = Path(appliance.__file__).parent
+    reached: dict[str, list[tuple[int, str]]] = {}
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root.parent).as_posix()
+        if relative.startswith(("appliance/store/", "appliance/_proto/")):
+            continue
+        if writes := _store_phase_writes(path):
+            reached[relative] = writes
+    assert set(reached) == set(MAY_WRITE_PHASES), reached
+    batch = MAY_WRITE_PHASES["appliance/services/cancels.py"]
+    assert {function for _, function in reached["appliance/services/cancels.py"]} == {batch}
+    cancels = (root / "services" / "cancels.py").read_text()
+    assert f"ctx.write_phases({batch}," in cancels

@@ -1,0 +1,24 @@
+"""Readiness: whether the coordinator can do its work now (the store answers, the backend can
+start and watch replicas), and if not, why, in a sentence."""
+
+from __future__ import annotations
+
+from appliance.backends.base import Backend
+from appliance.services.context import Context
+
+MAX_REASON = 200
+
+
+class Readiness:
+    def __init__(self, ctx: Context, backend: Backend) -> None:
+        self.ctx = ctx
+        self.backend = backend
+
+    async def problem(self) -> str | None:
+        """None when ready; else what is wrong (the store first, then the backend)."""
+        try:
+            await self.ctx.read(self.ctx.store.phase_of, "wsjob-readinessprobe")
+        except Exception as exc:  # the store is down: not ready, and say why
+            return str(exc)[:MAX_REASON] or type(exc).__name__
+        problem = self.backend.health()
+        return problem[:MAX_REASON] if problem else None
