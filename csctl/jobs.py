@@ -10,7 +10,7 @@ from appliance.client import CancelResult
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
 from appliance.domain.spec import parse_label_selector
 from csctl import render
-from csctl.session import Session
+from csctl.session import Session, error_line
 
 _LIST_FORMATS = ("table", "wide", "json", "yaml")
 _DETAIL_FORMATS = ("yaml", "json", "table")
@@ -163,7 +163,7 @@ def cancel_job(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
         try:
             result = client.cancel_job(job_id, reason=_CANCEL_REASON)
         except (NotFound, Conflict, PermissionDenied, InvalidSpec) as exc:
-            click.echo(f"error: {exc.message}", err=True)
+            click.echo(f"error: {error_line(exc)}", err=True)
             failures += 1
             continue
         _report_cancel(result)

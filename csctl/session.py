@@ -16,7 +16,7 @@ from appliance.client.user_config import (
     resolve_server,
     resolve_token,
 )
-from appliance.domain.errors import ApplianceError
+from appliance.domain.errors import ApplianceError, NotFound
 
 
 class CsctlError(click.ClickException):
@@ -34,8 +34,16 @@ class CsctlConfigError(CsctlError):
 
 def fail(error: ApplianceError | TimeoutError) -> NoReturn:
     """Stop with the error's sentence and exit status 1."""
-    message = error.message if isinstance(error, ApplianceError) else str(error)
-    raise CsctlError(message) from None
+    raise CsctlError(error_line(error)) from None
+
+
+def error_line(error: ApplianceError | TimeoutError) -> str:
+    """The error's sentence, and for a job that does not exist, how to list those that do."""
+    if not isinstance(error, ApplianceError):
+        return str(error)
+    if isinstance(error, NotFound) and error.field == "job_id":
+        return f"{error.message}; list jobs with `csctl get jobs -a`"
+    return error.message
 
 
 @dataclasses.dataclass

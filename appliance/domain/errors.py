@@ -41,5 +41,6 @@ class Unavailable(ApplianceError):
 
 
 def job_not_found(job_id: str) -> NotFound:
-    """The one sentence for a job id that names no job, whichever layer finds out."""
-    return NotFound(f"job {job_id} not found; list jobs with `csctl get jobs -a`")
+    """The one sentence for a job id that names no job, whichever layer finds out. It names the
+    `job_id` field, so a door can say how its users list the jobs that do exist."""
+    return NotFound(f"job {job_id} not found", field="job_id")
