@@ -9,7 +9,6 @@ from appliance.domain.phases import Phase
 from appliance.domain.spec import JobSpec
 from appliance.protocol import convert
 from appliance.server.grpc.summaries import responses, serialized
-from appliance.services.listing import Listed
 
 SPEC = JobSpec(params_yaml="", num_csx=1, num_steps=2)
 
@@ -28,9 +27,7 @@ def _jobs(out: list[cluster_pb2.ListJobsResponse]) -> list[cluster_pb2.Job]:
 
 def test_a_position_appended_to_cached_bytes_reads_as_the_job_with_that_position() -> None:
     jobs = [_job("wsjob-a"), _job("wsjob-b"), _job("wsjob-c", Phase.RUNNING)]
-    listed = [
-        Listed(serialized(job), position) for job, position in zip(jobs, [2, 300, 0], strict=True)
-    ]
+    listed = [(serialized(job), position) for job, position in zip(jobs, [2, 300, 0], strict=True)]
     [response] = responses(listed)
     for job, position, got in zip(jobs, [2, 300, 0], response.jobs, strict=True):
         expected = convert.job_to_pb(job)
@@ -39,12 +36,12 @@ def test_a_position_appended_to_cached_bytes_reads_as_the_job_with_that_position
 
 
 def test_responses_are_split_under_the_size_limit_in_order() -> None:
-    listed = [Listed(serialized(_job(f"wsjob-{i:03}")), i) for i in range(50)]
-    one = len(listed[0].rendering)
+    listed = [(serialized(_job(f"wsjob-{i:03}")), i) for i in range(50)]
+    one = len(listed[0][0])
     out = responses(listed, max_bytes=10 * one)
     assert len(out) > 1
     assert all(r.ByteSize() <= 10 * one + 10 * 16 for r in out)
     assert [j.id for j in _jobs(out)] == [f"wsjob-{i:03}" for i in range(50)]
     assert [j.queue_position for j in _jobs(out)] == list(range(50))
-    big = [Listed(serialized(_job("wsjob-big")), 0)]
+    big = [(serialized(_job("wsjob-big")), 0)]
     assert len(responses(big, max_bytes=1)) == 1  # a single job larger than the limit

@@ -44,14 +44,14 @@ async def test_renderings_are_cached_while_positions_are_read_fresh(
     listing = JobListing(ctx, render, max_cached=100)
     first, token = await listing.page(JobQuery())
     assert token == ""
-    assert [r.rendering[0] for r in first] == NEWEST_FIRST
-    assert [r.queue_position for r in first] == [5, 4, 3, 2, 1]  # queue order: then by id
+    assert [r[0][0] for r in first] == NEWEST_FIRST
+    assert [r[1] for r in first] == [5, 4, 3, 2, 1]  # queue order: then by id
 
     ctx.store.set_priority(IDS[4], Priority.P0, NOW + 1)  # the newest jumps the queue
     ctx.store.set_phase(IDS[0], Phase.CANCELLED, "cancelled", NOW + 1)
     second, _ = await listing.page(JobQuery(include_terminal=True))
-    assert [r.queue_position for r in second] == [1, 4, 3, 2, 0]
-    assert second[4].rendering[1] is Phase.CANCELLED
+    assert [r[1] for r in second] == [1, 4, 3, 2, 0]
+    assert second[4][0][1] is Phase.CANCELLED
     # Re-rendered: the two jobs whose versions changed, nothing else.
     assert render.rendered == [*NEWEST_FIRST, IDS[4], IDS[0]]
 
@@ -61,7 +61,7 @@ async def test_a_changed_summary_is_rendered_again(ctx: Context, render: Renders
     await listing.page(JobQuery())
     ctx.store.update_labels(IDS[2], {"team": "nlp"}, [], NOW + 1)
     listed, _ = await listing.page(JobQuery())
-    assert {r.rendering[0]: r.rendering[2] for r in listed}[IDS[2]] == {"team": "nlp"}
+    assert {r[0][0]: r[0][2] for r in listed}[IDS[2]] == {"team": "nlp"}
     assert render.rendered[len(IDS) :] == [IDS[2]]
 
 
@@ -69,8 +69,8 @@ async def test_a_page_larger_than_the_cache_is_served_whole(ctx: Context, render
     listing = JobListing(ctx, render, max_cached=2)
     for _ in range(2):
         listed, _ = await listing.page(JobQuery())
-        assert [r.rendering[0] for r in listed] == NEWEST_FIRST
-        assert [r.queue_position for r in listed] == [5, 4, 3, 2, 1]
+        assert [r[0][0] for r in listed] == NEWEST_FIRST
+        assert [r[1] for r in listed] == [5, 4, 3, 2, 1]
     assert len(listing) == 2
 
 
@@ -83,11 +83,11 @@ async def test_pages_follow_their_tokens_and_a_stream_reads_them_all(
     while True:
         listed, token = await listing.page(JobQuery(limit=2, page_token=token))
         assert len(listed) <= 2
-        seen += [r.rendering[0] for r in listed]
+        seen += [r[0][0] for r in listed]
         if not token:
             break
     assert seen == NEWEST_FIRST
-    streamed = [[r.rendering[0] for r in page] async for page in listing.pages(JobQuery(limit=2))]
+    streamed = [[r[0][0] for r in page] async for page in listing.pages(JobQuery(limit=2))]
     assert streamed == [NEWEST_FIRST[0:2], NEWEST_FIRST[2:4], NEWEST_FIRST[4:]]
     everything = [len(page) async for page in listing.pages(JobQuery())]
     assert everything == [5]  # no page size asked for: one stream page holds them all
