@@ -10,6 +10,9 @@ MAX_REASON = 200
 
 
 class Readiness:
+    """What /readyz answers: a probe of the store on its writer (where submits wait) and the
+    backend's own health."""
+
     def __init__(self, ctx: Context, backend: Backend) -> None:
         self.ctx = ctx
         self.backend = backend
@@ -17,7 +20,7 @@ class Readiness:
     async def problem(self) -> str | None:
         """None when ready; else what is wrong (the store first, then the backend)."""
         try:
-            await self.ctx.read(self.ctx.store.phase_of, "wsjob-readinessprobe")
+            await self.ctx.db(self.ctx.store.phase_of, "wsjob-readinessprobe")
         except Exception as exc:  # the store is down: not ready, and say why
             return str(exc)[:MAX_REASON] or type(exc).__name__
         problem = self.backend.health()

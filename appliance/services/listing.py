@@ -21,13 +21,14 @@ from typing import Generic, TypeAlias, TypeVar
 
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job
-from appliance.domain.listing import MAX_LIMIT, JobKey, JobQuery
+from appliance.domain.listing import DEFAULT_LIMIT, MAX_LIMIT, JobKey, JobQuery
 from appliance.domain.phases import Phase
 from appliance.services.context import Context
 
 T = TypeVar("T")
 
-STREAM_PAGE = 20_000  # keys read per page of a stream that asked for no page size
+STREAM_PAGE = 20_000  # jobs read at a time by a stream that asked for no page size
+MAX_STREAM_PAGE = 50_000
 
 
 # One listed job: the door's rendering of its summary, and its fresh queue position (0 unless
@@ -57,7 +58,7 @@ class JobListing(Generic[T]):
     async def pages(self, query: JobQuery) -> AsyncIterator[list[Listed[T]]]:
         """Every page of `query`, from its page token on (pages of `query.limit` jobs, or
         STREAM_PAGE when it asks for none)."""
-        check_query(query)
+        check_query(query, MAX_STREAM_PAGE, STREAM_PAGE)
         page = dataclasses.replace(query, limit=query.limit or STREAM_PAGE)
         while True:
             keys, token = await self._ctx.read(self._ctx.store.list_job_keys, page)
@@ -96,10 +97,10 @@ class JobListing(Generic[T]):
             self._cache.popitem(last=False)
 
 
-def check_query(query: JobQuery) -> None:
+def check_query(query: JobQuery, max_limit: int = MAX_LIMIT, default: int = DEFAULT_LIMIT) -> None:
     """The one check of a list query's page size (0: the default)."""
-    if not 0 <= query.limit <= MAX_LIMIT:
+    if not 0 <= query.limit <= max_limit:
         raise InvalidSpec(
-            f"limit must be between 1 and {MAX_LIMIT} (or 0 for the default page size)",
+            f"limit must be between 1 and {max_limit} (or 0 for the default, {default})",
             field="limit",
         )

@@ -131,7 +131,8 @@ class ClusterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamJobs(self, request, context):
-        """Every matching job, newest first, in pages of up to `limit` (default 1000) jobs.
+        """Every matching job, newest first, in responses of up to 2 MiB; `limit` is how many jobs are
+        read at a time (default 20000, at most 50000).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -38,7 +38,9 @@ class ClusterServiceStub:
     ListJobs: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ListJobsRequest, _cluster_pb2.ListJobsResponse]
     """One page of jobs, newest first. Active jobs only unless `all` is set."""
     StreamJobs: _grpc.UnaryStreamMultiCallable[_cluster_pb2.ListJobsRequest, _cluster_pb2.ListJobsResponse]
-    """Every matching job, newest first, in pages of up to `limit` (default 1000) jobs."""
+    """Every matching job, newest first, in responses of up to 2 MiB; `limit` is how many jobs are
+    read at a time (default 20000, at most 50000).
+    """
     CancelJob: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.CancelJobRequest, _cluster_pb2.CancelJobResponse]
     WatchJob: _grpc.UnaryStreamMultiCallable[_cluster_pb2.WatchJobRequest, _cluster_pb2.JobEvent]
     """Recorded events of the job, then live phase changes and progress until the job is terminal."""
@@ -71,7 +73,9 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     ListJobs: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ListJobsRequest, _cluster_pb2.ListJobsResponse]  # type: ignore[assignment]
     """One page of jobs, newest first. Active jobs only unless `all` is set."""
     StreamJobs: _aio.UnaryStreamMultiCallable[_cluster_pb2.ListJobsRequest, _cluster_pb2.ListJobsResponse]  # type: ignore[assignment]
-    """Every matching job, newest first, in pages of up to `limit` (default 1000) jobs."""
+    """Every matching job, newest first, in responses of up to 2 MiB; `limit` is how many jobs are
+    read at a time (default 20000, at most 50000).
+    """
     CancelJob: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CancelJobRequest, _cluster_pb2.CancelJobResponse]  # type: ignore[assignment]
     WatchJob: _aio.UnaryStreamMultiCallable[_cluster_pb2.WatchJobRequest, _cluster_pb2.JobEvent]  # type: ignore[assignment]
     """Recorded events of the job, then live phase changes and progress until the job is terminal."""
@@ -125,7 +129,9 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cluster_pb2.ListJobsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_cluster_pb2.ListJobsResponse], _abc.AsyncIterator[_cluster_pb2.ListJobsResponse]]:
-        """Every matching job, newest first, in pages of up to `limit` (default 1000) jobs."""
+        """Every matching job, newest first, in responses of up to 2 MiB; `limit` is how many jobs are
+        read at a time (default 20000, at most 50000).
+        """
 
     @_abc_1.abstractmethod
     def CancelJob(

@@ -12,6 +12,7 @@ never by default.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, TypeAlias
@@ -20,12 +21,11 @@ import grpc
 
 from appliance._proto.v1 import cluster_pb2, control_pb2
 from appliance.domain.auth import AUTH_METADATA_KEY, Principal
-from appliance.domain.errors import ApplianceError, Unauthenticated
+from appliance.domain.errors import Unauthenticated
 from appliance.server.auth import Authenticator, bearer_token
-from appliance.server.grpc.errors import abort
+from appliance.server.grpc.errors import Ctx, abort
 from appliance.server.replica_tokens import ReplicaTokens
 
-Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 # Checks a call (its request and metadata) and returns its principal; raises ApplianceError.
 Check: TypeAlias = Callable[[Any, Mapping[str, str]], Principal | None]
 
@@ -33,13 +33,19 @@ CLUSTER = cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name
 CONTROL = control_pb2.DESCRIPTOR.services_by_name["ReplicaControl"].full_name
 PUBLIC = frozenset({f"/{CLUSTER}/GetVersion"})
 
-_CALLER: ContextVar[Principal | None] = ContextVar("grpc_caller", default=None)
+_CALLER: ContextVar[Principal | None] = ContextVar("grpc_caller")  # no default: fail closed
 
 
 def caller() -> Principal | None:
     """The authenticated caller of the ClusterService call being served (None while
-    authentication is off)."""
-    return _CALLER.get()
+    authentication is off). Raises if the call was not authenticated: a servicer served
+    without the Authentication interceptor must not run as if authentication were off."""
+    try:
+        return _CALLER.get()
+    except LookupError:
+        raise RuntimeError(
+            "no authenticated caller: serve with the Authentication interceptor"
+        ) from None
 
 
 class Authentication(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -92,7 +98,7 @@ def _refuse(request: Any, metadata: Mapping[str, str]) -> Principal | None:
 async def _authenticate(check: Check, request: Any, context: Ctx) -> None:
     try:
         principal = check(request, dict(context.invocation_metadata() or ()))
-    except ApplianceError as exc:
+    except Exception as exc:  # a domain error maps to its status; anything else is INTERNAL
         await abort(context, exc)
     _CALLER.set(principal)  # each call runs in its own task, so in its own context
 
@@ -113,8 +119,9 @@ def _wrap(handler: grpc.RpcMethodHandler, check: Check) -> grpc.RpcMethodHandler
 
         async def unary_stream(request: Any, context: Ctx) -> AsyncIterator[Any]:
             await _authenticate(check, request, context)
-            async for response in streaming(request, context):
-                yield response
+            async with contextlib.aclosing(streaming(request, context)) as responses:
+                async for response in responses:
+                    yield response
 
         return grpc.unary_stream_rpc_method_handler(
             unary_stream, handler.request_deserializer, handler.response_serializer

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, TypeAlias
-
-import grpc
 
 import appliance
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
-from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_spec
 from appliance.protocol import convert
 from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
-from appliance.server.grpc.errors import stream, unary
+from appliance.server.grpc.errors import Ctx, stream, unary
 from appliance.services.jobs import JobService, check_job_id
 from appliance.services.logs import LogService
-
-Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
@@ -129,7 +123,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
                 name=usage.node.name, kind=usage.node.kind.value, state=usage.node.state.value,
                 capacity=usage.node.capacity, used=usage.used, jobs=jobs,
             )
-            for usage, jobs in await self._nodes(context)
+            for usage, jobs in await self.jobs.nodes()
         ]  # fmt: skip
         return cluster_pb2.ListNodesResponse(nodes=nodes)
 
@@ -159,9 +153,6 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> cluster_pb2.CompileReport:
         report = await self.jobs.compile(spec_from_request(request.spec))
         return convert.compile_report_to_pb(report)
-
-    async def _nodes(self, context: Ctx) -> list[tuple[NodeUsage, list[str]]]:
-        return await self.jobs.nodes()
 
 
 def spec_from_request(msg: cluster_pb2.JobSpec) -> JobSpec:

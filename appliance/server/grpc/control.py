@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
-
-import grpc
-
 from appliance._proto.v1 import control_pb2, control_pb2_grpc
 from appliance.protocol import convert
-from appliance.server.grpc.errors import unary
+from appliance.server.grpc.errors import Ctx, unary
 from appliance.services.replicas import ReplicaService
 
-Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 MAX_AWAIT_SECONDS = 600.0
 
 

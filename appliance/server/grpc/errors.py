@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 Self = TypeVar("Self")
+Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], exc: Exception) -> None:

@@ -41,7 +41,8 @@ def _json(model: BaseModel, status: int = 200, headers: dict[str, str] | None = 
 def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=ERROR_RESPONSES)
     authenticated = Depends(caller)  # the caller, or None while authentication is off
-    listing = jobs.listing(job_out, max_cached=MAX_LIMIT)  # summaries rendered, cached
+    # Summaries rendered once per version; one page of the largest size stays cached.
+    listing = jobs.listing(job_out, max_cached=MAX_LIMIT)
 
     @router.post("/jobs", status_code=201, response_model=JobOut)
     async def submit_job(body: JobSubmitIn, by: Principal | None = authenticated) -> Response:

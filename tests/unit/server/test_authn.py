@@ -75,7 +75,7 @@ async def test_each_call_sees_its_own_caller_while_calls_interleave(
     ]
     assert [await call for call in calls] == [b"ann", b"ben", b"ann"]
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await whoami(b"", timeout=10)
+        await whoami(b"", timeout=10)  # refused before the gate: no call waits on it
     assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
     assert "authentication is required" in (refused.value.details() or "")
 
@@ -86,5 +86,12 @@ async def test_a_service_nobody_declared_is_refused(
     channel, tokens = served
     undeclared = channel.unary_unary("/appliance.v1.Undeclared/WhoAmI")
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await undeclared(b"", metadata=(("authorization", f"Bearer {tokens['ann']}"),))
+        await undeclared(b"", metadata=(("authorization", f"Bearer {tokens['ann']}"),), timeout=10)
     assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_outside_an_authenticated_call_there_is_no_caller_not_even_anonymous() -> None:
+    # A servicer served without the interceptor must fail, not run as if authentication
+    # were off (caller() None).
+    with pytest.raises(RuntimeError, match="Authentication interceptor"):
+        caller()

@@ -12,7 +12,7 @@ from appliance.domain.listing import MAX_LIMIT, JobQuery
 from appliance.domain.phases import Phase
 from appliance.domain.spec import Priority
 from appliance.services.context import Context
-from appliance.services.listing import JobListing
+from appliance.services.listing import MAX_STREAM_PAGE, JobListing
 from tests.unit.harness import NOW, new_jobs
 
 # Created in one batch: the same created_at, so newest first means the highest id first.
@@ -47,13 +47,17 @@ async def test_renderings_are_cached_while_positions_are_read_fresh(
     assert [r[0][0] for r in first] == NEWEST_FIRST
     assert [r[1] for r in first] == [5, 4, 3, 2, 1]  # queue order: then by id
 
-    ctx.store.set_priority(IDS[4], Priority.P0, NOW + 1)  # the newest jumps the queue
     ctx.store.set_phase(IDS[0], Phase.CANCELLED, "cancelled", NOW + 1)
     second, _ = await listing.page(JobQuery(include_terminal=True))
-    assert [r[1] for r in second] == [1, 4, 3, 2, 0]
+    # Every job behind the cancelled one moved up, though none of their versions changed.
+    assert [r[1] for r in second] == [4, 3, 2, 1, 0]
     assert second[4][0][1] is Phase.CANCELLED
-    # Re-rendered: the two jobs whose versions changed, nothing else.
-    assert render.rendered == [*NEWEST_FIRST, IDS[4], IDS[0]]
+    assert render.rendered == [*NEWEST_FIRST, IDS[0]]  # only the cancelled job rendered again
+
+    ctx.store.set_priority(IDS[4], Priority.P0, NOW + 1)  # the newest jumps the queue
+    third, _ = await listing.page(JobQuery(include_terminal=True))
+    assert [r[1] for r in third] == [1, 4, 3, 2, 0]
+    assert render.rendered == [*NEWEST_FIRST, IDS[0], IDS[4]]
 
 
 async def test_a_changed_summary_is_rendered_again(ctx: Context, render: Renders) -> None:
@@ -91,17 +95,27 @@ async def test_pages_follow_their_tokens_and_a_stream_reads_them_all(
     assert streamed == [NEWEST_FIRST[0:2], NEWEST_FIRST[2:4], NEWEST_FIRST[4:]]
     everything = [len(page) async for page in listing.pages(JobQuery())]
     assert everything == [5]  # no page size asked for: one stream page holds them all
+    largest = [len(p) async for p in listing.pages(JobQuery(limit=MAX_STREAM_PAGE))]
+    assert largest == [5]
 
 
-@pytest.mark.parametrize("limit", [-1, MAX_LIMIT + 1])
-async def test_the_page_size_is_checked_once_naming_the_field(
-    ctx: Context, render: Renders, limit: int
+@pytest.mark.parametrize(
+    ("stream", "limit", "most"),
+    [
+        (False, -1, MAX_LIMIT),
+        (False, MAX_LIMIT + 1, MAX_LIMIT),
+        (True, -1, MAX_STREAM_PAGE),
+        (True, MAX_STREAM_PAGE + 1, MAX_STREAM_PAGE),
+    ],
+)
+async def test_a_page_size_out_of_bounds_is_refused_naming_the_field(
+    ctx: Context, render: Renders, stream: bool, limit: int, most: int
 ) -> None:
     listing = JobListing(ctx, render, max_cached=100)
-    with pytest.raises(InvalidSpec, match=f"between 1 and {MAX_LIMIT}") as page:
-        await listing.page(JobQuery(limit=limit))
-    assert page.value.field == "limit"
-    with pytest.raises(InvalidSpec) as stream:
-        [_ async for _ in listing.pages(JobQuery(limit=limit))]
-    assert stream.value.field == "limit"
+    with pytest.raises(InvalidSpec, match=f"between 1 and {most}") as refused:
+        if stream:
+            [_ async for _ in listing.pages(JobQuery(limit=limit))]
+        else:
+            await listing.page(JobQuery(limit=limit))
+    assert refused.value.field == "limit"
     assert render.rendered == []

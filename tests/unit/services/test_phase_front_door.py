@@ -73,7 +73,7 @@ def _store_phase_writes(path: Path) -> list[tuple[int, str]]:
         if (
             isinstance(node, ast.Attribute)
             and node.attr in STORE_PHASE_WRITERS
-            and ast.unparse(node.value).split(".")[-1] == "store"
+            and ast.unparse(node.value).split(".")[-1].lower().endswith("store")
         ):
             found.append((node.lineno, function))
         for child in ast.iter_child_nodes(node):

@@ -14,10 +14,11 @@ from appliance.store.tables import ACTIVE_PHASES_SQL, QUEUED_SQL
 
 def test_migrated_partial_indexes_match_the_domains_phase_sets(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'jobs.db'}")
-    migrate(engine)
-    with engine.connect() as conn:
-        created = dict(conn.execute(text("SELECT name, sql FROM sqlite_master")).all())
-        assert created["ix_jobs_active_created"].endswith(f"WHERE {ACTIVE_PHASES_SQL.text}")
-        assert created["ix_jobs_queue"].endswith(f"WHERE {QUEUED_SQL.text}")
-
-    engine.dispose()
+    try:
+        migrate(engine)
+        with engine.connect() as conn:
+            created = dict(conn.execute(text("SELECT name, sql FROM sqlite_master")).all())
+    finally:
+        engine.dispose()
+    assert created["ix_jobs_active_created"].endswith(f"WHERE {ACTIVE_PHASES_SQL.text}")
+    assert created["ix_jobs_queue"].endswith(f"WHERE {QUEUED_SQL.text}")
