@@ -10,8 +10,7 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-import yaml
-
+from appliance.domain.bounded_yaml import load_bounded
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import parse_params
 
@@ -71,7 +70,7 @@ class JobSpec:
     @functools.cached_property
     def params(self) -> dict[str, Any]:
         """The parsed params (parsed once per spec object)."""
-        loaded = load_yaml(self.params_yaml)
+        loaded = load_bounded(self.params_yaml, "params")
         assert isinstance(loaded, dict)
         return loaded
 
@@ -138,12 +137,7 @@ def validate_params(params_yaml: str) -> dict[str, Any]:
             f"params is larger than {MAX_PARAMS_BYTES} bytes; keep data out of the params file",
             field="params",
         )
-    try:
-        params = load_yaml(params_yaml)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        raise InvalidSpec(f"params is not valid YAML{at}", field="params") from None
+    params = load_bounded(params_yaml, "params")
     if not isinstance(params, dict):
         raise InvalidSpec("params must be a YAML mapping of sections", field="params")
     unknown = sorted(str(k) for k in params if k not in PARAMS_SECTIONS)
@@ -160,13 +154,6 @@ def validate_params(params_yaml: str) -> dict[str, Any]:
         raise InvalidSpec("params needs a non-empty `model` section", field="params")
     parse_params(params)  # keys and values of every section
     return params
-
-
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
-
-
-def load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_LOADER)
 
 
 def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:

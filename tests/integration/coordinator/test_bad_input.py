@@ -16,6 +16,14 @@ from appliance.protocol.errors import FIELD_KEY
 from tests.integration.coordinator.harness import RunningCoordinator
 
 GOOD = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
+# Params that crashed (SIGSEGV), or failed with INTERNAL, before their shape was bounded.
+HOSTILE_PARAMS = [
+    ("model: " + "[" * 25_000 + "]" * 25_000, "nests deeper than 64 levels"),
+    ("model: " + "{a: " * 1000 + "1" + "}" * 1000, "nests deeper than 64 levels"),
+    ("model: {name: " + "9" * 5000 + "}", "longer than 4096 characters"),
+    ("model: {name: fc_mnist, when: 2001-13-45}", "cannot be read (ValueError)"),
+    ("a: &a [1, 1]\nb: &b [*a, *a]\nmodel: {n: *b}\n", "*a names a mapping or a list"),
+]
 
 
 @pytest.fixture
@@ -45,6 +53,7 @@ BAD_SPECS = [
     ("params", _spec(params_yaml="train_input: {}\n"), "needs a non-empty `model` section"),
     ("params", _spec(params_yaml="model: {name: bert}\n"), "model.name 'bert' is not known"),
     ("params", _spec(params_yaml="model: {a: " + "x" * (1 << 20) + "}"), "larger than"),
+    *[("params", _spec(params_yaml=text), says) for text, says in HOSTILE_PARAMS],
     ("labels", _spec(labels={"bad key!": "v"}), "label key 'bad key!'"),
     ("labels", _spec(labels={"team": "-nope"}), "label value '-nope'"),
     ("labels", _spec(labels={"k": "v" * 64}), "at most 63 characters"),
@@ -67,6 +76,19 @@ def test_invalid_spec_is_rejected_naming_the_field_and_nothing_is_stored(
     assert message in error.details()
     assert (FIELD_KEY, field) in tuple(error.trailing_metadata())
     assert list(stub.ListJobs(pb.ListJobsRequest(all=True)).jobs) == []
+
+
+@pytest.mark.parametrize(("text", "says"), HOSTILE_PARAMS, ids=[h[1][:20] for h in HOSTILE_PARAMS])
+def test_hostile_params_to_compile_are_refused_and_the_coordinator_stays_up(
+    stub: cluster_pb2_grpc.ClusterServiceStub, text: str, says: str
+) -> None:
+    request = pb.CompileJobRequest(spec=_spec(params_yaml=text))
+    with pytest.raises(grpc.RpcError) as info:
+        stub.CompileJob(request, timeout=30)
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert says in info.value.details()
+    assert (FIELD_KEY, "params") in tuple(info.value.trailing_metadata())
+    assert stub.GetVersion(pb.GetVersionRequest(), timeout=10).version
 
 
 def test_invalid_user_is_rejected(stub: cluster_pb2_grpc.ClusterServiceStub) -> None:

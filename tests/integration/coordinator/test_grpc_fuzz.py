@@ -15,6 +15,7 @@ from appliance._proto.v1 import cluster_pb2_grpc
 from appliance.domain.inventory import NodeState
 from appliance.protocol.errors import FIELD_KEY
 from tests.fuzz_report import report
+from tests.hostile_params import HOSTILE_PARAMS
 from tests.integration.coordinator.harness import RunningCoordinator
 
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
@@ -32,6 +33,7 @@ PARAMS = st.one_of(
     st.just("model:\n  name: fc_mnist\n  hidden_sizes: [4]\n"),
     st.builds(lambda n, h: f"model:\n  name: {n}\n  hidden_sizes: [{h}]\n", TEXT, INT64),
     st.builds(lambda k, v: f"model: {{name: fc_mnist}}\n{k}: {v}\n", TEXT, TEXT),
+    HOSTILE_PARAMS,
 )
 cases = {"count": 0}
 
@@ -91,6 +93,15 @@ def test_submit_job(
         assert isinstance(job, pb.Job)
         assert stub.GetJob(pb.GetJobRequest(job_id=job.id)).spec.params_yaml == params
         stub.CancelJob(pb.CancelJobRequest(job_id=job.id))
+
+
+@settings_
+@given(params=PARAMS, num_csx=INT32, mode=INT32)
+def test_compile_job(
+    stub: cluster_pb2_grpc.ClusterServiceStub, params: str, num_csx: int, mode: int
+) -> None:
+    spec = pb.JobSpec(params_yaml=params, num_csx=num_csx, num_steps=1, mode=mode)
+    _check(lambda: stub.CompileJob(pb.CompileJobRequest(spec=spec), timeout=30))
 
 
 @settings_

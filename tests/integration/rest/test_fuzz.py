@@ -13,6 +13,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi import checks
 
 from tests.fuzz_report import report
+from tests.hostile_params import HOSTILE_PARAMS
 from tests.integration.rest.conftest import Rest
 
 EXAMPLES_PER_OPERATION = 50  # per generation mode; keeps the whole fuzz run well under a minute
@@ -66,3 +67,32 @@ def _fuzz(operation: Any, mode: GenerationMode, base_url: str) -> int:
 
 def _has_inputs(label: str) -> bool:
     return "{job_id}" in label or label in {"POST /api/v1/jobs", "GET /api/v1/jobs"}
+
+
+def test_hostile_params_get_a_refusal_naming_params(parked: Rest) -> None:
+    """Deep, wide, huge and aliased params (one crashed the coordinator) posted as jobs: each
+    is refused naming `params` or accepted whole; the server keeps answering."""
+    outcomes: dict[int, int] = {}
+
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION * 2, deadline=None, database=None,
+        derandomize=True, suppress_health_check=list(HealthCheck),
+    )  # fmt: skip
+    @given(params=HOSTILE_PARAMS)
+    def post(params: str) -> None:
+        body = {"params": params, "num_csx": 1, "num_steps": 2}
+        response = parked.http.post("/api/v1/jobs", json=body, timeout=30)
+        outcomes[response.status_code] = outcomes.get(response.status_code, 0) + 1
+        assert response.status_code in (201, 400, 413, 422), response.text[:300]
+        if response.status_code != 201:
+            assert response.json()["error"]["field"] == "params", response.text[:300]
+        else:
+            parked.http.post(f"/api/v1/jobs/{response.json()['id']}/cancel")
+        assert parked.http.get("/healthz", timeout=10).status_code == 200
+
+    post()
+    total = sum(outcomes.values())
+    report(
+        f"REST hostile params (hypothesis): {total} cases, by status {sorted(outcomes.items())}"
+    )
+    assert total >= EXAMPLES_PER_OPERATION
