@@ -49,6 +49,11 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="Replicas exit when the coordinator is gone this long."
     )
     log_tail_lines: int = Field(default=20, ge=1, le=1000)
+    http_max_body_bytes: int = Field(
+        default=4 << 20,
+        ge=64 << 10,
+        description="Largest REST request body; larger ones get 413 before they are read.",
+    )
     backend: Literal["local", "kubernetes"] = Field(
         default="local",
         description="Where replicas run: local processes, or pods through the Kubernetes API.",

@@ -109,7 +109,9 @@ class Coordinator:
         self._spawn(self.reconciler.run_sweeps())
         self.ctx.bus.wake_scheduler()
 
-        rest = create_app(self.jobs, Readiness(self.ctx, self.backend), self.auth)
+        rest = create_app(
+            self.jobs, Readiness(self.ctx, self.backend), self.auth, s.http_max_body_bytes
+        )
         config = uvicorn.Config(
             rest, host=s.host, port=s.http_port, log_level="warning", lifespan="off"
         )

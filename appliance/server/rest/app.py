@@ -15,6 +15,7 @@ from appliance.server.auth import Authenticator
 from appliance.server.rest.auth import caller_dependency
 from appliance.server.rest.controls import controls_router
 from appliance.server.rest.errors import install_error_handlers
+from appliance.server.rest.guard import RequestGuard
 from appliance.server.rest.jobs import jobs_router
 from appliance.server.rest.metrics import LatencyMiddleware, RestMetrics
 from appliance.server.rest.models import StatusOut
@@ -28,14 +29,20 @@ DESCRIPTION = (
 
 
 def create_app(
-    jobs: JobService, readiness: Readiness, auth: Authenticator | None = None
+    jobs: JobService,
+    readiness: Readiness,
+    auth: Authenticator | None = None,
+    max_body_bytes: int = 4 << 20,
 ) -> FastAPI:
     """Build the app over the coordinator's services (shared with gRPC)."""
     app = FastAPI(title="appliance", version=appliance.__version__, description=DESCRIPTION)
     metrics = RestMetrics()
-    caller = caller_dependency(auth or Authenticator(None))
+    auth = auth or Authenticator(None)
+    caller = caller_dependency(auth)
     install_error_handlers(app)
+    # Added last, so it runs first: nothing reads a body the guard refuses.
     app.add_middleware(LatencyMiddleware, metrics=metrics, clock=time.perf_counter)
+    app.add_middleware(RequestGuard, auth=auth, max_body_bytes=max_body_bytes)
     app.include_router(jobs_router(jobs, metrics, caller))
     app.include_router(controls_router(jobs, caller))
 

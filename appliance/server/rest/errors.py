@@ -95,18 +95,30 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid_request", text, field)
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, HTTPException)
+def status_error(
+    status: int,
+    message: str = "",
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """An error named after its HTTP status (404 -> not_found), for errors of HTTP itself."""
     try:
-        phrase = HTTPStatus(exc.status_code).phrase
+        phrase = HTTPStatus(status).phrase
     except ValueError:
         phrase = "HTTP error"
     code = phrase.lower().replace(" ", "_").replace("-", "_")
-    message = exc.detail if isinstance(exc.detail, str) and exc.detail else phrase
+    return error_response(status, code, message or phrase, field, headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    message = exc.detail if isinstance(exc.detail, str) else ""
     if exc.status_code == 400:  # FastAPI's own: a body it could not parse at all
-        message = f"{message}: send a JSON object with content-type application/json"
-        return error_response(400, code, message, "body", headers=exc.headers)
-    return error_response(exc.status_code, code, message, headers=exc.headers)
+        message = f"{message or 'Bad Request'}: send a JSON object with content-type "
+        message += "application/json"
+        return status_error(400, message, "body", headers=exc.headers)
+    field = "body" if exc.status_code == 413 else None
+    return status_error(exc.status_code, message, field, headers=exc.headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
