@@ -18,6 +18,7 @@ from csctl.configure import config
 from csctl.controls import job_group, label
 from csctl.jobs import cancel, get
 from csctl.logs import events, log_export, logs
+from csctl.render import say
 from csctl.session import Session, fail
 
 _EPILOG = """\b
@@ -35,7 +36,7 @@ class _CsctlGroup(click.Group):
         except (ApplianceError, TimeoutError) as exc:
             fail(exc)
         except KeyboardInterrupt:  # Ctrl-C while following logs or events
-            click.echo("", err=True)
+            say("", err=True)
             raise click.exceptions.Exit(130) from None
 
 
@@ -83,9 +84,9 @@ def version(session: Session) -> None:
     Example:
       csctl version
     """
-    click.echo(f"csctl (client): {appliance.__version__}")
+    say(f"csctl (client): {appliance.__version__}")
     server_version = session.client().version()
-    click.echo(f"appliance (server {session.server.address}): {server_version}")
+    say(f"appliance (server {session.server.address}): {server_version}")
 
 
 for command in (get, cancel, label, job_group, logs, events, log_export, config):

@@ -19,6 +19,7 @@ from appliance.client.user_config import (
     set_setting,
 )
 from csctl import render
+from csctl.render import say
 from csctl.session import CsctlConfigError, Session
 
 _OVERRIDDEN_BY = {"server": ENV_SERVER, "token": ENV_TOKEN}
@@ -59,7 +60,7 @@ def view(session: Session) -> None:
     if settings.get("token"):
         warning = exposure_warning(path)
         if warning:
-            click.echo(warning, err=True)
+            say(warning, err=True)
     server = session.server
     document = {
         "config_file": str(path),
@@ -68,7 +69,7 @@ def view(session: Session) -> None:
         "server": server.address,
         "server_from": server.source,
     }
-    click.echo(render.to_yaml(document))
+    say(render.to_yaml(document))
 
 
 @config.command("set")
@@ -92,8 +93,6 @@ def set_(key: str, value: str) -> None:
     except ConfigError as exc:
         raise CsctlConfigError(str(exc)) from None
     shown = redacted({key: written})[key]
-    click.echo(f"{key}: {shown} written to {path}")
+    say(f"{key}: {shown} written to {path}")
     if os.environ.get(_OVERRIDDEN_BY[key]):
-        click.echo(
-            f"note: ${_OVERRIDDEN_BY[key]} is set and takes precedence over the file", err=True
-        )
+        say(f"note: ${_OVERRIDDEN_BY[key]} is set and takes precedence over the file", err=True)

@@ -7,6 +7,7 @@ import click
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.spec import Priority, validate_labels
 from csctl import render
+from csctl.render import say
 from csctl.session import Session
 
 
@@ -64,7 +65,7 @@ def label_job(ctx: click.Context, job_id: str, changes: tuple[str, ...]) -> None
     session: Session = ctx.obj
     job = session.client().update_labels(job_id, set=to_set, remove=to_remove)
     labels = render.format_labels(job.spec.labels.items()) or "<none>"
-    click.echo(f"job {job.id} labeled: {labels}")
+    say(f"job {job.id} labeled: {labels}")
 
 
 @click.group("job")
@@ -97,4 +98,4 @@ def set_priority(session: Session, job_id: str, priority: str) -> None:
     """
     job = session.client().set_priority(job_id, priority)
     where = f"; queue position {job.queue_position}" if job.queue_position else ""
-    click.echo(f"job {job.id} priority set to {job.spec.priority.name}{where}")
+    say(f"job {job.id} priority set to {job.spec.priority.name}{where}")

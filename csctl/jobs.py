@@ -10,6 +10,7 @@ from appliance.client import CancelResult
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
 from appliance.domain.spec import parse_label_selector
 from csctl import render
+from csctl.render import say
 from csctl.session import Session, error_line
 
 _LIST_FORMATS = ("table", "wide", "json", "yaml")
@@ -99,14 +100,14 @@ def get_jobs(
     jobs.sort(key=lambda job: job.created_at, reverse=True)
     if output in ("json", "yaml"):
         documents = [render.job_document(job, with_params=False) for job in jobs]
-        click.echo(render.to_json(documents) if output == "json" else render.to_yaml(documents))
+        say(render.to_json(documents) if output == "json" else render.to_yaml(documents))
     elif jobs:
         table = render.jobs_table(
             jobs, now=time.time(), wide=output == "wide", pending=show_pending
         )
-        click.echo(table)
+        say(table)
     else:
-        click.echo("No jobs found." if include_all else "No active jobs (-a shows finished ones).")
+        say("No jobs found." if include_all else "No active jobs (-a shows finished ones).")
 
 
 @get.command("job")
@@ -126,10 +127,10 @@ def get_job(session: Session, job_id: str, output: str) -> None:
     """
     job = session.client().get_job(job_id)
     if output == "table":
-        click.echo(render.job_detail_table(job, now=time.time()))
+        say(render.job_detail_table(job, now=time.time()))
         return
     document = render.job_document(job, with_params=True)
-    click.echo(render.to_json(document) if output == "json" else render.to_yaml(document))
+    say(render.to_json(document) if output == "json" else render.to_yaml(document))
 
 
 @click.group()
@@ -163,7 +164,7 @@ def cancel_job(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
         try:
             result = client.cancel_job(job_id, reason=_CANCEL_REASON)
         except (NotFound, Conflict, PermissionDenied, InvalidSpec) as exc:
-            click.echo(f"error: {error_line(exc)}", err=True)
+            say(f"error: {error_line(exc)}", err=True)
             failures += 1
             continue
         _report_cancel(result)
@@ -173,6 +174,6 @@ def cancel_job(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
 
 def _report_cancel(result: CancelResult) -> None:
     if result.changed:
-        click.echo(f"job {result.job.id} cancelled")
+        say(f"job {result.job.id} cancelled")
     else:
-        click.echo(f"job {result.job.id} already {result.job.phase}; nothing to do")
+        say(f"job {result.job.id} already {result.job.phase}; nothing to do")

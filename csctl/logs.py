@@ -18,6 +18,7 @@ from appliance.client import ApplianceClient
 from appliance.client.progress import describe_event
 from appliance.domain.job import JobEvent
 from csctl import render
+from csctl.render import say
 from csctl.session import CsctlError, Session
 
 EVENT_COLUMNS = ("AGE", "FROM", "TO", "REASON")
@@ -40,7 +41,7 @@ def logs(session: Session, job_id: str, replica: str | None, follow: bool) -> No
       csctl logs wsjob-abc123def456gh --replica cs2-0 -f
     """
     for name, line in session.client().logs(job_id, replica, follow=follow):
-        click.echo(line if replica else f"[{name}] {line}")
+        say(line if replica else f"[{name}] {line}")
         if follow:
             sys.stdout.flush()
 
@@ -65,10 +66,10 @@ def events(session: Session, job_id: str, follow: bool) -> None:
     client = session.client()
     if follow:
         for event in client.watch(job_id):
-            click.echo(describe_event(event))
+            say(describe_event(event))
             sys.stdout.flush()
         return
-    click.echo(events_table(client.events(job_id), now=time.time()))
+    say(events_table(client.events(job_id), now=time.time()))
 
 
 def events_table(recorded: Sequence[JobEvent], *, now: float) -> str:
@@ -137,9 +138,7 @@ def log_export(session: Session, job_id: str, output: Path | None) -> None:
         documents = [event_document(event) for event in recorded]
         archive.writestr(f"{job_id}/events.json", render.to_json(documents) + "\n")
     _write_atomically(path, buffer.getvalue())
-    click.echo(
-        f"wrote {path}: {len(replica_logs)} replica logs, status and {len(recorded)} events"
-    )
+    say(f"wrote {path}: {len(replica_logs)} replica logs, status and {len(recorded)} events")
 
 
 def _replica_logs(client: ApplianceClient, job_id: str, names: list[str]) -> dict[str, list[str]]:

@@ -12,6 +12,7 @@ from appliance.client import NodeStatus
 from appliance.domain.inventory import NodeKind, NodeState
 from csctl import render
 from csctl.jobs import get
+from csctl.render import say
 from csctl.session import Session
 
 SYSTEM_COLUMNS = ("NAME", "STATE", "JOB")
@@ -95,11 +96,11 @@ def _documents(nodes: Sequence[NodeStatus]) -> list[dict[str, Any]]:
 
 def _echo(nodes: Sequence[NodeStatus], output: str, table: str) -> None:
     if output == "json":
-        click.echo(render.to_json(_documents(nodes)))
+        say(render.to_json(_documents(nodes)))
     elif output == "yaml":
-        click.echo(render.to_yaml(_documents(nodes)))
+        say(render.to_yaml(_documents(nodes)))
     else:
-        click.echo(table)
+        say(table)
 
 
 @get.command("systems")
@@ -147,4 +148,4 @@ def get_nodegroups(session: Session) -> None:
     Example:
       csctl get nodegroups
     """
-    click.echo(nodegroups_table(session.client().nodes()))
+    say(nodegroups_table(session.client().nodes()))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import click
 import yaml
 
 from appliance.domain.job import Job, Replica
@@ -15,6 +17,22 @@ JOB_COLUMNS = ("NAME", "AGE", "PHASE", "SYSTEMS", "USER", "LABELS")
 WIDE_COLUMNS = (*JOB_COLUMNS, "PRIORITY", "STEP", "PENDING")
 PENDING_COLUMNS = (*JOB_COLUMNS, "PENDING")
 REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "MESSAGE")
+
+
+# Control characters (C0 but newline and tab, DEL, C1): ESC, BEL, CR and the like let a
+# string drive the terminal it is printed on (retitle it, recolour it, hide lines).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown as a visible \\xNN escape: what any other
+    user or a replica wrote can never act on the terminal csctl prints to."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
+def say(text: str = "", *, err: bool = False) -> None:
+    """Print one block of output (every csctl line goes through here)."""
+    click.echo(printable(text), err=err)
 
 
 def format_age(seconds: float) -> str:
@@ -89,13 +107,19 @@ def job_detail_table(job: Job, *, now: float) -> str:
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by three spaces, like kubectl and csctl."""
+    """Left-aligned columns separated by three spaces, like kubectl and csctl; a cell is one
+    line, whatever its text holds."""
+    header, rows = _cells(header), [_cells(row) for row in rows]
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=False)]
     lines = [
         "   ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in (header, *rows)
     ]
     return "\n".join(lines)
+
+
+def _cells(row: Sequence[str]) -> list[str]:
+    return [printable(cell).replace("\n", "\\n").replace("\t", " ") for cell in row]
 
 
 def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:

@@ -17,13 +17,14 @@ from appliance.client.user_config import (
     resolve_token,
 )
 from appliance.domain.errors import ApplianceError, NotFound
+from csctl.render import printable
 
 
 class CsctlError(click.ClickException):
     """A failure shown to the user as one `error: ...` line; exit status 1."""
 
     def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True, file=file)
+        click.echo(f"error: {printable(self.format_message())}", err=True, file=file)
 
 
 class CsctlConfigError(CsctlError):
@@ -75,7 +76,7 @@ class Session:
             if token is not None and token.file is not None:
                 warning = exposure_warning(token.file)
                 if warning:
-                    click.echo(warning, err=True)
+                    click.echo(printable(warning), err=True)
             value = token.value if token is not None else None
             self._client = ApplianceClient(self.server.address, token=value)
             click.get_current_context().call_on_close(self._client.close)

@@ -186,6 +186,25 @@ def _check_label_key(key: str) -> None:
         )
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+MAX_REASON = 1024
+MAX_HOLDER = 300
+
+
+def validate_text(text: str, field: str, max_chars: int) -> str:
+    """One line of free text a user gives (a cancel reason, a lease holder), shown later to
+    other users: at most `max_chars` characters and no control characters (no escape sequence
+    reaches another user's terminal from here). Returns it stripped."""
+    text = text.strip()
+    if len(text) > max_chars:
+        raise InvalidSpec(f"{field} must be at most {max_chars} characters", field=field)
+    if _CONTROL.search(text):
+        raise InvalidSpec(
+            f"{field} must be one line of text without control characters", field=field
+        )
+    return text
+
+
 def validate_user(user: str) -> str:
     if not user or len(user) > MAX_USER or not _USER_RE.match(user):
         raise InvalidSpec(

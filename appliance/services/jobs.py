@@ -14,7 +14,16 @@ from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
-from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_user
+from appliance.domain.spec import (
+    MAX_HOLDER,
+    MAX_REASON,
+    JobSpec,
+    Mode,
+    Priority,
+    validate_labels,
+    validate_text,
+    validate_user,
+)
 from appliance.services.batching import SubmitBatcher
 from appliance.services.cancels import CancelBatcher, CancelRequest
 from appliance.services.context import Context
@@ -71,7 +80,8 @@ class JobService:
         if not spec.model_dir:
             spec = dataclasses.replace(spec, model_dir=str(self._model_dirs / job_id))
         groups = by.groups if by is not None else ()
-        new = NewJob(job_id, user, spec, plan, lease_seconds, lease_holder[:300], groups)
+        holder = validate_text(lease_holder, "lease_holder", MAX_HOLDER)
+        new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups)
         job = await self._batcher.write(new)
         self.ctx.bus.wake_scheduler()
         return job
@@ -110,7 +120,8 @@ class JobService:
         """Cancel a job; cancelling a terminal job changes nothing and says so. Concurrent
         cancels are group-committed (services/cancels.py)."""
         check_job_id(job_id)
-        why = reason.strip()[:1024] or (f"cancelled by {by.user}" if by else "cancelled by user")
+        why = validate_text(reason, "reason", MAX_REASON)
+        why = why or (f"cancelled by {by.user}" if by else "cancelled by user")
         answer = await self._cancels.cancel(CancelRequest(job_id, why, by))
         return answer.job, answer.changed, answer.message
 
@@ -147,7 +158,10 @@ class JobService:
         if by is not None:
             await self._check_owner(job_id, by, "hold the lease of")
         return await self.ctx.db(
-            self.ctx.store.renew_lease, job_id, holder[:300], self.ctx.clock()
+            self.ctx.store.renew_lease,
+            job_id,
+            validate_text(holder, "holder", MAX_HOLDER),
+            self.ctx.clock(),
         )
 
     async def count_by_phase(self) -> dict[Phase, int]:

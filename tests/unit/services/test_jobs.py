@@ -116,3 +116,26 @@ async def test_malformed_job_ids_are_refused_before_the_store(
         with pytest.raises(InvalidSpec) as refused:
             await call(job_id)
         assert refused.value.field == "job_id"
+
+
+@pytest.mark.parametrize(
+    ("reason", "says"),
+    [
+        ("done\x1b]0;owned\x07", "without control characters"),
+        ("two\nlines", "without control characters"),
+        ("x" * 1025, "at most 1024 characters"),
+    ],
+)
+async def test_a_cancel_reason_is_one_bounded_line_of_text(
+    jobs: JobService, reason: str, says: str
+) -> None:
+    job = await jobs.submit(SPEC, "alice")
+    with pytest.raises(InvalidSpec, match=says) as refused:
+        await jobs.cancel(job.id, reason)
+    assert refused.value.field == "reason"
+    assert (await jobs.get(job.id)).phase is Phase.QUEUED  # nothing half-done
+    with pytest.raises(InvalidSpec) as holder:
+        await jobs.renew_lease(job.id, "host\x1b[2J")
+    assert holder.value.field == "holder"
+    cancelled, _, _ = await jobs.cancel(job.id, "  " + "y" * 1024 + "  ")
+    assert cancelled.phase is Phase.CANCELLED
