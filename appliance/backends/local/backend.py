@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 
 from appliance.backends.base import ReplicaEvent, ReplicaEventKind
@@ -88,7 +88,7 @@ class LocalBackend:
         exit_path = self._exit_path(job_id, replica.name)
         exit_path.unlink(missing_ok=True)
         env = {
-            **os.environ,
+            **replica_environment(os.environ),
             "PYTHONUNBUFFERED": "1",
             "APPLIANCE_JOB_ID": job_id,
             "APPLIANCE_REPLICA": replica.name,
@@ -261,3 +261,22 @@ def _is_our_replica(pid: int, job_id: str, replica: str) -> bool:
     except OSError:
         return False
     return b"appliance.workers" in argv and job_id.encode() in argv and replica.encode() in argv
+
+
+# What a replica may inherit from the coordinator's environment: how to run Python and find
+# files, the locale, and the replica's own knobs. Nothing else (a database URL with its
+# password, a tokens file path, a user's CSCTL_TOKEN) leaves the coordinator.
+_PASSED = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH",
+    "PYTHONHASHSEED", "VIRTUAL_ENV", "APPLIANCE_REPLICA_HOST",
+})  # fmt: skip
+_PASSED_PREFIXES = ("LC_", "APPLIANCE_STEP_TRACE", "OPENBLAS_", "OMP_", "MKL_", "COVERAGE_")
+
+
+def replica_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of `environ` a replica is started with."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in _PASSED or name.startswith(_PASSED_PREFIXES)
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import stat
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from appliance.backends.base import ReplicaEvent, ReplicaEventKind
 from appliance.backends.local import LocalBackend
@@ -101,3 +103,26 @@ async def test_restarted_backend_adopts_live_replicas_and_can_stop_them(tmp_path
     for pid in pids:
         if psutil.pid_exists(pid):
             assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_a_replica_gets_only_what_it_needs_of_the_coordinators_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("APPLIANCE_DATABASE_URL", "postgresql://appliance:s3cret@db/appliance")
+    monkeypatch.setenv("CSCTL_TOKEN", "a-users-token")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    python = _fake_worker(
+        tmp_path, "import json, os\nprint(json.dumps(dict(os.environ)), flush=True)"
+    )
+    backend = LocalBackend(tmp_path, "127.0.0.1:1", grace_seconds=0.5, python=python)
+    backend.replica_token = lambda job_id: f"token-of-{job_id}"
+    job, replicas = _job(["cs2-0"])
+    await backend.launch(job, replicas)
+    events = backend.observe()
+    await asyncio.wait_for(_next(events, ReplicaEventKind.EXITED), 10)
+    seen = json.loads(backend.log_path(JOB_ID, "cs2-0").read_text())
+    await backend.close()
+    assert "APPLIANCE_DATABASE_URL" not in seen and "CSCTL_TOKEN" not in seen
+    assert "s3cret" not in json.dumps(seen)
+    assert seen["PATH"] == os.environ["PATH"] and seen["LC_ALL"] == "C.UTF-8"
+    assert seen["APPLIANCE_JOB_ID"] == JOB_ID and seen["APPLIANCE_REPLICA_TOKEN"].endswith(JOB_ID)
