@@ -186,6 +186,7 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, coordinator.auth.reload)  # the tokens file again
     if demo:
         threading.Thread(
             target=_run_demo_job, args=(coordinator.address, num_csx, num_steps), daemon=True

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc, common_pb2, control_pb2
 from appliance.domain.inventory import NodeState
 from appliance.server.auth import create_token
-from tests.integration.coordinator.harness import RunningCoordinator
+from tests.integration.coordinator.harness import RunningCoordinator, wait_until
 
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
@@ -144,3 +146,31 @@ def test_every_method_but_get_version_refuses_a_call_without_a_token(
             if method.server_streaming:
                 list(result)
         assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED, path
+
+
+def test_a_revoked_token_is_refused_within_seconds_without_a_restart(tmp_path: Path) -> None:
+    tokens_file = tmp_path / "tokens.yaml"
+    create_token(tokens_file, "alice", [], admin=False)
+    bob = create_token(tokens_file, "bob", [], admin=False)
+    running = RunningCoordinator(tmp_path / "data", auth_tokens_file=tokens_file).start()
+    try:
+        with grpc.insecure_channel(running.address) as channel:
+            caller = Caller(channel, bob)
+            listing = lambda: caller.stub.ListJobs(pb.ListJobsRequest(), metadata=caller.metadata)  # noqa: E731
+            listing()  # bob is in
+            entries = yaml.safe_load(tokens_file.read_text())["tokens"]
+            revoked = {"tokens": [e for e in entries if e["user"] != "bob"]}
+            tokens_file.write_text(yaml.safe_dump(revoked))
+            revoked_at = time.monotonic()
+            wait_until(lambda: _refused(listing), 10, "bob's token to be refused")
+            assert time.monotonic() - revoked_at < 5
+    finally:
+        running.stop()
+
+
+def _refused(call: Any) -> bool:
+    try:
+        call()
+    except grpc.RpcError as exc:
+        return exc.code() is grpc.StatusCode.UNAUTHENTICATED  # type: ignore[no-any-return]
+    return False
