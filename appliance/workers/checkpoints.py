@@ -17,7 +17,6 @@ over the final name, so a process killed mid-write never leaves a torn checkpoin
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import zipfile
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 
 from appliance.workers.models.model import Tensors
 from appliance.workers.models.optimizers import OptimizerState
+from appliance.workers.safe_files import write_whole
 
 FORMAT = "wafer-appliance-checkpoint/1"
 _NAME = re.compile(r"^checkpoint_(\d+)\.npz$")
@@ -68,8 +68,7 @@ def split_layer_state(tensors: Tensors) -> tuple[Tensors, OptimizerState]:
 
 
 def write_checkpoint(model_dir: Path, checkpoint: Checkpoint) -> Path:
-    """Write atomically; returns the final path."""
-    model_dir.mkdir(parents=True, exist_ok=True)
+    """Write atomically and durably, never through a link; returns the final path."""
     arrays: dict[str, Any] = {
         "format": np.array(FORMAT),
         "step": np.array(checkpoint.step, dtype=np.int64),
@@ -84,17 +83,7 @@ def write_checkpoint(model_dir: Path, checkpoint: Checkpoint) -> Path:
             for name, array in tensors.items():
                 arrays[f"optimizer/{layer}/{slot}/{name}"] = array
     final = checkpoint_path(model_dir, checkpoint.step)
-    temporary = model_dir / f".{final.name}.{os.getpid()}.tmp"
-    with temporary.open("wb") as file:
-        np.savez(file, **arrays)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, final)
-    directory = os.open(model_dir, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    write_whole(final, lambda file: np.savez(file, **arrays), durable=True)
     return final
 
 

@@ -14,20 +14,21 @@ from typing import Any
 
 from tensorboardX import SummaryWriter  # type: ignore[import-untyped]
 
+from appliance.workers.safe_files import open_append, write_whole
+
 
 class SummaryLog:
     """Appends scalars to the event file and metrics.jsonl of one model directory."""
 
     def __init__(self, model_dir: Path) -> None:
-        model_dir.mkdir(parents=True, exist_ok=True)
         self.model_dir = model_dir
+        self._lines = open_append(model_dir / "metrics.jsonl")  # checks the directory first
         self._events = SummaryWriter(logdir=str(model_dir), flush_secs=5)
-        self._lines = (model_dir / "metrics.jsonl").open("a", encoding="utf-8")
 
     def record(self, step: int, scalars: dict[str, float]) -> None:
         for tag, value in scalars.items():
             self._events.add_scalar(tag, value, step)
-        self._lines.write(json.dumps({"step": step, **scalars}) + "\n")
+        self._lines.write((json.dumps({"step": step, **scalars}) + "\n").encode())
         self._lines.flush()
 
     def close(self) -> None:
@@ -37,5 +38,5 @@ class SummaryLog:
 
 def write_final_metrics(model_dir: Path, metrics: dict[str, Any]) -> None:
     """metrics.json: the job's final step, loss and evaluation results."""
-    model_dir.mkdir(parents=True, exist_ok=True)
-    (model_dir / "metrics.json").write_text(json.dumps(metrics, sort_keys=True) + "\n")
+    text = json.dumps(metrics, sort_keys=True) + "\n"
+    write_whole(model_dir / "metrics.json", lambda file: file.write(text.encode()))

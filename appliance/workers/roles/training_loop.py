@@ -28,6 +28,7 @@ from appliance._proto.v1 import common_pb2
 from appliance.workers import checkpoints
 from appliance.workers.control import ControlPlane
 from appliance.workers.models import optimizers
+from appliance.workers.safe_files import write_whole
 from appliance.workers.summaries import SummaryLog, write_final_metrics
 from appliance.workers.topology import JobLayout
 from appliance.workers.transport.peer_calls import PeerCalls
@@ -189,8 +190,5 @@ class TrainingLoop:
 
 
 def _write_weights(path: Path, weights: dict[str, Any]) -> None:
-    """weights.npz (`<tensor>_<layer>` keys), replaced atomically."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    with temporary.open("wb") as file:
-        np.savez(file, **weights)
-    temporary.replace(path)
+    """weights.npz (`<tensor>_<layer>` keys), replaced atomically, never through a link."""
+    write_whole(path, lambda file: np.savez(file, **weights))

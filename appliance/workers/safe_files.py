@@ -1,0 +1,72 @@
+"""Writing into a model directory without following links someone else planted.
+
+A model directory is shared with its owner, who may put anything in it: a symbolic link named
+`metrics.json` made a job overwrite a root-owned 0600 file, and `metrics.jsonl` was appended
+the same way. So every file a replica writes there is made through a descriptor of the
+directory (itself refused if it is a link): whole files are written under a fresh name (created
+with O_EXCL|O_NOFOLLOW) and renamed over the old one, which replaces a link rather than writing
+through it; files appended to are opened with O_NOFOLLOW and must have a single link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePath(OSError):
+    """A path a replica will not write through; says which and why."""
+
+
+@contextlib.contextmanager
+def directory(path: Path) -> Iterator[int]:
+    """A descriptor of `path` (created if missing), refused if `path` itself is a link."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UnsafePath(f"{path} is not a directory a job may write in: {exc.strerror}") from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def write_whole(path: Path, write: Callable[[BinaryIO], object], *, durable: bool = False) -> None:
+    """Replace `path` with what `write` writes to a new file beside it."""
+    with directory(path.parent) as folder:
+        partial = f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(partial, _NEW, 0o644, dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                write(file)
+                if durable:
+                    file.flush()
+                    os.fsync(file.fileno())
+            os.replace(partial, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial, dir_fd=folder)
+            raise
+        if durable:
+            os.fsync(folder)
+
+
+def open_append(path: Path) -> BinaryIO:
+    """`path` opened for appending, created if missing; never through a link."""
+    with directory(path.parent) as folder:
+        try:
+            fd = os.open(path.name, _APPEND, 0o644, dir_fd=folder)
+        except OSError as exc:
+            raise UnsafePath(f"{path} cannot be appended to: {exc.strerror}") from None
+    if os.fstat(fd).st_nlink != 1:
+        os.close(fd)
+        raise UnsafePath(f"{path} has other hard links; a job appends only to its own files")
+    return os.fdopen(fd, "ab")
