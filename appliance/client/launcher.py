@@ -164,10 +164,12 @@ def _compile(
     except ApplianceError as exc:
         return _error(exc.message, EXIT_FAILED)
     mib = 1 << 20
-    print(f"model {report.model}: {len(report.units)} streamed layers", file=out)
+    print(f"model {report.model}: {report.unit_count} streamed layers", file=out)
     for unit in report.units:
         tensors = ", ".join(f"{n}{list(s)}" for n, s in unit.tensors)
         print(f"  layer {unit.index}: {unit.parameters} parameters ({tensors})", file=out)
+    if report.unit_count > len(report.units):
+        print(f"  ... and {report.unit_count - len(report.units)} more layers", file=out)
     print(
         f"parameters {report.parameter_bytes / mib:.2f} MiB; MemoryX holds "
         f"{report.memory_bytes / mib:.2f} MiB with optimizer state",

@@ -1,9 +1,11 @@
 """Compile (validate-only) mode: what a job would stream, without reserving anything.
 
-The report lists the streamed units (layers) with their tensors, the parameter and MemoryX
-bytes, the replica plan, and the bytes one training step moves between roles: MemoryX sends
-each SwarmX the weights once, each SwarmX broadcasts them to its CS-2s, the CS-2s send their
-gradients back up the same way (the minimum for weight streaming with data parallelism).
+The report lists the streamed units (layers) with their tensors (the first MAX_LISTED_UNITS of
+them: a 500,000-layer file made a 16 MB report no client accepts; the totals count them all),
+the parameter and MemoryX bytes, the replica plan, and the bytes one training step moves
+between roles: MemoryX sends each SwarmX the weights once, each SwarmX broadcasts them to its
+CS-2s, the CS-2s send their gradients back up the same way (the minimum for weight streaming
+with data parallelism).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from appliance.domain.model_shapes import BYTES_PER_PARAM, memory_bytes, unit_sh
 from appliance.domain.params import parse_params
 from appliance.domain.plan import ReplicaPlan, Role, plan_replicas
 from appliance.domain.spec import JobSpec
+
+MAX_LISTED_UNITS = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +41,7 @@ class CompileReport:
     bytes_swarmx_to_cs2: int
     bytes_cs2_to_swarmx: int
     bytes_swarmx_to_memoryx: int
+    unit_count: int = 0  # every streamed unit; `units` lists the first MAX_LISTED_UNITS
 
     @property
     def bytes_per_step(self) -> int:
@@ -60,10 +65,12 @@ def compile_job(spec: JobSpec, pool: Sequence[Node]) -> CompileReport:
         for i, shapes in enumerate(unit_shapes(params))
     )
     weights = sum(u.parameters for u in units) * BYTES_PER_PARAM
+    listed = units[:MAX_LISTED_UNITS]
     swarmx = plan.group(Role.SWARMX).count
     return CompileReport(
         model=str(spec.params["model"].get("name", "fc_mnist")),
-        units=units,
+        units=listed,
+        unit_count=len(units),
         parameter_bytes=weights,
         memory_bytes=memory_bytes(spec.params),
         plan=plan,

@@ -246,6 +246,7 @@ def compile_report_to_pb(report: CompileReport) -> cluster_pb2.CompileReport:
         bytes_cs2_to_swarmx=report.bytes_cs2_to_swarmx,
         bytes_swarmx_to_memoryx=report.bytes_swarmx_to_memoryx,
         bytes_per_step=report.bytes_per_step,
+        unit_count=report.unit_count,
     )
 
 
@@ -270,4 +271,5 @@ def compile_report_from_pb(msg: cluster_pb2.CompileReport) -> CompileReport:
         bytes_swarmx_to_cs2=msg.bytes_swarmx_to_cs2,
         bytes_cs2_to_swarmx=msg.bytes_cs2_to_swarmx,
         bytes_swarmx_to_memoryx=msg.bytes_swarmx_to_memoryx,
+        unit_count=msg.unit_count or len(msg.units),
     )

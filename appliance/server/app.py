@@ -134,6 +134,7 @@ class Coordinator:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.backend.close()
+        self.jobs.close()
         self.executor.shutdown(wait=True)
         if self.reader is not None:
             self.reader.shutdown(wait=True)

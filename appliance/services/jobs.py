@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from appliance.domain.auth import Principal, check_may_act_on, check_may_use_priority
 from appliance.domain.compile import CompileReport, compile_job
@@ -21,6 +21,7 @@ from appliance.domain.spec import (
     Mode,
     Priority,
     validate_labels,
+    validate_spec,
     validate_text,
     validate_user,
 )
@@ -29,6 +30,7 @@ from appliance.services.cancels import CancelBatcher, CancelRequest
 from appliance.services.context import Context
 from appliance.services.job_views import JobViewCache
 from appliance.services.listing import JobListing
+from appliance.services.offload import Offload
 from appliance.store.jobs import NewJob
 
 MAX_LEASE_SECONDS = 86_400.0
@@ -42,6 +44,7 @@ class JobService:
         self._batcher = SubmitBatcher(ctx)
         self._cancels = CancelBatcher(ctx)
         self._views = JobViewCache()
+        self._offload = Offload()
         # Resolved once: a new job's directory does not exist yet, so resolving its parent is
         # the same as resolving it, without a filesystem walk on every submit.
         self._model_dirs = (ctx.settings.data_dir / "model_dirs").resolve()
@@ -75,7 +78,8 @@ class JobService:
                 f"lease_seconds must be between 0 (detached) and {MAX_LEASE_SECONDS:.0f}",
                 field="lease_seconds",
             )
-        plan = plan_replicas(spec, await self._pool())
+        size = len(spec.params_yaml)
+        plan = await self._offload.run(size, "params", plan_replicas, spec, await self._pool())
         job_id = new_job_id()
         if not spec.model_dir:
             spec = dataclasses.replace(spec, model_dir=str(self._model_dirs / job_id))
@@ -86,9 +90,20 @@ class JobService:
         self.ctx.bus.wake_scheduler()
         return job
 
+    async def validate(self, **fields: Any) -> JobSpec:
+        """validate_spec(**fields), off the event loop when the params are large
+        (services/offload.py); raises InvalidSpec naming the field."""
+        size = len(fields.get("params_yaml", ""))
+        return await self._offload.run(size, "params", validate_spec, **fields)
+
+    def close(self) -> None:
+        """Stop the checker processes (the coordinator is stopping)."""
+        self._offload.close()
+
     async def compile(self, spec: JobSpec) -> CompileReport:
         """Compile (validate-only) mode: the job's streaming plan, nothing stored or reserved."""
-        return compile_job(spec, await self._pool())
+        size = len(spec.params_yaml)
+        return await self._offload.run(size, "params", compile_job, spec, await self._pool())
 
     async def _pool(self) -> list[Node]:
         """The pool's shape, cached in the store: no trip to the store thread on the hot path."""

@@ -921,6 +921,7 @@ class CompileReport(_message.Message):
     BYTES_CS2_TO_SWARMX_FIELD_NUMBER: _builtins.int
     BYTES_SWARMX_TO_MEMORYX_FIELD_NUMBER: _builtins.int
     BYTES_PER_STEP_FIELD_NUMBER: _builtins.int
+    UNIT_COUNT_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     parameter_bytes: _builtins.int
     memory_bytes: _builtins.int
@@ -930,6 +931,8 @@ class CompileReport(_message.Message):
     bytes_cs2_to_swarmx: _builtins.int
     bytes_swarmx_to_memoryx: _builtins.int
     bytes_per_step: _builtins.int
+    unit_count: _builtins.int
+    """Every streamed unit; `units` lists the first 1000 of them."""
     @_builtins.property
     def units(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedUnit]: ...
     @_builtins.property
@@ -947,10 +950,11 @@ class CompileReport(_message.Message):
         bytes_cs2_to_swarmx: _builtins.int = ...,
         bytes_swarmx_to_memoryx: _builtins.int = ...,
         bytes_per_step: _builtins.int = ...,
+        unit_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_cs2_to_swarmx", b"bytes_cs2_to_swarmx", "bytes_memoryx_to_swarmx", b"bytes_memoryx_to_swarmx", "bytes_per_step", b"bytes_per_step", "bytes_swarmx_to_cs2", b"bytes_swarmx_to_cs2", "bytes_swarmx_to_memoryx", b"bytes_swarmx_to_memoryx", "memory_bytes", b"memory_bytes", "model", b"model", "parameter_bytes", b"parameter_bytes", "replicas", b"replicas", "units", b"units"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_cs2_to_swarmx", b"bytes_cs2_to_swarmx", "bytes_memoryx_to_swarmx", b"bytes_memoryx_to_swarmx", "bytes_per_step", b"bytes_per_step", "bytes_swarmx_to_cs2", b"bytes_swarmx_to_cs2", "bytes_swarmx_to_memoryx", b"bytes_swarmx_to_memoryx", "memory_bytes", b"memory_bytes", "model", b"model", "parameter_bytes", b"parameter_bytes", "replicas", b"replicas", "unit_count", b"unit_count", "units", b"units"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import appliance
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.listing import JobQuery
-from appliance.domain.spec import JobSpec, Mode, Priority, validate_labels, validate_spec
+from appliance.domain.spec import Mode, Priority, validate_labels
 from appliance.protocol import convert
 from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
@@ -33,7 +34,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> cluster_pb2.Job:
         by = caller()
         job = await self.jobs.submit(
-            spec_from_request(request.spec),
+            await self.jobs.validate(**spec_fields(request.spec)),
             request.user or ANONYMOUS_USER,
             lease_seconds=request.lease_seconds,
             lease_holder=request.lease_holder,
@@ -151,27 +152,29 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def CompileJob(
         self, request: cluster_pb2.CompileJobRequest, context: Ctx
     ) -> cluster_pb2.CompileReport:
-        report = await self.jobs.compile(spec_from_request(request.spec))
+        spec = await self.jobs.validate(**spec_fields(request.spec))
+        report = await self.jobs.compile(spec)
         return convert.compile_report_to_pb(report)
 
 
-def spec_from_request(msg: cluster_pb2.JobSpec) -> JobSpec:
-    """Validate a submitted spec; enum zero means the default, unknown numbers are errors."""
+def spec_fields(msg: cluster_pb2.JobSpec) -> dict[str, Any]:
+    """The fields of a submitted spec for validate_spec; enum zero means the default, unknown
+    numbers are errors."""
     mode = convert.mode_from_pb(msg.mode) if msg.mode else Mode.TRAIN
     if mode is None:
         raise InvalidSpec(f"mode {msg.mode} is not a known mode", field="mode")
     priority = convert.priority_from_pb(msg.priority) if msg.priority else Priority.P2
     if priority is None:
         raise InvalidSpec(f"priority {msg.priority} is not one of P0-P3", field="priority")
-    return validate_spec(
-        params_yaml=msg.params_yaml,
-        num_csx=msg.num_csx,
-        num_steps=msg.num_steps,
-        mode=mode,
-        labels=dict(msg.labels),
-        priority=priority,
-        model_dir=msg.model_dir,
-    )
+    return {
+        "params_yaml": msg.params_yaml,
+        "num_csx": msg.num_csx,
+        "num_steps": msg.num_steps,
+        "mode": mode,
+        "labels": dict(msg.labels),
+        "priority": priority,
+        "model_dir": msg.model_dir,
+    }
 
 
 def query_from_request(msg: cluster_pb2.ListJobsRequest, by: Principal | None = None) -> JobQuery:

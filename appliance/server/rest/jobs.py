@@ -48,7 +48,8 @@ def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency
     async def submit_job(body: JobSubmitIn, by: Principal | None = authenticated) -> Response:
         """Submit a wsjob. It is validated like every other door (a request that can never fit
         the cluster is rejected, naming the field) and persisted QUEUED."""
-        job = await jobs.submit(body.to_spec(), ANONYMOUS_USER, by=by)
+        spec = await jobs.validate(**body.spec_fields())
+        job = await jobs.submit(spec, ANONYMOUS_USER, by=by)
         metrics.submitted.inc()
         return _json(job_out(job), 201, {"Location": f"/api/v1/jobs/{job.id}"})
 

@@ -22,7 +22,7 @@ from appliance.domain.job import (
     ReplicaPhase,
 )
 from appliance.domain.phases import Phase
-from appliance.domain.spec import MAX_STEPS, JobSpec, Mode, Priority, validate_spec
+from appliance.domain.spec import MAX_STEPS, Mode, Priority
 
 StrictInt = Annotated[int, Field(strict=True)]
 
@@ -60,20 +60,20 @@ class JobSubmitIn(BaseModel):
         default="", description="Where checkpoints and summaries go; empty = under the data dir."
     )
 
-    def to_spec(self) -> JobSpec:
-        """Validate with the same rules as every other door (appliance.domain.spec)."""
+    def spec_fields(self) -> dict[str, Any]:
+        """The fields for validate_spec: the same rules as every other door."""
         params = self.params
         if not isinstance(params, str):
             params = yaml.safe_dump(params, sort_keys=False) if params else ""
-        return validate_spec(
-            params_yaml=params,
-            num_csx=self.num_csx,
-            num_steps=self.num_steps,
-            mode=self.mode,
-            labels=self.labels,
-            priority=Priority[self.priority.name],
-            model_dir=self.model_dir,
-        )
+        return {
+            "params_yaml": params,
+            "num_csx": self.num_csx,
+            "num_steps": self.num_steps,
+            "mode": self.mode,
+            "labels": self.labels,
+            "priority": Priority[self.priority.name],
+            "model_dir": self.model_dir,
+        }
 
 
 class CancelIn(BaseModel):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from appliance.client import ApplianceClient
+from appliance.domain.compile import MAX_LISTED_UNITS
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.plan import Role
 from tests.integration.coordinator.harness import RunningCoordinator
@@ -55,3 +56,13 @@ def test_launcher_compile_mode_prints_the_report(coordinator: RunningCoordinator
     assert result.stdout.startswith("model gpt2: ")
     assert "replicas: chief x1, cs2 x4" in result.stdout
     assert "bytes per step:" in result.stdout
+
+
+def test_a_very_deep_model_reports_its_first_layers_and_counts_them_all(
+    client: ApplianceClient,
+) -> None:
+    params = {"model": {"name": "fc_mnist", "hidden_sizes": [2] * 1500}}
+    report = client.compile(params, num_csx=1)
+    assert (report.unit_count, len(report.units)) == (1501, MAX_LISTED_UNITS)
+    parameters = 784 * 2 + 2 + 1499 * (2 * 2 + 2) + 2 * 10 + 10
+    assert report.parameter_bytes == 4 * parameters  # every layer counted, not only listed
