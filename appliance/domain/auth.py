@@ -3,7 +3,9 @@
 Authentication is off by default (the embedded default stays one command): every caller is then
 an admin acting as the user it names. With tokens configured, a caller is the user its token
 maps to; a user may cancel, relabel or re-prioritise only jobs of their own groups (or their
-own jobs); admins may act on any job; P0 is admin-only.
+own jobs); admins may act on any job; P0 is admin-only. The same people see a job's details
+(its params, its replicas' addresses, pids and log tails, its logs); everyone else sees what
+the list view shows, as the real csctl gives everyone.
 """
 
 from __future__ import annotations
@@ -34,11 +36,18 @@ class Principal:
     admin: bool = False
 
 
+def may_act_on(principal: Principal | None, owner: str, owner_groups: Sequence[str]) -> bool:
+    """Whether `principal` (None: authentication is off) may act on and see into a job."""
+    if principal is None or principal.admin or principal.user == owner:
+        return True
+    return bool(set(principal.groups) & set(owner_groups))
+
+
 def check_may_act_on(
     principal: Principal, owner: str, owner_groups: Sequence[str], what: str
 ) -> None:
     """Raise PermissionDenied unless `principal` may `what` a job of `owner`."""
-    if principal.admin or principal.user == owner or set(principal.groups) & set(owner_groups):
+    if may_act_on(principal, owner, owner_groups):
         return
     raise PermissionDenied(
         f"{principal.user} may not {what} a job of {owner}: only its owner, members of "

@@ -89,3 +89,11 @@ class JobEvent:
     to_phase: Phase | None = None
     reason: str = ""
     progress: Progress | None = None
+
+
+def without_details(job: Job) -> Job:
+    """What anyone may see of `job`: no params, and no replica's address, pid or log tail
+    (what would let them reach its replicas or read its data)."""
+    replicas = tuple(dataclasses.replace(r, address="", pid=0, log_tail="") for r in job.replicas)
+    spec = dataclasses.replace(job.spec, params_yaml="")
+    return dataclasses.replace(job, spec=spec, replicas=replicas)

@@ -6,12 +6,17 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from appliance.domain.auth import Principal, check_may_act_on, check_may_use_priority
+from appliance.domain.auth import (
+    Principal,
+    check_may_act_on,
+    check_may_use_priority,
+    may_act_on,
+)
 from appliance.domain.compile import CompileReport, compile_job
 from appliance.domain.errors import InvalidSpec, job_not_found
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import Node, NodeUsage
-from appliance.domain.job import Job, JobEvent
+from appliance.domain.job import Job, JobEvent, without_details
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import (
@@ -112,18 +117,21 @@ class JobService:
             pool = await self.ctx.db(self.ctx.store.pool)
         return pool
 
-    async def get(self, job_id: str) -> Job:
-        """The job's full view. A cached view is reused while the job's version is unchanged
-        (one small read instead of the row, its replicas and their conversion)."""
+    async def get(self, job_id: str, *, by: Principal | None = None) -> Job:
+        """The job's full view, or without its details (params, replicas' addresses, pids and
+        log tails) for a caller who may not act on it. A cached view is reused while the job's
+        version is unchanged (one small read instead of the row, its replicas and their
+        conversion)."""
         check_job_id(job_id)
         store = self.ctx.store
         version, position = await self.ctx.read(store.job_version, job_id)
         cached = self._views.get(job_id, version, position)
         if cached is not None:
-            return cached
-        job, version = await self.ctx.read(store.get_job_version, job_id)
-        self._views.put(job_id, version, job)
-        return job
+            job = cached
+        else:
+            job, version = await self.ctx.read(store.get_job_version, job_id)
+            self._views.put(job_id, version, job)
+        return job if may_act_on(by, job.user, job.groups) else without_details(job)
 
     def listing(self, render: Callable[[Job], T], max_cached: int) -> JobListing[T]:
         """The list use case for a door that sends summaries rendered by `render`."""

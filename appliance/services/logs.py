@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from appliance.backends.base import Backend
-from appliance.domain.errors import NotFound
+from appliance.domain.auth import Principal, check_may_act_on
+from appliance.domain.errors import NotFound, job_not_found
 from appliance.services.context import Context
 
 FOLLOW_POLL_SECONDS = 0.25
@@ -18,13 +19,18 @@ class LogService:
         self.backend = backend
 
     async def read(
-        self, job_id: str, replica: str = "", follow: bool = False
+        self, job_id: str, replica: str = "", follow: bool = False, *, by: Principal | None = None
     ) -> AsyncIterator[tuple[str, list[str]]]:
         """(replica, lines) chunks of one replica's log, or of every replica's in turn.
 
         With `follow`, keeps reading new lines (like `tail -f`) until the job is terminal, then
         returns what is left.
         """
+        if by is not None:
+            found = await self.ctx.read(self.ctx.store.job_summaries, [job_id])
+            if not found:
+                raise job_not_found(job_id)
+            check_may_act_on(by, found[0].user, found[0].groups, "read the logs of")
         names = await self._replica_names(job_id)
         if replica and replica not in names:
             known = ", ".join(names) or "none yet"

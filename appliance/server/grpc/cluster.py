@@ -44,7 +44,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
 
     @unary
     async def GetJob(self, request: cluster_pb2.GetJobRequest, context: Ctx) -> cluster_pb2.Job:
-        return convert.job_to_pb(await self.jobs.get(request.job_id))
+        return convert.job_to_pb(await self.jobs.get(request.job_id, by=caller()))
 
     @unary
     async def ListJobs(
@@ -144,7 +144,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> AsyncIterator[cluster_pb2.LogChunk]:
         check_job_id(request.job_id)
         async for replica, lines in self.logs.read(
-            request.job_id, request.replica, request.follow
+            request.job_id, request.replica, request.follow, by=caller()
         ):
             yield cluster_pb2.LogChunk(replica=replica, lines=lines)
 

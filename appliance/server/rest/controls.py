@@ -86,7 +86,7 @@ def controls_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
             job = await jobs.set_priority(job_id, Priority[body.priority.name], by=by)
         if body.labels is not None:
             job = await jobs.update_labels(job_id, body.labels.set, body.labels.remove, by=by)
-        return job_out(job or await jobs.get(job_id))
+        return job_out(job or await jobs.get(job_id, by=by))
 
     @router.post("/jobs/{job_id}/heartbeat", response_model=HeartbeatOut)
     async def heartbeat(

@@ -90,7 +90,7 @@ def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency
     @router.get("/jobs/{job_id}", response_model=JobOut)
     async def get_job(job_id: JobId, by: Principal | None = authenticated) -> Response:
         """A job's full status: spec with params, phase and reasons, progress, replicas."""
-        return _json(job_out(await jobs.get(job_id)))
+        return _json(job_out(await jobs.get(job_id, by=by)))
 
     @router.post("/jobs/{job_id}/cancel", response_model=CancelOut)
     async def cancel_job(

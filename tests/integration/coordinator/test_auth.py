@@ -174,3 +174,25 @@ def _refused(call: Any) -> bool:
     except grpc.RpcError as exc:
         return exc.code() is grpc.StatusCode.UNAUTHENTICATED  # type: ignore[no-any-return]
     return False
+
+
+def test_another_groups_job_shows_no_params_and_its_logs_are_refused(
+    callers: dict[str, Caller],
+) -> None:
+    job = callers["alice"].submit()
+    mine = callers["carol"].stub.GetJob(
+        pb.GetJobRequest(job_id=job.id), metadata=callers["carol"].metadata
+    )
+    theirs = callers["bob"].stub.GetJob(
+        pb.GetJobRequest(job_id=job.id), metadata=callers["bob"].metadata
+    )
+    assert mine.spec.params_yaml == PARAMS and theirs.spec.params_yaml == ""
+    assert (theirs.id, theirs.user, theirs.phase) == (job.id, "alice", mine.phase)
+
+    def logs(name: str) -> object:
+        request = pb.GetJobLogsRequest(job_id=job.id)
+        return list(callers[name].stub.GetJobLogs(request, metadata=callers[name].metadata))
+
+    assert logs("carol") == []  # queued: no replicas, nothing to read yet
+    assert _code(lambda: logs("bob")) is grpc.StatusCode.PERMISSION_DENIED
+    callers["alice"].cancel(job.id)

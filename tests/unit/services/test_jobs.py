@@ -11,6 +11,7 @@ from appliance.domain.auth import Principal
 from appliance.domain.errors import InvalidSpec, PermissionDenied
 from appliance.domain.phases import Phase
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_spec
+from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
 from appliance.services.jobs import MAX_LEASE_SECONDS, JobService
 from tests.unit.harness import PARAMS
@@ -139,3 +140,27 @@ async def test_a_cancel_reason_is_one_bounded_line_of_text(
     assert holder.value.field == "holder"
     cancelled, _, _ = await jobs.cancel(job.id, "  " + "y" * 1024 + "  ")
     assert cancelled.phase is Phase.CANCELLED
+
+
+async def test_only_those_who_may_act_on_a_job_see_its_details(
+    ctx: Context, jobs: JobService
+) -> None:
+    job = await jobs.submit(SPEC, "", by=ALICE)
+    await SchedulerLoop(ctx).run_once()
+    [replica, *_] = ctx.store.replicas(job.id)
+    ctx.store.update_replica(job.id, replica.name, address="10.1.2.3:4567", pid=4242)
+    ctx.store.update_replica(job.id, replica.name, exit_code=1, log_tail="loss 0.1 secret")
+
+    for who in (ALICE, CAROL, ROOT, None):  # owner, group, admin, authentication off
+        seen = await jobs.get(job.id, by=who)
+        assert seen.spec.params_yaml == PARAMS
+        assert {r.name: (r.address, r.pid, r.log_tail) for r in seen.replicas}[replica.name] == (
+            "10.1.2.3:4567",
+            4242,
+            "loss 0.1 secret",
+        )
+    other = await jobs.get(job.id, by=BOB)
+    assert other.spec.params_yaml == "" and other.phase is Phase.SCHEDULED
+    assert all((r.address, r.pid, r.log_tail) == ("", 0, "") for r in other.replicas)
+    assert [r.name for r in other.replicas] == [r.name for r in seen.replicas]
+    assert (await jobs.get(job.id, by=ALICE)).spec.params_yaml == PARAMS  # the cache is whole
