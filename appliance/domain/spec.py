@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
+import yaml
+
 from appliance.domain.bounded_yaml import load_bounded
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import parse_params
@@ -77,7 +79,7 @@ class JobSpec:
 
 def validate_spec(
     *,
-    params_yaml: str,
+    params_yaml: str | Mapping[str, Any],
     num_csx: int,
     num_steps: int,
     mode: str | Mode = Mode.TRAIN,
@@ -85,7 +87,12 @@ def validate_spec(
     priority: Priority = Priority.P2,
     model_dir: str = "",
 ) -> JobSpec:
-    """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field."""
+    """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
+
+    `params_yaml` is YAML text, or the mapping itself (a JSON door's object), written out as
+    YAML here: writing 1 MB of it takes seconds, which is the checker's work, not a door's."""
+    if not isinstance(params_yaml, str):
+        params_yaml = yaml.safe_dump(dict(params_yaml), sort_keys=False) if params_yaml else ""
     if isinstance(num_csx, bool) or not isinstance(num_csx, int) or num_csx <= 0:
         raise InvalidSpec(f"num_csx must be a positive integer, got {num_csx}", field="num_csx")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int):

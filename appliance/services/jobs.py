@@ -98,7 +98,8 @@ class JobService:
     async def validate(self, **fields: Any) -> JobSpec:
         """validate_spec(**fields), off the event loop when the params are large
         (services/offload.py); raises InvalidSpec naming the field."""
-        size = len(fields.get("params_yaml", ""))
+        params = fields.get("params_yaml", "")
+        size = len(params) if isinstance(params, str) else len(repr(params))  # about its YAML
         return await self._offload.run(size, "params", validate_spec, **fields)
 
     def close(self) -> None:

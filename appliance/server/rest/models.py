@@ -9,7 +9,6 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.domain.job import (
@@ -62,11 +61,8 @@ class JobSubmitIn(BaseModel):
 
     def spec_fields(self) -> dict[str, Any]:
         """The fields for validate_spec: the same rules as every other door."""
-        params = self.params
-        if not isinstance(params, str):
-            params = yaml.safe_dump(params, sort_keys=False) if params else ""
         return {
-            "params_yaml": params,
+            "params_yaml": self.params,
             "num_csx": self.num_csx,
             "num_steps": self.num_steps,
             "mode": self.mode,

@@ -144,3 +144,15 @@ def test_bad_user_names_are_rejected(user: str) -> None:
 @pytest.mark.parametrize("user", ["alice", "a.b-c_d@example.com", "_svc", "a" * 253])
 def test_good_user_names_are_kept(user: str) -> None:
     assert validate_user(user) == user
+
+
+def test_params_given_as_a_mapping_are_written_out_as_yaml() -> None:
+    mapping = {"model": {"name": "fc_mnist", "hidden_sizes": [4, 2]}, "optimizer": None}
+    from_mapping = validate_spec(params_yaml=mapping, num_csx=1, num_steps=10)
+    assert from_mapping.params == mapping
+    assert from_mapping == validate_spec(
+        params_yaml=from_mapping.params_yaml, num_csx=1, num_steps=10
+    )
+    with pytest.raises(InvalidSpec, match="params is empty") as empty:
+        validate_spec(params_yaml={}, num_csx=1, num_steps=10)
+    assert empty.value.field == "params"
