@@ -96,6 +96,11 @@ class Settings(BaseSettings):
         description="PersistentVolumeClaim (ReadWriteMany) mounted at <data_dir>/model_dirs in "
         "every replica pod, so checkpoints outlive the pods; empty = an emptyDir per pod.",
     )
+    kube_replica_memory_limit: str = Field(
+        default="4Gi",
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$",
+        description="Memory limit of every replica pod's container (a Kubernetes quantity).",
+    )
     kube_watch_timeout_seconds: int = Field(
         default=300,
         ge=1,
@@ -106,10 +111,24 @@ class Settings(BaseSettings):
         description="YAML naming the pool (systems/memoryx/swarmx name lists); it overrides "
         "the systems/memoryx_nodes/swarmx_nodes counts.",
     )
+    model_dirs_root: Path | None = Field(
+        default=None,
+        description="Where model dirs live: users/<user>/ and groups/<group>/ under it, made "
+        "by the coordinator; unset = <data_dir>/model_dirs.",
+    )
+    model_dirs_allowed: tuple[Path, ...] = Field(
+        default=(),
+        description="JSON list of directories outside the root where any user may put model "
+        'dirs and read checkpoints (with authentication on), e.g. ["/scratch/shared"].',
+    )
     auth_tokens_file: Path | None = Field(
         default=None,
         description="YAML file of hashed tokens (`appliance token create`); unset = auth off.",
     )
+
+    @property
+    def model_dirs(self) -> Path:
+        return self.model_dirs_root or self.data_dir / "model_dirs"
 
     @property
     def sqlalchemy_url(self) -> str:

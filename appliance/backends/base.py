@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Protocol
 
 from appliance.domain.job import Job, Replica
@@ -38,9 +38,10 @@ class ReplicaEvent:
 class Backend(Protocol):
     # HOST:PORT replicas dial; the coordinator sets it once its gRPC port is known.
     coordinator_address: str
-    # With authentication on, the token a job's replicas present to the coordinator (passed to
-    # them as APPLIANCE_REPLICA_TOKEN); None when authentication is off.
-    replica_token: Callable[[str], str] | None
+    # The secret part of the environment of a job's replicas, by job id: its data-plane token
+    # and, with authentication on, its replica token (server/replica_tokens.py). Kept out of
+    # command lines and pod specs: a Kubernetes backend puts it in a Secret.
+    replica_secrets: Callable[[str], Mapping[str, str]]
 
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
         """Start every replica of the job (idempotent for replicas already running)."""
@@ -68,3 +69,8 @@ class Backend(Protocol):
 
     async def close(self) -> None:
         """Stop watching; replicas keep running (a restarted coordinator adopts them)."""
+
+
+def no_secrets(job_id: str) -> Mapping[str, str]:
+    """Until the coordinator sets `replica_secrets`: replicas started with it refuse to run."""
+    return {}

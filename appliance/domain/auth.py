@@ -22,6 +22,9 @@ ANONYMOUS_USER = "anonymous"
 AUTH_METADATA_KEY = "authorization"
 # The environment variable that carries a job's replica token into each of its replicas.
 REPLICA_TOKEN_ENV = "APPLIANCE_REPLICA_TOKEN"
+# The environment variable that carries a job's data-plane token: every call between the
+# replicas of one job carries it, and a call without it is refused (authentication on or off).
+DATAPLANE_TOKEN_ENV = "APPLIANCE_DATAPLANE_TOKEN"
 
 
 def bearer_metadata(token: str) -> tuple[str, str]:

@@ -81,10 +81,12 @@ class Coordinator:
         self.backend = await make_backend(s)  # StartupError when it cannot be configured
         logs = LogService(self.ctx, self.backend)
         self.auth = Authenticator.from_file(s.auth_tokens_file)
-        # With authentication on, replicas present their job's token (replica_tokens.py).
-        tokens = ReplicaTokens.in_data_dir(s.data_dir) if self.auth.enabled else None
-        self.backend.replica_token = tokens.token_for if tokens is not None else None
-        self._grpc = grpc.aio.server(interceptors=[Authentication(self.auth, tokens)])
+        # Replicas present their job's token to us with authentication on, and its data-plane
+        # token to each other always (replica_tokens.py).
+        tokens = ReplicaTokens.in_data_dir(s.data_dir, control=self.auth.enabled)
+        self.backend.replica_secrets = tokens.environment
+        control_tokens = tokens if self.auth.enabled else None
+        self._grpc = grpc.aio.server(interceptors=[Authentication(self.auth, control_tokens)])
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
             ClusterServicer(self.jobs, logs), self._grpc
         )
@@ -166,8 +168,9 @@ async def make_backend(s: Settings) -> Backend:
             coordinator_address=s.coordinator_address,
             grace_seconds=s.cancel_grace_seconds,
             orphan_timeout=s.worker_orphan_timeout,
-            model_dirs=str((s.data_dir / "model_dirs").resolve()),
+            model_dirs=str(s.model_dirs.resolve()),
             model_dirs_claim=s.kube_model_dirs_claim,
+            memory_limit=s.kube_replica_memory_limit,
         )
         return KubernetesBackend(
             api,

@@ -2,6 +2,8 @@
 
 Options fall back to environment variables (APPLIANCE_JOB_ID, APPLIANCE_REPLICA,
 APPLIANCE_COORDINATOR, APPLIANCE_ORPHAN_TIMEOUT), which is how the Kubernetes backend passes them.
+The job's credentials come only from the environment (APPLIANCE_DATAPLANE_TOKEN, and
+APPLIANCE_REPLICA_TOKEN with authentication on): a command line is readable by every local user.
 """
 
 from __future__ import annotations
@@ -32,18 +34,21 @@ def build_role(options: WorkerOptions) -> ReplicaRole:
             param_hint="--replica",
         )
     index = int(match.group(2))
+    from appliance.workers.transport.channels import PeerChannels
+
+    channels = PeerChannels(options.dataplane_token)
     from appliance.workers.roles.chief import ChiefRole
     from appliance.workers.roles.cs2 import CS2Role
     from appliance.workers.roles.memoryx import MemoryXRole
     from appliance.workers.roles.swarmx import SwarmXRole
 
     if options.role == "chief":
-        return ChiefRole(options.replica, options.step_timeout)
+        return ChiefRole(options.replica, options.step_timeout, channels)
     if options.role == "cs2":
-        return CS2Role(index, options.step_timeout)
+        return CS2Role(index, options.step_timeout, channels)
     if options.role == "memoryx":
         return MemoryXRole(index)
-    return SwarmXRole(index, options.step_timeout)
+    return SwarmXRole(index, options.step_timeout, channels)
 
 
 @click.command()
@@ -96,6 +101,12 @@ def main(
     pin_blas_threads(os.environ)
     from appliance.workers.allocator import keep_tensor_buffers
     from appliance.workers.runtime import WorkerOptions, run_replica
+    from appliance.workers.transport.job_credential import MissingCredential, dataplane_token
+
+    try:
+        token = dataplane_token(os.environ)
+    except MissingCredential as exc:
+        raise click.UsageError(str(exc)) from None
 
     limit_loaded_blas()  # NumPy is loaded by now
 
@@ -112,6 +123,7 @@ def main(
         coordinator=coordinator,
         orphan_timeout=orphan_timeout,
         step_timeout=step_timeout,
+        dataplane_token=token,
     )
     code = asyncio.run(run_replica(options, build_role(options)))
     if exit_file:

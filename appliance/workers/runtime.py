@@ -29,6 +29,7 @@ from appliance.workers.lifecycle import (
 )
 from appliance.workers.topology import JobLayout
 from appliance.workers.transport.channels import CHANNEL_OPTIONS
+from appliance.workers.transport.job_credential import DataPlaneAuthentication
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class WorkerOptions:
     job_id: str
     replica: str
     coordinator: str
+    # The job's data-plane credential: every call to this replica's server must carry it.
+    dataplane_token: str
     orphan_timeout: float = 60.0
     heartbeat_interval: float = 2.0
     # Deadline of one training step's data-plane calls; a dead peer fails the step, no hang.
@@ -72,7 +75,9 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole) -> int:
     loop.add_signal_handler(signal.SIGTERM, stop.request, EXIT_SIGTERM, "SIGTERM received")
     loop.add_signal_handler(signal.SIGINT, stop.request, EXIT_SIGTERM, "SIGINT received")
 
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    server = grpc.aio.server(
+        options=CHANNEL_OPTIONS, interceptors=[DataPlaneAuthentication(options.dataplane_token)]
+    )
     on_configure = None if options.role == "chief" else role.configure
     dataplane_pb2_grpc.add_ReplicaLifecycleServicer_to_server(
         LifecycleServicer(stop, on_configure), server

@@ -9,139 +9,34 @@ cannot be fetched is an error, not a skip.
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from appliance.config import Settings, read_inventory
 from appliance.domain.inventory import NodeKind
-from tests.kube.cluster import CannotRun
-from tests.kube.helm import fetch_helm, helm_env
+from tests.deploy.chart import (
+    CHART,
+    KUBERNETES_VERSIONS,
+    NAMESPACE,
+    RELEASE,
+    VALUES,
+    Helm,
+    Rendered,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "helm" / "appliance"
-LARGE_VALUES = CHART / "ci" / "values-postgres-auth-large.yaml"
-REQUIRE_ENV = "APPLIANCE_REQUIRE_HELM"
-# kubernetes-validate ships schemas per minor version; the real API server used later is 1.34.
-KUBERNETES_VERSIONS = ("1.33.0", "1.34.0")
-RELEASE, NAMESPACE = "appliance", "ml"
-
-VALUES = {"default": [], "postgres-auth-large": ["-f", str(LARGE_VALUES)]}
 ROLE_RULES = {
     "pods": {"create", "get", "list", "watch", "delete", "deletecollection"},
     "pods/log": {"get"},
     "services": {"create", "get", "list", "watch", "delete"},
     "configmaps": {"create", "get", "list", "watch", "delete", "update", "patch"},
+    "secrets": {"create", "get", "delete"},  # a job's credentials, never list or watch
+    "networking.k8s.io/networkpolicies": {"create", "get", "delete"},
     "events": {"create", "patch", "get", "list", "watch"},
 }
-
-Obj = dict[str, Any]
-
-
-@dataclasses.dataclass(frozen=True)
-class Helm:
-    """The fetched helm binary, isolated from the user's helm config and clusters."""
-
-    binary: Path
-    env: dict[str, str]
-
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.binary), *args], env=self.env, capture_output=True, text=True, timeout=60
-        )
-
-    def template(self, *args: str) -> str:
-        done = self.run("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-
-@dataclasses.dataclass(frozen=True)
-class Rendered:
-    text: str
-    objects: list[Obj]
-
-    def one(self, kind: str, suffix: str = "", *, name: str | None = None) -> Obj:
-        """The one object of this kind named `name`, or whose name ends with `suffix`."""
-        found = [o for o in self.objects if o["kind"] == kind]
-        found = [
-            o
-            for o in found
-            if o["metadata"]["name"] == name
-            or (name is None and o["metadata"]["name"].endswith(suffix))
-        ]
-        assert len(found) == 1, f"expected one {kind} {name or '*' + suffix}, got {len(found)}"
-        return found[0]
-
-    def kinds(self) -> list[str]:
-        return [o["kind"] for o in self.objects]
-
-    @property
-    def pod(self) -> Obj:
-        spec: Obj = self.one("Deployment")["spec"]["template"]["spec"]
-        return spec
-
-    @property
-    def container(self) -> Obj:
-        (container,) = self.pod["containers"]
-        return container
-
-    def env(self, secrets: dict[tuple[str, str], str]) -> dict[str, str]:
-        """The coordinator's environment as the kubelet would build it (env beats envFrom)."""
-        env: dict[str, str] = {}
-        for source in self.container.get("envFrom", []):
-            env.update(self.one("ConfigMap", name=source["configMapRef"]["name"])["data"])
-        for var in self.container.get("env", []):
-            if "value" in var:
-                env[var["name"]] = var["value"]
-            elif "secretKeyRef" in var["valueFrom"]:
-                ref = var["valueFrom"]["secretKeyRef"]
-                env[var["name"]] = secrets[(ref["name"], ref["key"])]
-            else:
-                assert var["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-                env[var["name"]] = NAMESPACE
-        return env
-
-    def volume(self, mount_path: str) -> Obj:
-        (mount,) = [m for m in self.container["volumeMounts"] if m["mountPath"] == mount_path]
-        (volume,) = [v for v in self.pod["volumes"] if v["name"] == mount["name"]]
-        return volume
-
-
-@pytest.fixture(scope="session")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    try:
-        bin_dir = fetch_helm()
-    except CannotRun as e:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but {e}", pytrace=False)
-        pytest.skip(str(e))
-    home = tmp_path_factory.mktemp("helm-home")
-    (home / "kubeconfig").write_text("")
-    return Helm(bin_dir / "helm", helm_env(home, home / "kubeconfig"))
-
-
-@pytest.fixture(scope="session")
-def rendered(helm: Helm) -> dict[str, Rendered]:
-    out = {}
-    for name, args in VALUES.items():
-        text = helm.template(*args)
-        out[name] = Rendered(text, [o for o in yaml.safe_load_all(text) if o])
-    return out
-
-
-@pytest.fixture
-def clean_environ(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for key in list(os.environ):
-        if key.startswith("APPLIANCE_"):
-            monkeypatch.delenv(key)
-    return monkeypatch
 
 
 @pytest.mark.parametrize("values", VALUES)
@@ -237,10 +132,10 @@ def test_role_is_namespaced_and_minimal(rendered: dict[str, Rendered], values: s
     assert "ClusterRole" not in r.kinds() and "ClusterRoleBinding" not in r.kinds()
     rules: dict[str, set[str]] = {}
     for rule in r.one("Role")["rules"]:
-        assert rule["apiGroups"] == [""]
+        (group,) = rule["apiGroups"]
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         for resource in rule["resources"]:
-            rules.setdefault(resource, set()).update(rule["verbs"])
+            rules.setdefault(f"{group}/{resource}".lstrip("/"), set()).update(rule["verbs"])
     assert rules == ROLE_RULES
     binding = r.one("RoleBinding")
     assert binding["roleRef"] == {
@@ -269,7 +164,10 @@ def test_default_store_is_sqlite_on_a_pvc(
     }
     env = r.env(secrets={})
     assert "APPLIANCE_DATABASE_URL" not in env
-    assert "APPLIANCE_AUTH_TOKENS_FILE" not in env
+    # Authentication is on by default, from the Secret the chart makes at install.
+    assert env["APPLIANCE_AUTH_TOKENS_FILE"] == "/etc/appliance/tokens.yaml"
+    sources = r.volume("/etc/appliance")["projected"]["sources"]
+    assert {"secret": {"name": "appliance-auth", "items": [_item("tokens.yaml")]}} in sources
 
 
 def test_postgres_from_a_secret_needs_no_pvc(rendered: dict[str, Rendered]) -> None:
@@ -410,7 +308,9 @@ def test_notes_say_how_to_connect(helm: Helm, values: str) -> None:
     )
     assert "csctl --server 127.0.0.1:50051 get jobs" in notes
     assert "app.kubernetes.io/name=appliance,appliance.io/job-id=" in notes
-    assert ("CSCTL_TOKEN" in notes) == (values == "postgres-auth-large")
+    assert "export CSCTL_TOKEN=" in notes
+    if values == "default":  # how to read the admin token the chart made
+        assert "get secret appliance-auth -o jsonpath='{.data.admin-token}'" in notes
 
 
 def _item(key: str) -> dict[str, str]:

@@ -27,11 +27,13 @@ import pytest
 import yaml
 
 from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
+from appliance.domain.auth import DATAPLANE_TOKEN_ENV
 from appliance.domain.params import parse_params
 from appliance.workers.models.reference import ReferenceTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_ID = "wsjob-testworkers01"
+DATAPLANE_TOKEN = "data-plane-token-of-" + JOB_ID
 
 
 class FakeReplicaControl(control_pb2_grpc.ReplicaControlServicer):
@@ -109,7 +111,7 @@ async def start_replica(
 ) -> asyncio.subprocess.Process:
     role = replica.rsplit("-", 1)[0]
     log = (log_dir / f"{replica}.log").open("wb")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), DATAPLANE_TOKEN_ENV: DATAPLANE_TOKEN}
     args = ["-m", "appliance.workers", role, "--job-id", JOB_ID, "--replica", replica]
     with log:
         return await asyncio.create_subprocess_exec(

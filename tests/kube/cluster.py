@@ -27,6 +27,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "deploy" / "kube-testenv" / "build.sh"
 ADMIN_TOKEN = "appliance-test-admin"
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 NAMESPACE = "appliance-test"
 
 
@@ -109,7 +113,10 @@ class KubeCluster:
         self._spawn("kube-apiserver", self._apiserver_argv)
         self.write_kubeconfig(self.kubeconfig, ADMIN_TOKEN, NAMESPACE)
         _wait_until(self._ready, "kube-apiserver /readyz", timeout=90)
-        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        # Pod Security "restricted" enforced: the API server's admission refuses any pod of the
+        # namespace (the chart's, the coordinator's replicas) that does not pass it.
+        namespace = {"name": NAMESPACE, "labels": RESTRICTED}
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": namespace})
         # No controller manager: make the default ServiceAccount the admission plugin expects.
         self.apply(
             {

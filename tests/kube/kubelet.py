@@ -2,9 +2,9 @@
 
 It registers fake nodes, binds unscheduled pods of its namespace to them round-robin (the
 kube-scheduler's job), and for every pod bound to one of its nodes it does what a kubelet
-does: runs the container's command as a local process with the pod's env (fieldRefs
-resolved; the pod IP is 127.0.0.1), writes the pod status back through the API (Running,
-then Succeeded/Failed with the exit code), serves the container log to the API server's
+does: runs the container's command as a local process with the pod's env (fieldRefs and
+envFrom Secrets resolved; the pod IP is 127.0.0.1), writes the pod status back through the API
+(Running, then Succeeded/Failed with the exit code), serves the container log to the API server's
 `pods/log` proxy over HTTPS, and on deletion sends SIGTERM, waits the grace period, SIGKILLs,
 then removes the pod. Images not in --image are "not pullable" (ErrImagePull).
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import datetime as dt
 import http.server
@@ -239,6 +240,8 @@ class Kubelet:
             await self.patch_status(pod, "Running", {"running": {"startedAt": now()}})
             return
         env = {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        for source in container.get("envFrom") or []:
+            env.update(await self.secret_env(meta["namespace"], source["secretRef"]["name"]))
         for item in container.get("env") or []:
             env[item["name"]] = self.env_value(pod, item)
         argv = [*(container.get("command") or []), *(container.get("args") or [])]
@@ -271,6 +274,13 @@ class Kubelet:
         # Also when the pod is being deleted: a kubelet reports how the container ended.
         await self.patch_status(pod, "Succeeded" if code == 0 else "Failed", state)
         self.reported[meta["uid"]].set()
+
+    async def secret_env(self, namespace: str, name: str) -> dict[str, str]:
+        """A Secret's keys as environment, as a kubelet reads it for envFrom."""
+        r = await self.http.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        r.raise_for_status()
+        data = r.json().get("data") or {}
+        return {key: base64.b64decode(value).decode() for key, value in data.items()}
 
     def env_value(self, pod: dict[str, Any], item: dict[str, Any]) -> str:
         if "value" in item:

@@ -20,11 +20,11 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from appliance.backends.base import ReplicaEvent, ReplicaEventKind
+from appliance.backends.base import ReplicaEvent, ReplicaEventKind, no_secrets
 from appliance.backends.kubernetes import manifests as m
 from appliance.backends.kubernetes.client import (
     KubeApi,
@@ -75,7 +75,7 @@ class KubernetesBackend:
         self._tasks: set[asyncio.Task[None]] = set()
         self._watching = False
         self._slots = asyncio.Semaphore(API_CONCURRENCY)
-        self.replica_token: Callable[[str], str] | None = None
+        self.replica_secrets: Callable[[str], Mapping[str, str]] = no_secrets
 
     @property
     def coordinator_address(self) -> str:
@@ -93,11 +93,16 @@ class KubernetesBackend:
         owner = await self.api.create("ConfigMap", m.config_map(job, self.api.namespace))
         uid = owner["metadata"]["uid"]
         await self.api.create("Service", m.headless_service(job.id, self.api.namespace, uid))
+        secrets = self.replica_secrets(job.id)
+        secret = m.credentials_secret(job.id, self.api.namespace, uid, secrets)
+        await self.api.create("Secret", secret)
+        await self.api.create(
+            "NetworkPolicy", m.peers_only_policy(job.id, self.api.namespace, uid)
+        )
 
         async def create(replica: Replica) -> None:
             async with self._slots:
-                token = self.replica_token(job.id) if self.replica_token is not None else None
-                pod = m.replica_pod(job.id, replica, self.template, uid, token)
+                pod = m.replica_pod(job.id, replica, self.template, uid)
                 await self.api.create("Pod", pod)
 
         missing = [r for r in replicas if m.pod_name(job.id, r.name) not in self._views]
@@ -127,6 +132,9 @@ class KubernetesBackend:
             else:
                 await self.api.delete_collection("Pod", m.selector_of_job(job_id), grace)
             await self.api.delete("Service", m.service_name(job_id))
+            # Failed pods kept for `kubectl logs` have ended: they need no credentials.
+            await self.api.delete("Secret", m.secret_name(job_id))
+            await self.api.delete("NetworkPolicy", m.network_policy_name(job_id))
             if not keep:
                 await self.api.delete("ConfigMap", m.config_map_name(job_id))
 

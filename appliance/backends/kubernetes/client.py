@@ -26,7 +26,14 @@ log = logging.getLogger(__name__)
 
 BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0)  # seconds; then KubeUnavailable
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
-_PLURAL = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"}
+# Where each kind lives: its API group's path and its plural.
+_PLURAL = {
+    "Pod": ("/api/v1", "pods"),
+    "Service": ("/api/v1", "services"),
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "Secret": ("/api/v1", "secrets"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+}
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -104,7 +111,8 @@ class KubeApi:
         await self._api.close()
 
     def _path(self, kind: str, name: str = "", sub: str = "", namespace: str = "") -> str:
-        path = f"/api/v1/namespaces/{namespace or self.namespace}/{_PLURAL[kind]}"
+        group, plural = _PLURAL[kind]
+        path = f"{group}/namespaces/{namespace or self.namespace}/{plural}"
         return path + (f"/{name}" if name else "") + (f"/{sub}" if sub else "")
 
     # ---- calls --------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """The Kubernetes objects of one wsjob, as plain manifests (pure functions, no API calls).
 
 Per job: a ConfigMap holding the job spec, which owns everything else (deleting it lets the
-garbage collector remove the job's pods and Service); a headless Service for replica
+garbage collector remove the job's pods, Service and Secret); a Secret holding the job's
+credentials, which the pods take as environment (a plain env value would show in the pod spec
+to anyone who may `get pods`); a NetworkPolicy under which the job's pods accept traffic only
+from each other (the chart's own policy adds the coordinator); a headless Service for replica
 discovery; one Pod per replica (restartPolicy Never) running the same worker command as the
 local backend.
 """
@@ -11,10 +14,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from appliance.domain.auth import REPLICA_TOKEN_ENV
 from appliance.domain.job import Job, Replica
 from appliance.domain.plan import Role
 
@@ -65,6 +67,8 @@ class PodTemplate:
     model_dirs: str = "/var/lib/appliance/model_dirs"
     model_dirs_claim: str = ""
     python: str = "python"
+    # Memory limit of every replica container (a Kubernetes quantity).
+    memory_limit: str = "4Gi"
 
 
 def selector_of_job(job_id: str) -> str:
@@ -77,6 +81,14 @@ def config_map_name(job_id: str) -> str:
 
 def service_name(job_id: str) -> str:
     return job_id
+
+
+def secret_name(job_id: str) -> str:
+    return f"{job_id}-credentials"
+
+
+def network_policy_name(job_id: str) -> str:
+    return f"{job_id}-peers"
 
 
 def pod_name(job_id: str, replica: str) -> str:
@@ -137,8 +149,47 @@ def headless_service(job_id: str, namespace: str, owner_uid: str) -> dict[str, A
     }
 
 
+def credentials_secret(
+    job_id: str, namespace: str, owner_uid: str, env: Mapping[str, str]
+) -> dict[str, Any]:
+    """The job's credentials, one key per environment variable of its replicas."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": secret_name(job_id),
+            "namespace": namespace,
+            "labels": {**job_labels(job_id), LABEL_COMPONENT: "credentials"},
+            "ownerReferences": [owner_reference(owner_uid, job_id)],
+        },
+        "immutable": True,
+        "stringData": dict(env),
+    }
+
+
+def peers_only_policy(job_id: str, namespace: str, owner_uid: str) -> dict[str, Any]:
+    """The job's pods accept connections from the job's pods (and what other policies allow:
+    the chart's lets the coordinator in). A CNI that enforces NetworkPolicy makes it hold."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": network_policy_name(job_id),
+            "namespace": namespace,
+            "labels": {**job_labels(job_id), LABEL_COMPONENT: "isolation"},
+            "ownerReferences": [owner_reference(owner_uid, job_id)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": job_labels(job_id)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": job_labels(job_id)}}]}],
+        },
+    }
+
+
 def replica_pod(
-    job_id: str, replica: Replica, template: PodTemplate, owner_uid: str, token: str | None = None
+    job_id: str, replica: Replica, template: PodTemplate, owner_uid: str
 ) -> dict[str, Any]:
     """One replica as a pod: the worker command of the local backend, identity in env."""
     requests = ROLE_REQUESTS[replica.role]
@@ -148,7 +199,7 @@ def replica_pod(
         "--coordinator", template.coordinator_address,
         "--orphan-timeout", str(template.orphan_timeout),
     ]  # fmt: skip
-    env: Sequence[dict[str, Any]] = [
+    env = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "APPLIANCE_JOB_ID", "value": job_id},
         {"name": "APPLIANCE_REPLICA", "value": replica.name},
@@ -157,8 +208,6 @@ def replica_pod(
         _from_field("APPLIANCE_REPLICA_HOST", "status.podIP"),
         _from_field("APPLIANCE_POD_NAME", "metadata.name"),
     ]
-    if token is not None:  # authentication is on: how the replicas prove they are the job's
-        env = [*env, {"name": REPLICA_TOKEN_ENV, "value": token}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -182,7 +231,12 @@ def replica_pod(
             "subdomain": service_name(job_id),
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
-            "securityContext": {"runAsNonRoot": True},
+            # Pod Security "restricted": non-root, the runtime's seccomp profile, no privilege
+            # escalation, every capability dropped (the container's context below).
+            "securityContext": {
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "containers": [
                 {
                     "name": CONTAINER,
@@ -190,7 +244,13 @@ def replica_pod(
                     "imagePullPolicy": template.image_pull_policy,
                     "command": command,
                     "env": list(env),
-                    "resources": {"requests": {"cpu": requests.cpu, "memory": requests.memory}},
+                    # The job's tokens: how its replicas prove they are the job's.
+                    "envFrom": [{"secretRef": {"name": secret_name(job_id)}}],
+                    "resources": {
+                        "requests": {"cpu": requests.cpu, "memory": requests.memory},
+                        # One job's replica cannot take the node's memory from the others.
+                        "limits": {"memory": template.memory_limit},
+                    },
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "readOnlyRootFilesystem": True,

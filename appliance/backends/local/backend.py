@@ -18,8 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 
-from appliance.backends.base import ReplicaEvent, ReplicaEventKind
-from appliance.domain.auth import REPLICA_TOKEN_ENV
+from appliance.backends.base import ReplicaEvent, ReplicaEventKind, no_secrets
 from appliance.domain.job import Job, Replica
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,7 @@ class LocalBackend:
     ) -> None:
         self.jobs_dir = data_dir / "jobs"
         self.coordinator_address = coordinator_address
-        self.replica_token: Callable[[str], str] | None = None
+        self.replica_secrets: Callable[[str], Mapping[str, str]] = no_secrets
         self.grace_seconds = grace_seconds
         self.orphan_timeout = orphan_timeout
         self.python = python
@@ -94,8 +93,7 @@ class LocalBackend:
             "APPLIANCE_REPLICA": replica.name,
             "APPLIANCE_COORDINATOR": self.coordinator_address,
         }
-        if self.replica_token is not None:
-            env[REPLICA_TOKEN_ENV] = self.replica_token(job_id)
+        env.update(self.replica_secrets(job_id))
         command = [
             self.python, "-m", "appliance.workers", replica.role.value,
             "--job-id", job_id, "--replica", replica.name,

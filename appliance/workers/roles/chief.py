@@ -25,10 +25,10 @@ log = logging.getLogger(__name__)
 class ChiefRole:
     """The chief role: serves only ReplicaLifecycle.Shutdown, drives everything else."""
 
-    def __init__(self, replica: str, step_timeout: float) -> None:
+    def __init__(self, replica: str, step_timeout: float, channels: PeerChannels) -> None:
         self.replica = replica
         self._step_timeout = step_timeout
-        self._channels = PeerChannels()
+        self._channels = channels
 
     def add_services(self, server: grpc.aio.Server) -> None:
         """The chief serves nothing besides ReplicaLifecycle."""

@@ -56,10 +56,10 @@ _Arrivals = tuple["asyncio.Queue[LayerTensors | None]", "asyncio.Future[None]"]
 class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
     """The cs2 role: StepExecution servicer, a WeightStreaming client of its SwarmX."""
 
-    def __init__(self, index: int, step_timeout: float) -> None:
+    def __init__(self, index: int, step_timeout: float, channels: PeerChannels) -> None:
         self.index = index
         self._step_timeout = step_timeout
-        self._channels = PeerChannels()
+        self._channels = channels
         self._layout: JobLayout | None = None
         self._configured = asyncio.Event()
         # The last training step's backward, until gRPC has taken its last gradient.
@@ -95,8 +95,8 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         layout = self._layout
         assert layout is not None
         swarmx = layout.swarmx_of_cs2(self.index)
-        weights = WeightStreamingClient(self._channels.get(swarmx.address, "weights"))
-        gradients = WeightStreamingClient(self._channels.get(swarmx.address, "gradients"))
+        weights = self._channels.weight_streaming(swarmx.address, "weights")
+        gradients = self._channels.weight_streaming(swarmx.address, "gradients")
         if self._streams is None and not request.evaluate:
             self._streams = _TrainingStreams(layout, request.step, weights, gradients)
         step = _StepRun(layout, self.index, weights, self._streams, self._step_timeout)

@@ -44,7 +44,7 @@ from appliance.workers.topology import JobLayout, PeerAddress, weight_order
 from appliance.workers.transport.channels import PeerChannels
 from appliance.workers.transport.relay import ChunkOrder, LayerRelay, sum_chunks
 from appliance.workers.transport.tensors import TRAFFIC
-from appliance.workers.transport.weight_rpc import WeightStreamingClient, add_weight_streaming
+from appliance.workers.transport.weight_rpc import add_weight_streaming
 from appliance.workers.transport.wire import WireChunk
 
 log = logging.getLogger(__name__)
@@ -72,10 +72,10 @@ class _StepReduction:
 class SwarmXRole:
     """The swarmx role: WeightStreaming towards CS-2s, a client of MemoryX."""
 
-    def __init__(self, index: int, step_timeout: float) -> None:
+    def __init__(self, index: int, step_timeout: float, channels: PeerChannels) -> None:
         self.index = index
         self._step_timeout = step_timeout
-        self._channels = PeerChannels()
+        self._channels = channels
         self._layout: JobLayout | None = None
         self._configured = asyncio.Event()
         self._weights: dict[LayerKey, LayerRelay] = {}
@@ -247,7 +247,7 @@ class SwarmXRole:
     ) -> None:
         """Keep the chunks of one MemoryX's stream of `layers` at each of `versions`, in that
         order, as they arrive."""
-        stub = WeightStreamingClient(self._channels.get(owner.address, "weights"))
+        stub = self._channels.weight_streaming(owner.address, "weights")
         request = pb.StepWeightsRequest(
             step=versions.start, layers=layers, num_steps=len(versions)
         )
@@ -346,5 +346,5 @@ class SwarmXRole:
                 assert chunk is not None
                 yield chunk
 
-        stub = WeightStreamingClient(self._channels.get(owner.address, "gradients"))
+        stub = self._channels.weight_streaming(owner.address, "gradients")
         await stub.push_gradients(chunks(), None)

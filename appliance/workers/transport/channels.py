@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import grpc
 
+from appliance.workers.transport.job_credential import call_metadata
 from appliance.workers.transport.tensors import CHUNK_BYTES
+from appliance.workers.transport.weight_rpc import WeightStreamingClient
 
 # Room for one chunk plus its envelope.
 _MESSAGE_LIMIT = 4 * CHUNK_BYTES
@@ -30,9 +32,11 @@ class PeerChannels:
 
     Each lane is its own TCP connection: a small answer (a gradient push's ack) on the
     "gradients" lane never queues behind a megabyte of weights on the "weights" lane.
+    Every call on them carries `metadata`: the job's data-plane credential (job_credential.py).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, token: str) -> None:
+        self.metadata = call_metadata(token)
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
 
     def get(self, address: str, lane: str = "") -> grpc.aio.Channel:
@@ -41,6 +45,10 @@ class PeerChannels:
             channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
             self._channels[address, lane] = channel
         return channel
+
+    def weight_streaming(self, address: str, lane: str = "") -> WeightStreamingClient:
+        """WeightStreaming calls to the peer at `address`, on `lane`."""
+        return WeightStreamingClient(self.get(address, lane), self.metadata)
 
     async def close(self) -> None:
         for channel in self._channels.values():

@@ -20,7 +20,6 @@ from appliance.workers.step_trace import TRACE
 from appliance.workers.topology import JobLayout, PeerAddress
 from appliance.workers.transport.channels import PeerChannels
 from appliance.workers.transport.tensors import collect_layer
-from appliance.workers.transport.weight_rpc import WeightStreamingClient
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ class PeerCalls:
         await self._all(
             self.layout.others(chief),
             lambda peer: dataplane_pb2_grpc.ReplicaLifecycleStub(self._channel(peer)).Configure(
-                topology, timeout=CONFIGURE_TIMEOUT
+                topology, timeout=CONFIGURE_TIMEOUT, metadata=self._channels.metadata
             ),
             "configure",
         )
@@ -57,7 +56,7 @@ class PeerCalls:
         results = await self._all(
             self.layout.cs2,
             lambda peer: dataplane_pb2_grpc.StepExecutionStub(self._channel(peer)).RunStep(
-                request, timeout=self._timeout
+                request, timeout=self._timeout, metadata=self._channels.metadata
             ),
             what,
         )
@@ -71,7 +70,7 @@ class PeerCalls:
         replies = await self._all(
             self.layout.memoryx,
             lambda peer: dataplane_pb2_grpc.UpdateControlStub(self._channel(peer)).GradientNorms(
-                request, timeout=self._timeout
+                request, timeout=self._timeout, metadata=self._channels.metadata
             ),
             f"gradient norms of step {step}",
         )
@@ -85,7 +84,7 @@ class PeerCalls:
         await self._all(
             self.layout.memoryx,
             lambda peer: dataplane_pb2_grpc.UpdateControlStub(self._channel(peer)).ApplyUpdates(
-                request, timeout=self._timeout
+                request, timeout=self._timeout, metadata=self._channels.metadata
             ),
             f"updates of step {step}",
         )
@@ -95,7 +94,7 @@ class PeerCalls:
 
         async def fetch(layer: int) -> Tensors:
             owner = self.layout.memoryx_of_layer(layer)
-            stub = WeightStreamingClient(self._channel(owner))
+            stub = self._channels.weight_streaming(owner.address)
             request = pb.WeightsRequest(step=version, layer=layer, with_optimizer_state=with_state)
             try:
                 streamed = await collect_layer(stub.stream_weights(request, self._timeout))
@@ -111,7 +110,11 @@ class PeerCalls:
 
         async def shutdown(peer: PeerAddress) -> None:
             stub = dataplane_pb2_grpc.ReplicaLifecycleStub(self._channel(peer))
-            await stub.Shutdown(pb.ShutdownRequest(reason=reason), timeout=SHUTDOWN_TIMEOUT)
+            await stub.Shutdown(
+                pb.ShutdownRequest(reason=reason),
+                timeout=SHUTDOWN_TIMEOUT,
+                metadata=self._channels.metadata,
+            )
 
         peers = self.layout.others(chief)
         results = await asyncio.gather(*(shutdown(p) for p in peers), return_exceptions=True)

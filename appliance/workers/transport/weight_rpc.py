@@ -32,7 +32,8 @@ def _counted(kind: str) -> Callable[[WireChunk], bytes]:
 class WeightStreamingClient:
     """Calls to one peer's WeightStreaming service."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
         self._stream_weights = channel.unary_stream(
             f"/{SERVICE}/StreamWeights",
             request_serializer=pb.WeightsRequest.SerializeToString,
@@ -54,7 +55,9 @@ class WeightStreamingClient:
     ) -> AsyncIterator[WireChunk]:
         """One layer's weights at a version (optionally with optimizer state)."""
         TRAFFIC.count_call("StreamWeights")
-        stream: AsyncIterator[WireChunk] = self._stream_weights(request, timeout=deadline)
+        stream: AsyncIterator[WireChunk] = self._stream_weights(
+            request, timeout=deadline, metadata=self._metadata
+        )
         return stream
 
     def stream_step_weights(
@@ -63,7 +66,9 @@ class WeightStreamingClient:
         """Several layers' weights at a version (or at several consecutive versions), one layer
         after the other. A call for the rest of the job has no deadline (None)."""
         TRAFFIC.count_call("StreamStepWeights")
-        stream: AsyncIterator[WireChunk] = self._stream_step_weights(request, timeout=deadline)
+        stream: AsyncIterator[WireChunk] = self._stream_step_weights(
+            request, timeout=deadline, metadata=self._metadata
+        )
         return stream
 
     async def push_gradients(
@@ -71,7 +76,9 @@ class WeightStreamingClient:
     ) -> pb.GradientAck:
         """Push gradients of one or more steps; answered once MemoryX has taken them all."""
         TRAFFIC.count_call("PushGradients")
-        ack: pb.GradientAck = await self._push_gradients(chunks, timeout=deadline)
+        ack: pb.GradientAck = await self._push_gradients(
+            chunks, timeout=deadline, metadata=self._metadata
+        )
         return ack
 
 

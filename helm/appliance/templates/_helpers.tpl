@@ -110,3 +110,12 @@ coordinator at start-up.
 {{- end }}
 {{- printf "systems:\n%s\nmemoryx:\n%s\nswarmx:\n%s" (toYaml $systems) (toYaml $memoryx) (toYaml $swarmx) }}
 {{- end }}
+
+{{/* The Secret holding the tokens file: the one named, or the one the chart makes. */}}
+{{- define "appliance.authSecret" -}}
+{{- default (printf "%s-auth" (include "appliance.fullname" .)) .Values.auth.existingSecret }}
+{{- end }}
+
+{{- define "appliance.authSecretKey" -}}
+{{- if .Values.auth.existingSecret }}{{ .Values.auth.secretKey }}{{ else }}tokens.yaml{{ end }}
+{{- end }}

@@ -115,7 +115,7 @@ async def test_a_replica_gets_only_what_it_needs_of_the_coordinators_environment
         tmp_path, "import json, os\nprint(json.dumps(dict(os.environ)), flush=True)"
     )
     backend = LocalBackend(tmp_path, "127.0.0.1:1", grace_seconds=0.5, python=python)
-    backend.replica_token = lambda job_id: f"token-of-{job_id}"
+    backend.replica_secrets = lambda job_id: {"APPLIANCE_REPLICA_TOKEN": f"token-of-{job_id}"}
     job, replicas = _job(["cs2-0"])
     await backend.launch(job, replicas)
     events = backend.observe()

@@ -1,10 +1,17 @@
-"""`helm install` of helm/appliance into the real API server: every object accepted."""
+"""`helm install` of helm/appliance into the real API server: every object accepted, and the
+coordinator's pod admitted under Pod Security "restricted" (the namespace enforces it)."""
 
 from __future__ import annotations
 
+import base64
+import copy
+import hashlib
 import subprocess
+from typing import Any
 
-from tests.kube.cluster import NAMESPACE, KubeCluster
+import yaml
+
+from tests.kube.cluster import NAMESPACE, RESTRICTED, KubeCluster
 
 EXPECTED = {
     "/apis/apps/v1/namespaces/{ns}/deployments/appliance",
@@ -13,6 +20,8 @@ EXPECTED = {
     "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/appliance",
     "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/appliance",
     "/api/v1/namespaces/{ns}/persistentvolumeclaims/appliance-data",
+    "/api/v1/namespaces/{ns}/secrets/appliance-auth",
+    "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/appliance-replicas",
 }
 
 
@@ -29,3 +38,46 @@ def test_helm_install_is_accepted_by_the_api_server(
         params={"labelSelector": "app.kubernetes.io/instance=appliance"},
     ).json()["items"]
     assert len(config_maps) >= 2  # settings and the pool inventory
+
+
+def _dry_run_pod(kube: KubeCluster, spec: dict[str, Any], name: str) -> Any:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    return kube.request(
+        "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", params={"dryRun": "All"}, json=pod
+    )
+
+
+def test_the_coordinator_pod_passes_pod_security_restricted(
+    kube: KubeCluster, chart_release: subprocess.CompletedProcess[str]
+) -> None:
+    namespace = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}").json()
+    assert RESTRICTED.items() <= namespace["metadata"]["labels"].items()
+    deployment = kube.request(
+        "GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/appliance"
+    ).json()
+    spec = deployment["spec"]["template"]["spec"]
+    admitted = _dry_run_pod(kube, spec, "coordinator-check")
+    assert admitted.status_code == 201, admitted.text[:500]
+    # The control: the same pod allowed to escalate is refused, so the check is enforced.
+    loose = copy.deepcopy(spec)
+    loose["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+    refused = _dry_run_pod(kube, loose, "coordinator-loose")
+    assert refused.status_code == 403 and "PodSecurity" in refused.text, refused.text[:500]
+
+
+def test_authentication_is_on_with_an_admin_token_made_at_install(
+    kube: KubeCluster, chart_release: subprocess.CompletedProcess[str]
+) -> None:
+    data = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/appliance-auth").json()
+    token = base64.b64decode(data["data"]["admin-token"]).decode()
+    tokens = yaml.safe_load(base64.b64decode(data["data"]["tokens.yaml"]))
+    # The tokens file the coordinator reads holds the digest, never the token.
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    assert tokens == {"tokens": [{"user": "admin", "groups": [], "admin": True, "sha256": digest}]}
+    assert len(token) >= 40 and token not in base64.b64decode(data["data"]["tokens.yaml"]).decode()
+    deployment = kube.request(
+        "GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/appliance"
+    ).json()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["APPLIANCE_AUTH_TOKENS_FILE"] == "/etc/appliance/tokens.yaml"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -13,6 +14,8 @@ from appliance.domain.phases import Phase
 from tests.integration.coordinator.harness import serving, wait_until, worker_processes
 from tests.integration.kubernetes.conftest import PARAMS
 from tests.kube.cluster import NAMESPACE, KubeCluster
+
+NETWORKING = "/apis/networking.k8s.io/v1"
 
 
 def pods_of(kube: KubeCluster, job_id: str) -> list[dict[str, object]]:
@@ -26,13 +29,44 @@ def pods_of(kube: KubeCluster, job_id: str) -> list[dict[str, object]]:
 
 
 def job_objects_gone(kube: KubeCluster, job_id: str) -> bool:
-    """No pod, Service or ConfigMap of the job is left."""
+    """No pod, Service, ConfigMap, Secret or NetworkPolicy of the job is left."""
     if pods_of(kube, job_id):
         return False
-    for kind in ("services", "configmaps"):
-        if kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/{kind}/{job_id}").is_success:
+    core, networking = f"/api/v1/namespaces/{NAMESPACE}", f"{NETWORKING}/namespaces/{NAMESPACE}"
+    for path in (
+        f"{core}/services/{job_id}",
+        f"{core}/configmaps/{job_id}",
+        f"{core}/secrets/{job_id}-credentials",
+        f"{networking}/networkpolicies/{job_id}-peers",
+    ):
+        if kube.request("GET", path).is_success:
             return False
     return True
+
+
+def test_replica_credentials_come_from_the_jobs_secret_not_the_pod_spec(
+    client: ApplianceClient, kube: KubeCluster
+) -> None:
+    job = client.submit(params=PARAMS, num_csx=1, num_steps=100_000)
+    wait_until(lambda: job.status.progress.step >= 1, 120, "the job to train")
+    # The replicas authenticated each other with the token the Secret carried; anyone who may
+    # read pods sees no token in them.
+    pods = pods_of(kube, job.id)
+    assert len(pods) == 4 and "TOKEN" not in json.dumps([p["spec"] for p in pods])
+    secret = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/{job.id}-credentials")
+    data = secret.json()["data"]
+    assert set(data) == {"APPLIANCE_DATAPLANE_TOKEN"}  # authentication is off here
+    assert secret.json()["metadata"]["ownerReferences"][0]["name"] == job.id
+    policy = kube.request(
+        "GET", f"{NETWORKING}/namespaces/{NAMESPACE}/networkpolicies/{job.id}-peers"
+    ).json()
+    peers = {"matchLabels": {"app.kubernetes.io/name": "appliance",
+                             "app.kubernetes.io/managed-by": "appliance-coordinator",
+                             "appliance.io/job-id": job.id}}  # fmt: skip
+    assert policy["spec"]["podSelector"] == peers
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": peers}]}]
+    job.cancel()
+    wait_until(lambda: job_objects_gone(kube, job.id), 30, "the job's objects to be deleted")
 
 
 def test_two_cs2_job_runs_as_pods_and_succeeds(client: ApplianceClient, kube: KubeCluster) -> None:

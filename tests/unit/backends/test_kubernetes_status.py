@@ -93,12 +93,19 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
     env = {e["name"]: e for e in c["env"]}
     assert env["APPLIANCE_REPLICA"]["value"] == "cs2-1"
     assert env["APPLIANCE_REPLICA_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    assert "APPLIANCE_REPLICA_TOKEN" not in env  # authentication off
-    authenticated = m.replica_pod(JOB, replica, template, "uid-1", token="t0k")
-    (with_token,) = authenticated["spec"]["containers"]
-    assert {"name": "APPLIANCE_REPLICA_TOKEN", "value": "t0k"} in with_token["env"]
+    # The job's tokens come from its Secret: nothing secret is in the pod spec.
+    assert not any("TOKEN" in name for name in env)
+    assert c["envFrom"] == [{"secretRef": {"name": f"{JOB}-credentials"}}]
+    secret = m.credentials_secret(JOB, "ml", "uid-1", {"APPLIANCE_DATAPLANE_TOKEN": "t0k"})
+    assert secret["metadata"]["name"] == f"{JOB}-credentials"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert secret["stringData"] == {"APPLIANCE_DATAPLANE_TOKEN": "t0k"}
     assert c["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    # Pod Security "restricted" (the kube tests' namespace enforces it) and a memory limit.
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["resources"]["limits"] == {"memory": "4Gi"}
     # The model dirs are writable on the read-only root: an emptyDir unless a claim is given.
     mounts = {v["mountPath"]: v["name"] for v in c["volumeMounts"]}
     assert mounts["/var/lib/appliance/model_dirs"] == "model-dirs"

@@ -4,11 +4,16 @@ real SQLite store and a recording backend (the Backend protocol is our own seam)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import pytest
 
-from appliance.backends.base import BackendUnavailable, ReplicaEvent, ReplicaEventKind
+from appliance.backends.base import (
+    BackendUnavailable,
+    ReplicaEvent,
+    ReplicaEventKind,
+    no_secrets,
+)
 from appliance.domain.job import Job, Replica
 from appliance.domain.phases import Phase
 from appliance.loops.reconciling import CHIEF, Reconciler
@@ -26,7 +31,7 @@ class RecordingBackend:
 
     def __init__(self) -> None:
         self.coordinator_address = "127.0.0.1:1"
-        self.replica_token: Callable[[str], str] | None = None
+        self.replica_secrets: Callable[[str], Mapping[str, str]] = no_secrets
         self.launched: list[tuple[str, list[str]]] = []
         self.torn_down: list[str] = []
         self.unavailable: str = ""  # launches raise BackendUnavailable with this while set

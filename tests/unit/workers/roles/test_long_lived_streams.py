@@ -15,6 +15,7 @@ from appliance.workers.roles.cs2 import _GradientPush, _next_layer
 from appliance.workers.roles.memoryx import LayerShard, MemoryXRole
 from appliance.workers.roles.swarmx import SwarmXRole
 from appliance.workers.topology import JobLayout, PeerAddress, job_layout
+from appliance.workers.transport.channels import PeerChannels
 from appliance.workers.transport.relay import LayerRelay
 from appliance.workers.transport.tensors import LayerTensors
 from appliance.workers.transport.weight_rpc import WeightStreamingClient
@@ -66,7 +67,7 @@ async def test_gradient_norms_stop_waiting_once_a_push_broke_off() -> None:
 
 async def test_a_failed_push_to_memoryx_fails_the_weights_still_to_come() -> None:
     """Otherwise the CS-2s would wait for versions that never come until the step deadline."""
-    role = SwarmXRole(0, step_timeout=5)
+    role = SwarmXRole(0, step_timeout=5, channels=PeerChannels("t"))
     complete, pending = LayerRelay(), LayerRelay()
     complete.add(WireChunk(3, 1, 0, (), last=True))
     role._weights = {(3, 1): complete, (4, 0): pending}
@@ -90,7 +91,7 @@ async def test_a_failed_push_to_memoryx_fails_the_weights_still_to_come() -> Non
 
 
 async def test_a_cancelled_push_fails_nothing() -> None:
-    role = SwarmXRole(0, step_timeout=5)
+    role = SwarmXRole(0, step_timeout=5, channels=PeerChannels("t"))
     role._weights = {(4, 0): LayerRelay()}
     push = asyncio.create_task(asyncio.Event().wait())
     push.cancel()
@@ -151,7 +152,7 @@ async def test_only_a_job_that_trains_opens_a_stream_of_versions(
     mode: common_pb2.Mode.ValueType, fetched: list[range]
 ) -> None:
     """An evaluation-only job never asks for a next version: a stream of them would hang."""
-    role = SwarmXRole(0, step_timeout=5)
+    role = SwarmXRole(0, step_timeout=5, channels=PeerChannels("t"))
     role.configure(_layout(mode))
     asked: list[range] = []
 

@@ -1,0 +1,56 @@
+"""What the chart does for security by default: authentication on with an admin token made at
+install, and replica pods that accept connections only from the coordinator (plus, by each
+job's own policy, from their own job's pods)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import yaml
+
+from tests.deploy.chart import Helm, Rendered
+
+
+def test_authentication_is_on_by_default_with_a_generated_admin_token(
+    rendered: dict[str, Rendered],
+) -> None:
+    secret = rendered["default"].one("Secret", name="appliance-auth")
+    token = base64.b64decode(secret["data"]["admin-token"]).decode()
+    tokens = yaml.safe_load(base64.b64decode(secret["data"]["tokens.yaml"]))
+    assert len(token) == 43 and token.isalnum()
+    (admin,) = tokens["tokens"]
+    assert admin == {
+        "user": "admin",
+        "groups": [],
+        "admin": True,
+        "sha256": hashlib.sha256(token.encode()).hexdigest(),
+    }
+    # A tokens file of the admin's own replaces the generated one.
+    assert "Secret" not in rendered["postgres-auth-large"].kinds()
+
+
+def test_authentication_can_be_turned_off_only_on_purpose(helm: Helm) -> None:
+    text = helm.template("--set", "auth.enabled=false")
+    objects = [o for o in yaml.safe_load_all(text) if o]
+    assert "Secret" not in {o["kind"] for o in objects}
+    assert "APPLIANCE_AUTH_TOKENS_FILE" not in text
+
+
+def test_replica_pods_accept_connections_only_from_the_coordinator(
+    rendered: dict[str, Rendered],
+) -> None:
+    r = rendered["default"]
+    policy = r.one("NetworkPolicy", name="appliance-replicas")
+    replicas = {
+        "app.kubernetes.io/name": "appliance",
+        "app.kubernetes.io/managed-by": "appliance-coordinator",
+    }
+    assert policy["spec"]["podSelector"] == {"matchLabels": replicas}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    coordinator = r.one("Deployment")["spec"]["selector"]
+    assert rule == {"from": [{"podSelector": coordinator}]}
+    # The coordinator's own pods are not replicas: the policy never cuts users off from it.
+    labels = r.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert not replicas.items() <= labels.items()
