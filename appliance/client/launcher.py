@@ -70,7 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Steps to run (not needed with --mode compile).",
     )
     parser.add_argument(
-        "-o", "--model_dir", default="model_dir", help="Output directory (default ./model_dir)."
+        "-o",
+        "--model_dir",
+        default="",
+        help="Output directory, on a filesystem the appliance shares (default: your own "
+        "directory on the appliance, users/<you>/<job id>; printed at the end).",
     )
     parser.add_argument("-m", "--mode", default=Mode.TRAIN.value, choices=[m.value for m in Mode])
     parser.add_argument("--checkpoint_path", help="Checkpoint to start from (.npz).")

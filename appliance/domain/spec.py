@@ -127,6 +127,24 @@ def validate_spec(
     return spec
 
 
+def checkpoint_path_of(spec: JobSpec) -> str | None:
+    """The checkpoint the job resumes from (runconfig.checkpoint_path), if any."""
+    runconfig = spec.params.get("runconfig") or {}
+    path = runconfig.get("checkpoint_path") if isinstance(runconfig, dict) else None
+    return path if isinstance(path, str) and path else None
+
+
+def with_checkpoint_path(spec: JobSpec, path: str) -> JobSpec:
+    """`spec` resuming from `path` instead (the params written out again)."""
+    params = {
+        **spec.params,
+        "runconfig": {**spec.params.get("runconfig", {}), "checkpoint_path": path},
+    }
+    new = dataclasses.replace(spec, params_yaml=yaml.safe_dump(params, sort_keys=False))
+    new.__dict__["params"] = params
+    return new
+
+
 def parse_mode(mode: str | Mode) -> Mode:
     try:
         return Mode(mode)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -18,13 +18,14 @@ from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent, without_details
 from appliance.domain.phases import Phase
-from appliance.domain.plan import plan_replicas
+from appliance.domain.plan import ReplicaPlan, plan_replicas
 from appliance.domain.spec import (
     MAX_HOLDER,
     MAX_REASON,
     JobSpec,
     Mode,
     Priority,
+    checkpoint_path_of,
     validate_labels,
     validate_spec,
     validate_text,
@@ -35,12 +36,18 @@ from appliance.services.cancels import CancelBatcher, CancelRequest
 from appliance.services.context import Context
 from appliance.services.job_views import JobViewCache
 from appliance.services.listing import JobListing
+from appliance.services.model_dirs import ModelDirs
 from appliance.services.offload import Offload
 from appliance.store.jobs import NewJob
 
 MAX_LEASE_SECONDS = 86_400.0
 
 T = TypeVar("T")
+
+
+def plan_submission(spec: JobSpec, pool: list[Node]) -> tuple[ReplicaPlan, str | None]:
+    """The job's replicas and the checkpoint it resumes from: one parse of the params."""
+    return plan_replicas(spec, pool), checkpoint_path_of(spec)
 
 
 class JobService:
@@ -50,9 +57,7 @@ class JobService:
         self._cancels = CancelBatcher(ctx)
         self._views = JobViewCache()
         self._offload = Offload()
-        # Resolved once: a new job's directory does not exist yet, so resolving its parent is
-        # the same as resolving it, without a filesystem walk on every submit.
-        self._model_dirs = (ctx.settings.data_dir / "model_dirs").resolve()
+        self.model_dirs = ModelDirs(ctx.settings.model_dirs, ctx.settings.model_dirs_allowed)
 
     async def submit(
         self,
@@ -84,10 +89,11 @@ class JobService:
                 field="lease_seconds",
             )
         size = len(spec.params_yaml)
-        plan = await self._offload.run(size, "params", plan_replicas, spec, await self._pool())
+        plan, resume = await self._offload.run(
+            size, "params", plan_submission, spec, await self._pool()
+        )
         job_id = new_job_id()
-        if not spec.model_dir:
-            spec = dataclasses.replace(spec, model_dir=str(self._model_dirs / job_id))
+        spec = await asyncio.to_thread(self.model_dirs.place, spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
         holder = validate_text(lease_holder, "lease_holder", MAX_HOLDER)
         new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups)

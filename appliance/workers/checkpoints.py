@@ -26,7 +26,7 @@ import numpy as np
 
 from appliance.workers.models.model import Tensors
 from appliance.workers.models.optimizers import OptimizerState
-from appliance.workers.safe_files import write_whole
+from appliance.workers.safe_files import open_read, write_whole
 
 FORMAT = "wafer-appliance-checkpoint/1"
 _NAME = re.compile(r"^checkpoint_(\d+)\.npz$")
@@ -90,7 +90,7 @@ def write_checkpoint(model_dir: Path, checkpoint: Checkpoint) -> Path:
 def read_checkpoint(path: Path) -> Checkpoint:
     """Load a checkpoint; raises ValueError with a sentence saying what is wrong."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with open_read(path) as file, np.load(file, allow_pickle=False) as archive:
             contents = {key: archive[key] for key in archive.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
         raise ValueError(f"checkpoint {path} cannot be read: {err}") from None

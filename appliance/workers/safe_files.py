@@ -3,9 +3,12 @@
 A model directory is shared with its owner, who may put anything in it: a symbolic link named
 `metrics.json` made a job overwrite a root-owned 0600 file, and `metrics.jsonl` was appended
 the same way. So every file a replica writes there is made through a descriptor of the
-directory (itself refused if it is a link): whole files are written under a fresh name (created
-with O_EXCL|O_NOFOLLOW) and renamed over the old one, which replaces a link rather than writing
-through it; files appended to are opened with O_NOFOLLOW and must have a single link.
+directory, reached from `/` one component at a time without following a link (the coordinator
+stores model dirs and checkpoint paths canonical, services/model_dirs.py, so a link on the way
+was put there after the check): whole files are written under a fresh name (created with
+O_EXCL|O_NOFOLLOW) and renamed over the old one, which replaces a link rather than writing
+through it; files appended to are opened with O_NOFOLLOW and must have a single link; a
+checkpoint to resume from is read the same way.
 """
 
 from __future__ import annotations
@@ -25,18 +28,67 @@ class UnsafePath(OSError):
     """A path a replica will not write through; says which and why."""
 
 
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 @contextlib.contextmanager
 def directory(path: Path) -> Iterator[int]:
-    """A descriptor of `path` (created if missing), refused if `path` itself is a link."""
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise UnsafePath(f"{path} is not a directory a job may write in: {exc.strerror}") from None
+    """A descriptor of `path` (made if missing), refused if any component of it is a link."""
+    fd = _walk(path, make=True)
     try:
         yield fd
     finally:
         os.close(fd)
+
+
+def open_read(path: Path) -> BinaryIO:
+    """`path` opened for reading, refused if any component of it is a link."""
+    with directory_of(path) as folder:
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+        except OSError as exc:
+            raise UnsafePath(f"{path} cannot be read: {exc.strerror}") from None
+    return os.fdopen(fd, "rb")
+
+
+@contextlib.contextmanager
+def directory_of(path: Path) -> Iterator[int]:
+    """A descriptor of the existing directory holding `path`, reached without links."""
+    fd = _walk(path.parent, make=False)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _walk(path: Path, make: bool) -> int:
+    if not path.is_absolute():
+        raise UnsafePath(f"{path} is not an absolute path")
+    fd = os.open("/", _DIR)
+    try:
+        for part in path.parts[1:]:
+            if part in {".", ".."}:
+                raise UnsafePath(f"{path} is not a canonical path")
+            try:
+                step = os.open(part, _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                if not make:
+                    raise UnsafePath(f"{path} does not exist") from None
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                step = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = step
+    except UnsafePath:
+        os.close(fd)
+        raise
+    except OSError as exc:
+        os.close(fd)
+        raise UnsafePath(
+            f"{path} is not a directory a job may use ({exc.strerror}): a symbolic link on the "
+            "way, or not a directory"
+        ) from None
+    return fd
 
 
 def write_whole(path: Path, write: Callable[[BinaryIO], object], *, durable: bool = False) -> None:

@@ -39,7 +39,8 @@ async def test_a_submit_belongs_to_the_caller_is_queued_and_wakes_the_scheduler(
 ) -> None:
     job = await jobs.submit(SPEC, "mallory", by=ALICE)  # the principal decides, not the claim
     assert (job.user, job.groups, job.phase) == ("alice", ("nlp",), Phase.QUEUED)
-    assert job.spec.model_dir == str((ctx.settings.data_dir / "model_dirs" / job.id).resolve())
+    model_dirs = (ctx.settings.data_dir / "model_dirs").resolve()
+    assert job.spec.model_dir == str(model_dirs / "users" / "alice" / job.id)  # her own
     assert ctx.bus.schedule_wanted.is_set()
     assert (await jobs.get(job.id)).queue_position == 1
     anonymous = await jobs.submit(SPEC, "dave")  # authentication off: the named user

@@ -69,7 +69,7 @@ def test_appending_through_a_symlink_or_a_hard_link_is_refused(
 def test_a_model_dir_that_is_a_link_is_refused(tmp_path: Path, victim: Path) -> None:
     linked = tmp_path / "model"
     linked.symlink_to(victim.parent, target_is_directory=True)
-    with pytest.raises(UnsafePath, match="is not a directory a job may write in"):
+    with pytest.raises(UnsafePath, match="is not a directory a job may use"):
         write_final_metrics(linked, {"step": 1})
     assert sorted(p.name for p in victim.parent.iterdir()) == ["secret"]
 
@@ -85,3 +85,27 @@ def test_a_failed_write_leaves_the_old_file_and_no_partial(tmp_path: Path) -> No
         write_whole(model_dir / "weights.npz", fail)
     assert (model_dir / "weights.npz").read_bytes() == b"old"
     assert sorted(p.name for p in model_dir.iterdir()) == ["weights.npz"]
+
+
+def test_a_link_anywhere_on_the_way_to_the_model_dir_is_refused(
+    tmp_path: Path, victim: Path
+) -> None:
+    """A link swapped in above the model dir after the coordinator checked the path."""
+    (tmp_path / "users").mkdir()
+    (tmp_path / "users" / "alice").symlink_to(victim.parent, target_is_directory=True)
+    with pytest.raises(UnsafePath, match="symbolic link on the way"):
+        write_final_metrics(tmp_path / "users" / "alice" / "job", {"step": 1})
+    assert sorted(p.name for p in victim.parent.iterdir()) == ["secret"]
+
+
+def test_a_checkpoint_is_not_read_through_a_link(tmp_path: Path, victim: Path) -> None:
+    mine = _model_dir(tmp_path)
+    weights = {0: {"weight": np.ones(2, dtype=np.float32)}}
+    path = write_checkpoint(mine, Checkpoint(5, "digest", "sgd", weights, {}))
+    (tmp_path / "via").symlink_to(mine, target_is_directory=True)
+    assert read_checkpoint(path).step == 5
+    with pytest.raises(ValueError, match="cannot be read"):
+        read_checkpoint(tmp_path / "via" / path.name)
+    (tmp_path / "link.npz").symlink_to(path)
+    with pytest.raises(ValueError, match="cannot be read"):
+        read_checkpoint(tmp_path / "link.npz")

@@ -1,0 +1,100 @@
+"""Model directories belong to their owners.
+
+Replicas read and write as the coordinator's user, so the filesystem's permissions do not keep
+one user's job out of another user's files: this check does, at submit. The root
+(APPLIANCE_MODEL_DIRS_ROOT, default <data dir>/model_dirs) holds
+
+    users/<user>/     made by the coordinator at the user's first submit; a job that names no
+                      model_dir writes to users/<user>/<job id>
+    groups/<group>/   shared by a group's members, made at the first submit into it
+
+A path is made canonical first (absolute, `..` and symbolic links resolved) and stored that
+way, so what was checked is what the replicas use; they then refuse to pass through any link
+(workers/safe_files.py), so a link planted after the check leads nowhere. With authentication
+on, a user's `model_dir` and `runconfig.checkpoint_path` must lie in their own directory, one
+of their groups', or a directory on the admins' allow-list (APPLIANCE_MODEL_DIRS_ALLOWED);
+anything else is refused naming the field. Admins, and every caller while authentication is
+off (each is then an admin), may name any absolute path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from appliance.domain.auth import Principal
+from appliance.domain.errors import InvalidSpec, PermissionDenied
+from appliance.domain.spec import JobSpec, with_checkpoint_path
+
+
+class ModelDirs:
+    def __init__(self, root: Path, allowed: Sequence[Path] = ()) -> None:
+        self.root = Path(os.path.realpath(root))
+        self.allowed = tuple(Path(os.path.realpath(p)) for p in allowed)
+
+    def user_dir(self, user: str) -> Path:
+        return self.root / "users" / user
+
+    def group_dir(self, group: str) -> Path:
+        return self.root / "groups" / group
+
+    def place(
+        self, spec: JobSpec, checkpoint: str | None, user: str, job_id: str, by: Principal | None
+    ) -> JobSpec:
+        """`spec` with its model dir (and checkpoint path) canonical and checked for `user`
+        (`by` the authenticated caller, None with authentication off); makes the owner's
+        directory. Raises PermissionDenied or InvalidSpec naming the field."""
+        restricted = by is not None and not by.admin
+        groups = by.groups if by is not None else ()
+        if not spec.model_dir:
+            model_dir = self.user_dir(user) / job_id
+        else:
+            model_dir = canonical(spec.model_dir)
+            if restricted:
+                self._check_owned(model_dir, user, groups, "model_dir")
+        if checkpoint:
+            resume = canonical(checkpoint)
+            if restricted:
+                self._check_owned(resume, user, groups, "checkpoint_path")
+            if str(resume) != checkpoint:
+                spec = with_checkpoint_path(spec, str(resume))
+        self._make_owner_dir(model_dir)
+        return dataclasses.replace(spec, model_dir=str(model_dir))
+
+    def _check_owned(self, path: Path, user: str, groups: Sequence[str], field: str) -> None:
+        owned = [self.user_dir(user), *(self.group_dir(g) for g in groups if _safe_name(g))]
+        if any(path.is_relative_to(d) for d in owned):
+            return
+        if any(path.is_relative_to(d) for d in self.allowed):
+            return
+        raise PermissionDenied(
+            f"{field} {path} is not yours: use a path under {self.user_dir(user)}"
+            + (f" or {self.root / 'groups'}/<one of {', '.join(groups)}>" if groups else "")
+            + " (or a directory an admin allowed)",
+            field=field,
+        )
+
+    def _make_owner_dir(self, model_dir: Path) -> None:
+        """Make users/<user> or groups/<group> when the model dir is in one (0750)."""
+        for kind in ("users", "groups"):
+            base = self.root / kind
+            if model_dir.is_relative_to(base) and model_dir != base:
+                owner = base / model_dir.relative_to(base).parts[0]
+                try:
+                    owner.mkdir(mode=0o750, parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise InvalidSpec(
+                        f"cannot make the model directory {owner}: {exc.strerror}",
+                        field="model_dir",
+                    ) from None
+
+
+def canonical(path: str) -> Path:
+    """`path` absolute with `..` and symbolic links resolved (what exists of it)."""
+    return Path(os.path.realpath(path))
+
+
+def _safe_name(name: str) -> bool:
+    return bool(name) and "/" not in name and name not in {".", ".."} and "\0" not in name

@@ -1,0 +1,103 @@
+"""Model directories and checkpoints belong to their owners: real directories and links."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from appliance.domain.auth import Principal
+from appliance.domain.errors import PermissionDenied
+from appliance.domain.spec import JobSpec, checkpoint_path_of, validate_spec
+from appliance.services.model_dirs import ModelDirs
+
+ALICE = Principal("alice", ("nlp",))
+ADMIN = Principal("root", (), admin=True)
+JOB = "wsjob-modeldirs00001"
+
+
+def spec(model_dir: str = "", checkpoint: str | None = None) -> JobSpec:
+    params: dict[str, object] = {"model": {"name": "fc_mnist"}}
+    if checkpoint is not None:
+        params["runconfig"] = {"checkpoint_path": checkpoint, "seed": 3}
+    return validate_spec(params_yaml=params, num_csx=1, num_steps=5, model_dir=model_dir)
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> ModelDirs:
+    return ModelDirs(tmp_path / "root", allowed=[tmp_path / "shared"])
+
+
+def test_a_job_without_a_model_dir_writes_in_its_users_own_directory(dirs: ModelDirs) -> None:
+    placed = dirs.place(spec(), None, "alice", JOB, ALICE)
+    assert placed.model_dir == str(dirs.root / "users" / "alice" / JOB)
+    made = dirs.root / "users" / "alice"
+    assert made.is_dir() and stat.S_IMODE(made.stat().st_mode) == 0o750
+
+
+def test_a_user_writes_in_their_own_their_groups_and_allowed_directories(
+    dirs: ModelDirs, tmp_path: Path
+) -> None:
+    for model_dir in (
+        dirs.root / "users" / "alice" / "run1",
+        dirs.root / "groups" / "nlp" / "run1",
+        tmp_path / "shared" / "scratch" / "run1",
+    ):
+        assert dirs.place(spec(str(model_dir)), None, "alice", JOB, ALICE).model_dir == str(
+            model_dir
+        )
+    assert (dirs.root / "groups" / "nlp").is_dir()
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "root/users/bob/run1",  # another user's
+        "root/groups/vision/run1",  # a group alice is not in
+        "root/users/alice/../bob/run1",  # `..` out of her own
+        "root/users",  # the parent of everyone's
+        "elsewhere",  # outside the root
+        "root/users/alice/x/../../../../elsewhere",
+    ],
+)
+def test_a_model_dir_not_the_users_is_refused_naming_the_field(
+    dirs: ModelDirs, tmp_path: Path, where: str
+) -> None:
+    with pytest.raises(PermissionDenied, match=r"model_dir .* is not yours") as refused:
+        dirs.place(spec(str(tmp_path / where)), None, "alice", JOB, ALICE)
+    assert refused.value.field == "model_dir"
+
+
+def test_a_link_in_the_users_directory_to_someone_elses_is_resolved_and_refused(
+    dirs: ModelDirs,
+) -> None:
+    bob = dirs.root / "users" / "bob"
+    bob.mkdir(parents=True)
+    (dirs.root / "users" / "alice").mkdir()
+    (dirs.root / "users" / "alice" / "bobs").symlink_to(bob, target_is_directory=True)
+    with pytest.raises(PermissionDenied, match=f"model_dir {bob}/run1 is not yours"):
+        dirs.place(spec(str(dirs.root / "users/alice/bobs/run1")), None, "alice", JOB, ALICE)
+
+
+def test_a_checkpoint_must_be_the_users_and_is_stored_canonical(dirs: ModelDirs) -> None:
+    bobs = dirs.root / "users" / "bob" / "run" / "checkpoint_10.npz"
+    with pytest.raises(PermissionDenied, match=r"checkpoint_path .* is not yours") as refused:
+        dirs.place(spec(checkpoint=str(bobs)), str(bobs), "alice", JOB, ALICE)
+    assert refused.value.field == "checkpoint_path"
+
+    mine = dirs.root / "users" / "alice" / "run" / "checkpoint_10.npz"
+    roundabout = str(dirs.root / "users" / "alice" / "x" / ".." / "run" / "checkpoint_10.npz")
+    placed = dirs.place(spec(checkpoint=roundabout), roundabout, "alice", JOB, ALICE)
+    assert checkpoint_path_of(placed) == str(mine)
+    params = yaml.safe_load(placed.params_yaml)  # what the replicas are given
+    assert params["runconfig"] == {"checkpoint_path": str(mine), "seed": 3}
+
+
+def test_admins_and_an_open_appliance_may_name_any_path_stored_canonical(
+    dirs: ModelDirs, tmp_path: Path
+) -> None:
+    odd = str(tmp_path / "x" / "nonexist" / ".." / ".." / "out")
+    for by in (ADMIN, None):
+        assert dirs.place(spec(odd), None, "alice", JOB, by).model_dir == str(tmp_path / "out")
