@@ -4,17 +4,25 @@ Every `runconfig.log_steps` steps the chief records the loss, the learning rate 
 (TensorBoard tags `loss`, `learning_rate`, `samples_per_second`; evaluations add `eval/loss`
 and `eval/accuracy`). Each line of metrics.jsonl is one JSON object with a `step` and the
 same keys. `metrics.json` holds the final metrics of the job.
+
+Files are written without following links planted in the model directory (safe_files.py). The
+event file is written by tensorboardX, which opens paths itself: it is given the directory as
+the descriptor opened (without links) at the start, /proc/self/fd/N, so a directory swapped for
+a link later changes nothing, and a name no one can guess ahead (a random suffix), so no link
+can wait for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 from pathlib import Path
 from typing import Any
 
 from tensorboardX import SummaryWriter  # type: ignore[import-untyped]
 
-from appliance.workers.safe_files import open_append, write_whole
+from appliance.workers.safe_files import directory, open_append, write_whole
 
 
 class SummaryLog:
@@ -22,8 +30,14 @@ class SummaryLog:
 
     def __init__(self, model_dir: Path) -> None:
         self.model_dir = model_dir
-        self._lines = open_append(model_dir / "metrics.jsonl")  # checks the directory first
-        self._events = SummaryWriter(logdir=str(model_dir), flush_secs=5)
+        self._held = contextlib.ExitStack()
+        folder = self._held.enter_context(directory(model_dir))
+        self._lines = self._held.enter_context(open_append(model_dir / "metrics.jsonl"))
+        self._events = SummaryWriter(
+            logdir=f"/proc/self/fd/{folder}",
+            filename_suffix=f".{secrets.token_hex(8)}",
+            flush_secs=5,
+        )
 
     def record(self, step: int, scalars: dict[str, float]) -> None:
         for tag, value in scalars.items():
@@ -33,7 +47,7 @@ class SummaryLog:
 
     def close(self) -> None:
         self._events.close()
-        self._lines.close()
+        self._held.close()
 
 
 def write_final_metrics(model_dir: Path, metrics: dict[str, Any]) -> None:

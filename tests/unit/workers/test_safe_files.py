@@ -5,6 +5,8 @@ and a model directory that is itself a link is refused. Real files, real links."
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +111,19 @@ def test_a_checkpoint_is_not_read_through_a_link(tmp_path: Path, victim: Path) -
     (tmp_path / "link.npz").symlink_to(path)
     with pytest.raises(ValueError, match="cannot be read"):
         read_checkpoint(tmp_path / "link.npz")
+
+
+def test_the_event_file_is_not_written_through_a_link_waiting_for_its_name(
+    tmp_path: Path, victim: Path
+) -> None:
+    """tensorboardX names its file events.out.tfevents.<seconds>.<host>: guessable ahead."""
+    model_dir = _model_dir(tmp_path)
+    now = int(time.time())
+    for second in range(now - 2, now + 30):
+        (model_dir / f"events.out.tfevents.{second}.{socket.gethostname()}").symlink_to(victim)
+    log = SummaryLog(model_dir)
+    log.record(1, {"loss": 1.0})
+    log.close()
+    assert victim.read_text() == "do not touch\n"
+    (events,) = [p for p in model_dir.glob("events.out.tfevents.*") if not p.is_symlink()]
+    assert len(events.name.rsplit(".", 1)[-1]) == 16  # a suffix no one can guess ahead
