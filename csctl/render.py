@@ -4,30 +4,19 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
 import yaml
 
+from appliance.domain.display import printable
 from appliance.domain.job import Job, Replica
 
 JOB_COLUMNS = ("NAME", "AGE", "PHASE", "SYSTEMS", "USER", "LABELS")
 WIDE_COLUMNS = (*JOB_COLUMNS, "PRIORITY", "STEP", "PENDING")
 PENDING_COLUMNS = (*JOB_COLUMNS, "PENDING")
 REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "MESSAGE")
-
-
-# Control characters (C0 but newline and tab, DEL, C1): ESC, BEL, CR and the like let a
-# string drive the terminal it is printed on (retitle it, recolour it, hide lines).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """`text` with every control character shown as a visible \\xNN escape: what any other
-    user or a replica wrote can never act on the terminal csctl prints to."""
-    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
 def say(text: str = "", *, err: bool = False) -> None:

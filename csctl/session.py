@@ -16,8 +16,8 @@ from appliance.client.user_config import (
     resolve_server,
     resolve_token,
 )
+from appliance.domain.display import printable
 from appliance.domain.errors import ApplianceError, NotFound
-from csctl.render import printable
 
 
 class CsctlError(click.ClickException):

@@ -33,6 +33,7 @@ from appliance.client import DEFAULT_ADDRESS, ApplianceClient, JobHandle
 from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
 from appliance.client.progress import EventPrinter, describe_progress
 from appliance.client.user_config import ENV_SERVER, ENV_TOKEN, ConfigError
+from appliance.domain.display import printable
 from appliance.domain.errors import ApplianceError, InvalidSpec
 from appliance.domain.job import JobEvent
 from appliance.domain.phases import Phase
@@ -168,20 +169,20 @@ def _compile(
     except ApplianceError as exc:
         return _error(exc.message, EXIT_FAILED)
     mib = 1 << 20
-    print(f"model {report.model}: {report.unit_count} streamed layers", file=out)
+    _say(f"model {report.model}: {report.unit_count} streamed layers", file=out)
     for unit in report.units:
         tensors = ", ".join(f"{n}{list(s)}" for n, s in unit.tensors)
-        print(f"  layer {unit.index}: {unit.parameters} parameters ({tensors})", file=out)
+        _say(f"  layer {unit.index}: {unit.parameters} parameters ({tensors})", file=out)
     if report.unit_count > len(report.units):
-        print(f"  ... and {report.unit_count - len(report.units)} more layers", file=out)
-    print(
+        _say(f"  ... and {report.unit_count - len(report.units)} more layers", file=out)
+    _say(
         f"parameters {report.parameter_bytes / mib:.2f} MiB; MemoryX holds "
         f"{report.memory_bytes / mib:.2f} MiB with optimizer state",
         file=out,
     )
     counts = ", ".join(f"{g.role.value} x{g.count}" for g in report.plan.groups)
-    print(f"replicas: {counts}", file=out)
-    print(
+    _say(f"replicas: {counts}", file=out)
+    _say(
         f"bytes per step: {report.bytes_per_step / mib:.2f} MiB (MemoryX->SwarmX "
         f"{report.bytes_memoryx_to_swarmx / mib:.2f}, SwarmX->CS-2 "
         f"{report.bytes_swarmx_to_cs2 / mib:.2f}, CS-2->SwarmX "
@@ -225,10 +226,10 @@ def _submit_and_follow(
             return _error(exc.message, EXIT_BAD_INPUT)
         except ApplianceError as exc:
             return _error(exc.message, EXIT_FAILED)
-        print(f"submitted {job.id} ({args.num_csx} CS-2, {args.num_steps} steps)", file=out)
+        _say(f"submitted {job.id} ({args.num_csx} CS-2, {args.num_steps} steps)", file=out)
         out.flush()
         if args.detach:
-            print(
+            _say(
                 f"detached: the job runs on its own. Follow it with `csctl events {job.id} -f`"
                 f" or `csctl logs {job.id} -f`; stop it with `csctl cancel job {job.id}`.",
                 file=out,
@@ -296,7 +297,7 @@ def _outcome(job: JobHandle, printer: EventPrinter, out: TextIO) -> int:
     reason = f": {final.reason}" if final.reason else ""
     if final.phase is Phase.SUCCEEDED:
         progress = describe_progress(final.progress)
-        print(f"{job.id} SUCCEEDED ({progress}); outputs in {final.spec.model_dir}", file=out)
+        _say(f"{job.id} SUCCEEDED ({progress}); outputs in {final.spec.model_dir}", file=out)
         return EXIT_OK
     return _error(f"{job.id} {final.phase}{reason}", EXIT_FAILED)
 
@@ -330,8 +331,14 @@ def _restore_handlers(previous: dict[int, _Handler]) -> None:
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
+def _say(text: str, file: TextIO) -> None:
+    """Print a line; what the server sent (reasons, paths, messages) cannot drive the
+    terminal."""
+    print(printable(text), file=file)
+
+
 def _error(message: str, code: int) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    _say(f"error: {message}", file=sys.stderr)
     return code
 
 

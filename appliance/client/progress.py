@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from appliance.domain.display import printable
 from appliance.domain.job import EventKind, JobEvent, Progress
 
 BAR_WIDTH = 30
@@ -77,13 +78,13 @@ class EventPrinter:
             self._show_progress(event)
             return
         self._end_bar()
-        self._out.write(describe_event(event) + "\n")
+        self._out.write(printable(describe_event(event)) + "\n")
         self._out.flush()
 
     def message(self, text: str) -> None:
         """Print a line of its own (the bar, if shown, is ended first)."""
         self._end_bar()
-        self._out.write(text + "\n")
+        self._out.write(printable(text) + "\n")
         self._out.flush()
 
     def close(self) -> None:
@@ -103,7 +104,7 @@ class EventPrinter:
             if recent and not last_step:
                 return
             self._last_plain = now
-            self._out.write(describe_event(event) + "\n")
+            self._out.write(printable(describe_event(event)) + "\n")
         self._out.flush()
 
     def _end_bar(self) -> None:

@@ -132,6 +132,21 @@ def test_a_failed_job_exits_1_with_its_reason(
     assert "FAILED: cs2-0 exited 3" in capsys.readouterr().err
 
 
+def test_a_reason_from_someone_else_cannot_drive_the_terminal(
+    cluster: FakeCluster, params_file: Path, drive: Callable[[Callable[[str], None]], None],
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A group member may cancel the job with any reason; the owner's launcher prints it."""
+    hostile = "\x1b]0;owned\x07\x1b[31mred"
+    drive(lambda job_id: cluster.service.transition(job_id, Phase.CANCELLED, hostile))
+
+    code, output = _launch(cluster, params_file)
+
+    err = capsys.readouterr().err
+    assert code == 1 and "\\x1b]0;owned\\x07\\x1b[31mred" in err
+    assert "\x1b" not in err + output and "\x07" not in err + output
+
+
 def test_ctrl_c_cancels_the_job_and_exits_130(
     cluster: FakeCluster, params_file: Path, drive: Callable[[Callable[[str], None]], None]
 ) -> None:
