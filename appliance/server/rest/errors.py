@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 
 # Most specific first: InsufficientCapacity is an InvalidSpec.
 TO_STATUS: tuple[tuple[type[errors.ApplianceError], int, str], ...] = (
-    (errors.InsufficientCapacity, 400, "insufficient_capacity"),
-    (errors.InvalidSpec, 400, "invalid_spec"),
+    # 422: the request is well-formed JSON of the right shape, but what it asks is not valid.
+    (errors.InsufficientCapacity, 422, "insufficient_capacity"),
+    (errors.InvalidSpec, 422, "invalid_spec"),
     (errors.NotFound, 404, "not_found"),
     (errors.PermissionDenied, 403, "permission_denied"),
     (errors.Unauthenticated, 401, "unauthenticated"),
@@ -36,11 +37,15 @@ _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 
 # Every route documents these; success bodies are documented by the routes themselves.
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
-    400: {"model": ErrorOut, "description": "The request is invalid (names the field)."},
+    400: {"model": ErrorOut, "description": "The body is not JSON at all."},
     401: {"model": ErrorOut, "description": "Authentication is on and the token is missing."},
     403: {"model": ErrorOut, "description": "The caller may not act on this job."},
     404: {"model": ErrorOut, "description": "No such job."},
-    422: {"model": ErrorOut, "description": "The request does not match the schema."},
+    422: {
+        "model": ErrorOut,
+        "description": "The request does not match the schema, or a value is invalid (names "
+        "the field).",
+    },
     500: {"model": ErrorOut, "description": "Internal error (details in the server log)."},
     503: {"model": ErrorOut, "description": "The store cannot be reached; retry later."},
 }

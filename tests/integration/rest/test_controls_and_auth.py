@@ -31,7 +31,7 @@ def test_patch_priority_and_labels(parked: Rest) -> None:
         f"/api/v1/jobs/{job['id']}",
         json={"priority": "p3", "labels": {"set": {"bad key!": "x"}}},
     )
-    assert half_bad.status_code == 400 and half_bad.json()["error"]["field"] == "labels"
+    assert half_bad.status_code == 422 and half_bad.json()["error"]["field"] == "labels"
     assert parked.job(job["id"])["spec"]["priority"] == "p1"  # nothing of it was applied
     parked.http.post(f"/api/v1/jobs/{job['id']}/cancel")
     frozen = parked.http.patch(f"/api/v1/jobs/{job['id']}", json={"priority": "p3"})

@@ -42,10 +42,10 @@ def _submit(rest: Rest, **fields: Any) -> httpx.Response:
         ({"num_csx": 5}, "insufficient_capacity", "num_csx"),
     ],
 )
-def test_invalid_specs_are_400_naming_the_field(
+def test_invalid_specs_are_422_naming_the_field(
     parked: Rest, fields: dict[str, Any], code: str, field: str
 ) -> None:
-    assert _error(_submit(parked, **fields), 400, code)["field"] == field
+    assert _error(_submit(parked, **fields), 422, code)["field"] == field
 
 
 @pytest.mark.parametrize(
@@ -83,9 +83,9 @@ def test_bodies_that_are_not_json_objects_are_422(parked: Rest) -> None:
         ({"limit": 0}, 422, "invalid_request", "limit"),
         ({"limit": 10_001}, 422, "invalid_request", "limit"),
         ({"phase": "DONE"}, 422, "invalid_request", "phase.0"),
-        ({"label": "novalue"}, 400, "invalid_spec", "label"),
-        ({"label": "a=b,bad key=1"}, 400, "invalid_spec", "label"),
-        ({"page_token": "not-a-token"}, 400, "invalid_spec", "page_token"),
+        ({"label": "novalue"}, 422, "invalid_spec", "label"),
+        ({"label": "a=b,bad key=1"}, 422, "invalid_spec", "label"),
+        ({"page_token": "not-a-token"}, 422, "invalid_spec", "page_token"),
     ],
 )
 def test_bad_list_queries(
@@ -105,7 +105,7 @@ def test_unknown_and_malformed_job_ids(parked: Rest, method: str, suffix: str) -
     )
     assert MISSING in missing["message"]
     malformed = parked.http.request(method, f"/api/v1/jobs/not-a-job{suffix}")
-    assert _error(malformed, 400, "invalid_spec")["field"] == "job_id"
+    assert _error(malformed, 422, "invalid_spec")["field"] == "job_id"
 
 
 def test_stream_resume_header_must_be_a_seq(parked: Rest) -> None:
@@ -113,7 +113,7 @@ def test_stream_resume_header_must_be_a_seq(parked: Rest) -> None:
     response = parked.http.get(
         f"/api/v1/jobs/{job['id']}/events/stream", headers={b"Last-Event-ID": "²".encode()}
     )
-    assert _error(response, 400, "invalid_spec")["field"] == "Last-Event-ID"
+    assert _error(response, 422, "invalid_spec")["field"] == "Last-Event-ID"
     parked.http.post(f"/api/v1/jobs/{job['id']}/cancel")
 
 

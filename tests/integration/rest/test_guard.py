@@ -92,4 +92,4 @@ def test_a_body_within_the_limit_is_served(served: tuple[int, str]) -> None:
     port, token = served
     body = json.dumps({"params": "model: {name: fc_mnist}\n", "num_csx": 9, "num_steps": 1})
     status, error = _exchange(port, _post(len(body), token), [body.encode()])
-    assert (status, error["field"]) == (400, "num_csx")  # read, parsed and judged
+    assert (status, error["field"]) == (422, "num_csx")  # read, parsed and judged
