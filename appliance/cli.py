@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from appliance.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, Settings
 from appliance.domain.errors import ApplianceError
@@ -28,7 +30,18 @@ def _settings(data_dir: Path | None, grpc_port: int | None, http_port: int | Non
         overrides["grpc_port"] = grpc_port
     if http_port is not None:
         overrides["http_port"] = http_port
-    return Settings(**overrides)  # type: ignore[arg-type]
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        if not first["loc"]:  # a rule across settings: its message names them
+            raise click.ClickException(first["msg"].removeprefix("Value error, ")) from None
+        name = "_".join(str(part) for part in first["loc"]).upper()
+        raise click.ClickException(
+            f"setting APPLIANCE_{name}: {first['msg']} (got {first.get('input')!r})"
+        ) from None
+    except SettingsError as exc:  # not parseable at all (a list setting is JSON)
+        raise click.ClickException(f'{exc}; a list is JSON, e.g. ["/scratch"]') from None
 
 
 _server_options = [

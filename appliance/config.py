@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from appliance.domain.inventory import Node, default_pool, named_pool
@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     )
     kube_model_dirs_claim: str = Field(
         default="",
-        description="PersistentVolumeClaim (ReadWriteMany) mounted at <data_dir>/model_dirs in "
+        description="PersistentVolumeClaim (ReadWriteMany) mounted at the model dirs root in "
         "every replica pod, so checkpoints outlive the pods; empty = an emptyDir per pod.",
     )
     kube_replica_memory_limit: str = Field(
@@ -121,14 +121,41 @@ class Settings(BaseSettings):
         description="JSON list of directories outside the root where any user may put model "
         'dirs and read checkpoints (with authentication on), e.g. ["/scratch/shared"].',
     )
+    replica_token_key_file: Path | None = Field(
+        default=None,
+        description="The secret key replica and data-plane tokens derive from (made if "
+        "missing); unset = <data_dir>/replica-token.key. Must outlive the coordinator's pod.",
+    )
     auth_tokens_file: Path | None = Field(
         default=None,
         description="YAML file of hashed tokens (`appliance token create`); unset = auth off.",
     )
 
+    @model_validator(mode="after")
+    def _allowed_dirs_are_apart(self) -> Settings:
+        """An allowed directory shared by everyone must not take in anyone's own ones."""
+        root = self.model_dirs.resolve()
+        for allowed in self.model_dirs_allowed:
+            shared = allowed.resolve()
+            if not allowed.is_absolute() or root.is_relative_to(shared) or shared == Path("/"):
+                raise ValueError(
+                    f"model_dirs_allowed: {str(allowed)!r} must be an absolute directory "
+                    f"that does not hold the model dirs root {root}"
+                )
+            if shared.is_relative_to(root) or self.data_dir.resolve().is_relative_to(shared):
+                raise ValueError(
+                    f"model_dirs_allowed: {str(allowed)!r} must lie apart from the model dirs "
+                    f"root {root} and the data dir"
+                )
+        return self
+
     @property
     def model_dirs(self) -> Path:
         return self.model_dirs_root or self.data_dir / "model_dirs"
+
+    @property
+    def replica_key_file(self) -> Path:
+        return self.replica_token_key_file or self.data_dir / "replica-token.key"
 
     @property
     def sqlalchemy_url(self) -> str:

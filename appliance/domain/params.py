@@ -14,7 +14,15 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    StrictStr,
+)
 from pydantic_core import PydanticCustomError
 
 from appliance.domain.errors import InvalidSpec
@@ -29,6 +37,19 @@ def _check_size(value: int) -> int:
 
 
 Size = Annotated[int, AfterValidator(_check_size)]
+
+
+def _check_path(value: str) -> str:
+    if not value.startswith("/") or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise PydanticCustomError(
+            "path", "must be an absolute path on one line (the launcher makes yours absolute)"
+        )
+    return value
+
+
+# What the coordinator checks is what the replicas read: a plain string (a YAML !!binary
+# would pass a check of strings and become one in a replica), absolute, one line.
+AbsolutePath = Annotated[StrictStr, Field(max_length=4096), AfterValidator(_check_path)]
 MODEL_NAMES = ("fc_mnist", "gpt2")
 
 
@@ -105,7 +126,7 @@ class RunConfig(_Section):
     log_steps: PositiveInt | None = None
     checkpoint_steps: PositiveInt | None = None
     eval_steps: PositiveInt | None = None
-    checkpoint_path: str | None = None
+    checkpoint_path: AbsolutePath | None = None
 
 
 class Params(_Section):

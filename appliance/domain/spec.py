@@ -54,6 +54,7 @@ _LABEL_NAME_RE = re.compile(rf"^{_LABEL_NAME}$")
 _DNS_SUBDOMAIN_RE = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _USER_RE = re.compile(r"^[A-Za-z0-9_][-A-Za-z0-9_.@]*$")
 
 
@@ -104,9 +105,11 @@ def validate_spec(
     parsed_mode = parse_mode(mode)
     params = validate_params(params_yaml)
     clean_labels = validate_labels(labels or {})
-    if len(model_dir) > MAX_MODEL_DIR or "\x00" in model_dir:
+    if len(model_dir) > MAX_MODEL_DIR or _CONTROL.search(model_dir):
         raise InvalidSpec(
-            f"model_dir must be a path of at most {MAX_MODEL_DIR} characters", field="model_dir"
+            f"model_dir must be a path of at most {MAX_MODEL_DIR} characters, on one line "
+            "(no control characters)",
+            field="model_dir",
         )
     if model_dir and not PurePosixPath(model_dir).is_absolute():
         raise InvalidSpec(

@@ -83,7 +83,11 @@ class Coordinator:
         self.auth = Authenticator.from_file(s.auth_tokens_file)
         # Replicas present their job's token to us with authentication on, and its data-plane
         # token to each other always (replica_tokens.py).
-        tokens = ReplicaTokens.in_data_dir(s.data_dir, control=self.auth.enabled)
+        try:
+            tokens = ReplicaTokens.from_key_file(s.replica_key_file, control=self.auth.enabled)
+        except (OSError, ValueError) as exc:
+            await self.backend.close()
+            raise StartupError(f"cannot use the replica token key: {exc}") from None
         self.backend.replica_secrets = tokens.environment
         control_tokens = tokens if self.auth.enabled else None
         self._grpc = grpc.aio.server(interceptors=[Authentication(self.auth, control_tokens)])

@@ -4,7 +4,8 @@ A user's bearer token must not be what a replica presents (replicas outlive the 
 where users cannot see), and ReplicaControl must not be open to anyone who can reach the port:
 with it, a caller could report progress for any job or read any job's peers and params. Each
 job's replicas get their own token instead: HMAC-SHA256 of the job id under a secret that only
-the coordinator holds (`<data dir>/replica-token.key`, mode 0600, made on first use). Nothing is
+the coordinator holds (APPLIANCE_REPLICA_TOKEN_KEY_FILE, default `<data dir>/replica-token.key`,
+mode 0600, made on first use). Nothing is
 stored per job, and a restarted coordinator recognises the replicas it adopts.
 
 The replicas of a job also hold its data-plane token, authentication on or off: every call
@@ -16,6 +17,7 @@ nothing that only calls the data plane can act towards the coordinator.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from appliance.domain.auth import DATAPLANE_TOKEN_ENV, REPLICA_TOKEN_ENV
 
-KEY_FILE = "replica-token.key"
+MIN_KEY_BYTES = 32
 
 
 class ReplicaTokens:
@@ -36,17 +38,19 @@ class ReplicaTokens:
         self.control = control
 
     @classmethod
-    def in_data_dir(cls, data_dir: Path, control: bool = True) -> ReplicaTokens:
-        """The tokens of this coordinator's data dir; the key is created on first use."""
-        path = data_dir / KEY_FILE
-        data_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return cls(path.read_bytes(), control)
-        key = secrets.token_bytes(32)
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(key)
+    def from_key_file(cls, path: Path, control: bool = True) -> ReplicaTokens:
+        """The tokens under the key in `path`, which is made (0600) if missing. A restarted
+        coordinator must find the same key, or the replicas it adopts are strangers: on
+        Kubernetes the chart mounts it from a Secret. Raises ValueError for a short key."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            _create_key(path)
+        key = path.read_bytes()
+        if len(key) < MIN_KEY_BYTES:
+            raise ValueError(
+                f"the replica token key {path} holds {len(key)} bytes, fewer than "
+                f"{MIN_KEY_BYTES}: remove it (a new one is made) or give a longer one"
+            )
         return cls(key, control)
 
     def token_for(self, job_id: str) -> str:
@@ -66,3 +70,19 @@ class ReplicaTokens:
         if self.control:
             env[REPLICA_TOKEN_ENV] = self.token_for(job_id)
         return env
+
+
+def _create_key(path: Path) -> None:
+    """Write a new key whole, then link it into place: a crash never leaves a short key, and
+    of two coordinators racing the first link wins."""
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(secrets.token_bytes(MIN_KEY_BYTES))
+            file.flush()
+            os.fsync(file.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

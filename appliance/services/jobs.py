@@ -88,6 +88,7 @@ class JobService:
                 f"lease_seconds must be between 0 (detached) and {MAX_LEASE_SECONDS:.0f}",
                 field="lease_seconds",
             )
+        holder = validate_text(lease_holder, "lease_holder", MAX_HOLDER)
         size = len(spec.params_yaml)
         plan, resume = await self._offload.run(
             size, "params", plan_submission, spec, await self._pool()
@@ -95,7 +96,6 @@ class JobService:
         job_id = new_job_id()
         spec = await asyncio.to_thread(self.model_dirs.place, spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
-        holder = validate_text(lease_holder, "lease_holder", MAX_HOLDER)
         new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups)
         job = await self._batcher.write(new)
         self.ctx.bus.wake_scheduler()

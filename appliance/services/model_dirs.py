@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from appliance.domain.auth import Principal
-from appliance.domain.errors import InvalidSpec, PermissionDenied
+from appliance.domain.errors import PermissionDenied, Unavailable
 from appliance.domain.spec import JobSpec, with_checkpoint_path
 
 
@@ -33,6 +33,8 @@ class ModelDirs:
     def __init__(self, root: Path, allowed: Sequence[Path] = ()) -> None:
         self.root = Path(os.path.realpath(root))
         self.allowed = tuple(Path(os.path.realpath(p)) for p in allowed)
+        # The root as configured too: a user names paths under it before links are resolved.
+        self._roots = {self.root, Path(os.path.abspath(root))}
 
     def user_dir(self, user: str) -> Path:
         return self.root / "users" / user
@@ -45,34 +47,46 @@ class ModelDirs:
     ) -> JobSpec:
         """`spec` with its model dir (and checkpoint path) canonical and checked for `user`
         (`by` the authenticated caller, None with authentication off); makes the owner's
-        directory. Raises PermissionDenied or InvalidSpec naming the field."""
+        directory. Raises PermissionDenied naming the field."""
         restricted = by is not None and not by.admin
         groups = by.groups if by is not None else ()
         if not spec.model_dir:
             model_dir = self.user_dir(user) / job_id
         else:
-            model_dir = canonical(spec.model_dir)
-            if restricted:
-                self._check_owned(model_dir, user, groups, "model_dir")
+            model_dir = self._checked(spec.model_dir, user, groups, "model_dir", restricted)
         if checkpoint:
-            resume = canonical(checkpoint)
-            if restricted:
-                self._check_owned(resume, user, groups, "checkpoint_path")
+            resume = self._checked(checkpoint, user, groups, "checkpoint_path", restricted)
             if str(resume) != checkpoint:
                 spec = with_checkpoint_path(spec, str(resume))
         self._make_owner_dir(model_dir)
         return dataclasses.replace(spec, model_dir=str(model_dir))
 
-    def _check_owned(self, path: Path, user: str, groups: Sequence[str], field: str) -> None:
-        owned = [self.user_dir(user), *(self.group_dir(g) for g in groups if _safe_name(g))]
-        if any(path.is_relative_to(d) for d in owned):
+    def _checked(
+        self, given: str, user: str, groups: Sequence[str], field: str, restricted: bool
+    ) -> Path:
+        """`given` canonical. A restricted caller's path is checked as written first (`..`
+        folded, nothing resolved: no link outside their reach is followed, no lookup of
+        another user's files is made), then again once links are resolved."""
+        if restricted:
+            self._check_owned(Path(os.path.normpath(given)), given, user, groups, field)
+        path = canonical(given)
+        if restricted:
+            self._check_owned(path, given, user, groups, field)
+        return path
+
+    def _check_owned(
+        self, path: Path, given: str, user: str, groups: Sequence[str], field: str
+    ) -> None:
+        names = [Path("users") / user, *(Path("groups") / g for g in groups if _safe_name(g))]
+        owned = [root / name for root in self._roots for name in names]
+        if any(path.is_relative_to(d) for d in [*owned, *self.allowed]):
             return
-        if any(path.is_relative_to(d) for d in self.allowed):
-            return
+        theirs = f"{self.user_dir(user)}/"
+        if groups:
+            theirs += f", {self.root / 'groups'}/<{' or '.join(groups)}>/"
         raise PermissionDenied(
-            f"{field} {path} is not yours: use a path under {self.user_dir(user)}"
-            + (f" or {self.root / 'groups'}/<one of {', '.join(groups)}>" if groups else "")
-            + " (or a directory an admin allowed)",
+            f"{field} {given!r} is not yours: use a path under {theirs} or a directory an "
+            "admin allowed",
             field=field,
         )
 
@@ -85,9 +99,9 @@ class ModelDirs:
                 try:
                     owner.mkdir(mode=0o750, parents=True, exist_ok=True)
                 except OSError as exc:
-                    raise InvalidSpec(
-                        f"cannot make the model directory {owner}: {exc.strerror}",
-                        field="model_dir",
+                    raise Unavailable(
+                        f"the coordinator cannot make the model directory {owner} "
+                        f"({exc.strerror}); tell an admin"
                     ) from None
 
 

@@ -17,16 +17,16 @@ class ReplicaService:
 
     async def register(self, job_id: str, replica: str, address: str, pid: int) -> None:
         """A replica serves at `address`; the job runs when all of its replicas have said so."""
-        updated = await self.ctx.db(
-            self.ctx.store.update_replica,
-            job_id,
-            replica,
-            phase=ReplicaPhase.READY,
-            address=address,
-            pid=pid,
-        )
-        if not updated:
-            raise NotFound(f"job {job_id} has no replica {replica}")
+        try:
+            taken = await self.ctx.db(
+                self.ctx.store.register_replica, job_id, replica, address, pid
+            )
+        except KeyError:
+            raise NotFound(f"job {job_id} has no replica {replica}") from None
+        if taken is not None:
+            raise Conflict(
+                f"{replica} of {job_id} is already registered at {taken}; a replica registers once"
+            )
         await self.start_if_all_ready(job_id)
 
     async def start_if_all_ready(self, job_id: str) -> None:

@@ -282,6 +282,25 @@ class JobStore(PoolStore, QueueStore, ListingStore):
             s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
             return True
 
+    def register_replica(self, job_id: str, name: str, address: str, pid: int) -> str | None:
+        """Record where a replica serves, once: the first registration wins (a second one at
+        another address could otherwise draw the job's peers, and their data-plane token, to
+        itself). Returns None when recorded (or repeated), else the address it has."""
+        where = (ReplicaRow.job_id == job_id, ReplicaRow.name == name)
+        with self._sessions.begin() as s:
+            known = s.scalar(select(ReplicaRow.address).where(*where))
+            if known is None:
+                raise KeyError(name)
+            claimed = s.execute(
+                update(ReplicaRow)
+                .where(*where, ReplicaRow.address.in_(("", address)))
+                .values(address=address, pid=pid, phase=ReplicaPhase.READY.value)
+            )
+            if not claimed.rowcount:  # type: ignore[attr-defined]
+                return known
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
+            return None
+
     def replicas(self, job_id: str) -> list[Replica]:
         with self._sessions() as s:
             rows = s.scalars(select(ReplicaRow).where(ReplicaRow.job_id == job_id))

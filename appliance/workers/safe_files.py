@@ -14,8 +14,10 @@ checkpoint to resume from is read the same way.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -28,6 +30,7 @@ class UnsafePath(OSError):
     """A path a replica will not write through; says which and why."""
 
 
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -44,10 +47,14 @@ def directory(path: Path) -> Iterator[int]:
 def open_read(path: Path) -> BinaryIO:
     """`path` opened for reading, refused if any component of it is a link."""
     with directory_of(path) as folder:
-        try:
-            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+        try:  # O_NONBLOCK: a FIFO planted under the name must not hang the open
+            fd = os.open(path.name, _READ, dir_fd=folder)
         except OSError as exc:
             raise UnsafePath(f"{path} cannot be read: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePath(f"{path} is not a regular file")
+    os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
 
@@ -84,10 +91,10 @@ def _walk(path: Path, make: bool) -> int:
         raise
     except OSError as exc:
         os.close(fd)
-        raise UnsafePath(
-            f"{path} is not a directory a job may use ({exc.strerror}): a symbolic link on the "
-            "way, or not a directory"
-        ) from None
+        why = exc.strerror
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            why = "a symbolic link on the way, or not a directory"
+        raise UnsafePath(f"{path} is not a directory a job may use: {why}") from None
     return fd
 
 

@@ -27,13 +27,15 @@ def test_authentication_is_on_by_default_with_a_generated_admin_token(
         "sha256": hashlib.sha256(token.encode()).hexdigest(),
     }
     # A tokens file of the admin's own replaces the generated one.
-    assert "Secret" not in rendered["postgres-auth-large"].kinds()
+    secrets = [o for o in rendered["postgres-auth-large"].objects if o["kind"] == "Secret"]
+    assert [s["metadata"]["name"] for s in secrets] == ["appliance-replica-key"]
 
 
 def test_authentication_can_be_turned_off_only_on_purpose(helm: Helm) -> None:
     text = helm.template("--set", "auth.enabled=false")
     objects = [o for o in yaml.safe_load_all(text) if o]
-    assert "Secret" not in {o["kind"] for o in objects}
+    secrets = [o["metadata"]["name"] for o in objects if o["kind"] == "Secret"]
+    assert secrets == ["appliance-replica-key"]  # the replica key is made either way
     assert "APPLIANCE_AUTH_TOKENS_FILE" not in text
 
 
@@ -54,3 +56,20 @@ def test_replica_pods_accept_connections_only_from_the_coordinator(
     # The coordinator's own pods are not replicas: the policy never cuts users off from it.
     labels = r.one("Deployment")["spec"]["template"]["metadata"]["labels"]
     assert not replicas.items() <= labels.items()
+
+
+def test_the_replica_token_key_comes_from_a_secret_that_outlives_the_pod(
+    rendered: dict[str, Rendered],
+) -> None:
+    """With PostgreSQL the data dir is an emptyDir: a key made there would be new after every
+    restart, and the replicas the new coordinator adopts would be strangers to it."""
+    for r in rendered.values():
+        key = base64.b64decode(
+            r.one("Secret", name="appliance-replica-key")["data"]["replica-token.key"]
+        )
+        assert len(key) == 64
+        env = {e["name"]: e.get("value") for e in r.container["env"]}
+        assert env["APPLIANCE_REPLICA_TOKEN_KEY_FILE"] == "/etc/appliance/replica-token.key"
+        sources = r.volume("/etc/appliance")["projected"]["sources"]
+        item = {"key": "replica-token.key", "path": "replica-token.key", "mode": 0o440}
+        assert {"secret": {"name": "appliance-replica-key", "items": [item]}} in sources

@@ -76,3 +76,24 @@ def test_unreachable_api_server_at_start(tmp_path: Path) -> None:
         APPLIANCE_KUBE_REQUEST_TIMEOUT_SECONDS="1",
     )
     assert_one_line_error(done, "cannot find the replicas still running", "unreachable")
+
+
+@pytest.mark.parametrize(
+    ("env", "needles"),
+    [
+        ({"APPLIANCE_SYSTEMS": "0"}, ["setting APPLIANCE_SYSTEMS", "greater than or equal"]),
+        ({"APPLIANCE_MODEL_DIRS_ALLOWED": "/scratch"}, ["model_dirs_allowed", "JSON"]),
+        ({"APPLIANCE_MODEL_DIRS_ALLOWED": '["/"]'}, ["model_dirs_allowed: '/'"]),
+        ({"APPLIANCE_MODEL_DIRS_ALLOWED": '["shared"]'}, ["'shared' must be an absolute"]),
+        ({"APPLIANCE_KUBE_REPLICA_MEMORY_LIMIT": "lots"}, ["KUBE_REPLICA_MEMORY_LIMIT"]),
+    ],
+)
+def test_a_bad_setting_is_named(tmp_path: Path, env: dict[str, str], needles: list[str]) -> None:
+    assert_one_line_error(serve(tmp_path, **env), *needles)
+
+
+def test_a_short_replica_token_key_is_refused(tmp_path: Path) -> None:
+    key = tmp_path / "replica-token.key"
+    key.write_bytes(b"short")
+    done = serve(tmp_path, APPLIANCE_REPLICA_TOKEN_KEY_FILE=str(key))
+    assert_one_line_error(done, "replica token key", "holds 5 bytes")

@@ -250,6 +250,7 @@ _PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "ConfigMap": "configmaps",
+    "Secret": "secrets",
     "Node": "nodes",
     "Pod": "pods",
 }

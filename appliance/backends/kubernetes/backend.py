@@ -95,7 +95,13 @@ class KubernetesBackend:
         await self.api.create("Service", m.headless_service(job.id, self.api.namespace, uid))
         secrets = self.replica_secrets(job.id)
         secret = m.credentials_secret(job.id, self.api.namespace, uid, secrets)
-        await self.api.create("Secret", secret)
+        found = await self.api.create("Secret", secret)
+        if not m.is_credentials_secret(found, uid, secrets):
+            # Made by someone else ahead of us (job ids are seen while queued): its token
+            # would be theirs. The job fails rather than run on it.
+            raise RuntimeError(
+                f"a Secret {m.secret_name(job.id)} the coordinator did not make is in the way"
+            )
         await self.api.create(
             "NetworkPolicy", m.peers_only_policy(job.id, self.api.namespace, uid)
         )
@@ -113,7 +119,8 @@ class KubernetesBackend:
             yield await self._events.get()
 
     async def teardown(self, job_id: str) -> None:
-        """Delete the job's pods (with the grace period), its Service and its ConfigMap.
+        """Delete the job's pods (with the grace period), its Service, credentials Secret,
+        NetworkPolicy and ConfigMap.
 
         With the keep-failed policy, pods of replicas that failed stay (and so does the
         ConfigMap that owns them) for `kubectl logs`; deleting the ConfigMap removes them.

@@ -1,16 +1,17 @@
 """The Kubernetes objects of one wsjob, as plain manifests (pure functions, no API calls).
 
 Per job: a ConfigMap holding the job spec, which owns everything else (deleting it lets the
-garbage collector remove the job's pods, Service and Secret); a Secret holding the job's
-credentials, which the pods take as environment (a plain env value would show in the pod spec
-to anyone who may `get pods`); a NetworkPolicy under which the job's pods accept traffic only
-from each other (the chart's own policy adds the coordinator); a headless Service for replica
-discovery; one Pod per replica (restartPolicy Never) running the same worker command as the
-local backend.
+garbage collector remove the job's pods, Service, Secret and NetworkPolicy); a Secret holding
+the job's credentials, which the pods take as environment (a plain env value would show in the
+pod spec to anyone who may `get pods`); a NetworkPolicy under which the job's pods accept
+traffic only from each other (the chart's own policy adds the coordinator); a headless Service
+for replica discovery; one Pod per replica (restartPolicy Never) running the same worker
+command as the local backend.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import math
@@ -61,7 +62,7 @@ class PodTemplate:
     coordinator_address: str
     grace_seconds: float
     orphan_timeout: float
-    # Where the coordinator puts model dirs (<data dir>/model_dirs): writable in every replica
+    # Where the coordinator puts model dirs (its model dirs root): writable in every replica
     # pod, from this PersistentVolumeClaim if given (ReadWriteMany across nodes), else an
     # emptyDir (checkpoints then go with the pod).
     model_dirs: str = "/var/lib/appliance/model_dirs"
@@ -168,6 +169,14 @@ def credentials_secret(
     }
 
 
+def is_credentials_secret(found: dict[str, Any], owner_uid: str, env: Mapping[str, str]) -> bool:
+    """Whether `found` (as read back) is the job's credentials Secret: owned by its ConfigMap
+    and holding exactly its tokens."""
+    owners = found.get("metadata", {}).get("ownerReferences") or [{}]
+    data = {k: base64.b64decode(v).decode() for k, v in (found.get("data") or {}).items()}
+    return owners[0].get("uid") == owner_uid and data == dict(env)
+
+
 def peers_only_policy(job_id: str, namespace: str, owner_uid: str) -> dict[str, Any]:
     """The job's pods accept connections from the job's pods (and what other policies allow:
     the chart's lets the coordinator in). A CNI that enforces NetworkPolicy makes it hold."""
@@ -247,7 +256,12 @@ def replica_pod(
                     # The job's tokens: how its replicas prove they are the job's.
                     "envFrom": [{"secretRef": {"name": secret_name(job_id)}}],
                     "resources": {
-                        "requests": {"cpu": requests.cpu, "memory": requests.memory},
+                        # A limit set below a role's request lowers the request with it (the
+                        # API server refuses a pod that requests more than its limit).
+                        "requests": {
+                            "cpu": requests.cpu,
+                            "memory": min(requests.memory, template.memory_limit, key=_bytes),
+                        },
                         # One job's replica cannot take the node's memory from the others.
                         "limits": {"memory": template.memory_limit},
                     },
@@ -265,6 +279,16 @@ def replica_pod(
             "volumes": [{"name": "tmp", "emptyDir": {}}, _model_dirs_volume(template)],
         },
     }
+
+
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+          "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}  # fmt: skip
+
+
+def _bytes(quantity: str) -> float:
+    """A memory quantity (as APPLIANCE_KUBE_REPLICA_MEMORY_LIMIT allows: 512Mi, 4Gi, 1e9 no)."""
+    number = quantity.rstrip("kKMGTi")
+    return float(number) * _UNITS[quantity[len(number) :]]
 
 
 def _from_field(name: str, path: str) -> dict[str, Any]:

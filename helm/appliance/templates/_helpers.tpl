@@ -119,3 +119,32 @@ coordinator at start-up.
 {{- define "appliance.authSecretKey" -}}
 {{- if .Values.auth.existingSecret }}{{ .Values.auth.secretKey }}{{ else }}tokens.yaml{{ end }}
 {{- end }}
+
+{{/*
+A random value kept across upgrades: read back from the Secret it was stored in (lookup sees
+the cluster at install/upgrade time; `helm template` makes a new one each time).
+Call with (dict "namespace" NS "name" SECRET "key" KEY "length" N).
+*/}}
+{{- define "appliance.keptRandom" -}}
+{{- $value := randAlphaNum .length }}
+{{- with lookup "v1" "Secret" .namespace .name }}
+{{- with .data }}
+{{- with (index . $.key) }}
+{{- $value = b64dec . }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $value }}
+{{- end }}
+
+{{/*
+Switches added after the first release read with their defaults, so `helm upgrade
+--reuse-values` of an older release (whose values lack them) still renders: "true" or "".
+*/}}
+{{- define "appliance.authEnabled" -}}
+{{- if dig "auth" "enabled" true .Values.AsMap }}true{{ end }}
+{{- end }}
+
+{{- define "appliance.networkPolicyEnabled" -}}
+{{- if dig "networkPolicy" "enabled" true .Values.AsMap }}true{{ end }}
+{{- end }}

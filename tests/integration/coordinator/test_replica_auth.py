@@ -13,7 +13,7 @@ from appliance._proto.v1 import control_pb2, control_pb2_grpc
 from appliance.client import ApplianceClient
 from appliance.domain.phases import Phase
 from appliance.server.auth import create_token
-from appliance.server.replica_tokens import KEY_FILE, ReplicaTokens
+from appliance.server.replica_tokens import ReplicaTokens
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
 
 PARAMS = {"model": {"name": "fc_mnist", "hidden_sizes": [8]}}
@@ -41,9 +41,11 @@ def test_replicas_authenticate_with_their_jobs_token_and_nobody_else_can(
         assert job.wait(timeout=120).phase is Phase.SUCCEEDED
         wait_until(lambda: other.status.phase.terminal, 120, "the other job to end")
 
-    key = running.settings.data_dir / KEY_FILE
+    key = running.settings.replica_key_file
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    tokens = ReplicaTokens.in_data_dir(running.settings.data_dir)  # the same key, read back
+    tokens = ReplicaTokens.from_key_file(
+        running.settings.replica_key_file
+    )  # the same key, read back
     request = control_pb2.HeartbeatRequest(job_id=job.id, replica="cs2-0")
     with grpc.insecure_channel(running.address) as channel:
         stub = control_pb2_grpc.ReplicaControlStub(channel)

@@ -7,11 +7,14 @@ import base64
 import copy
 import hashlib
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.kube.cluster import NAMESPACE, RESTRICTED, KubeCluster
+from tests.integration.kubernetes.conftest import RELEASE
+from tests.kube.cluster import NAMESPACE, REPO, RESTRICTED, KubeCluster
+from tests.kube.helm import helm_env
 
 EXPECTED = {
     "/apis/apps/v1/namespaces/{ns}/deployments/appliance",
@@ -81,3 +84,30 @@ def test_authentication_is_on_with_an_admin_token_made_at_install(
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["APPLIANCE_AUTH_TOKENS_FILE"] == "/etc/appliance/tokens.yaml"
+
+
+def _secret_data(kube: KubeCluster, name: str) -> dict[str, str]:
+    found = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}").json()
+    return dict(found["data"])
+
+
+def test_an_upgrade_keeps_the_admin_token_and_the_replica_key(
+    kube: KubeCluster, chart_release: subprocess.CompletedProcess[str], helm_bin: Path
+) -> None:
+    """A new admin token would lock the admins out; a new key would make the replicas a
+    restarted coordinator adopts strangers. Also: values from before the switches existed
+    (`--reuse-values` of an older release) still render."""
+    before = {
+        name: _secret_data(kube, name) for name in ("appliance-auth", "appliance-replica-key")
+    }
+    older = kube.workdir / "older-values.yaml"
+    older.write_text("auth:\n  existingSecret: ''\n  secretKey: tokens.yaml\n")
+    done = subprocess.run(
+        [str(helm_bin / "helm"), "upgrade", RELEASE, str(REPO / "helm" / "appliance"),
+         "--namespace", NAMESPACE, "-f", str(older)],
+        env=helm_env(kube.workdir / "helm-home", kube.kubeconfig),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    after = {name: _secret_data(kube, name) for name in before}
+    assert after == before

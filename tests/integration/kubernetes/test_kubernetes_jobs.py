@@ -168,3 +168,26 @@ def _exit_code(pod: dict[str, Any]) -> int | None:
         if ended is not None:
             return int(ended["exitCode"])
     return None
+
+
+def test_a_credentials_secret_planted_ahead_of_the_job_fails_it(
+    client: ApplianceClient, kube: KubeCluster
+) -> None:
+    """A job id is seen while the job queues; someone who may create Secrets must not choose
+    the token its replicas will trust."""
+    big = client.submit(params=PARAMS, num_csx=4, num_steps=100_000)
+    wait_until(lambda: big.status.phase is Phase.RUNNING, 120, "the 4-system job to run")
+    queued = client.submit(params=PARAMS, num_csx=1, num_steps=5)
+    planted = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{queued.id}-credentials", "namespace": NAMESPACE},
+        "stringData": {"APPLIANCE_DATAPLANE_TOKEN": "chosen-by-someone-else"},
+    }
+    kube.apply(planted)
+    big.cancel()
+    wait_until(lambda: queued.status.phase.terminal, 120, "the queued job to end")
+    status = queued.status
+    assert status.phase is Phase.FAILED
+    assert f"a Secret {queued.id}-credentials the coordinator did not make" in status.reason
+    kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/secrets/{queued.id}-credentials")

@@ -106,6 +106,10 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert c["resources"]["limits"] == {"memory": "4Gi"}
+    small = dataclasses.replace(template, memory_limit="256Mi")
+    (tight,) = m.replica_pod(JOB, replica, small, "uid-1")["spec"]["containers"]
+    assert tight["resources"]["requests"]["memory"] == "256Mi"  # never above the limit
+    assert tight["resources"]["limits"] == {"memory": "256Mi"}
     # The model dirs are writable on the read-only root: an emptyDir unless a claim is given.
     mounts = {v["mountPath"]: v["name"] for v in c["volumeMounts"]}
     assert mounts["/var/lib/appliance/model_dirs"] == "model-dirs"

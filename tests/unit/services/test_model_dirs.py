@@ -11,6 +11,7 @@ import yaml
 from appliance.domain.auth import Principal
 from appliance.domain.errors import PermissionDenied
 from appliance.domain.spec import JobSpec, checkpoint_path_of, validate_spec
+from appliance.services import model_dirs
 from appliance.services.model_dirs import ModelDirs
 
 ALICE = Principal("alice", ("nlp",))
@@ -77,8 +78,9 @@ def test_a_link_in_the_users_directory_to_someone_elses_is_resolved_and_refused(
     bob.mkdir(parents=True)
     (dirs.root / "users" / "alice").mkdir()
     (dirs.root / "users" / "alice" / "bobs").symlink_to(bob, target_is_directory=True)
-    with pytest.raises(PermissionDenied, match=f"model_dir {bob}/run1 is not yours"):
-        dirs.place(spec(str(dirs.root / "users/alice/bobs/run1")), None, "alice", JOB, ALICE)
+    through_link = str(dirs.root / "users/alice/bobs/run1")
+    with pytest.raises(PermissionDenied, match=f"model_dir '{through_link}' is not yours"):
+        dirs.place(spec(through_link), None, "alice", JOB, ALICE)
 
 
 def test_a_checkpoint_must_be_the_users_and_is_stored_canonical(dirs: ModelDirs) -> None:
@@ -101,3 +103,22 @@ def test_admins_and_an_open_appliance_may_name_any_path_stored_canonical(
     odd = str(tmp_path / "x" / "nonexist" / ".." / ".." / "out")
     for by in (ADMIN, None):
         assert dirs.place(spec(odd), None, "alice", JOB, by).model_dir == str(tmp_path / "out")
+
+
+def test_a_path_out_of_reach_is_refused_before_anything_of_it_is_looked_up(
+    dirs: ModelDirs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As written, `..` folded: a FIFO, automount or slow mount elsewhere is never touched,
+    and the refusal shows the path as the user gave it, not where links lead."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret-link").symlink_to("/etc/hostname")
+    given = f"{dirs.root}/users/alice/../../../elsewhere/secret-link/x"
+
+    def resolve(path: str) -> Path:
+        raise AssertionError(f"{path} was looked up")
+
+    monkeypatch.setattr(model_dirs, "canonical", resolve)
+    with pytest.raises(PermissionDenied) as refused:
+        dirs.place(spec(given), None, "alice", JOB, ALICE)
+    assert repr(given) in refused.value.message and "/etc" not in refused.value.message

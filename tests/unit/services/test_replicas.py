@@ -44,6 +44,19 @@ async def test_the_job_runs_when_its_last_replica_registers(
         await replicas.register(JOB, "cs2-9", "127.0.0.1:2", 42)
 
 
+async def test_a_replica_registers_once_and_a_second_address_is_refused(
+    ctx: Context, replicas: ReplicaService
+) -> None:
+    """Otherwise any process could re-register a replica at its own address (authentication
+    off) and have the chief send it the topology and the job's data-plane token."""
+    await replicas.register(JOB, "cs2-0", "127.0.0.1:2", 42)
+    await replicas.register(JOB, "cs2-0", "127.0.0.1:2", 42)  # a retried call is fine
+    with pytest.raises(Conflict, match=r"cs2-0 of .* is already registered at 127\.0\.0\.1:2"):
+        await replicas.register(JOB, "cs2-0", "127.0.0.1:6666", 666)
+    (cs2,) = [r for r in ctx.store.replicas(JOB) if r.name == "cs2-0"]
+    assert (cs2.address, cs2.pid) == ("127.0.0.1:2", 42)
+
+
 async def test_progress_is_recorded_and_published_until_the_job_ends(
     ctx: Context, replicas: ReplicaService
 ) -> None:

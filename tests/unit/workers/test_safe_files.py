@@ -127,3 +127,10 @@ def test_the_event_file_is_not_written_through_a_link_waiting_for_its_name(
     assert victim.read_text() == "do not touch\n"
     (events,) = [p for p in model_dir.glob("events.out.tfevents.*") if not p.is_symlink()]
     assert len(events.name.rsplit(".", 1)[-1]) == 16  # a suffix no one can guess ahead
+
+
+def test_a_fifo_planted_as_the_checkpoint_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = _model_dir(tmp_path) / "checkpoint_5.npz"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="is not a regular file"):
+        read_checkpoint(fifo)  # with a plain open this would wait for a writer for ever
