@@ -43,6 +43,12 @@ HOSTILE_PARAMS = st.one_of(
         st.sampled_from(["9", "x", "'"]),
     ),
     st.builds(_aliases, st.integers(1, 40)),
+    # Integers too large to write out in decimal (an error message once tried, and failed).
+    st.builds(
+        lambda n, form: "model: {name: fc_mnist, batch_size: " + form + "f" * n + "}\n",
+        st.integers(1, 4094),
+        st.sampled_from(["0x", "!!int 0x"]),
+    ),
     st.builds(
         lambda value: yaml.safe_dump({"model": value}),
         st.recursive(

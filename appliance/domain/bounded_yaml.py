@@ -19,6 +19,11 @@ from appliance.domain.errors import InvalidSpec
 
 MAX_DEPTH = 64
 MAX_SCALAR_CHARS = 4096
+# No params value needs more (a seed is < 2**63); a 4,000-digit hex integer cannot even be
+# shown in an error message (Python refuses to write out an int of over 4,300 digits).
+MAX_INTEGER_CHARS = 40
+_INT_TAG = "tag:yaml.org,2002:int"
+_RESOLVER = yaml.resolver.Resolver()
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
 _OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
@@ -60,6 +65,11 @@ def _check_shape(text: str, field: str) -> None:
                 raise InvalidSpec(
                     f"{field} has a value longer than {MAX_SCALAR_CHARS} characters", field=field
                 )
+            _check_unicode(event.value, field)
+            if len(event.value) > MAX_INTEGER_CHARS and _is_integer(event):
+                raise InvalidSpec(
+                    f"{field} has an integer of more than {MAX_INTEGER_CHARS} digits", field=field
+                )
             if event.anchor is not None:
                 anchors[event.anchor] = True
         elif isinstance(event, yaml.AliasEvent) and anchors.get(event.anchor or "") is False:
@@ -68,3 +78,42 @@ def _check_shape(text: str, field: str) -> None:
                 "mapping or a list); write it out",
                 field=field,
             )
+
+
+def _is_integer(event: yaml.ScalarEvent) -> bool:
+    if event.tag is not None and event.tag != "!":
+        return bool(event.tag == _INT_TAG)
+    plain = bool(event.implicit[0])
+    tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, (True, False))  # type: ignore[no-untyped-call]
+    return plain and tag == _INT_TAG
+
+
+def check_nesting(value: Any, field: str) -> None:
+    """A value built from JSON, bounded like YAML text before anything recurses into it:
+    nesting depth, string length, integer size. Walked without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_DEPTH:
+                raise InvalidSpec(f"{field} nests deeper than {MAX_DEPTH} levels", field=field)
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+        elif isinstance(item, str):
+            if len(item) > MAX_SCALAR_CHARS:
+                raise InvalidSpec(
+                    f"{field} has a value longer than {MAX_SCALAR_CHARS} characters", field=field
+                )
+            _check_unicode(item, field)
+        elif isinstance(item, int) and item.bit_length() > 4 * MAX_INTEGER_CHARS:
+            raise InvalidSpec(
+                f"{field} has an integer of more than {MAX_INTEGER_CHARS} digits", field=field
+            )
+
+
+def _check_unicode(text: str, field: str) -> None:
+    """A lone surrogate (a JSON or YAML \\udcff escape) is no text: no file name, no label."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise InvalidSpec(f"{field} is not valid Unicode text", field=field) from None

@@ -92,8 +92,8 @@ class JobEvent:
 
 
 def without_details(job: Job) -> Job:
-    """What anyone may see of `job`: no params, and no replica's address, pid or log tail
-    (what would let them reach its replicas or read its data)."""
+    """What anyone may see of `job`: no params or model dir, and no replica's address, pid or
+    log tail (what would let them reach its replicas or find and read its data)."""
     replicas = tuple(dataclasses.replace(r, address="", pid=0, log_tail="") for r in job.replicas)
-    spec = dataclasses.replace(job.spec, params_yaml="")
+    spec = dataclasses.replace(job.spec, params_yaml="", model_dir="")
     return dataclasses.replace(job, spec=spec, replicas=replicas)

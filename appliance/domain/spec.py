@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from appliance.domain.bounded_yaml import load_bounded
+from appliance.domain.bounded_yaml import check_nesting, load_bounded
+from appliance.domain.display import hidden_character
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import parse_params
 
@@ -54,7 +55,6 @@ _LABEL_NAME_RE = re.compile(rf"^{_LABEL_NAME}$")
 _DNS_SUBDOMAIN_RE = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _USER_RE = re.compile(r"^[A-Za-z0-9_][-A-Za-z0-9_.@]*$")
 
 
@@ -93,6 +93,7 @@ def validate_spec(
     `params_yaml` is YAML text, or the mapping itself (a JSON door's object), written out as
     YAML here: writing 1 MB of it takes seconds, which is the checker's work, not a door's."""
     if not isinstance(params_yaml, str):
+        check_nesting(params_yaml, "params")  # before writing it out, which recurses
         params_yaml = yaml.safe_dump(dict(params_yaml), sort_keys=False) if params_yaml else ""
     if isinstance(num_csx, bool) or not isinstance(num_csx, int) or num_csx <= 0:
         raise InvalidSpec(f"num_csx must be a positive integer, got {num_csx}", field="num_csx")
@@ -105,10 +106,10 @@ def validate_spec(
     parsed_mode = parse_mode(mode)
     params = validate_params(params_yaml)
     clean_labels = validate_labels(labels or {})
-    if len(model_dir) > MAX_MODEL_DIR or _CONTROL.search(model_dir):
+    if len(model_dir) > MAX_MODEL_DIR or hidden_character(model_dir) is not None:
         raise InvalidSpec(
             f"model_dir must be a path of at most {MAX_MODEL_DIR} characters, on one line "
-            "(no control characters)",
+            "(no control or invisible characters)",
             field="model_dir",
         )
     if model_dir and not PurePosixPath(model_dir).is_absolute():
@@ -160,7 +161,11 @@ def validate_params(params_yaml: str) -> dict[str, Any]:
     """The params file must be a YAML mapping of Model Zoo sections with a `model` section."""
     if not params_yaml.strip():
         raise InvalidSpec("params is empty; pass a params YAML file", field="params")
-    if len(params_yaml.encode()) > MAX_PARAMS_BYTES:
+    try:
+        encoded = params_yaml.encode()
+    except UnicodeEncodeError:  # a lone surrogate, as a JSON \udcff escape can carry
+        raise InvalidSpec("params is not valid Unicode text", field="params") from None
+    if len(encoded) > MAX_PARAMS_BYTES:
         raise InvalidSpec(
             f"params is larger than {MAX_PARAMS_BYTES} bytes; keep data out of the params file",
             field="params",
@@ -226,9 +231,12 @@ def validate_text(text: str, field: str, max_chars: int) -> str:
     text = text.strip()
     if len(text) > max_chars:
         raise InvalidSpec(f"{field} must be at most {max_chars} characters", field=field)
-    if _CONTROL.search(text):
+    hidden = hidden_character(text)
+    if hidden is not None:
         raise InvalidSpec(
-            f"{field} must be one line of text without control characters", field=field
+            f"{field} must be one line of visible text (it has {hidden}, a control or "
+            "invisible character)",
+            field=field,
         )
     return text
 

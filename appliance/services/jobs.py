@@ -12,6 +12,7 @@ from appliance.domain.auth import (
     check_may_use_priority,
     may_act_on,
 )
+from appliance.domain.bounded_yaml import check_nesting
 from appliance.domain.compile import CompileReport, compile_job
 from appliance.domain.errors import InvalidSpec, job_not_found
 from appliance.domain.ids import is_job_id, new_job_id
@@ -105,6 +106,8 @@ class JobService:
         """validate_spec(**fields), off the event loop when the params are large
         (services/offload.py); raises InvalidSpec naming the field."""
         params = fields.get("params_yaml", "")
+        if not isinstance(params, str):  # bounded before anything recurses into it (repr, pickle)
+            check_nesting(params, "params")
         size = len(params) if isinstance(params, str) else len(repr(params))  # about its YAML
         return await self._offload.run(size, "params", validate_spec, **fields)
 

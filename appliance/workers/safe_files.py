@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class UnsafePath(OSError):
@@ -125,7 +125,12 @@ def open_append(path: Path) -> BinaryIO:
             fd = os.open(path.name, _APPEND, 0o644, dir_fd=folder)
         except OSError as exc:
             raise UnsafePath(f"{path} cannot be appended to: {exc.strerror}") from None
-    if os.fstat(fd).st_nlink != 1:
+    found = os.fstat(fd)
+    if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
         os.close(fd)
-        raise UnsafePath(f"{path} has other hard links; a job appends only to its own files")
+        raise UnsafePath(
+            f"{path} is not a regular file of its own (another hard link, a FIFO, a device); "
+            "a job appends only to its own files"
+        )
+    os.set_blocking(fd, True)
     return os.fdopen(fd, "ab")

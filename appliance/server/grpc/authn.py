@@ -7,7 +7,8 @@ method runs.
   names (server/replica_tokens.py), and no other job's.
 
 A method of a service not named here is refused: a new service is authenticated on purpose,
-never by default.
+never by default. A streaming call is checked again before each message it sends, so a token
+revoked while it streams (WatchJob, a followed log) ends it.
 """
 
 from __future__ import annotations
@@ -121,6 +122,8 @@ def _wrap(handler: grpc.RpcMethodHandler, check: Check) -> grpc.RpcMethodHandler
             await _authenticate(check, request, context)
             async with contextlib.aclosing(streaming(request, context)) as responses:
                 async for response in responses:
+                    # A stream lives on: a token revoked meanwhile ends it at the next message.
+                    await _authenticate(check, request, context)
                     yield response
 
         return grpc.unary_stream_rpc_method_handler(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from appliance.domain.errors import ApplianceError
 from appliance.domain.job import JobEvent
@@ -41,9 +41,12 @@ def error_frame(exc: Exception) -> bytes:
 
 
 async def sse_stream(
-    events: AsyncIterator[JobEvent], keepalive: float = KEEPALIVE_SECONDS
+    events: AsyncIterator[JobEvent],
+    recheck: Callable[[], Awaitable[object]] | None = None,
+    keepalive: float = KEEPALIVE_SECONDS,
 ) -> AsyncIterator[bytes]:
-    """Frames of `events` until it ends (the job is terminal) or the client goes away."""
+    """Frames of `events` until it ends (the job is terminal) or the client goes away.
+    `recheck` runs before each frame: it raises (a revoked token) to end the stream."""
     pending: asyncio.Future[JobEvent] = asyncio.ensure_future(anext(events))
     try:
         while True:
@@ -58,6 +61,12 @@ async def sse_stream(
             except Exception as exc:  # headers are sent: report it in the stream, then end it
                 yield error_frame(exc)
                 return
+            if recheck is not None:
+                try:
+                    await recheck()
+                except Exception as exc:
+                    yield error_frame(exc)
+                    return
             yield sse_frame(event)
             pending = asyncio.ensure_future(anext(events))
     finally:

@@ -127,12 +127,14 @@ def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency
         last_event_id: Annotated[
             str | None, Header(description="SSE resume: the last `id` seen.", max_length=20)
         ] = None,
+        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
         by: Principal | None = authenticated,
     ) -> StreamingResponse:
-        """Recorded events, then live ones, until the job is terminal (like gRPC WatchJob)."""
+        """Recorded events, then live ones, until the job is terminal (like gRPC WatchJob). A
+        token revoked meanwhile ends the stream with an `error` event."""
         after = max(after_seq, _resume_seq(last_event_id))
         await jobs.get(job_id)  # unknown jobs fail with 404 before the stream starts
-        stream = sse_stream(jobs.watch(job_id, after))
+        stream = sse_stream(jobs.watch(job_id, after), lambda: caller(authorization))
         return StreamingResponse(
             stream, media_type=MEDIA_TYPE, headers={"Cache-Control": "no-cache"}
         )

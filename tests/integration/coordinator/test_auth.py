@@ -187,6 +187,7 @@ def test_another_groups_job_shows_no_params_and_its_logs_are_refused(
         pb.GetJobRequest(job_id=job.id), metadata=callers["bob"].metadata
     )
     assert mine.spec.params_yaml == PARAMS and theirs.spec.params_yaml == ""
+    assert mine.spec.model_dir and theirs.spec.model_dir == ""  # where her files are, too
     assert (theirs.id, theirs.user, theirs.phase) == (job.id, "alice", mine.phase)
 
     def logs(name: str) -> object:

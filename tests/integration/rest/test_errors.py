@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -25,9 +26,19 @@ def _error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
     return detail
 
 
+def _nested(depth: int) -> dict[str, Any]:
+    inner: dict[str, Any] = {"name": "fc_mnist"}
+    for _ in range(depth):
+        inner = {"a": inner}
+    return {"model": inner}
+
+
 def _submit(rest: Rest, **fields: Any) -> httpx.Response:
     body = {"params": SMALL_PARAMS, "num_csx": 1, "num_steps": 2, **fields}
-    return rest.http.post("/api/v1/jobs", json={k: v for k, v in body.items() if v is not None})
+    sent = json.dumps({k: v for k, v in body.items() if v is not None})  # \udcff stays escaped
+    return rest.http.post(
+        "/api/v1/jobs", content=sent, headers={"content-type": "application/json"}
+    )
 
 
 @pytest.mark.parametrize(
@@ -39,6 +50,13 @@ def _submit(rest: Rest, **fields: Any) -> httpx.Response:
         ({"params": {}}, "invalid_spec", "params"),
         ({"labels": {"bad key!": "v"}}, "invalid_spec", "labels"),
         ({"model_dir": "a\x00b"}, "invalid_spec", "model_dir"),
+        # Each of these was a 500: a 4,000-digit hex integer (its error message could not
+        # write it out), a lone surrogate, a JSON object that recursed while written as YAML.
+        ({"params": "model: {name: 0x" + "f" * 4094 + "}\n"}, "invalid_spec", "params"),
+        ({"params": "model: {name: \udcff}\n"}, "invalid_spec", "params"),
+        ({"params": _nested(900)}, "invalid_spec", "params"),
+        ({"model_dir": "/tmp/\udcff"}, "invalid_spec", "model_dir"),
+        ({"model_dir": "/tmp/ok\u202eevil"}, "invalid_spec", "model_dir"),
         ({"num_csx": 5}, "insufficient_capacity", "num_csx"),
     ],
 )

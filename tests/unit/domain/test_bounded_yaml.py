@@ -12,7 +12,7 @@ import pytest
 
 from appliance.domain.bounded_yaml import MAX_DEPTH, MAX_SCALAR_CHARS, load_bounded
 from appliance.domain.errors import InvalidSpec
-from appliance.domain.spec import validate_params
+from appliance.domain.spec import validate_params, validate_spec
 
 DEEP_FLOW = "model: " + "[" * 25_000 + "]" * 25_000 + "\n"  # 50 KB
 
@@ -22,7 +22,7 @@ def test_params_nested_25000_deep_are_refused_in_a_process_that_survives() -> No
     program = (
         "import sys\n"
         "from appliance.domain.errors import InvalidSpec\n"
-        "from appliance.domain.spec import validate_params\n"
+        "from appliance.domain.spec import validate_params, validate_spec\n"
         "try:\n"
         "    validate_params(sys.stdin.read())\n"
         "except InvalidSpec as exc:\n"
@@ -60,6 +60,9 @@ def _block(depth: int) -> str:
             "a: &a [1, 1]\nb: &b [*a, *a]\nc: &c [*b, *b]\nmodel: {name: fc_mnist}\n",
             "*a names a mapping or a list",
         ),
+        ("model: {batch_size: 0x" + "f" * 4094 + "}", "integer of more than 40 digits"),
+        ("model: {name: 0x" + "f" * 4000 + "}", "integer of more than 40 digits"),
+        ("model: {seed: !!int " + "9" * 41 + "}", "integer of more than 40 digits"),
         ("model: *nowhere", "not valid YAML"),
         ("model: [1, 2\n", "not valid YAML at line 2"),
     ],
@@ -74,4 +77,32 @@ def test_within_bounds_params_load_as_before() -> None:
     assert load_bounded(_block(MAX_DEPTH - 2), "params")["model"]["k1"]["k2"] is not None
     shared = load_bounded("model: {name: &n fc_mnist, alias: *n}", "params")
     assert shared == {"model": {"name": "fc_mnist", "alias": "fc_mnist"}}
-    assert load_bounded("model: {v: " + "7" * MAX_SCALAR_CHARS + "}", "params")["model"]["v"]
+    assert load_bounded("model: {v: " + "x" * MAX_SCALAR_CHARS + "}", "params")["model"]["v"]
+    assert load_bounded("model: {v: " + "7" * 40 + "}", "params")["model"]["v"] == int("7" * 40)
+    assert load_bounded("model: {v: '" + "7" * 400 + "'}", "params")["model"]["v"] == "7" * 400
+
+
+def _nested(depth: int) -> dict[str, object]:
+    inner: dict[str, object] = {"leaf": 1}
+    for _ in range(depth):
+        inner = {"a": inner}
+    return inner
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"model": {"name": "fc_mnist"}, "train_input": _nested(900)}, "nests deeper than 64"),
+        ({"model": {"name": "fc_mnist", "n": 10**200}}, "integer of more than 40 digits"),
+        ({"model": {"name": "x" * 5000}}, "longer than 4096 characters"),
+        ({"model": {"name": "\udcff"}}, "not valid Unicode text"),
+    ],
+)
+def test_a_json_object_out_of_bounds_is_refused_before_it_is_written_out(
+    params: dict[str, object], says: str
+) -> None:
+    """A JSON door hands the mapping itself; writing it out as YAML recursed (900 deep gave a
+    RecursionError, a 500)."""
+    with pytest.raises(InvalidSpec, match=re.escape(says)) as no:
+        validate_spec(params_yaml=params, num_csx=1, num_steps=1)
+    assert no.value.field == "params"

@@ -55,6 +55,20 @@ async def test_too_slow_is_refused_and_too_many_waiting_is_unavailable() -> None
         offload.close()
 
 
+async def test_a_check_past_its_bound_stops_in_the_checker_which_then_serves_the_next() -> None:
+    """Refusing the caller is not enough: the checker stops working on it (two refused 60 s
+    checks used to keep both checkers busy for minutes)."""
+    offload = Offload(workers=1, max_waiting=2, seconds=0.5)
+    try:
+        checker = await offload.run(LARGE, "params", os.getpid)
+        with pytest.raises(InvalidSpec, match="took longer than"):
+            await offload.run(LARGE, "params", time.sleep, 600)
+        # The same checker, free again at once (were it still asleep, this would wait 600 s).
+        assert await asyncio.wait_for(offload.run(LARGE, "params", os.getpid), 30) == checker
+    finally:
+        offload.close()
+
+
 async def test_a_checker_that_dies_fails_its_call_and_the_next_one_works(
     offload: Offload,
 ) -> None:

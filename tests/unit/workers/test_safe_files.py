@@ -63,7 +63,7 @@ def test_appending_through_a_symlink_or_a_hard_link_is_refused(
     mine = tmp_path / "mine"
     mine.write_text("")
     os.link(mine, model_dir / "metrics.jsonl")
-    with pytest.raises(UnsafePath, match="other hard links"):
+    with pytest.raises(UnsafePath, match="not a regular file of its own"):
         SummaryLog(model_dir)
     assert victim.read_text() == "do not touch\n" and mine.read_text() == ""
 
@@ -134,3 +134,11 @@ def test_a_fifo_planted_as_the_checkpoint_is_refused_not_waited_on(tmp_path: Pat
     os.mkfifo(fifo)
     with pytest.raises(ValueError, match="is not a regular file"):
         read_checkpoint(fifo)  # with a plain open this would wait for a writer for ever
+
+
+def test_a_fifo_planted_as_metrics_jsonl_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """Opening a FIFO to write waits for a reader: the job sat RUNNING at step 0 for ever."""
+    model_dir = _model_dir(tmp_path)
+    os.mkfifo(model_dir / "metrics.jsonl")
+    with pytest.raises(UnsafePath, match=r"cannot be appended to|not a regular file"):
+        SummaryLog(model_dir)
