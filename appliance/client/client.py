@@ -29,7 +29,7 @@ from appliance.client.lease import (
 from appliance.client.nodes import NodeStatus, node_from_pb
 from appliance.client.params import ParamsSource, load_params_yaml
 from appliance.client.user_config import DEFAULT_ADDRESS, resolve_token
-from appliance.client.watch import WatchRetry, watch_job_events
+from appliance.client.watch import DETACHED_OUTAGE_SECONDS, WatchRetry, watch_job_events
 from appliance.domain.compile import CompileReport
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job, JobEvent
@@ -239,15 +239,35 @@ class ApplianceClient:
         response = self._call(self._stub.GetJobEvents, request)
         return [convert.event_from_pb(event) for event in response.events]
 
-    def watch(self, job_id: str, *, timeout: float | None = None) -> Iterator[JobEvent]:
+    def watch(
+        self,
+        job_id: str,
+        *,
+        timeout: float | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> Iterator[JobEvent]:
         """Recorded then live events of a job, ending after its terminal phase event.
 
         Raises TimeoutError if `timeout` seconds pass first. A stream broken by a lost
-        connection is resumed where it stopped (see WatchRetry).
+        connection is resumed where it stopped (see WatchRetry), for as long as the outage can
+        last without losing the job: for a job this client holds, until its lease would lapse
+        (`lease_seconds` less one heartbeat interval); `notify` hears about it.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        give_up_after = self.watch_retry.give_up_after
+        if give_up_after is None:
+            held = job_id in self.held_jobs
+            give_up_after = (
+                self.lease_seconds - self.heartbeat_interval if held else DETACHED_OUTAGE_SECONDS
+            )
         return watch_job_events(
-            self._stub, job_id, address=self.address, retry=self.watch_retry, deadline=deadline
+            self._stub,
+            job_id,
+            address=self.address,
+            retry=self.watch_retry,
+            give_up_after=give_up_after,
+            deadline=deadline,
+            notify=notify,
         )
 
     def set_priority(self, job_id: str, priority: str | Priority) -> Job:

@@ -7,7 +7,7 @@ module imports this one, never the other way round.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from appliance.client.errors import JobCancelled, JobFailed
@@ -31,7 +31,13 @@ class JobCalls(Protocol):
 
     def get_job(self, job_id: str) -> Job: ...
 
-    def watch(self, job_id: str, *, timeout: float | None = None) -> Iterator[JobEvent]: ...
+    def watch(
+        self,
+        job_id: str,
+        *,
+        timeout: float | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> Iterator[JobEvent]: ...
 
     def cancel_job(self, job_id: str, *, reason: str = "") -> CancelResult: ...
 
@@ -65,9 +71,13 @@ class JobHandle:
         """The job's current status, fetched from the server on every access."""
         return self._client.get_job(self._id)
 
-    def watch(self, *, timeout: float | None = None) -> Iterator[JobEvent]:
-        """Phase changes and progress as they happen; ends after the terminal phase event."""
-        return self._client.watch(self._id, timeout=timeout)
+    def watch(
+        self, *, timeout: float | None = None, notify: Callable[[str], None] | None = None
+    ) -> Iterator[JobEvent]:
+        """Phase changes and progress as they happen; ends after the terminal phase event.
+        Rides out a coordinator outage shorter than the job's lease, telling `notify` (default:
+        a logged warning) when the coordinator goes away and comes back."""
+        return self._client.watch(self._id, timeout=timeout, notify=notify)
 
     def wait(self, timeout: float | None = None) -> Job:
         """Block until the job is terminal and return its final status.

@@ -17,6 +17,7 @@ appliance rejects); 130 interrupted by Ctrl-C (143 by SIGTERM), the job cancelle
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import queue
 import signal
@@ -260,6 +261,9 @@ def _follow(job: JobHandle, out: TextIO) -> int:
                 _set_handlers(signal.SIG_IGN)  # a second Ctrl-C must not abort the cancel
                 printer.message(f"interrupted: cancelling {job.id} ...")
                 return _cancel(job, printer, item.code)
+            if isinstance(item, _Notice):  # the coordinator went away or came back
+                printer.message(item.text)
+                continue
             if isinstance(item, ApplianceError):
                 printer.close()
                 return _error(
@@ -278,13 +282,20 @@ class _EndOfEvents:
     """The job's event stream ended (after its terminal phase)."""
 
 
-_Item: TypeAlias = "JobEvent | Exception | _Stopped | _EndOfEvents"
+@dataclasses.dataclass(frozen=True)
+class _Notice:
+    """Something to say while following: the coordinator is unreachable, or back."""
+
+    text: str
+
+
+_Item: TypeAlias = "JobEvent | Exception | _Stopped | _EndOfEvents | _Notice"
 
 
 def _read_events(job: JobHandle, inbox: queue.SimpleQueue[_Item]) -> None:
     """Put the job's events, then the end of the stream or the error that broke it."""
     try:
-        for event in job.watch():
+        for event in job.watch(notify=lambda text: inbox.put(_Notice(text))):
             inbox.put(event)
     except Exception as exc:  # an ApplianceError also once the channel closes after a cancel
         inbox.put(exc)

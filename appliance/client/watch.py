@@ -1,33 +1,42 @@
-"""A job's event stream that survives a broken connection.
+"""A job's event stream that survives a broken connection and a coordinator restart.
 
 WatchJob replays the recorded phase events of a job, then sends live phase changes and progress
 until the job is terminal. If the stream breaks with UNAVAILABLE (a coordinator restart, a
-dropped connection) after the server was reached once, the stream is reopened with `after_seq`
-set to the last phase event seen, so no recorded event is delivered twice and none is lost.
-Progress events are not recorded; the ones sent while disconnected are skipped.
+dropped connection) after the server was reached once, the stream is reopened, with backoff, for
+as long as the outage may last: for a job this client holds, while its lease surely still runs
+(the coordinator cancels it only once the lease lapses), so an attached launcher rides out a
+restart. Each reopened stream starts after the last phase event seen, so no recorded event is
+delivered twice and none is lost; progress events are not recorded, and the ones sent while
+disconnected are skipped. `notify` hears when the coordinator goes away and comes back.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Iterator
 
 import grpc
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
-from appliance.domain.errors import Unavailable
+from appliance.domain.errors import ApplianceError, Unavailable
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import Phase
 from appliance.protocol.convert import event_from_pb
 from appliance.protocol.errors import error_from_rpc
 
+log = logging.getLogger(__name__)
+# How long a watch of a job no lease ties to this client rides out an unreachable coordinator.
+DETACHED_OUTAGE_SECONDS = 120.0
+
 
 @dataclasses.dataclass(frozen=True)
 class WatchRetry:
-    """How often a broken watch stream is reopened before giving up (consecutive failures)."""
+    """How a broken watch stream is reopened: with backoff, until the coordinator has been
+    unreachable for `give_up_after` seconds (None: the client decides, from the job's lease)."""
 
-    attempts: int = 5
+    give_up_after: float | None = None
     initial_backoff: float = 0.2
     max_backoff: float = 3.0
 
@@ -41,6 +50,7 @@ class _WatchState:
     after_seq: int = 0
     reached_server: bool = False
     failures: int = 0
+    outage_since: float | None = None  # monotonic time of the first failure in a row
     last_phase: Phase | None = None
 
 
@@ -50,25 +60,32 @@ def watch_job_events(
     *,
     address: str,
     retry: WatchRetry,
+    give_up_after: float,
     deadline: float | None = None,
+    notify: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[JobEvent]:
     """Yield the job's events until a terminal phase event; `deadline` is a monotonic time.
+    A coordinator unreachable for longer than `give_up_after` seconds ends the watch.
 
     Raises TimeoutError when the deadline passes first and the project's errors otherwise.
     """
     state = _WatchState()
+    notify = notify or log.warning
     while True:
         request = cluster_pb2.WatchJobRequest(job_id=job_id, after_seq=state.after_seq)
         call = stub.WatchJob(request, timeout=_remaining(deadline))
         try:
             for message in call:
                 event = event_from_pb(message)
+                if state.outage_since is not None:
+                    notify(f"the coordinator at {address} is back; following {job_id} again")
                 _record(state, event)
                 yield event
                 if event.kind is EventKind.PHASE and event.to_phase and event.to_phase.terminal:
                     return
-            broken: Exception = Unavailable(
+            broken: ApplianceError = Unavailable(
                 f"the event stream of job {job_id} ended before the job finished"
             )
         except grpc.RpcError as exc:
@@ -81,9 +98,19 @@ def watch_job_events(
         finally:
             call.cancel()
         state.failures += 1
-        if state.failures > retry.attempts:
-            raise broken
-        pause = retry.backoff(state.failures)
+        now = clock()
+        if state.outage_since is None:
+            state.outage_since = now
+            notify(
+                f"the coordinator at {address} is unreachable ({broken.message}); retrying "
+                f"for up to {give_up_after:.0f} s"
+            )
+        if now - state.outage_since >= give_up_after:
+            raise Unavailable(
+                f"the coordinator at {address} has been unreachable for "
+                f"{now - state.outage_since:.0f} s ({broken.message})"
+            )
+        pause = min(retry.backoff(state.failures), give_up_after - (now - state.outage_since))
         remaining = _remaining(deadline)
         if remaining is not None and remaining <= pause:
             raise _timeout(job_id, state)
@@ -93,6 +120,7 @@ def watch_job_events(
 def _record(state: _WatchState, event: JobEvent) -> None:
     state.reached_server = True
     state.failures = 0
+    state.outage_since = None
     state.after_seq = max(state.after_seq, event.seq)
     if event.to_phase is not None:
         state.last_phase = event.to_phase

@@ -22,6 +22,7 @@ from tests.integration.coordinator.harness import (
 )
 
 PARAMS = Path(__file__).resolve().parents[2] / "examples" / "params_fc_mnist.yaml"
+OUTAGE_SECONDS = 10
 
 
 @pytest.fixture
@@ -115,3 +116,42 @@ def test_a_killed_launchers_job_is_cancelled_once_its_lease_lapses(
     assert job.reason.startswith("client lease expired"), job.reason
     assert f":{proc.pid}" in job.reason  # the holder (host:pid) of the lapsed lease
     wait_until(lambda: not worker_processes(job_id), 15, "replicas to stop")
+
+
+def test_an_attached_launcher_rides_out_a_coordinator_restart(tmp_path: Path) -> None:
+    """The README's "things to try" as a new user tried it: the coordinator stopped and
+    started again under a launcher following its job. The launcher used to give up after
+    ~6 s, and the adopted job was cancelled 60 s later, its lease lapsed."""
+    data_dir = tmp_path / "data"
+    first = RunningCoordinator(data_dir).start()
+    address, port = first.address, first.coordinator.grpc_port
+    second: RunningCoordinator | None = None
+    proc = subprocess.Popen(
+        _launcher(address, tmp_path / "out", 3_000),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        match = re.match(r"submitted (wsjob-\w+)", proc.stdout.readline())
+        assert match
+        job_id = match.group(1)
+        with ApplianceClient(address) as client:
+            wait_until(lambda: client.get_job(job_id).progress.step >= 1, 60, "the job to run")
+        first.stop()  # replicas go on; the launcher's stream breaks
+        # The outage is what is under test, not something to wait for: longer than the ~6 s
+        # of retries the launcher used to give up after, far shorter than the 60 s lease.
+        time.sleep(OUTAGE_SECONDS)
+        second = RunningCoordinator(data_dir, grpc_port=port).start()
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, out + err
+        assert f"the coordinator at {address} is unreachable" in out
+        assert f"is back; following {job_id} again" in out
+        assert f"{job_id} SUCCEEDED (step 3000/3000" in out
+        with ApplianceClient(address) as client:
+            assert client.get_job(job_id).phase is Phase.SUCCEEDED
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_workers(address)
+        (second or first).stop()

@@ -21,7 +21,9 @@ def cluster() -> Iterator[FakeCluster]:
 @pytest.fixture
 def client(cluster: FakeCluster) -> Iterator[ApplianceClient]:
     with ApplianceClient(
-        cluster.address, timeout=5.0, watch_retry=WatchRetry(attempts=3, initial_backoff=0.0)
+        cluster.address,
+        timeout=5.0,
+        watch_retry=WatchRetry(give_up_after=2.0, initial_backoff=0.0),
     ) as appliance_client:
         yield appliance_client
 

@@ -46,6 +46,7 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
         self.heartbeats: dict[str, int] = {}
         self._changed = threading.Condition()
         self._break_watch_after: int | None = None
+        self._refused_watches = 0
 
     # -- driven by tests -------------------------------------------------------------------
 
@@ -115,6 +116,11 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
     def break_next_watch_after(self, count: int) -> None:
         """The next WatchJob call fails with UNAVAILABLE after sending `count` events."""
         self._break_watch_after = count
+
+    def refuse_watches(self, count: int) -> None:
+        """The `count` WatchJob calls after the next one fail with UNAVAILABLE at once (the
+        coordinator is down for a while)."""
+        self._refused_watches = count
 
     def _record(self, method: str, request: object) -> None:
         with self._changed:
@@ -294,6 +300,9 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
         self._job_or_abort(request.job_id, context)
         context.add_callback(self._wake_watchers)
         break_after, self._break_watch_after = self._break_watch_after, None
+        if break_after is None and self._refused_watches > 0:
+            self._refused_watches -= 1
+            context.abort(grpc.StatusCode.UNAVAILABLE, "coordinator restarting")
         with self._changed:
             log = self.events[request.job_id]
             live_from = len(log)
