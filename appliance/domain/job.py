@@ -54,6 +54,19 @@ class Lease:
 
 
 @dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One ended run of a job: from getting its resources to giving them back."""
+
+    number: int
+    scheduled_at: float
+    started_at: float  # RUNNING; 0 if it never got there
+    ended_at: float
+    systems: tuple[str, ...]
+    reason: str  # why it ended ("replica cs2-1 exited with exit code 137", ...)
+    ended_in: Phase  # QUEUED when it was requeued, else the job's terminal phase
+
+
+@dataclasses.dataclass(frozen=True)
 class Job:
     id: str
     user: str
@@ -72,6 +85,8 @@ class Job:
     lease: Lease | None = None
     # The owner's groups when it submitted (who else may act on the job).
     groups: tuple[str, ...] = ()
+    # Attempts begun (0 while never scheduled); the ones before the current one were requeued.
+    attempt: int = 0
 
 
 class EventKind(enum.StrEnum):

@@ -1,7 +1,10 @@
 """The one state machine of a wsjob.
 
 QUEUED -> SCHEDULED -> INITIALIZING -> RUNNING -> SUCCEEDED, and FAILED or CANCELLED from any
-non-terminal phase. Terminal phases never change. Only the store's phase writer
+non-terminal phase. A job that must stop and run again (restarted after a failure, preempted,
+its system taken away) goes back to QUEUED from any phase that holds resources: it gives them
+back and keeps its place (its submit time orders it). Each stay in SCHEDULED..RUNNING is an
+attempt. Terminal phases never change. Only the store's phase writer
 (appliance.store.phase_writes, through JobStore.set_phase, set_phases and schedule) applies
 transitions, and it checks every one against TRANSITIONS with compare-and-set.
 """
@@ -37,7 +40,10 @@ _FORWARD = [
     (Phase.RUNNING, Phase.SUCCEEDED),
 ]
 TRANSITIONS: frozenset[tuple[Phase, Phase]] = frozenset(
-    _FORWARD + [(p, Phase.FAILED) for p in ACTIVE] + [(p, Phase.CANCELLED) for p in ACTIVE]
+    _FORWARD
+    + [(p, Phase.QUEUED) for p in HOLDS_RESOURCES]  # requeue: another attempt later
+    + [(p, Phase.FAILED) for p in ACTIVE]
+    + [(p, Phase.CANCELLED) for p in ACTIVE]
 )
 
 

@@ -22,6 +22,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan, Role
 from appliance.domain.queue import Placement
 from appliance.domain.spec import JobSpec, Priority, validate_labels
+from appliance.store.attempts import AttemptStore
 from appliance.store.base import in_chunks
 from appliance.store.listing import JobOwner as JobOwner
 from appliance.store.listing import ListingStore
@@ -71,7 +72,7 @@ _REPLICAS_OF = select(*ReplicaRow.__table__.columns).where(
 )
 
 
-class JobStore(PoolStore, QueueStore, ListingStore):
+class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore):
     """The store of jobs: this part holds jobs, phases (the one writer), replicas, priority,
     labels, leases and events."""
 

@@ -3,9 +3,11 @@ set_phases and schedule. Nothing but JobStore calls `write_phases`.
 
 Every move is decided on the transition table (domain/phases.py) and written only while the
 job is still in the phase it was decided on; a move written records its event and, when the
-job leaves the resource-holding phases, releases its placements, all in the caller's
-transaction. Moves of many jobs cost one UPDATE per (source, target, reason) and one INSERT,
-with statements built once.
+job leaves the resource-holding phases, releases its placements and records the attempt that
+ended (a move back to QUEUED also drops that attempt's replica rows: the next schedule makes
+new ones), all in the caller's transaction. Moving to SCHEDULED begins the next attempt.
+Moves of many jobs cost one UPDATE per (source, target, reason) and one INSERT, with
+statements built once.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from appliance.domain.errors import NotFound, job_not_found
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Outcome, Phase, check_move
 from appliance.store.base import in_chunks
-from appliance.store.tables import JobEventRow, JobRow, PlacementRow
+from appliance.store.tables import AttemptRow, JobEventRow, JobRow, PlacementRow, ReplicaRow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +59,16 @@ _LOCK = (
     .with_for_update()
 )
 _RECORD = insert(JobEventRow).returning(JobEventRow.job_id, JobEventRow.seq)
+# The attempt the jobs `ids` just ended, as the move left their rows (attempt, times, systems).
+_RECORD_ATTEMPT = insert(AttemptRow).from_select(
+    ["job_id", "attempt", "scheduled_at", "started_at", "ended_at", "systems", "reason",
+     "ended_in"],
+    select(
+        JobRow.id, JobRow.attempt, JobRow.scheduled_at, JobRow.started_at,
+        bindparam("b_now"), JobRow.systems, bindparam("b_reason"), JobRow.phase,
+    ).where(JobRow.id.in_(bindparam("ids", expanding=True))),
+)  # fmt: skip
+_DROP_REPLICAS = delete(ReplicaRow).where(ReplicaRow.job_id.in_(bindparam("ids", expanding=True)))
 
 
 def write_phases(
@@ -157,6 +169,11 @@ def _write(
             )  # fmt: skip
             if source in HOLDS_RESOURCES and target not in HOLDS_RESOURCES:
                 released += ids
+                for part in in_chunks(ids):
+                    attempt = {"ids": part, "b_now": now, "b_reason": reason}
+                    conn.execute(_RECORD_ATTEMPT, attempt)
+                    if target is Phase.QUEUED:
+                        conn.execute(_DROP_REPLICAS, {"ids": part})
     for chunk in in_chunks(released):
         conn.execute(_RELEASE, {"ids": chunk})
     if not written:
@@ -182,13 +199,19 @@ def _move_stmt(target: Phase, extra: tuple[str, ...]) -> ReturningUpdate[str]:
     values: dict[str, Any] = {"phase": target.value, "updated_at": now}
     values["version"] = JobRow.version + 1  # what a summary shows changed
     values.update((key, bindparam(f"b_{key}")) for key in extra)
+    if target is Phase.SCHEDULED:  # the next attempt begins
+        values["attempt"] = JobRow.attempt + 1
+        values["scheduled_at"] = now
+        values["started_at"] = 0.0
     if target is Phase.RUNNING:
         values["started_at"] = now
     if target in TERMINAL:
         values["finished_at"] = now
         values["reason"] = bindparam("b_reason")
         values["pending_reason"] = ""
-    elif target is not Phase.QUEUED:
+    elif target is Phase.QUEUED:  # requeued: why, until the scheduler says why it waits
+        values["pending_reason"] = bindparam("b_reason")
+    else:
         values["pending_reason"] = ""
     return (
         update(JobRow)

@@ -55,6 +55,10 @@ class JobRow(Base):
     lease_holder: Mapped[str] = mapped_column(String(300), default="", server_default="")
     # The owner's groups at submit time: members may act on the job too.
     groups: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
+    # Attempts begun (0 while never scheduled): a requeued job runs again as the next one.
+    attempt: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # When the current attempt got its resources.
+    scheduled_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),
@@ -113,6 +117,23 @@ class ReplicaRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
     log_tail: Mapped[str] = mapped_column(Text, default="")
+
+
+class AttemptRow(Base):
+    """One ended attempt of a job: when it ran, on which systems, and why it ended."""
+
+    __tablename__ = "job_attempts"
+
+    job_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    scheduled_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float] = mapped_column(Float)  # RUNNING (0: it never got there)
+    ended_at: Mapped[float] = mapped_column(Float)
+    systems: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text)
+    ended_in: Mapped[str] = mapped_column(String(16))  # QUEUED (requeued) or a terminal phase
 
 
 class NodeRow(Base):

@@ -21,6 +21,7 @@ OK, FAIL, CANCEL = Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED
 
 DOCUMENTED = {
     (Q, S), (S, INIT), (INIT, R), (R, OK),  # forward, one step at a time
+    (S, Q), (INIT, Q), (R, Q),  # requeued: resources given back, another attempt later
     (Q, FAIL), (S, FAIL), (INIT, FAIL), (R, FAIL),
     (Q, CANCEL), (S, CANCEL), (INIT, CANCEL), (R, CANCEL),
 }  # fmt: skip
@@ -54,8 +55,9 @@ def test_the_phase_sets_are_the_documented_ones() -> None:
         (OK, CANCEL, R, Outcome.LOST),
         (OK, FAIL, None, Outcome.INVALID),  # terminal phases never change
         (Q, INIT, None, Outcome.INVALID),  # no skipping
-        (R, Q, None, Outcome.INVALID),  # no going back
-        (S, Q, S, Outcome.INVALID),
+        (R, INIT, None, Outcome.INVALID),  # no going back but to the queue
+        (S, Q, S, Outcome.APPLIED),  # requeued
+        (OK, Q, None, Outcome.INVALID),  # a finished job is never requeued
     ],
 )
 def test_check_move_outcomes(

@@ -1,0 +1,77 @@
+"""The JobStore contract for a requeue: a job that must run again goes back to QUEUED from a
+resource-holding phase, in one transaction giving back what it held, dropping that attempt's
+replicas and recording the attempt; it keeps its place in the queue; the next schedule begins
+the next attempt. Run against every backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.domain.job import Attempt
+from appliance.domain.phases import Phase
+from appliance.store.jobs import JobStore
+from tests.integration.store.driving import PATH_TO, T0, placements_for, submit, usage
+
+
+def _schedule(store: JobStore, job_id: str, now: float) -> None:
+    assert store.schedule(job_id, placements_for(store, job_id), now).applied
+
+
+@pytest.mark.parametrize(
+    "holding", [Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING], ids=lambda p: str(p).lower()
+)
+def test_a_requeue_gives_everything_back_and_records_the_attempt(
+    store: JobStore, holding: Phase
+) -> None:
+    submit(store, "wsjob-a", num_csx=2)
+    _schedule(store, "wsjob-a", T0 + 1)
+    for step in PATH_TO[holding][1:]:
+        assert store.set_phase("wsjob-a", step, "on", T0 + 2).applied
+    assert usage(store) and store.replicas("wsjob-a")
+
+    reason = "replica cs2-1 exited with exit code 137"
+    change = store.set_phase("wsjob-a", Phase.QUEUED, reason, T0 + 5, expected=holding)
+
+    assert change.applied and change.event is not None
+    assert (change.event.from_phase, change.event.to_phase) == (holding, Phase.QUEUED)
+    assert usage(store) == {}  # every system, MemoryX byte and SwarmX port given back
+    assert store.replicas("wsjob-a") == []  # the next schedule makes the next attempt's
+    job = store.get_job("wsjob-a")
+    assert (job.phase, job.attempt, job.pending_reason) == (Phase.QUEUED, 1, reason)
+    started = T0 + 2 if holding is Phase.RUNNING else 0.0
+    assert store.attempts("wsjob-a") == [
+        Attempt(1, T0 + 1, started, T0 + 5, ("cs2-01", "cs2-02"), reason, Phase.QUEUED)
+    ]
+
+
+def test_a_requeued_job_keeps_its_place_and_runs_as_the_next_attempt(store: JobStore) -> None:
+    submit(store, "wsjob-a", num_csx=4)
+    submit(store, "wsjob-b", num_csx=4, now=T0 + 1)
+    _schedule(store, "wsjob-a", T0 + 2)
+    assert store.set_phase("wsjob-a", Phase.QUEUED, "preempted", T0 + 3).applied
+
+    # Submitted first, it is ahead of wsjob-b again: its place is its submit time.
+    assert [q.job_id for q in store.queued_jobs()] == ["wsjob-a", "wsjob-b"]
+    _schedule(store, "wsjob-a", T0 + 4)
+    for step in (Phase.INITIALIZING, Phase.RUNNING, Phase.SUCCEEDED):
+        assert store.set_phase("wsjob-a", step, "on", T0 + 5).applied
+    job = store.get_job("wsjob-a")
+    systems = ("cs2-01", "cs2-02", "cs2-03", "cs2-04")
+    assert (job.attempt, job.systems, job.started_at) == (2, systems, T0 + 5)
+    assert len(job.replicas) == 7  # chief, 4 cs2, memoryx, swarmx: made again once
+    assert [(a.number, a.ended_in, a.reason) for a in store.attempts("wsjob-a")] == [
+        (1, Phase.QUEUED, "preempted"),
+        (2, Phase.SUCCEEDED, "on"),
+    ]
+    assert usage(store) == {}
+
+
+def test_a_job_never_scheduled_has_no_attempt_and_a_finished_one_is_never_requeued(
+    store: JobStore,
+) -> None:
+    submit(store, "wsjob-a")
+    assert not store.set_phase("wsjob-a", Phase.QUEUED, "again", T0 + 1).applied  # already
+    assert store.set_phase("wsjob-a", Phase.CANCELLED, "no", T0 + 2).applied
+    assert (store.get_job("wsjob-a").attempt, store.attempts("wsjob-a")) == (0, [])
+    assert not store.set_phase("wsjob-a", Phase.QUEUED, "again", T0 + 3).applied
+    assert store.get_job("wsjob-a").phase is Phase.CANCELLED
