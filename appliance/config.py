@@ -49,6 +49,24 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="Replicas exit when the coordinator is gone this long."
     )
     log_tail_lines: int = Field(default=20, ge=1, le=1000)
+    restart_max_restarts: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="How often a job whose spec does not say is restarted from its newest "
+        "checkpoint after a retryable failure (0: never, as before).",
+    )
+    restart_exit_codes: tuple[int, ...] = Field(
+        default=(),
+        description="JSON list of replica exit codes that are retryable besides a replica "
+        "killed by a signal (128 + N), e.g. [3]; a params or model error (exit 1) never is.",
+    )
+    restart_backoff_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=3600,
+        description="Pause between a failed attempt's teardown and its requeue.",
+    )
     http_max_body_bytes: int = Field(
         default=4 << 20,
         ge=64 << 10,

@@ -87,6 +87,9 @@ def job_detail_table(job: Job, *, now: float) -> str:
     text = jobs_table([job], now=now, wide=True)
     if job.queue_position:
         text += f"\n\nQUEUE POSITION: {job.queue_position}"
+    if job.attempt > 1 or job.spec.max_restarts:
+        allowed = "cluster default" if job.spec.max_restarts is None else job.spec.max_restarts
+        text += f"\n\nATTEMPT: {job.attempt} (restarts allowed: {allowed})"
     if job.reason:
         text += f"\n\nREASON: {job.reason}"
     if job.replicas:
@@ -120,6 +123,7 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
         "priority": job.spec.priority.name.lower(),
         "labels": dict(job.spec.labels),
         "model_dir": job.spec.model_dir,
+        "max_restarts": job.spec.max_restarts,
     }
     if with_params:
         spec["params"] = yaml.safe_load(job.spec.params_yaml) if job.spec.params_yaml else {}
@@ -132,6 +136,7 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
         "pending_reason": job.pending_reason,
         "queue_position": job.queue_position,
         "systems": list(job.systems),
+        "attempt": job.attempt,
         "lease": _lease_document(job),
         "spec": spec,
         "progress": {

@@ -33,6 +33,9 @@ class ReplicaEvent:
     pid: int = 0
     exit_code: int | None = None
     message: str = ""
+    # The job's attempt the replica was started for (0: not known, e.g. adopted after a
+    # restart); an event of an earlier attempt than the job's is stale.
+    attempt: int = 0
 
 
 class Backend(Protocol):

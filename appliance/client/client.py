@@ -136,14 +136,17 @@ class ApplianceClient:
         model_dir: str | os.PathLike[str] = "",
         user: str | None = None,
         detach: bool | None = None,
+        max_restarts: int | None = None,
     ) -> JobHandle:
         """Submit a wsjob and return a handle to it.
 
         `params` is the path of a params YAML file (read here, on the user node) or the params
         as a mapping. A relative `model_dir` is made absolute here. `user` defaults to the OS
         user. Unless `detach` (default: the client's `detach`), the job holds a lease this
-        client renews; it is cancelled when the client goes away. Raises InvalidSpec naming the
-        bad field before anything is sent, or the server's error.
+        client renews; it is cancelled when the client goes away. `max_restarts`: how often
+        the job is restarted from its newest checkpoint after a retryable failure (None: the
+        cluster's default). Raises InvalidSpec naming the bad field before anything is sent,
+        or the server's error.
         """
         detached = self.detach if detach is None else detach
         spec = validate_spec(
@@ -154,6 +157,7 @@ class ApplianceClient:
             labels=labels,
             priority=priority if isinstance(priority, Priority) else Priority.parse(priority),
             model_dir=_absolute(model_dir),
+            max_restarts=max_restarts,
         )
         request = cluster_pb2.SubmitJobRequest(
             spec=convert.spec_to_pb(spec), user=user or _os_user()

@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--job_priority", default="p2", help="p1 (first) to p3; default p2.")
     parser.add_argument(
+        "--max_restarts",
+        type=int,
+        default=None,
+        help="Restart from the newest checkpoint after a retryable failure (a replica killed by "
+        "a signal, a lost node) up to this many times (default: the cluster's, 0 unless set).",
+    )
+    parser.add_argument(
         "--detach", action="store_true", help="Submit without a lease, print the id and exit."
     )
     parser.add_argument(
@@ -222,6 +229,7 @@ def _submit_and_follow(
                 labels=labels,
                 priority=args.job_priority,
                 model_dir=args.model_dir,
+                max_restarts=args.max_restarts,
             )
         except InvalidSpec as exc:
             return _error(exc.message, EXIT_BAD_INPUT)

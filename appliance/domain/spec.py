@@ -48,6 +48,7 @@ MAX_PARAMS_BYTES = 1 << 20
 MAX_STEPS = 10**9
 MAX_LABELS = 64
 MAX_MODEL_DIR = 4096
+MAX_RESTARTS = 100
 MAX_USER = 253
 
 _LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
@@ -69,6 +70,9 @@ class JobSpec:
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     priority: Priority = Priority.P2
     model_dir: str = ""
+    # How many times the job may be restarted after a retryable failure (None: the cluster's
+    # default, APPLIANCE_RESTART_MAX_RESTARTS).
+    max_restarts: int | None = None
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -87,6 +91,7 @@ def validate_spec(
     labels: Mapping[str, str] | None = None,
     priority: Priority = Priority.P2,
     model_dir: str = "",
+    max_restarts: int | None = None,
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -118,6 +123,15 @@ def validate_spec(
             "working directory); the Python client and the launcher resolve relative ones",
             field="model_dir",
         )
+    if max_restarts is not None and (
+        isinstance(max_restarts, bool)
+        or not isinstance(max_restarts, int)
+        or not 0 <= max_restarts <= MAX_RESTARTS
+    ):
+        raise InvalidSpec(
+            f"max_restarts must be between 0 and {MAX_RESTARTS}, got {max_restarts!r}",
+            field="max_restarts",
+        )
     spec = JobSpec(
         params_yaml=params_yaml,
         num_csx=num_csx,
@@ -126,6 +140,7 @@ def validate_spec(
         labels=clean_labels,
         priority=priority,
         model_dir=model_dir,
+        max_restarts=max_restarts,
     )
     spec.__dict__["params"] = params  # seed the cached parse: YAML is parsed once per submit
     return spec

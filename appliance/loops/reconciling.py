@@ -15,6 +15,7 @@ from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, R
 from appliance.domain.job import ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
+from appliance.domain.restarts import restarts_used, retryable
 from appliance.services.context import Context
 from appliance.services.replicas import ReplicaService
 
@@ -31,6 +32,8 @@ class Reconciler:
         # Jobs whose replicas this coordinator started or adopted and has not torn down.
         self.active: set[str] = set()
         self._teardowns: dict[str, asyncio.Task[None]] = {}
+        # Jobs whose failed attempt is being torn down to run again (domain/restarts.py).
+        self._restarts: dict[str, asyncio.Task[None]] = {}
         self._recovered_at = 0.0
 
     # ---- restart ----------------------------------------------------------------------------
@@ -177,9 +180,11 @@ class Reconciler:
             await self.replicas.start_if_all_ready(job_id)
 
     async def drain(self, wait_seconds: float) -> None:
-        """Wait for teardowns under way (a coordinator stopping lets them finish)."""
-        if self._teardowns:
-            await asyncio.wait(list(self._teardowns.values()), timeout=wait_seconds)
+        """Wait for teardowns and restarts under way (a coordinator stopping lets them
+        finish)."""
+        pending = [*self._teardowns.values(), *self._restarts.values()]
+        if pending:
+            await asyncio.wait(pending, timeout=wait_seconds)
 
     def _start_teardown(self, job_id: str) -> None:
         if job_id in self._teardowns:
@@ -196,6 +201,51 @@ class Reconciler:
 
         self._teardowns[job_id] = asyncio.get_running_loop().create_task(teardown())
 
+    # ---- restarts ---------------------------------------------------------------------------
+
+    def _stale(self, event: ReplicaEvent, phase: Phase, attempt: int) -> bool:
+        """An end that says nothing about the job's current attempt: a replica of the attempt
+        being torn down to restart, of a requeued job, or of an earlier attempt."""
+        if event.job_id in self._restarts or phase is Phase.QUEUED:
+            return True
+        return bool(event.attempt) and event.attempt != attempt
+
+    async def _restart_if_allowed(
+        self, event: ReplicaEvent, phase: Phase, reason: str
+    ) -> str | None:
+        """Restart the job after `reason` if its policy allows (None), else the reason to fail
+        it with."""
+        settings = self.ctx.settings
+        if not retryable(event.exit_code, settings.restart_exit_codes):
+            return reason
+        job = await self.ctx.db(self.ctx.store.get_job, event.job_id)
+        limit = job.spec.max_restarts
+        limit = settings.restart_max_restarts if limit is None else limit
+        used = restarts_used(job.attempt)
+        if used >= limit:
+            return f"{reason} (no restarts left: {used} of {limit} used)" if limit else reason
+        requeue = (
+            f"{reason}; restarting from the newest checkpoint (restart {used + 1} of {limit})"
+        )
+        task = asyncio.get_running_loop().create_task(self._restart(event.job_id, requeue))
+        self._restarts[event.job_id] = task
+        return None
+
+    async def _restart(self, job_id: str, reason: str) -> None:
+        """Tear the whole gang down, wait the backoff, then requeue the job: its next attempt
+        is scheduled like any queued job, in its place."""
+        try:
+            await self.backend.teardown(job_id)
+            if self.ctx.settings.restart_backoff_seconds:
+                await asyncio.sleep(self.ctx.settings.restart_backoff_seconds)
+            await self.ctx.set_phase(job_id, Phase.QUEUED, reason)
+            self.active.discard(job_id)
+        except Exception as exc:
+            log.exception("restarting %s failed", job_id)
+            await self.ctx.set_phase(job_id, Phase.FAILED, f"{reason}, but could not: {exc}")
+        finally:
+            self._restarts.pop(job_id, None)
+
     # ---- replica events -----------------------------------------------------------------------
 
     async def on_replica_event(self, event: ReplicaEvent) -> None:
@@ -207,7 +257,11 @@ class Reconciler:
                 only_from=ReplicaPhase.PENDING, phase=ReplicaPhase.STARTED,
             )  # fmt: skip
             return
-        phase = await self.ctx.db(store.phase_of, event.job_id)
+        found = await self.ctx.db(store.phase_and_attempt, event.job_id)
+        if found is not None and self._stale(event, *found):
+            log.info("%s/%s of an ended attempt exited: ignored", event.job_id, event.replica)
+            return
+        phase = found[0] if found is not None else None
         code = event.exit_code
         tail = await self.backend.log_tail(
             event.job_id, event.replica, self.ctx.settings.log_tail_lines
@@ -234,7 +288,9 @@ class Reconciler:
             else:
                 what = f"exit code {code}" if code is not None else "an unknown exit code"
                 reason = f"replica {event.replica} exited with {what}{detail}"
-            await self.ctx.set_phase(event.job_id, Phase.FAILED, reason)
+            failed = await self._restart_if_allowed(event, phase, reason)
+            if failed is not None:
+                await self.ctx.set_phase(event.job_id, Phase.FAILED, failed)
         elif event.replica == CHIEF:
             if phase is Phase.RUNNING:
                 await self.ctx.set_phase(

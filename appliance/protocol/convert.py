@@ -76,6 +76,7 @@ def spec_to_pb(spec: JobSpec) -> cluster_pb2.JobSpec:
         labels=dict(spec.labels),
         priority=priority_to_pb(spec.priority),
         model_dir=spec.model_dir,
+        max_restarts=spec.max_restarts,
     )
 
 
@@ -90,6 +91,7 @@ def spec_from_pb(msg: cluster_pb2.JobSpec) -> JobSpec:
         # Not `or`: Priority.P0 is 0, so `or` read every P0 job as P2.
         priority=_or_default(priority_from_pb(msg.priority), Priority.P2),
         model_dir=msg.model_dir,
+        max_restarts=msg.max_restarts if msg.HasField("max_restarts") else None,
     )
 
 
@@ -164,6 +166,7 @@ def job_to_pb(job: Job) -> cluster_pb2.Job:
         finished_at=job.finished_at,
         replicas=[replica_to_pb(r) for r in job.replicas],
         lease=lease_to_pb(job.lease) if job.lease else None,
+        attempt=job.attempt,
     )
 
 
@@ -194,6 +197,7 @@ def job_from_pb(msg: cluster_pb2.Job) -> Job:
         finished_at=msg.finished_at,
         replicas=tuple(replica_from_pb(msg.id, r) for r in msg.replicas),
         lease=lease_from_pb(msg.lease) if msg.HasField("lease") else None,
+        attempt=msg.attempt,
     )
 
 

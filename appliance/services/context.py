@@ -20,7 +20,7 @@ from sqlalchemy.exc import OperationalError
 
 from appliance.config import Settings
 from appliance.domain.errors import Unavailable
-from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Phase
+from appliance.domain.phases import HOLDS_RESOURCES, Phase
 from appliance.domain.queue import Placement
 from appliance.services.bus import JobBus
 from appliance.store.jobs import JobStore, PhaseChange
@@ -100,8 +100,8 @@ class Context:
         if event is None:
             return
         self.bus.publish(event)
-        if event.to_phase in TERMINAL and event.from_phase in HOLDS_RESOURCES:
-            self.bus.wake_scheduler()  # resources came back
+        if event.from_phase in HOLDS_RESOURCES and event.to_phase not in HOLDS_RESOURCES:
+            self.bus.wake_scheduler()  # resources came back (and a requeued job waits)
         # A queued job that ends frees nothing: the next periodic pass re-reads the queue (and
         # its pending reasons) instead of one pass per cancelled job. Nor has it replicas for
         # the reconciler to stop: it acts on jobs that enter or leave the holding phases.

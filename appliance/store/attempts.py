@@ -7,7 +7,7 @@ from sqlalchemy import select
 from appliance.domain.job import Attempt
 from appliance.domain.phases import Phase
 from appliance.store.base import StoreBase
-from appliance.store.tables import AttemptRow
+from appliance.store.tables import AttemptRow, JobRow
 
 
 class AttemptStore(StoreBase):
@@ -27,3 +27,11 @@ class AttemptStore(StoreBase):
                 )
                 for r in rows
             ]  # fmt: skip
+
+    def phase_and_attempt(self, job_id: str) -> tuple[Phase, int] | None:
+        """The job's phase and its current attempt number; None for an unknown job."""
+        with self._sessions() as s:
+            row = s.execute(
+                select(JobRow.phase, JobRow.attempt).where(JobRow.id == job_id)
+            ).first()
+            return (Phase(row.phase), row.attempt) if row is not None else None

@@ -96,6 +96,7 @@ class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore):
                 "progress": {}, "lease_seconds": n.lease_seconds,
                 "lease_expires_at": now + n.lease_seconds if n.lease_seconds else 0.0,
                 "lease_holder": n.lease_holder, "groups": list(n.groups),
+                "max_restarts": n.spec.max_restarts,
             }
             for n in new
         ]  # fmt: skip

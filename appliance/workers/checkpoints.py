@@ -17,6 +17,7 @@ over the final name, so a process killed mid-write never leaves a torn checkpoin
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import zipfile
 from pathlib import Path
@@ -30,6 +31,9 @@ from appliance.workers.safe_files import open_read, write_whole
 
 FORMAT = "wafer-appliance-checkpoint/1"
 _NAME = re.compile(r"^checkpoint_(\d+)\.npz$")
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +56,24 @@ def latest_checkpoint(model_dir: Path) -> Path | None:
     found = [(int(m.group(1)), p) for p in model_dir.glob("checkpoint_*.npz")
              if (m := _NAME.match(p.name))]  # fmt: skip
     return max(found)[1] if found else None
+
+
+def newest_readable(model_dir: Path) -> Path | None:
+    """The checkpoint with the highest step in `model_dir` that reads back whole (one that
+    cannot, torn or planted, is passed over for the one before), if any."""
+    found = sorted(
+        ((int(m.group(1)), p) for p in model_dir.glob("checkpoint_*.npz")
+         if (m := _NAME.match(p.name))),
+        reverse=True,
+    )  # fmt: skip
+    for _, path in found:
+        try:
+            read_checkpoint(path)
+        except ValueError as err:
+            log.warning("not resuming from %s: %s", path, err)
+            continue
+        return path
+    return None
 
 
 def split_layer_state(tensors: Tensors) -> tuple[Tensors, OptimizerState]:

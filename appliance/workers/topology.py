@@ -52,6 +52,9 @@ class JobLayout:
     cs2: tuple[PeerAddress, ...]
     memoryx: tuple[PeerAddress, ...]
     swarmx: tuple[PeerAddress, ...]
+    # The checkpoint to start from: the one a later attempt resumes from, else the
+    # runconfig.checkpoint_path asked for, else none ("").
+    resume_from: str = ""
 
     @property
     def fanout(self) -> int:
@@ -129,4 +132,5 @@ def job_layout(topology: control_pb2.Topology) -> JobLayout:
         cs2=tuple(by_role["cs2"]),
         memoryx=tuple(by_role["memoryx"]),
         swarmx=tuple(by_role["swarmx"]),
+        resume_from=topology.resume_from or typed.runconfig.checkpoint_path or "",
     )

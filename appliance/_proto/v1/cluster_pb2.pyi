@@ -68,6 +68,7 @@ class JobSpec(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     MODEL_DIR_FIELD_NUMBER: _builtins.int
+    MAX_RESTARTS_FIELD_NUMBER: _builtins.int
     params_yaml: _builtins.str
     """The params YAML (Model Zoo style: model, train_input, optimizer, runconfig sections)."""
     num_csx: _builtins.int
@@ -75,6 +76,10 @@ class JobSpec(_message.Message):
     mode: _common_pb2.Mode.ValueType
     priority: _common_pb2.Priority.ValueType
     model_dir: _builtins.str
+    max_restarts: _builtins.int
+    """Restarts allowed after a retryable failure (a replica killed by a signal, a lost node);
+    unset: the cluster's default.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -87,12 +92,15 @@ class JobSpec(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         priority: _common_pb2.Priority.ValueType = ...,
         model_dir: _builtins.str = ...,
+        max_restarts: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "max_restarts", b"max_restarts"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "priority", b"priority"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "priority", b"priority"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__max_restarts: _TypeAlias = _typing.Literal["max_restarts"]  # noqa: Y015
+    _WhichOneofArgType__max_restarts: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_restarts) -> _WhichOneofReturnType__max_restarts | None: ...
 
 Global___JobSpec: _TypeAlias = JobSpec  # noqa: Y015
 
@@ -223,6 +231,7 @@ class Job(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
     LEASE_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     user: _builtins.str
     phase: _common_pb2.Phase.ValueType
@@ -238,6 +247,8 @@ class Job(_message.Message):
     updated_at: _builtins.float
     started_at: _builtins.float
     finished_at: _builtins.float
+    attempt: _builtins.int
+    """Runs begun (0 while never scheduled); each restart or requeue runs the next attempt."""
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -270,10 +281,11 @@ class Job(_message.Message):
         finished_at: _builtins.float = ...,
         replicas: _abc.Iterable[Global___Replica] | None = ...,
         lease: Global___Lease | None = ...,
+        attempt: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -130,12 +130,20 @@ class Topology(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     MODEL_DIR_FIELD_NUMBER: _builtins.int
     PEERS_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    RESUME_FROM_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     params_yaml: _builtins.str
     num_csx: _builtins.int
     num_steps: _builtins.int
     mode: _common_pb2.Mode.ValueType
     model_dir: _builtins.str
+    attempt: _builtins.int
+    """Which run of the job this is (1 for the first; a restart or requeue runs the next)."""
+    resume_from: _builtins.str
+    """The checkpoint the attempt resumes from (the chief picks the newest complete one in the
+    model dir when the attempt is not the first); empty: runconfig.checkpoint_path, if any.
+    """
     @_builtins.property
     def peers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Peer]: ...
     def __init__(
@@ -148,10 +156,12 @@ class Topology(_message.Message):
         mode: _common_pb2.Mode.ValueType = ...,
         model_dir: _builtins.str = ...,
         peers: _abc.Iterable[Global___Peer] | None = ...,
+        attempt: _builtins.int = ...,
+        resume_from: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "peers", b"peers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "job_id", b"job_id", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "peers", b"peers", "resume_from", b"resume_from"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -28,10 +28,11 @@ READ_CHUNK = 1 << 20
 class _Running:
     """One live replica process: a child we started, or an adopted one we watch by pidfd."""
 
-    def __init__(self, job_id: str, replica: str, pid: int) -> None:
+    def __init__(self, job_id: str, replica: str, pid: int, attempt: int = 0) -> None:
         self.job_id = job_id
         self.replica = replica
         self.pid = pid
+        self.attempt = attempt
         self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def signal(self, sig: signal.Signals) -> None:
@@ -77,9 +78,9 @@ class LocalBackend:
         for replica in replicas:
             if (job.id, replica.name) in self._running:
                 continue
-            await self._start(job.id, replica)
+            await self._start(job.id, replica, job.attempt)
 
-    async def _start(self, job_id: str, replica: Replica) -> None:
+    async def _start(self, job_id: str, replica: Replica, attempt: int) -> None:
         log_path = self.log_path(job_id, replica.name)
         pid_path = self._pid_path(job_id, replica.name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,10 +112,12 @@ class LocalBackend:
                 start_new_session=True,
             )
         pid_path.write_text(f"{proc.pid}\n")
-        running = _Running(job_id, replica.name, proc.pid)
+        running = _Running(job_id, replica.name, proc.pid, attempt)
         self._running[(job_id, replica.name)] = running
         self._events.put_nowait(
-            ReplicaEvent(job_id, replica.name, ReplicaEventKind.STARTED, pid=proc.pid)
+            ReplicaEvent(
+                job_id, replica.name, ReplicaEventKind.STARTED, pid=proc.pid, attempt=attempt
+            )
         )
         self._spawn(self._wait_child(running, proc))
 
@@ -136,7 +139,7 @@ class LocalBackend:
         self._events.put_nowait(
             ReplicaEvent(
                 running.job_id, running.replica, ReplicaEventKind.EXITED,
-                pid=running.pid, exit_code=code, message=message,
+                pid=running.pid, exit_code=code, message=message, attempt=running.attempt,
             )
         )  # fmt: skip
 

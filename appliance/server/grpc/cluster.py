@@ -174,6 +174,7 @@ def spec_fields(msg: cluster_pb2.JobSpec) -> dict[str, Any]:
         "labels": dict(msg.labels),
         "priority": priority,
         "model_dir": msg.model_dir,
+        "max_restarts": msg.max_restarts if msg.HasField("max_restarts") else None,
     }
 
 

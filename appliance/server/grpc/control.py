@@ -37,6 +37,7 @@ class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
             num_steps=job.spec.num_steps,
             mode=convert.mode_to_pb(job.spec.mode),
             model_dir=job.spec.model_dir,
+            attempt=job.attempt,
             peers=[
                 control_pb2.Peer(
                     name=r.name, role=r.role.value, index=r.index, address=r.address, node=r.node

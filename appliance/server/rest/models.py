@@ -21,7 +21,7 @@ from appliance.domain.job import (
     ReplicaPhase,
 )
 from appliance.domain.phases import Phase
-from appliance.domain.spec import MAX_STEPS, Mode, Priority
+from appliance.domain.spec import MAX_RESTARTS, MAX_STEPS, Mode, Priority
 
 StrictInt = Annotated[int, Field(strict=True)]
 
@@ -58,6 +58,12 @@ class JobSubmitIn(BaseModel):
     model_dir: str = Field(
         default="", description="Where checkpoints and summaries go; empty = under the data dir."
     )
+    max_restarts: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_RESTARTS,
+        description="Restarts allowed after a retryable failure; null = the cluster's default.",
+    )
 
     def spec_fields(self) -> dict[str, Any]:
         """The fields for validate_spec: the same rules as every other door."""
@@ -69,6 +75,7 @@ class JobSubmitIn(BaseModel):
             "labels": self.labels,
             "priority": Priority[self.priority.name],
             "model_dir": self.model_dir,
+            "max_restarts": self.max_restarts,
         }
 
 
@@ -88,6 +95,7 @@ class SpecOut(_Out):
     labels: dict[str, str]
     priority: PriorityName
     model_dir: str
+    max_restarts: int | None = Field(description="null: the cluster's default.")
 
 
 class ProgressOut(_Out):
@@ -129,6 +137,9 @@ class JobOut(_Out):
         description="1 = next to run; 0 when not queued. In lists too, read fresh every call."
     )
     systems: list[str] = Field(description="CS-2 systems reserved for the job.")
+    attempt: int = Field(
+        default=0, description="Runs begun (0 while never scheduled); more after restarts."
+    )
     progress: ProgressOut
     created_at: float
     updated_at: float
@@ -221,12 +232,14 @@ def job_out(job: Job) -> JobOut:
             labels=dict(spec.labels),
             priority=PriorityName[spec.priority.name],
             model_dir=spec.model_dir,
+            max_restarts=spec.max_restarts,
         ),
         phase=job.phase,
         reason=job.reason,
         pending_reason=job.pending_reason,
         queue_position=job.queue_position,
         systems=list(job.systems),
+        attempt=job.attempt,
         progress=progress_out(job.progress),
         created_at=job.created_at,
         updated_at=job.updated_at,

@@ -7,10 +7,13 @@ after a best-effort Shutdown of the other replicas.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
 
 import grpc
 
+from appliance.workers import checkpoints
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import EXIT_FAILED, ReplicaExit, StopSignal
 from appliance.workers.roles.training_loop import TrainingLoop
@@ -43,6 +46,12 @@ class ChiefRole:
     async def run(self, control: ControlPlane, stop: StopSignal) -> None:
         try:
             topology = await control.await_peers()
+            if topology.attempt > 1 and topology.model_dir:  # a restart: from the newest
+                model_dir = Path(topology.model_dir)
+                newest = await asyncio.to_thread(checkpoints.newest_readable, model_dir)
+                if newest is not None:
+                    topology.resume_from = str(newest)
+                    log.info("attempt %d resumes from %s", topology.attempt, newest)
             layout = job_layout(topology)
             calls = PeerCalls(layout, self._channels, self._step_timeout)
             loop = TrainingLoop(layout, calls, control)

@@ -74,13 +74,14 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
         dataplane_pb2_grpc.add_UpdateControlServicer_to_server(self, server)
 
     def configure(self, layout: JobLayout) -> None:
-        """Initialise (or load from runconfig.checkpoint_path) the layers this replica owns."""
+        """Initialise (or load from the checkpoint the attempt resumes from) the layers this
+        replica owns."""
         if self._configured.is_set():
             return  # the chief may retry Configure; the first topology stands
         params = layout.params
         self._optimizer = params.optimizer
         self._num_steps = layout.num_steps
-        resume = params.runconfig.checkpoint_path
+        resume = layout.resume_from
         loaded = self._load(resume, layout) if resume else None
         for layer in layout.layers_of_memoryx(self.index):
             if loaded is not None:

@@ -56,7 +56,7 @@ class TrainingLoop:
         self.params = layout.params
         self.model_dir = Path(layout.model_dir) if layout.model_dir else None
         self.summaries = SummaryLog(self.model_dir) if self.model_dir else None
-        resume = self.params.runconfig.checkpoint_path
+        resume = layout.resume_from
         self.start_step = checkpoints.read_checkpoint(Path(resume)).step if resume else 0
 
     async def run(self) -> dict[str, Any] | None:

@@ -66,8 +66,10 @@ def test_params_as_a_json_object_priority_and_mode(parked: Rest) -> None:
         priority="p1",
         mode="eval",
         model_dir="/tmp/appliance-rest-model",
+        max_restarts=2,
     )
     got = parked.job(job["id"])
+    assert (got["spec"]["max_restarts"], got["attempt"]) == (2, 0)  # queued: none begun
     assert got["spec"]["priority"] == "p1" and got["spec"]["mode"] == "eval"
     assert got["spec"]["model_dir"] == "/tmp/appliance-rest-model"
     assert "hidden_sizes" in got["spec"]["params_yaml"]

@@ -104,6 +104,10 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     ("model_dir too long", {"model_dir": "/" * (MAX_MODEL_DIR + 1)}, "model_dir", "at most"),
     ("model_dir with NUL", {"model_dir": "/models/\x00x"}, "model_dir", "path"),
+    ("negative restarts", {"max_restarts": -1}, "max_restarts", "between 0 and 100"),
+    ("too many restarts", {"max_restarts": 101}, "max_restarts", "between 0 and 100"),
+    ("restarts as text", {"max_restarts": "2"}, "max_restarts", "between 0 and 100"),
+    ("restarts as a flag", {"max_restarts": True}, "max_restarts", "between 0 and 100"),
 ]
 
 

@@ -1,7 +1,8 @@
 """Attempts: a job runs again after a requeue (restart, preemption, a system taken away).
 
 jobs.attempt counts the attempts begun (0 while never scheduled) and jobs.scheduled_at is
-when the current one got its resources; job_attempts keeps each ended attempt.
+when the current one got its resources; jobs.max_restarts is the job's restart policy (NULL:
+the cluster's default); job_attempts keeps each ended attempt.
 
 Revision ID: 0005
 Revises: 0004
@@ -22,6 +23,7 @@ def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("attempt", sa.Integer(), server_default="0", nullable=False))
         batch.add_column(sa.Column("scheduled_at", sa.Float(), server_default="0", nullable=False))
+        batch.add_column(sa.Column("max_restarts", sa.Integer(), nullable=True))
     # Every job that was ever scheduled had one attempt (there was no requeue before).
     op.execute(
         "UPDATE jobs SET attempt = 1 WHERE id IN "
@@ -48,5 +50,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("job_attempts")
     with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("max_restarts")
         batch.drop_column("scheduled_at")
         batch.drop_column("attempt")

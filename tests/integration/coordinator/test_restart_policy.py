@@ -1,0 +1,96 @@
+"""A job allowed a restart survives a CS-2 replica killed mid-run: the whole gang is torn down,
+the job goes back to the queue, and its next attempt resumes from the newest checkpoint and
+ends with exactly the weights, optimizer state and losses of a run nobody interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from appliance.client import ApplianceClient
+from appliance.domain.job import EventKind
+from appliance.domain.phases import Phase
+from tests.integration.coordinator.harness import RunningCoordinator, serving, wait_until
+
+STEPS = 600
+PARAMS = {
+    "model": {"name": "fc_mnist", "hidden_sizes": [32]},
+    "optimizer": {"optimizer_type": "sgd", "learning_rate": 0.05, "momentum": 0.9},
+    "runconfig": {"checkpoint_steps": 50, "log_steps": 10, "seed": 11},
+}
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[RunningCoordinator]:
+    with serving(tmp_path / "data", restart_backoff_seconds=0.0) as running:
+        yield running
+
+
+def _history(model_dir: Path) -> dict[int, dict[str, float]]:
+    """metrics.jsonl by step (a resumed run logs the steps after its checkpoint again)."""
+    lines = (model_dir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return {r["step"]: {k: v for k, v in r.items() if k != "samples_per_second"} for r in records}
+
+
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as archive:
+        return {key: archive[key] for key in archive.files}
+
+
+def test_a_killed_cs2_restarts_the_job_from_its_checkpoint_with_the_same_result(
+    coordinator: RunningCoordinator,
+) -> None:
+    with ApplianceClient(coordinator.address, detach=True) as client:
+        reference = client.submit(params=PARAMS, num_csx=1, num_steps=STEPS, max_restarts=0)
+        uninterrupted = reference.wait(timeout=120)
+        assert uninterrupted.phase is Phase.SUCCEEDED
+        job = client.submit(params=PARAMS, num_csx=1, num_steps=STEPS, max_restarts=1)
+        wait_until(lambda: job.status.progress.step >= 120, 60, "a checkpoint to be written")
+        victim = next(r for r in job.status.replicas if r.name == "cs2-0")
+        os.kill(victim.pid, signal.SIGKILL)
+
+        final = job.wait(timeout=120)
+        events = job.events()
+
+    assert final.phase is Phase.SUCCEEDED, final.reason
+    assert final.attempt == 2
+    phases = [e.to_phase for e in events if e.kind is EventKind.PHASE]
+    assert phases == [
+        Phase.QUEUED, Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING,
+        Phase.QUEUED, Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING, Phase.SUCCEEDED,
+    ]  # fmt: skip
+    requeued = events[4]
+    assert "replica cs2-0 exited with exit code 137" in requeued.reason
+    assert "restarting from the newest checkpoint (restart 1 of 1)" in requeued.reason
+
+    mine, theirs = Path(final.spec.model_dir), Path(uninterrupted.spec.model_dir)
+    log = (coordinator.settings.data_dir / "jobs" / job.id / "logs" / "chief-0.log").read_text()
+    assert "attempt 2 resumes from" in log  # not from step 0
+    # Exactly the uninterrupted run: weights, optimizer state, and every logged loss.
+    final_checkpoint = f"checkpoint_{STEPS}.npz"
+    ours, reference_arrays = _arrays(mine / final_checkpoint), _arrays(theirs / final_checkpoint)
+    assert ours.keys() == reference_arrays.keys()
+    for key in ours:
+        assert np.array_equal(ours[key], reference_arrays[key]), key
+    assert _history(mine) == _history(theirs)
+
+
+def test_without_restarts_left_a_killed_replica_fails_the_job_as_before(
+    coordinator: RunningCoordinator,
+) -> None:
+    with ApplianceClient(coordinator.address, detach=True) as client:
+        job = client.submit(params=PARAMS, num_csx=1, num_steps=100_000)
+        wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
+        victim = next(r for r in job.status.replicas if r.name == "cs2-0")
+        os.kill(victim.pid, signal.SIGKILL)
+        wait_until(lambda: job.status.phase.terminal, 30, "the job to end")
+        status = job.status
+    assert status.phase is Phase.FAILED and status.attempt == 1
+    assert "cs2-0 exited with exit code 137" in status.reason
