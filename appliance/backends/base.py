@@ -41,10 +41,11 @@ class ReplicaEvent:
 class Backend(Protocol):
     # HOST:PORT replicas dial; the coordinator sets it once its gRPC port is known.
     coordinator_address: str
-    # The secret part of the environment of a job's replicas, by job id: its data-plane token
-    # and, with authentication on, its replica token (server/replica_tokens.py). Kept out of
-    # command lines and pod specs: a Kubernetes backend puts it in a Secret.
-    replica_secrets: Callable[[str], Mapping[str, str]]
+    # The secret part of the environment of a job's replicas, by job id and attempt: its
+    # data-plane token (one per attempt: replicas of an earlier attempt cannot reach the new
+    # one's) and, with authentication on, its replica token (server/replica_tokens.py). Kept
+    # out of command lines and pod specs: a Kubernetes backend puts it in a Secret.
+    replica_secrets: Callable[[str, int], Mapping[str, str]]
 
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
         """Start every replica of the job (idempotent for replicas already running)."""
@@ -74,6 +75,6 @@ class Backend(Protocol):
         """Stop watching; replicas keep running (a restarted coordinator adopts them)."""
 
 
-def no_secrets(job_id: str) -> Mapping[str, str]:
+def no_secrets(job_id: str, attempt: int) -> Mapping[str, str]:
     """Until the coordinator sets `replica_secrets`: replicas started with it refuse to run."""
     return {}

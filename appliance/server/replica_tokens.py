@@ -64,9 +64,9 @@ class ReplicaTokens:
         message = f"dataplane\0{job_id}\0{attempt}".encode()
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
-    def environment(self, job_id: str) -> dict[str, str]:
-        """The secret part of a replica's environment: its job's tokens."""
-        env = {DATAPLANE_TOKEN_ENV: self.dataplane_token(job_id)}
+    def environment(self, job_id: str, attempt: int) -> dict[str, str]:
+        """The secret part of a replica's environment: its job's tokens for `attempt`."""
+        env = {DATAPLANE_TOKEN_ENV: self.dataplane_token(job_id, attempt)}
         if self.control:
             env[REPLICA_TOKEN_ENV] = self.token_for(job_id)
         return env

@@ -75,7 +75,7 @@ class KubernetesBackend:
         self._tasks: set[asyncio.Task[None]] = set()
         self._watching = False
         self._slots = asyncio.Semaphore(API_CONCURRENCY)
-        self.replica_secrets: Callable[[str], Mapping[str, str]] = no_secrets
+        self.replica_secrets: Callable[[str, int], Mapping[str, str]] = no_secrets
 
     @property
     def coordinator_address(self) -> str:
@@ -93,7 +93,7 @@ class KubernetesBackend:
         owner = await self.api.create("ConfigMap", m.config_map(job, self.api.namespace))
         uid = owner["metadata"]["uid"]
         await self.api.create("Service", m.headless_service(job.id, self.api.namespace, uid))
-        secrets = self.replica_secrets(job.id)
+        secrets = self.replica_secrets(job.id, job.attempt)
         secret = m.credentials_secret(job.id, self.api.namespace, uid, secrets)
         found = await self.api.create("Secret", secret)
         if not m.is_credentials_secret(found, uid, secrets):

@@ -52,7 +52,7 @@ class LocalBackend:
     ) -> None:
         self.jobs_dir = data_dir / "jobs"
         self.coordinator_address = coordinator_address
-        self.replica_secrets: Callable[[str], Mapping[str, str]] = no_secrets
+        self.replica_secrets: Callable[[str, int], Mapping[str, str]] = no_secrets
         self.grace_seconds = grace_seconds
         self.orphan_timeout = orphan_timeout
         self.python = python
@@ -94,7 +94,7 @@ class LocalBackend:
             "APPLIANCE_REPLICA": replica.name,
             "APPLIANCE_COORDINATOR": self.coordinator_address,
         }
-        env.update(self.replica_secrets(job_id))
+        env.update(self.replica_secrets(job_id, attempt))
         command = [
             self.python, "-m", "appliance.workers", replica.role.value,
             "--job-id", job_id, "--replica", replica.name,

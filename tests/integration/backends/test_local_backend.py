@@ -115,7 +115,7 @@ async def test_a_replica_gets_only_what_it_needs_of_the_coordinators_environment
         tmp_path, "import json, os\nprint(json.dumps(dict(os.environ)), flush=True)"
     )
     backend = LocalBackend(tmp_path, "127.0.0.1:1", grace_seconds=0.5, python=python)
-    backend.replica_secrets = lambda job_id: {"APPLIANCE_REPLICA_TOKEN": f"token-of-{job_id}"}
+    backend.replica_secrets = lambda job_id, attempt: {"APPLIANCE_REPLICA_TOKEN": f"t-{job_id}"}
     job, replicas = _job(["cs2-0"])
     await backend.launch(job, replicas)
     events = backend.observe()
@@ -125,4 +125,4 @@ async def test_a_replica_gets_only_what_it_needs_of_the_coordinators_environment
     assert "APPLIANCE_DATABASE_URL" not in seen and "CSCTL_TOKEN" not in seen
     assert "s3cret" not in json.dumps(seen)
     assert seen["PATH"] == os.environ["PATH"] and seen["LC_ALL"] == "C.UTF-8"
-    assert seen["APPLIANCE_JOB_ID"] == JOB_ID and seen["APPLIANCE_REPLICA_TOKEN"].endswith(JOB_ID)
+    assert seen["APPLIANCE_JOB_ID"] == JOB_ID and seen["APPLIANCE_REPLICA_TOKEN"] == f"t-{JOB_ID}"

@@ -31,7 +31,7 @@ class RecordingBackend:
 
     def __init__(self) -> None:
         self.coordinator_address = "127.0.0.1:1"
-        self.replica_secrets: Callable[[str], Mapping[str, str]] = no_secrets
+        self.replica_secrets: Callable[[str, int], Mapping[str, str]] = no_secrets
         self.launched: list[tuple[str, list[str]]] = []
         self.torn_down: list[str] = []
         self.unavailable: str = ""  # launches raise BackendUnavailable with this while set

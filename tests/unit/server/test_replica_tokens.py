@@ -33,10 +33,18 @@ def test_the_replica_token_is_only_in_the_environment_with_authentication_on(
     tmp_path: Path,
 ) -> None:
     key = tmp_path / "k"
-    assert set(ReplicaTokens.from_key_file(key, control=False).environment("wsjob-a")) == {
+    assert set(ReplicaTokens.from_key_file(key, control=False).environment("wsjob-a", 1)) == {
         "APPLIANCE_DATAPLANE_TOKEN"
     }
-    assert set(ReplicaTokens.from_key_file(key).environment("wsjob-a")) == {
+    assert set(ReplicaTokens.from_key_file(key).environment("wsjob-a", 1)) == {
         "APPLIANCE_DATAPLANE_TOKEN",
         "APPLIANCE_REPLICA_TOKEN",
     }
+
+
+def test_each_attempt_has_its_own_data_plane_token(tmp_path: Path) -> None:
+    """A replica of an attempt torn down cannot call into the next attempt's replicas."""
+    tokens = ReplicaTokens.from_key_file(tmp_path / "k")
+    first, second = (tokens.environment("wsjob-a", n) for n in (1, 2))
+    assert first["APPLIANCE_DATAPLANE_TOKEN"] != second["APPLIANCE_DATAPLANE_TOKEN"]
+    assert first["APPLIANCE_REPLICA_TOKEN"] == second["APPLIANCE_REPLICA_TOKEN"]
