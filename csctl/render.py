@@ -11,11 +11,12 @@ import click
 import yaml
 
 from appliance.domain.display import printable
-from appliance.domain.job import Job, Replica
+from appliance.domain.job import Attempt, Job, Replica
 
 JOB_COLUMNS = ("NAME", "AGE", "PHASE", "SYSTEMS", "USER", "LABELS")
-WIDE_COLUMNS = (*JOB_COLUMNS, "PRIORITY", "STEP", "PENDING")
+WIDE_COLUMNS = (*JOB_COLUMNS, "PRIORITY", "STEP", "RESTARTS", "PENDING")
 PENDING_COLUMNS = (*JOB_COLUMNS, "PENDING")
+ATTEMPT_COLUMNS = ("ATTEMPT", "SYSTEMS", "RAN", "ENDED", "THEN", "REASON")
 REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "MESSAGE")
 
 
@@ -52,7 +53,7 @@ def format_bytes(size: int) -> str:
 def job_row(job: Job, *, now: float, wide: bool = False, pending: bool = False) -> list[str]:
     """One table row for `job`; `now` is the Unix time ages are measured from.
 
-    `wide` adds PRIORITY, STEP and PENDING; `pending` adds only PENDING.
+    `wide` adds PRIORITY, STEP, RESTARTS and PENDING; `pending` adds only PENDING.
     """
     row = [
         job.id,
@@ -66,6 +67,7 @@ def job_row(job: Job, *, now: float, wide: bool = False, pending: bool = False) 
         row += [
             job.spec.priority.name,
             f"{job.progress.step}/{job.spec.num_steps}",
+            str(job.restarts),
             _pending(job),
         ]
     elif pending:
@@ -90,12 +92,23 @@ def job_detail_table(job: Job, *, now: float) -> str:
     if job.attempt > 1 or job.spec.max_restarts:
         allowed = "cluster default" if job.spec.max_restarts is None else job.spec.max_restarts
         text += f"\n\nATTEMPT: {job.attempt} (restarts allowed: {allowed})"
+    if job.attempts:
+        rows = [_attempt_row(a, now) for a in job.attempts]
+        text += "\n\n" + format_table(ATTEMPT_COLUMNS, rows)
     if job.reason:
         text += f"\n\nREASON: {job.reason}"
     if job.replicas:
         rows = [_replica_row(replica) for replica in job.replicas]
         text += "\n\n" + format_table(REPLICA_COLUMNS, rows)
     return text
+
+
+def _attempt_row(a: Attempt, now: float) -> list[str]:
+    ran = format_age(a.ended_at - a.started_at) if a.started_at else "-"
+    return [
+        str(a.number), ",".join(a.systems), ran, f"{format_age(now - a.ended_at)} ago",
+        a.ended_in.value, a.reason,
+    ]  # fmt: skip
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -137,6 +150,19 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
         "queue_position": job.queue_position,
         "systems": list(job.systems),
         "attempt": job.attempt,
+        "restarts": job.restarts,
+        "attempts": [
+            {
+                "number": a.number,
+                "systems": list(a.systems),
+                "reason": a.reason,
+                "ended_in": a.ended_in.value,
+                "scheduled_at": _timestamp(a.scheduled_at),
+                "started_at": _timestamp(a.started_at),
+                "ended_at": _timestamp(a.ended_at),
+            }
+            for a in job.attempts
+        ],
         "lease": _lease_document(job),
         "spec": spec,
         "progress": {

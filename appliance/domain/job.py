@@ -87,6 +87,10 @@ class Job:
     groups: tuple[str, ...] = ()
     # Attempts begun (0 while never scheduled); the ones before the current one were requeued.
     attempt: int = 0
+    # Times the job went back to the queue to run again.
+    restarts: int = 0
+    # The attempts that ended (full views only), first first.
+    attempts: tuple[Attempt, ...] = ()
 
 
 class EventKind(enum.StrEnum):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from appliance._proto.v1 import cluster_pb2, common_pb2
 from appliance.domain.compile import CompileReport, StreamedUnit
 from appliance.domain.job import (
+    Attempt,
     EventKind,
     Job,
     JobEvent,
@@ -167,6 +168,8 @@ def job_to_pb(job: Job) -> cluster_pb2.Job:
         replicas=[replica_to_pb(r) for r in job.replicas],
         lease=lease_to_pb(job.lease) if job.lease else None,
         attempt=job.attempt,
+        restarts=job.restarts,
+        attempts=[attempt_to_pb(a) for a in job.attempts],
     )
 
 
@@ -198,7 +201,25 @@ def job_from_pb(msg: cluster_pb2.Job) -> Job:
         replicas=tuple(replica_from_pb(msg.id, r) for r in msg.replicas),
         lease=lease_from_pb(msg.lease) if msg.HasField("lease") else None,
         attempt=msg.attempt,
+        restarts=msg.restarts,
+        attempts=tuple(attempt_from_pb(a) for a in msg.attempts),
     )
+
+
+def attempt_to_pb(a: Attempt) -> cluster_pb2.Attempt:
+    return cluster_pb2.Attempt(
+        number=a.number, scheduled_at=a.scheduled_at, started_at=a.started_at,
+        ended_at=a.ended_at, systems=list(a.systems), reason=a.reason,
+        ended_in=phase_to_pb(a.ended_in),
+    )  # fmt: skip
+
+
+def attempt_from_pb(msg: cluster_pb2.Attempt) -> Attempt:
+    return Attempt(
+        number=msg.number, scheduled_at=msg.scheduled_at, started_at=msg.started_at,
+        ended_at=msg.ended_at, systems=tuple(msg.systems), reason=msg.reason,
+        ended_in=phase_from_pb(msg.ended_in) or Phase.QUEUED,
+    )  # fmt: skip
 
 
 def event_to_pb(ev: JobEvent) -> cluster_pb2.JobEvent:

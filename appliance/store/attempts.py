@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from appliance.domain.job import Attempt
 from appliance.domain.phases import Phase
@@ -16,17 +17,20 @@ class AttemptStore(StoreBase):
     def attempts(self, job_id: str) -> list[Attempt]:
         """The job's ended attempts, first first (the current one, if any, is not there)."""
         with self._sessions() as s:
-            rows = s.scalars(
-                select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.attempt)
+            return self._attempts(s, job_id)
+
+    def _attempts(self, s: Session, job_id: str) -> list[Attempt]:
+        rows = s.scalars(
+            select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.attempt)
+        )
+        return [
+            Attempt(
+                number=r.attempt, scheduled_at=r.scheduled_at, started_at=r.started_at,
+                ended_at=r.ended_at, systems=tuple(filter(None, r.systems.split(","))),
+                reason=r.reason, ended_in=Phase(r.ended_in),
             )
-            return [
-                Attempt(
-                    number=r.attempt, scheduled_at=r.scheduled_at, started_at=r.started_at,
-                    ended_at=r.ended_at, systems=tuple(filter(None, r.systems.split(","))),
-                    reason=r.reason, ended_in=Phase(r.ended_in),
-                )
-                for r in rows
-            ]  # fmt: skip
+            for r in rows
+        ]  # fmt: skip
 
     def phase_and_attempt(self, job_id: str) -> tuple[Phase, int] | None:
         """The job's phase and its current attempt number; None for an unknown job."""

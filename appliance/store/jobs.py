@@ -143,6 +143,8 @@ class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore):
             if row.phase == Phase.QUEUED.value:
                 position = self._queue_position(s, row.priority, row.created_at, row.id)
             job = job_from_row(row, row.params_yaml, sorted_replicas(replicas), position)
+            if row.restarts:  # the attempts it ended to run again, and how the last one went
+                job = dataclasses.replace(job, attempts=tuple(self._attempts(s, job_id)))
             return job, row.version
 
     def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:

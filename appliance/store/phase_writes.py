@@ -211,6 +211,7 @@ def _move_stmt(target: Phase, extra: tuple[str, ...]) -> ReturningUpdate[str]:
         values["pending_reason"] = ""
     elif target is Phase.QUEUED:  # requeued: why, until the scheduler says why it waits
         values["pending_reason"] = bindparam("b_reason")
+        values["restarts"] = JobRow.restarts + 1
     else:
         values["pending_reason"] = ""
     return (

@@ -20,7 +20,7 @@ SUMMARY = (
     JobRow.num_steps, JobRow.model_dir, JobRow.labels, JobRow.reason, JobRow.pending_reason,
     JobRow.systems, JobRow.created_at, JobRow.updated_at, JobRow.started_at, JobRow.finished_at,
     JobRow.progress, JobRow.lease_seconds, JobRow.lease_expires_at, JobRow.lease_holder,
-    JobRow.groups, JobRow.attempt, JobRow.max_restarts,
+    JobRow.groups, JobRow.attempt, JobRow.max_restarts, JobRow.restarts,
 )  # fmt: skip
 
 
@@ -42,7 +42,7 @@ def job_from_row(
         started_at=r.started_at, finished_at=r.finished_at,
         lease=lease_of(r.lease_seconds, r.lease_expires_at, r.lease_holder),
         groups=tuple(r.groups or ()), replicas=replicas, queue_position=position,
-        attempt=r.attempt,
+        attempt=r.attempt, restarts=r.restarts,
     )  # fmt: skip
 
 

@@ -61,6 +61,8 @@ class JobRow(Base):
     scheduled_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     # Restarts allowed after a retryable failure (None: the cluster's default).
     max_restarts: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Times the job went back to the queue to run again (restarts, preemptions, ...).
+    restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),

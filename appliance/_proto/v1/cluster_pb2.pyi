@@ -232,6 +232,8 @@ class Job(_message.Message):
     REPLICAS_FIELD_NUMBER: _builtins.int
     LEASE_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
+    RESTARTS_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     user: _builtins.str
     phase: _common_pb2.Phase.ValueType
@@ -249,6 +251,8 @@ class Job(_message.Message):
     finished_at: _builtins.float
     attempt: _builtins.int
     """Runs begun (0 while never scheduled); each restart or requeue runs the next attempt."""
+    restarts: _builtins.int
+    """Times the job went back to the queue to run again."""
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -262,6 +266,10 @@ class Job(_message.Message):
     @_builtins.property
     def lease(self) -> Global___Lease:
         """Unset for detached jobs."""
+
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Attempt]:
+        """The attempts that ended, first first (GetJob of a job that restarted)."""
 
     def __init__(
         self,
@@ -282,14 +290,57 @@ class Job(_message.Message):
         replicas: _abc.Iterable[Global___Replica] | None = ...,
         lease: Global___Lease | None = ...,
         attempt: _builtins.int = ...,
+        restarts: _builtins.int = ...,
+        attempts: _abc.Iterable[Global___Attempt] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "replicas", b"replicas", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class Attempt(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NUMBER_FIELD_NUMBER: _builtins.int
+    SCHEDULED_AT_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    ENDED_AT_FIELD_NUMBER: _builtins.int
+    SYSTEMS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    ENDED_IN_FIELD_NUMBER: _builtins.int
+    number: _builtins.int
+    scheduled_at: _builtins.float
+    started_at: _builtins.float
+    """When it was RUNNING; 0 if it never got there."""
+    ended_at: _builtins.float
+    reason: _builtins.str
+    """Why it ended ("replica cs2-1 exited with exit code 137 ...; restarting ...")."""
+    ended_in: _common_pb2.Phase.ValueType
+    """QUEUED when the job was requeued, else the phase the job ended in."""
+    @_builtins.property
+    def systems(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        number: _builtins.int = ...,
+        scheduled_at: _builtins.float = ...,
+        started_at: _builtins.float = ...,
+        ended_at: _builtins.float = ...,
+        systems: _abc.Iterable[_builtins.str] | None = ...,
+        reason: _builtins.str = ...,
+        ended_in: _common_pb2.Phase.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "ended_in", b"ended_in", "number", b"number", "reason", b"reason", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "systems", b"systems"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Attempt: _TypeAlias = Attempt  # noqa: Y015
 
 @_typing.final
 class GetJobRequest(_message.Message):

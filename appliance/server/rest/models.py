@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.domain.job import (
+    Attempt,
     EventKind,
     Job,
     JobEvent,
@@ -98,6 +99,16 @@ class SpecOut(_Out):
     max_restarts: int | None = Field(description="null: the cluster's default.")
 
 
+class AttemptOut(_Out):
+    number: int
+    scheduled_at: float
+    started_at: float = Field(description="When it was RUNNING; 0 if it never got there.")
+    ended_at: float
+    systems: list[str]
+    reason: str = Field(description="Why it ended.")
+    ended_in: Phase = Field(description="QUEUED when requeued, else the job's final phase.")
+
+
 class ProgressOut(_Out):
     step: int = 0
     num_steps: int = 0
@@ -139,6 +150,10 @@ class JobOut(_Out):
     systems: list[str] = Field(description="CS-2 systems reserved for the job.")
     attempt: int = Field(
         default=0, description="Runs begun (0 while never scheduled); more after restarts."
+    )
+    restarts: int = Field(default=0, description="Times the job went back to the queue.")
+    attempts: list[AttemptOut] = Field(
+        default_factory=list, description="The attempts that ended, first first (full view)."
     )
     progress: ProgressOut
     created_at: float
@@ -219,6 +234,13 @@ def replica_out(r: Replica) -> ReplicaOut:
     )
 
 
+def attempt_out(a: Attempt) -> AttemptOut:
+    return AttemptOut(
+        number=a.number, scheduled_at=a.scheduled_at, started_at=a.started_at,
+        ended_at=a.ended_at, systems=list(a.systems), reason=a.reason, ended_in=a.ended_in,
+    )  # fmt: skip
+
+
 def job_out(job: Job) -> JobOut:
     spec = job.spec
     return JobOut(
@@ -240,6 +262,8 @@ def job_out(job: Job) -> JobOut:
         queue_position=job.queue_position,
         systems=list(job.systems),
         attempt=job.attempt,
+        restarts=job.restarts,
+        attempts=[attempt_out(a) for a in job.attempts],
         progress=progress_out(job.progress),
         created_at=job.created_at,
         updated_at=job.updated_at,

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -60,7 +64,11 @@ def test_a_killed_cs2_restarts_the_job_from_its_checkpoint_with_the_same_result(
         events = job.events()
 
     assert final.phase is Phase.SUCCEEDED, final.reason
-    assert final.attempt == 2
+    assert (final.attempt, final.restarts) == (2, 1)
+    first, second = final.attempts  # what GetJob shows of each attempt, ended
+    assert (first.number, first.ended_in, first.systems) == (1, Phase.QUEUED, ("cs2-01",))
+    assert (second.number, second.ended_in) == (2, Phase.SUCCEEDED)
+    assert "cs2-0 exited with exit code 137" in first.reason and first.started_at > 0
     phases = [e.to_phase for e in events if e.kind is EventKind.PHASE]
     assert phases == [
         Phase.QUEUED, Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING,
@@ -94,3 +102,36 @@ def test_without_restarts_left_a_killed_replica_fails_the_job_as_before(
         status = job.status
     assert status.phase is Phase.FAILED and status.attempt == 1
     assert "cs2-0 exited with exit code 137" in status.reason
+
+
+def _csctl(address: str, *args: str) -> str:
+    done = subprocess.run(
+        [Path(sys.executable).parent / "csctl", "--server", address, *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_restarts_and_attempts_show_in_csctl_and_rest(coordinator: RunningCoordinator) -> None:
+    with ApplianceClient(coordinator.address, detach=True) as client:
+        job = client.submit(params=PARAMS, num_csx=1, num_steps=100_000, max_restarts=2)
+        wait_until(lambda: job.status.progress.step >= 60, 60, "a checkpoint to be written")
+        os.kill(next(r.pid for r in job.status.replicas if r.name == "cs2-0"), signal.SIGKILL)
+        wait_until(lambda: job.status.attempt == 2 and job.status.phase is Phase.RUNNING, 60,
+                   "the second attempt to run")  # fmt: skip
+
+        header, row = _csctl(coordinator.address, "get", "jobs", "-o", "wide").splitlines()[:2]
+        column = header.index("RESTARTS")
+        assert row[column:].split()[0] == "1"
+        detail = _csctl(coordinator.address, "get", "job", job.id, "-o", "table")
+        assert "ATTEMPT: 2 (restarts allowed: 2)" in detail
+        assert re.search(r"^1\s+cs2-01\s+\S+\s+\S+ ago\s+QUEUED\s+replica cs2-0 exited", detail,
+                         re.MULTILINE), detail  # fmt: skip
+        rest = httpx.get(
+            f"http://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs/{job.id}",
+            timeout=10,
+        ).json()
+        assert (rest["attempt"], rest["restarts"], rest["spec"]["max_restarts"]) == (2, 1, 2)
+        assert [a["ended_in"] for a in rest["attempts"]] == ["QUEUED"]
+        job.cancel()

@@ -2,7 +2,8 @@
 
 jobs.attempt counts the attempts begun (0 while never scheduled) and jobs.scheduled_at is
 when the current one got its resources; jobs.max_restarts is the job's restart policy (NULL:
-the cluster's default); job_attempts keeps each ended attempt.
+the cluster's default); jobs.restarts counts its returns to the queue; job_attempts keeps each
+ended attempt.
 
 Revision ID: 0005
 Revises: 0004
@@ -24,6 +25,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("attempt", sa.Integer(), server_default="0", nullable=False))
         batch.add_column(sa.Column("scheduled_at", sa.Float(), server_default="0", nullable=False))
         batch.add_column(sa.Column("max_restarts", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("restarts", sa.Integer(), server_default="0", nullable=False))
     # Every job that was ever scheduled had one attempt (there was no requeue before).
     op.execute(
         "UPDATE jobs SET attempt = 1 WHERE id IN "
@@ -50,6 +52,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("job_attempts")
     with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("restarts")
         batch.drop_column("max_restarts")
         batch.drop_column("scheduled_at")
         batch.drop_column("attempt")
