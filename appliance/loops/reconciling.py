@@ -68,7 +68,10 @@ class Reconciler:
         if failed:
             name, code = sorted(failed.items())[0]
             reason = f"replica {name} exited with exit code {code} while the coordinator was away"
-            await self.ctx.set_phase(job_id, Phase.FAILED, reason, expected=phase)
+            ended = ReplicaEvent(job_id, name, ReplicaEventKind.EXITED, exit_code=code)
+            final = await self._restart_if_allowed(ended, phase, reason)
+            if final is not None:
+                await self.ctx.set_phase(job_id, Phase.FAILED, final, expected=phase)
         elif codes.get(CHIEF) == 0 and phase is Phase.RUNNING:
             reason = "chief finished all steps while the coordinator was away"
             await self.ctx.set_phase(job_id, Phase.SUCCEEDED, reason, expected=phase)

@@ -4,6 +4,7 @@ real SQLite store and a recording backend (the Backend protocol is our own seam)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import pytest
@@ -217,3 +218,74 @@ async def test_a_restart_adopts_jobs_whose_replicas_all_still_run(
     await restarted.recover()
     assert ctx.store.get_job(JOB).phase is Phase.RUNNING
     assert JOB in restarted.active and ctx.bus.reconcile_wanted.is_set()
+
+
+# ---- restarts (domain/restarts.py) ------------------------------------------------------------
+
+
+@pytest.fixture
+async def restarting(ctx: Context, backend: RecordingBackend) -> Reconciler:
+    """JOB (allowed one restart) SCHEDULED, on a reconciler that requeues without a pause."""
+    spec = dataclasses.replace(new_jobs([JOB])[0].spec, max_restarts=1)
+    [job] = new_jobs([JOB], lease_seconds=30.0)
+    ctx.store.create_jobs([dataclasses.replace(job, spec=spec)], NOW)
+    assert await SchedulerLoop(ctx).run_once() == 1
+    quick = dataclasses.replace(
+        ctx, settings=ctx.settings.model_copy(update={"restart_backoff_seconds": 0.0})
+    )
+    return Reconciler(quick, backend, ReplicaService(quick))
+
+
+async def test_a_retryable_failure_tears_the_gang_down_and_requeues_the_job(
+    ctx: Context, restarting: Reconciler, backend: RecordingBackend
+) -> None:
+    await _running(ctx, restarting)
+    killed = ReplicaEvent(JOB, "cs2-0", ReplicaEventKind.EXITED, exit_code=137, attempt=1)
+    await restarting.on_replica_event(killed)
+    # The teardown's own SIGTERMs are no failure of the job.
+    stopped = ReplicaEvent(JOB, "chief-0", ReplicaEventKind.EXITED, exit_code=143, attempt=1)
+    await restarting.on_replica_event(stopped)
+    await restarting.drain(10)
+
+    job = ctx.store.get_job(JOB)
+    assert (job.phase, job.restarts, backend.torn_down) == (Phase.QUEUED, 1, [JOB])
+    assert _last_reason(ctx) == (
+        "replica cs2-0 exited with exit code 137; restarting from the newest checkpoint "
+        "(restart 1 of 1)"
+    )
+    # An exit of the ended attempt arriving late changes nothing, queued or running again.
+    await restarting.on_replica_event(killed)
+    assert ctx.store.get_job(JOB).phase is Phase.QUEUED
+    assert await SchedulerLoop(ctx).run_once() == 1
+    await _running(ctx, restarting)
+    await restarting.on_replica_event(killed)
+    assert ctx.store.get_job(JOB).phase is Phase.RUNNING and ctx.store.get_job(JOB).attempt == 2
+
+    # The second attempt has no restart left.
+    again = ReplicaEvent(JOB, "cs2-0", ReplicaEventKind.EXITED, exit_code=137, attempt=2)
+    await restarting.on_replica_event(again)
+    assert ctx.store.get_job(JOB).phase is Phase.FAILED
+    assert _last_reason(ctx).endswith("(no restarts left: 1 of 1 used)")
+
+
+async def test_a_plain_failure_is_never_retried(ctx: Context, restarting: Reconciler) -> None:
+    await _running(ctx, restarting)
+    await restarting.on_replica_event(
+        ReplicaEvent(JOB, "chief-0", ReplicaEventKind.EXITED, exit_code=1, attempt=1)
+    )
+    assert ctx.store.get_job(JOB).phase is Phase.FAILED  # a params or model error
+    assert _last_reason(ctx) == "replica chief-0 exited with exit code 1"
+
+
+async def test_a_retryable_failure_while_the_coordinator_was_away_restarts_too(
+    ctx: Context, restarting: Reconciler, backend: RecordingBackend
+) -> None:
+    await _running(ctx, restarting)
+    backend.codes[JOB] = {"cs2-0": 143}
+    restarted = Reconciler(restarting.ctx, backend, ReplicaService(restarting.ctx))
+    await restarted.recover()
+    await restarted.drain(10)
+    assert ctx.store.get_job(JOB).phase is Phase.QUEUED
+    assert _last_reason(ctx).startswith(
+        "replica cs2-0 exited with exit code 143 while the coordinator was away; restarting"
+    )
