@@ -12,6 +12,8 @@ import re
 import unicodedata
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Where one line of text enters, a newline and a tab are refused too.
+_CONTROL_IN_LINE = re.compile(r"[\x00-\x1f\x7f]")
 # Unicode categories of characters that are not what they look like (or not there at all).
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
@@ -32,7 +34,7 @@ def hidden_character(text: str) -> str | None:
     """The first character of `text` that is a control or invisible one, as an escape; None
     when there is none. (Where one line of text enters: reasons, lease holders, paths.)"""
     if text.isascii():
-        found = re.search(r"[\x00-\x1f\x7f]", text)
+        found = _CONTROL_IN_LINE.search(text)
         return _escape_char(found.group()) if found else None
     for c in text:
         if unicodedata.category(c) in _HIDDEN:

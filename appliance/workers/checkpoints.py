@@ -53,20 +53,13 @@ def checkpoint_path(model_dir: Path, step: int) -> Path:
 
 def latest_checkpoint(model_dir: Path) -> Path | None:
     """The complete checkpoint with the highest step in `model_dir`, if any."""
-    found = [(int(m.group(1)), p) for p in model_dir.glob("checkpoint_*.npz")
-             if (m := _NAME.match(p.name))]  # fmt: skip
-    return max(found)[1] if found else None
+    return next(iter(_newest_first(model_dir)), None)
 
 
 def newest_readable(model_dir: Path) -> Path | None:
     """The checkpoint with the highest step in `model_dir` that reads back whole (one that
     cannot, torn or planted, is passed over for the one before), if any."""
-    found = sorted(
-        ((int(m.group(1)), p) for p in model_dir.glob("checkpoint_*.npz")
-         if (m := _NAME.match(p.name))),
-        reverse=True,
-    )  # fmt: skip
-    for _, path in found:
+    for path in _newest_first(model_dir):
         try:
             read_checkpoint(path)
         except ValueError as err:
@@ -74,6 +67,13 @@ def newest_readable(model_dir: Path) -> Path | None:
             continue
         return path
     return None
+
+
+def _newest_first(model_dir: Path) -> list[Path]:
+    """The model dir's checkpoints by step, highest first."""
+    found = [(int(m.group(1)), p) for p in model_dir.glob("checkpoint_*.npz")
+             if (m := _NAME.match(p.name))]  # fmt: skip
+    return [path for _, path in sorted(found, reverse=True)]
 
 
 def split_layer_state(tensors: Tensors) -> tuple[Tensors, OptimizerState]:

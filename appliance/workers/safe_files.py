@@ -24,24 +24,17 @@ from typing import BinaryIO
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class UnsafePath(OSError):
     """A path a replica will not write through; says which and why."""
 
 
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-@contextlib.contextmanager
-def directory(path: Path) -> Iterator[int]:
+def directory(path: Path) -> contextlib.AbstractContextManager[int]:
     """A descriptor of `path` (made if missing), refused if any component of it is a link."""
-    fd = _walk(path, make=True)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
+    return _held(path, make=True)
 
 
 def open_read(path: Path) -> BinaryIO:
@@ -58,10 +51,14 @@ def open_read(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-@contextlib.contextmanager
-def directory_of(path: Path) -> Iterator[int]:
+def directory_of(path: Path) -> contextlib.AbstractContextManager[int]:
     """A descriptor of the existing directory holding `path`, reached without links."""
-    fd = _walk(path.parent, make=False)
+    return _held(path.parent, make=False)
+
+
+@contextlib.contextmanager
+def _held(path: Path, make: bool) -> Iterator[int]:
+    fd = _walk(path, make)
     try:
         yield fd
     finally:
