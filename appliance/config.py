@@ -67,6 +67,25 @@ class Settings(BaseSettings):
         le=3600,
         description="Pause between a failed attempt's teardown and its requeue.",
     )
+    preemption_policy: Literal["lower-priority", "never"] = Field(
+        default="lower-priority",
+        description="lower-priority: a queued job that cannot fit preempts running jobs of "
+        "strictly lower priority when that makes it fit; never: jobs wait.",
+    )
+    preemption_grace_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="How long a preempted job's chief has to write its checkpoint-now before "
+        "the gang is torn down anyway (it then resumes from its newest complete checkpoint).",
+    )
+    preemption_min_run_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        le=86_400,
+        description="A job preempted before runs at least this long of its next attempt before "
+        "it can be preempted again, so jobs whose priorities change cannot thrash.",
+    )
     http_max_body_bytes: int = Field(
         default=4 << 20,
         ge=64 << 10,

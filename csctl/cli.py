@@ -20,6 +20,7 @@ from csctl.jobs import cancel, get
 from csctl.logs import events, log_export, logs
 from csctl.render import say
 from csctl.session import Session, fail
+from csctl.systems import system_group
 
 _EPILOG = """\b
 Shell completion (bash; zsh and fish: zsh_source, fish_source):
@@ -70,6 +71,7 @@ def cli(ctx: click.Context, server: str | None, token: str | None) -> None:
       csctl label job wsjob-abc123def456gh team=nlp tmp-
       csctl logs wsjob-abc123def456gh -f
       csctl get nodes
+      csctl system set-state cs2-02 error --reason fan
       csctl cancel job wsjob-abc123def456gh
     """
     ctx.obj = Session(server_flag=server, token_flag=token)
@@ -89,8 +91,9 @@ def version(session: Session) -> None:
     say(f"appliance (server {session.server.address}): {server_version}")
 
 
-for command in (get, cancel, label, job_group, logs, events, log_export, config):
+for command in (get, cancel, label, job_group, logs, events, log_export, config, system_group):
     cli.add_command(command)
+cli.add_command(system_group, name="node")  # MemoryX and SwarmX nodes: the same commands
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,9 +16,9 @@ from csctl.jobs import get
 from csctl.render import say
 from csctl.session import Session
 
-SYSTEM_COLUMNS = ("NAME", "STATE", "JOB")
-NODE_COLUMNS = ("NAME", "KIND", "STATE", "USED/CAPACITY", "JOBS")
-GROUP_COLUMNS = ("NODEGROUP", "NODES", "OK", "ERROR", "MAINTENANCE", "FREE/CAPACITY")
+SYSTEM_COLUMNS = ("NAME", "STATE", "SINCE", "JOB", "REASON")
+NODE_COLUMNS = ("NAME", "KIND", "STATE", "USED/CAPACITY", "JOBS", "REASON")
+GROUP_COLUMNS = ("NODEGROUP", "NODES", "OK", "ERROR", "MAINTENANCE", "DRAIN", "FREE/CAPACITY")
 _FORMATS = ("table", "json", "yaml")
 
 
@@ -32,14 +33,20 @@ def amount(kind: NodeKind, value: int) -> str:
     return render.format_bytes(value) if kind is NodeKind.MEMORYX else str(value)
 
 
-def systems_table(nodes: Sequence[NodeStatus]) -> str:
-    """NAME STATE JOB for the CS-2 systems; STATE is `in-use` for an ok system held by a job."""
+def systems_table(nodes: Sequence[NodeStatus], now: float | None = None) -> str:
+    """NAME STATE SINCE JOB REASON for the CS-2 systems; STATE is `in-use` for an ok system
+    held by a job, SINCE how long ago an admin set the state."""
+    now = time.time() if now is None else now
     rows = [
-        [node.name, _system_state(node), ",".join(node.jobs)]
+        [node.name, _system_state(node), _since(node, now), ",".join(node.jobs), node.reason]
         for node in nodes
         if node.kind is NodeKind.SYSTEM
     ]
     return render.format_table(SYSTEM_COLUMNS, rows)
+
+
+def _since(node: NodeStatus, now: float) -> str:
+    return f"{render.format_age(now - node.since)} ago" if node.since else "-"
 
 
 def nodes_table(nodes: Sequence[NodeStatus]) -> str:
@@ -51,6 +58,7 @@ def nodes_table(nodes: Sequence[NodeStatus]) -> str:
             node.state.value,
             f"{amount(node.kind, node.used)}/{amount(node.kind, node.capacity)}",
             ",".join(node.jobs),
+            node.reason,
         ]
         for node in nodes
     ]
@@ -76,6 +84,7 @@ def _group_row(kind: NodeKind, nodes: Sequence[NodeStatus]) -> list[str]:
         count(NodeState.OK),
         count(NodeState.ERROR),
         count(NodeState.MAINTENANCE),
+        count(NodeState.DRAIN),
         f"{amount(kind, free)}/{amount(kind, capacity)}",
     ]
 
@@ -107,9 +116,10 @@ def _echo(nodes: Sequence[NodeStatus], output: str, table: str) -> None:
 @_output_option
 @click.pass_obj
 def get_systems(session: Session, output: str) -> None:
-    """List the CS-2 systems: NAME STATE JOB.
+    """List the CS-2 systems: NAME STATE SINCE JOB REASON.
 
-    STATE is ok (free), in-use, error or maintenance; JOB is the job holding the system.
+    STATE is ok (free), in-use, drain, error or maintenance; SINCE and REASON say when and why
+    an admin set it (csctl system set-state); JOB is the job holding the system.
 
     \b
     Examples:

@@ -36,6 +36,9 @@ class ReplicaEvent:
     # The job's attempt the replica was started for (0: not known, e.g. adopted after a
     # restart); an event of an earlier attempt than the job's is stale.
     attempt: int = 0
+    # Lost with its pod or node (evicted, deleted, node gone) rather than ended by itself: a
+    # retryable failure even though no exit code says so.
+    lost: bool = False
 
 
 class Backend(Protocol):

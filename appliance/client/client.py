@@ -26,12 +26,13 @@ from appliance.client.lease import (
     check_lease_timing,
     lease_holder,
 )
-from appliance.client.nodes import NodeStatus, node_from_pb
+from appliance.client.nodes import NodeStatus, node_event_from_pb, node_from_pb
 from appliance.client.params import ParamsSource, load_params_yaml
 from appliance.client.user_config import DEFAULT_ADDRESS, resolve_token
 from appliance.client.watch import DETACHED_OUTAGE_SECONDS, WatchRetry, watch_job_events
 from appliance.domain.compile import CompileReport
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.inventory import NodeEvent, NodeState
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.spec import Mode, Priority, validate_labels, validate_spec
 from appliance.protocol import convert
@@ -137,6 +138,7 @@ class ApplianceClient:
         user: str | None = None,
         detach: bool | None = None,
         max_restarts: int | None = None,
+        preemptible: bool = True,
     ) -> JobHandle:
         """Submit a wsjob and return a handle to it.
 
@@ -145,7 +147,8 @@ class ApplianceClient:
         user. Unless `detach` (default: the client's `detach`), the job holds a lease this
         client renews; it is cancelled when the client goes away. `max_restarts`: how often
         the job is restarted from its newest checkpoint after a retryable failure (None: the
-        cluster's default). Raises InvalidSpec naming the bad field before anything is sent,
+        cluster's default). `preemptible=False` (admins only): never preempted by a job of
+        higher priority. Raises InvalidSpec naming the bad field before anything is sent,
         or the server's error.
         """
         detached = self.detach if detach is None else detach
@@ -158,6 +161,7 @@ class ApplianceClient:
             priority=priority if isinstance(priority, Priority) else Priority.parse(priority),
             model_dir=_absolute(model_dir),
             max_restarts=max_restarts,
+            preemptible=preemptible,
         )
         request = cluster_pb2.SubmitJobRequest(
             spec=convert.spec_to_pb(spec), user=user or _os_user()
@@ -301,6 +305,19 @@ class ApplianceClient:
         """The pool: every CS-2 system, MemoryX and SwarmX node with its state and holders."""
         response = self._call(self._stub.ListNodes, cluster_pb2.ListNodesRequest())
         return [node_from_pb(node) for node in response.nodes]
+
+    def set_node_state(self, name: str, state: str | NodeState, reason: str = "") -> NodeStatus:
+        """Admins: drain a node (`drain`), take it from its jobs (`error`, `maintenance`: each
+        is requeued from its checkpoint or failed, by its restart policy), or put it back
+        (`ok`). Returns the node as it now is."""
+        request = cluster_pb2.SetNodeStateRequest(name=name, state=str(state), reason=reason)
+        return node_from_pb(self._call(self._stub.SetNodeState, request))
+
+    def node_events(self, name: str) -> list[NodeEvent]:
+        """The node's state changes (when, which state, why, by whom), first first."""
+        request = cluster_pb2.GetNodeEventsRequest(name=name)
+        response = self._call(self._stub.GetNodeEvents, request)
+        return [node_event_from_pb(e) for e in response.events]
 
     def logs(
         self, job_id: str, replica: str | None = None, *, follow: bool = False

@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         "a signal, a lost node) up to this many times (default: the cluster's, 0 unless set).",
     )
     parser.add_argument(
+        "--not_preemptible",
+        action="store_true",
+        help="Never preempted by a job of higher priority (admins only).",
+    )
+    parser.add_argument(
         "--detach", action="store_true", help="Submit without a lease, print the id and exit."
     )
     parser.add_argument(
@@ -230,6 +235,7 @@ def _submit_and_follow(
                 priority=args.job_priority,
                 model_dir=args.model_dir,
                 max_restarts=args.max_restarts,
+                preemptible=not args.not_preemptible,
             )
         except InvalidSpec as exc:
             return _error(exc.message, EXIT_BAD_INPUT)

@@ -6,7 +6,7 @@ import dataclasses
 from typing import TypeVar
 
 from appliance._proto.v1 import cluster_pb2
-from appliance.domain.inventory import NodeKind, NodeState
+from appliance.domain.inventory import NodeEvent, NodeKind, NodeState
 
 _E = TypeVar("_E", NodeKind, NodeState)
 
@@ -25,6 +25,8 @@ class NodeStatus:
     capacity: int
     used: int
     jobs: tuple[str, ...] = ()
+    reason: str = ""  # why an admin set the state
+    since: float = 0.0  # when (Unix time; 0: never changed)
 
     @property
     def free(self) -> int:
@@ -42,6 +44,18 @@ def node_from_pb(msg: cluster_pb2.Node) -> NodeStatus:
         capacity=msg.capacity,
         used=msg.used,
         jobs=tuple(msg.jobs),
+        reason=msg.reason,
+        since=msg.since,
+    )
+
+
+def node_event_from_pb(msg: cluster_pb2.NodeEvent) -> NodeEvent:
+    return NodeEvent(
+        node=msg.node,
+        time=msg.time,
+        state=_enum(NodeState, msg.state, NodeState.ERROR),
+        reason=msg.reason,
+        by=msg.by,
     )
 
 

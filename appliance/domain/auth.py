@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from appliance.domain.errors import PermissionDenied
-from appliance.domain.spec import Priority
+from appliance.domain.spec import JobSpec, Priority
 
 # Who a request is from while authentication is off and it names no user.
 ANONYMOUS_USER = "anonymous"
@@ -25,6 +25,8 @@ REPLICA_TOKEN_ENV = "APPLIANCE_REPLICA_TOKEN"
 # The environment variable that carries a job's data-plane token: every call between the
 # replicas of one job carries it, and a call without it is refused (authentication on or off).
 DATAPLANE_TOKEN_ENV = "APPLIANCE_DATAPLANE_TOKEN"
+# The attempt of the job a replica was started for: every call it makes names it.
+ATTEMPT_ENV = "APPLIANCE_JOB_ATTEMPT"
 
 
 def bearer_metadata(token: str) -> tuple[str, str]:
@@ -61,3 +63,13 @@ def check_may_act_on(
 def check_may_use_priority(principal: Principal, priority: Priority) -> None:
     if priority is Priority.P0 and not principal.admin:
         raise PermissionDenied("priority P0 is for admins; use p1, p2 or p3", field="priority")
+
+
+def check_may_submit(principal: Principal, spec: JobSpec) -> None:
+    """What only admins may ask for at submit: priority P0, and a job never preempted."""
+    check_may_use_priority(principal, spec.priority)
+    if not spec.preemptible and not principal.admin:
+        raise PermissionDenied(
+            "preemptible false (never preempted) is for admins; leave it unset",
+            field="preemptible",
+        )

@@ -44,3 +44,11 @@ def job_not_found(job_id: str) -> NotFound:
     """The one sentence for a job id that names no job, whichever layer finds out. It names the
     `job_id` field, so a door can say how its users list the jobs that do exist."""
     return NotFound(f"job {job_id} not found", field="job_id")
+
+
+def stale_attempt(job_id: str, attempt: int, current: int) -> Conflict:
+    """A replica of an attempt that is over calls in (a new attempt of the job runs)."""
+    return Conflict(
+        f"attempt {attempt} of job {job_id} is over (the job is on attempt {current}); "
+        "a replica of an earlier attempt stops"
+    )

@@ -13,9 +13,18 @@ class NodeKind(enum.StrEnum):
 
 
 class NodeState(enum.StrEnum):
+    """An admin-set state. Only an ok node takes new jobs. A drained node keeps what runs on
+    it until it ends; a node in error or maintenance is taken from the jobs on it (each is
+    requeued or failed by its restart policy)."""
+
     OK = "ok"
     ERROR = "error"
     MAINTENANCE = "maintenance"
+    DRAIN = "drain"
+
+    @property
+    def takes_jobs_away(self) -> bool:
+        return self in (NodeState.ERROR, NodeState.MAINTENANCE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +35,19 @@ class Node:
     kind: NodeKind
     capacity: int
     state: NodeState = NodeState.OK
+    reason: str = ""  # why an admin set the state
+    since: float = 0.0  # when (0: never changed)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeEvent:
+    """A change of a node's state."""
+
+    node: str
+    time: float
+    state: NodeState
+    reason: str
+    by: str
 
 
 @dataclasses.dataclass(frozen=True)

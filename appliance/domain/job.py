@@ -27,6 +27,10 @@ class Progress:
     steps_per_second: float = 0.0
     samples_per_second: float = 0.0
     reported_at: float = 0.0
+    # The newest checkpoint of the run (the one it resumed from until it writes one).
+    checkpoint_step: int = 0
+    # The checkpoint step this attempt resumed from (0: from the start).
+    resumed_from_step: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +68,7 @@ class Attempt:
     systems: tuple[str, ...]
     reason: str  # why it ended ("replica cs2-1 exited with exit code 137", ...)
     ended_in: Phase  # QUEUED when it was requeued, else the job's terminal phase
+    resumed_from: int = 0  # the checkpoint step it began from (0: the start)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +94,8 @@ class Job:
     attempt: int = 0
     # Times the job went back to the queue to run again.
     restarts: int = 0
+    # Of those, the ones after failures (what max_restarts bounds; preemptions are not).
+    retries: int = 0
     # The attempts that ended (full views only), first first.
     attempts: tuple[Attempt, ...] = ()
 

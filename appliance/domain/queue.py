@@ -30,3 +30,25 @@ class Placement:
     role: Role
     node: str
     amount: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningJob:
+    """A job holding resources, as preemption sees it."""
+
+    job_id: str
+    priority: Priority
+    # (node, amount) of every placement it holds.
+    holdings: tuple[tuple[str, int], ...]
+    preemptible: bool
+    attempt: int = 0
+    # Not to be preempted before this time (a job preempted before runs a while first).
+    protected_until: float = 0.0
+    # Steps done since its newest checkpoint: the work a preemption without one would lose.
+    at_risk: int = 0
+    # Already asked to stop (a requeue is under way): its resources are coming back.
+    stopping: bool = False
+    # The job its preemption makes room for, if it is being preempted.
+    preempted_by: str = ""
+    # Its chief can write a checkpoint when asked (it is RUNNING and has a model dir).
+    checkpointable: bool = False

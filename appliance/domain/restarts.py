@@ -1,11 +1,14 @@
 """The restart policy: which failures a job runs again after, and how often.
 
 A failure is retryable when a replica was killed by a signal (exit code 128 + N: the OOM
-killer, a lost node, an operator's kill -9) or ended with an exit code the admins list
+killer, a lost node, an operator's kill -9), was lost with its pod (evicted, deleted, its
+Kubernetes node gone) or ended with an exit code the admins list
 (APPLIANCE_RESTART_EXIT_CODES). A plain failure (exit 1: a params or model error such as a
 non-finite loss), an end nobody can explain and a cancel never are: running again would fail
-again, or undo what someone asked for. A job may be restarted `max_restarts` times (its spec's,
-else the cluster's); each restart is a new attempt resuming from its newest checkpoint.
+again, or undo what someone asked for. So is a system an admin sets to error or maintenance
+under a job. A job may be restarted `max_restarts` times (its spec's, else the cluster's);
+each restart is a new attempt resuming from its newest checkpoint. Preemptions are not
+failures: they never count against `max_restarts`.
 """
 
 from __future__ import annotations
@@ -13,13 +16,22 @@ from __future__ import annotations
 from collections.abc import Collection
 
 
-def retryable(exit_code: int | None, extra_codes: Collection[int]) -> bool:
-    """Whether a replica ending with `exit_code` (None: unknown) may be retried."""
+def retryable(exit_code: int | None, extra_codes: Collection[int], lost: bool = False) -> bool:
+    """Whether a replica ending with `exit_code` (None: unknown) may be retried; `lost`: its pod
+    or node was taken from it (evicted, deleted, node gone), which always may."""
+    if lost:
+        return True
     if exit_code is None:
         return False
     return exit_code > 128 or exit_code in extra_codes
 
 
-def restarts_used(attempt: int) -> int:
-    """Restarts before attempt number `attempt` (the first attempt is 1)."""
-    return max(0, attempt - 1)
+def restart_or_fail(
+    failure: str, limit: int, used: int, newest_checkpoint: int
+) -> tuple[str | None, str | None]:
+    """After a retryable `failure`, with `used` of `limit` restarts spent: (the reason to
+    requeue the job with, None) while restarts are left, else (None, the reason to fail it)."""
+    if used >= limit:
+        return None, f"{failure} (no restarts left: {used} of {limit} used)" if limit else failure
+    where = f"step {newest_checkpoint}" if newest_checkpoint else "the start (no checkpoint yet)"
+    return f"{failure}; restarting from {where} (restart {used + 1} of {limit})", None

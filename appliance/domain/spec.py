@@ -73,6 +73,8 @@ class JobSpec:
     # How many times the job may be restarted after a retryable failure (None: the cluster's
     # default, APPLIANCE_RESTART_MAX_RESTARTS).
     max_restarts: int | None = None
+    # False: never preempted by a job of higher priority (only admins may say so).
+    preemptible: bool = True
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -92,6 +94,7 @@ def validate_spec(
     priority: Priority = Priority.P2,
     model_dir: str = "",
     max_restarts: int | None = None,
+    preemptible: bool = True,
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -132,6 +135,10 @@ def validate_spec(
             f"max_restarts must be between 0 and {MAX_RESTARTS}, got {max_restarts!r}",
             field="max_restarts",
         )
+    if not isinstance(preemptible, bool):
+        raise InvalidSpec(
+            f"preemptible must be true or false, got {preemptible!r}", field="preemptible"
+        )
     spec = JobSpec(
         params_yaml=params_yaml,
         num_csx=num_csx,
@@ -141,6 +148,7 @@ def validate_spec(
         priority=priority,
         model_dir=model_dir,
         max_restarts=max_restarts,
+        preemptible=preemptible,
     )
     spec.__dict__["params"] = params  # seed the cached parse: YAML is parsed once per submit
     return spec

@@ -15,9 +15,10 @@ from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, R
 from appliance.domain.job import ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
-from appliance.domain.restarts import restarts_used, retryable
+from appliance.domain.restarts import restart_or_fail, retryable
 from appliance.services.context import Context
 from appliance.services.replicas import ReplicaService
+from appliance.store.requeues import StopState
 
 log = logging.getLogger(__name__)
 SWEEP_INTERVAL = 1.0
@@ -32,7 +33,7 @@ class Reconciler:
         # Jobs whose replicas this coordinator started or adopted and has not torn down.
         self.active: set[str] = set()
         self._teardowns: dict[str, asyncio.Task[None]] = {}
-        # Jobs whose failed attempt is being torn down to run again (domain/restarts.py).
+        # Jobs whose attempt is being torn down to run again (store/requeues.py).
         self._restarts: dict[str, asyncio.Task[None]] = {}
         self._recovered_at = 0.0
 
@@ -46,12 +47,13 @@ class Reconciler:
         holding = await self.ctx.db(
             store.jobs_in, [Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING]
         )
+        stopping = {r.job_id for r in await self.ctx.db(store.requeue_requests)}
         for job in holding:
             alive = live.pop(job.id, set())
             expected = {r.name for r in await self.ctx.db(store.replicas, job.id)}
             self.active.add(job.id)
-            if job.phase is Phase.SCHEDULED:
-                continue  # the sweep launches what is missing
+            if job.phase is Phase.SCHEDULED or job.id in stopping:
+                continue  # the sweep launches what is missing, or finishes the requeue
             missing = sorted(expected - alive)
             if not missing:
                 log.info("adopted %s (%d replicas)", job.id, len(alive))
@@ -112,11 +114,18 @@ class Reconciler:
         store = self.ctx.store
         # Jobs scheduled together start together (a backend bounds its own API concurrency).
         scheduled = await self.ctx.db(store.jobs_in, [Phase.SCHEDULED])
-        await asyncio.gather(*(self._launch(job.id) for job in scheduled))
+        # A job whose earlier attempt is still being torn down launches on a later sweep, so
+        # that teardown cannot stop the new attempt's replicas.
+        launchable = [job for job in scheduled if job.id not in self._teardowns]
+        await asyncio.gather(*(self._launch(job.id) for job in launchable))
+        await self._requeue_when_ready(now=self.ctx.clock())
         phases = await self.ctx.db(store.phases_of, list(self.active))
         now = self.ctx.clock()
         for job_id, phase in phases.items():
-            if phase.terminal:
+            # Replicas of a job back in the queue are an earlier attempt's (found after a
+            # restart): they go too.
+            requeued = phase is Phase.QUEUED and job_id not in self._restarts
+            if phase.terminal or requeued:
                 self._start_teardown(job_id)
         if not timed:
             return
@@ -206,12 +215,12 @@ class Reconciler:
 
     # ---- restarts ---------------------------------------------------------------------------
 
-    def _stale(self, event: ReplicaEvent, phase: Phase, attempt: int) -> bool:
-        """An end that says nothing about the job's current attempt: a replica of the attempt
-        being torn down to restart, of a requeued job, or of an earlier attempt."""
-        if event.job_id in self._restarts or phase is Phase.QUEUED:
+    def _stale(self, event: ReplicaEvent, state: StopState) -> bool:
+        """An end that says nothing about the job's current attempt: a replica of an attempt
+        being torn down to run again, of a requeued job, or of an earlier attempt."""
+        if event.job_id in self._restarts or state.stopping or state.phase is Phase.QUEUED:
             return True
-        return bool(event.attempt) and event.attempt != attempt
+        return bool(event.attempt) and event.attempt != state.attempt
 
     async def _restart_if_allowed(
         self, event: ReplicaEvent, phase: Phase, reason: str
@@ -219,32 +228,55 @@ class Reconciler:
         """Restart the job after `reason` if its policy allows (None), else the reason to fail
         it with."""
         settings = self.ctx.settings
-        if not retryable(event.exit_code, settings.restart_exit_codes):
+        if not retryable(event.exit_code, settings.restart_exit_codes, event.lost):
             return reason
         job = await self.ctx.db(self.ctx.store.get_job, event.job_id)
         limit = job.spec.max_restarts
         limit = settings.restart_max_restarts if limit is None else limit
-        used = restarts_used(job.attempt)
-        if used >= limit:
-            return f"{reason} (no restarts left: {used} of {limit} used)" if limit else reason
-        requeue = (
-            f"{reason}; restarting from the newest checkpoint (restart {used + 1} of {limit})"
-        )
-        task = asyncio.get_running_loop().create_task(self._restart(event.job_id, requeue))
-        self._restarts[event.job_id] = task
-        return None
+        requeue, failed = restart_or_fail(reason, limit, job.retries, job.progress.checkpoint_step)
+        if requeue is None:
+            return failed
+        if await self.ctx.request_requeue(event.job_id, job.attempt, requeue, retry=True):
+            self._start_requeue(event.job_id, requeue, settings.restart_backoff_seconds)
+        return None  # a requeue asked for already, or an attempt that is over: nothing to do
 
-    async def _restart(self, job_id: str, reason: str) -> None:
-        """Tear the whole gang down, wait the backoff, then requeue the job: its next attempt
-        is scheduled like any queued job, in its place."""
+    async def _requeue_when_ready(self, now: float) -> None:
+        """Carry out the requeues asked for: at once, or once the checkpoint asked of the chief
+        arrived or its deadline passed (then from the newest complete checkpoint)."""
+        for request in await self.ctx.db(self.ctx.store.requeue_requests):
+            if request.job_id in self._restarts:
+                continue
+            reason = request.reason
+            if request.checkpoint_by:
+                if request.checkpoint_step is not None:
+                    reason += f"; checkpointed at step {request.checkpoint_step}"
+                elif now >= request.checkpoint_by:
+                    newest = request.newest_checkpoint
+                    where = f"step {newest}" if newest else "the start (no checkpoint yet)"
+                    grace = self.ctx.settings.preemption_grace_seconds
+                    reason += f"; no checkpoint within {grace:.0f} s: resumes from {where}"
+                else:
+                    continue
+            self._start_requeue(request.job_id, reason, backoff=0.0)
+
+    def _start_requeue(self, job_id: str, reason: str, backoff: float) -> None:
+        task = asyncio.get_running_loop().create_task(self._requeue(job_id, reason, backoff))
+        self._restarts[job_id] = task
+
+    async def _requeue(self, job_id: str, reason: str, backoff: float) -> None:
+        """Tear the whole gang down, wait `backoff`, then queue the job again: its next
+        attempt is scheduled like any queued job, in its place (its submit time orders it)."""
         try:
             await self.backend.teardown(job_id)
-            if self.ctx.settings.restart_backoff_seconds:
-                await asyncio.sleep(self.ctx.settings.restart_backoff_seconds)
-            await self.ctx.set_phase(job_id, Phase.QUEUED, reason)
+            if backoff:
+                await asyncio.sleep(backoff)
+            position = await self.ctx.db(self.ctx.store.position_on_requeue, job_id)
+            await self.ctx.set_phase(
+                job_id, Phase.QUEUED, f"{reason}; requeued at position {position}"
+            )
             self.active.discard(job_id)
         except Exception as exc:
-            log.exception("restarting %s failed", job_id)
+            log.exception("requeueing %s failed", job_id)
             await self.ctx.set_phase(job_id, Phase.FAILED, f"{reason}, but could not: {exc}")
         finally:
             self._restarts.pop(job_id, None)
@@ -260,11 +292,11 @@ class Reconciler:
                 only_from=ReplicaPhase.PENDING, phase=ReplicaPhase.STARTED,
             )  # fmt: skip
             return
-        found = await self.ctx.db(store.phase_and_attempt, event.job_id)
-        if found is not None and self._stale(event, *found):
+        found = await self.ctx.db(store.stop_state, event.job_id)
+        if found is not None and self._stale(event, found):
             log.info("%s/%s of an ended attempt exited: ignored", event.job_id, event.replica)
             return
-        phase = found[0] if found is not None else None
+        phase = found.phase if found is not None else None
         code = event.exit_code
         tail = await self.backend.log_tail(
             event.job_id, event.replica, self.ctx.settings.log_tail_lines

@@ -10,9 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
+from appliance.domain.inventory import NodeUsage
 from appliance.domain.plan import ReplicaPlan
+from appliance.domain.queue import QueuedJob
 from appliance.scheduler.admission import admit
+from appliance.scheduler.preemption import choose_victims
 from appliance.services.context import Context
 
 log = logging.getLogger(__name__)
@@ -49,14 +53,42 @@ class SchedulerLoop:
             return 0
         usage = await self.ctx.db(store.pool_usage)
         decision = admit(queue, usage)
+        pending = dict(decision.pending)
+        if decision.head is not None and self.ctx.settings.preemption_policy != "never":
+            waits = await self._preempt_for(decision.head, usage)
+            if waits:
+                pending[decision.head.job_id] = waits
         admitted = 0
         for d in decision.admitted:
             change = await self.ctx.schedule(d.job_id, d.placements)
             admitted += change.applied
             self._plans.pop(d.job_id, None)
             self._written.pop(d.job_id, None)
-        changed = {j: r for j, r in decision.pending.items() if self._written.get(j) != r}
+        changed = {j: r for j, r in pending.items() if self._written.get(j) != r}
         if changed:
             await self.ctx.db(store.set_pending_reasons, changed, self.ctx.clock())
             self._written.update(changed)
         return admitted
+
+    async def _preempt_for(self, head: QueuedJob, usage: Sequence[NodeUsage]) -> str:
+        """Ask the victims that make room for `head` to stop (checkpoint first when they can);
+        returns the head's pending reason while it waits for them ("" if it waits for none)."""
+        settings = self.ctx.settings
+        now = self.ctx.clock()
+        running = await self.ctx.db(
+            self.ctx.store.running_jobs, settings.preemption_min_run_seconds
+        )
+        chosen = choose_victims(head, running, usage, now)
+        if chosen is None:
+            return ""
+        reason = f"preempted by {head.job_id} ({head.priority.name})"
+        for victim in chosen.victims:
+            grace = settings.preemption_grace_seconds if victim.checkpointable else 0.0
+            await self.ctx.request_requeue(
+                victim.job_id, victim.attempt, reason, checkpoint_within=grace,
+                preempted_by=head.job_id,
+            )  # fmt: skip
+        names = ", ".join(
+            f"{v.job_id} ({v.priority.name})" for v in (*chosen.waiting_for, *chosen.victims)
+        )
+        return f"waiting to preempt {names}: they checkpoint and stop"

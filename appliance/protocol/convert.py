@@ -78,6 +78,7 @@ def spec_to_pb(spec: JobSpec) -> cluster_pb2.JobSpec:
         priority=priority_to_pb(spec.priority),
         model_dir=spec.model_dir,
         max_restarts=spec.max_restarts,
+        preemptible=spec.preemptible,
     )
 
 
@@ -93,6 +94,7 @@ def spec_from_pb(msg: cluster_pb2.JobSpec) -> JobSpec:
         priority=_or_default(priority_from_pb(msg.priority), Priority.P2),
         model_dir=msg.model_dir,
         max_restarts=msg.max_restarts if msg.HasField("max_restarts") else None,
+        preemptible=msg.preemptible if msg.HasField("preemptible") else True,
     )
 
 
@@ -104,6 +106,8 @@ def progress_to_pb(p: Progress) -> common_pb2.Progress:
         steps_per_second=p.steps_per_second,
         samples_per_second=p.samples_per_second,
         reported_at=p.reported_at,
+        checkpoint_step=p.checkpoint_step,
+        resumed_from_step=p.resumed_from_step,
     )
 
 
@@ -115,6 +119,8 @@ def progress_from_pb(msg: common_pb2.Progress) -> Progress:
         steps_per_second=msg.steps_per_second,
         samples_per_second=msg.samples_per_second,
         reported_at=msg.reported_at,
+        checkpoint_step=msg.checkpoint_step,
+        resumed_from_step=msg.resumed_from_step,
     )
 
 
@@ -210,7 +216,7 @@ def attempt_to_pb(a: Attempt) -> cluster_pb2.Attempt:
     return cluster_pb2.Attempt(
         number=a.number, scheduled_at=a.scheduled_at, started_at=a.started_at,
         ended_at=a.ended_at, systems=list(a.systems), reason=a.reason,
-        ended_in=phase_to_pb(a.ended_in),
+        ended_in=phase_to_pb(a.ended_in), resumed_from=a.resumed_from,
     )  # fmt: skip
 
 
@@ -218,7 +224,7 @@ def attempt_from_pb(msg: cluster_pb2.Attempt) -> Attempt:
     return Attempt(
         number=msg.number, scheduled_at=msg.scheduled_at, started_at=msg.started_at,
         ended_at=msg.ended_at, systems=tuple(msg.systems), reason=msg.reason,
-        ended_in=phase_from_pb(msg.ended_in) or Phase.QUEUED,
+        ended_in=phase_from_pb(msg.ended_in) or Phase.QUEUED, resumed_from=msg.resumed_from,
     )  # fmt: skip
 
 

@@ -34,6 +34,8 @@ class Admission:
     admitted: list[Decision]
     # Every job left in the queue, with why it waits.
     pending: dict[str, str]
+    # The first job that did not fit (the one a preemption may make room for).
+    head: QueuedJob | None = None
 
 
 def admit(queue: Sequence[QueuedJob], pool: Sequence[NodeUsage]) -> Admission:
@@ -43,13 +45,14 @@ def admit(queue: Sequence[QueuedJob], pool: Sequence[NodeUsage]) -> Admission:
     admitted: list[Decision] = []
     pending: dict[str, str] = {}
     behind = ""  # "; behind <head>" once the head is known
+    head: QueuedJob | None = None
     # While `free` is unchanged, jobs with the same plan shape fit (or not) the same way: a queue
     # of thousands of like jobs costs one _fit per shape, not one per job.
     tried: dict[tuple[tuple[str, int, int], ...], tuple[list[Placement], str]] = {}
     for job in sorted(queue, key=lambda j: j.order):
         key = job.plan.shape
         if key not in tried:
-            placements, shortfall = _fit(job.plan, free, kinds)
+            placements, shortfall = fit(job.plan, free, kinds)
             tried[key] = (placements, "; ".join(shortfall))
         placements, reason = tried[key]
         if not reason:
@@ -60,19 +63,20 @@ def admit(queue: Sequence[QueuedJob], pool: Sequence[NodeUsage]) -> Admission:
             _take(free, placements)  # the head holds what it can already get
             _hold_for(job.plan, placements, free, kinds, usable)
             tried.clear()
-            behind = f"; behind {_describe(job)}"
+            behind = f"; behind {describe(job)}"
+            head = job
             pending[job.job_id] = reason
         else:
             pending[job.job_id] = reason + behind
-    return Admission(admitted, pending)
+    return Admission(admitted, pending, head)
 
 
-def _describe(job: QueuedJob) -> str:
+def describe(job: QueuedJob) -> str:
     systems = job.plan.group(Role.CS2).count
     return f"{job.job_id} ({job.priority.name}, {systems} system{'s' if systems != 1 else ''})"
 
 
-def _fit(
+def fit(
     plan: ReplicaPlan, free: dict[str, int], kinds: dict[str, NodeKind]
 ) -> tuple[list[Placement], list[str]]:
     """Place as much of the plan as fits; return the placements and what could not be placed."""

@@ -3,10 +3,11 @@
 A user's bearer token must not be what a replica presents (replicas outlive the client and run
 where users cannot see), and ReplicaControl must not be open to anyone who can reach the port:
 with it, a caller could report progress for any job or read any job's peers and params. Each
-job's replicas get their own token instead: HMAC-SHA256 of the job id under a secret that only
-the coordinator holds (APPLIANCE_REPLICA_TOKEN_KEY_FILE, default `<data dir>/replica-token.key`,
-mode 0600, made on first use). Nothing is
-stored per job, and a restarted coordinator recognises the replicas it adopts.
+attempt of a job gets its own token instead: HMAC-SHA256 of the job id and attempt under a
+secret that only the coordinator holds (APPLIANCE_REPLICA_TOKEN_KEY_FILE, default
+`<data dir>/replica-token.key`, mode 0600, made on first use). Nothing is stored per job, and a
+restarted coordinator recognises the replicas it adopts. A replica of an attempt that is over
+holds a token of that attempt only.
 
 The replicas of a job also hold its data-plane token, authentication on or off: every call
 between them carries it and a call without it is refused (workers/transport/job_credential.py),
@@ -53,11 +54,14 @@ class ReplicaTokens:
             )
         return cls(key, control)
 
-    def token_for(self, job_id: str) -> str:
-        return hmac.new(self._key, job_id.encode(), hashlib.sha256).hexdigest()
+    def token_for(self, job_id: str, attempt: int) -> str:
+        """The replica token of one attempt of a job: a replica of another attempt (one left
+        over from before a requeue) cannot act for this one."""
+        message = f"replica\0{job_id}\0{attempt}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
-    def valid(self, job_id: str, token: str) -> bool:
-        return hmac.compare_digest(self.token_for(job_id), token)
+    def valid(self, job_id: str, attempt: int, token: str) -> bool:
+        return hmac.compare_digest(self.token_for(job_id, attempt), token)
 
     def dataplane_token(self, job_id: str, attempt: int = 1) -> str:
         """The token the replicas of one attempt of a job present to each other."""
@@ -68,7 +72,7 @@ class ReplicaTokens:
         """The secret part of a replica's environment: its job's tokens for `attempt`."""
         env = {DATAPLANE_TOKEN_ENV: self.dataplane_token(job_id, attempt)}
         if self.control:
-            env[REPLICA_TOKEN_ENV] = self.token_for(job_id)
+            env[REPLICA_TOKEN_ENV] = self.token_for(job_id, attempt)
         return env
 
 

@@ -95,6 +95,32 @@ class Context:
                 self._announce(outcome)
         return outcomes
 
+    async def request_requeue(
+        self,
+        job_id: str,
+        attempt: int,
+        reason: str,
+        *,
+        checkpoint_within: float = 0.0,
+        preempted_by: str = "",
+        retry: bool = False,
+    ) -> bool:
+        """JobStore.request_requeue (the reconciler then tears the attempt down and queues the
+        job again), with `checkpoint_within` seconds for the chief's checkpoint first (0: none
+        asked; `retry`: it counts against max_restarts); announced. False if that attempt is
+        over or already stopping."""
+        now = self.clock()
+        checkpoint_by = now + checkpoint_within if checkpoint_within else 0.0
+        written, event = await self.db(
+            self.store.request_requeue, job_id, attempt, reason, now,
+            checkpoint_by=checkpoint_by, preempted_by=preempted_by, retry=retry,
+        )  # fmt: skip
+        if event is not None:
+            self.bus.publish(event)
+        if written:
+            self.bus.wake_reconciler()
+        return written
+
     def _announce(self, change: PhaseChange) -> None:
         event = change.event
         if event is None:

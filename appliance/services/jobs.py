@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from appliance.domain.auth import (
     Principal,
     check_may_act_on,
+    check_may_submit,
     check_may_use_priority,
     may_act_on,
 )
@@ -81,7 +82,7 @@ class JobService:
                 field="mode",
             )
         if by is not None:
-            check_may_use_priority(by, spec.priority)
+            check_may_submit(by, spec)
             user = by.user
         validate_user(user)
         if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:

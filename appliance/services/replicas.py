@@ -1,11 +1,17 @@
-"""Worker control use cases: what a job's replicas ask of the coordinator."""
+"""Worker control use cases: what a job's replicas ask of the coordinator.
+
+Every call names the attempt its replica was started for. A replica of an attempt that is over
+(one left from before a requeue) is refused: it cannot register, read the topology or write
+progress into the attempt that runs now, and its heartbeats tell it to stop.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 
-from appliance.domain.errors import Conflict, NotFound, job_not_found
+from appliance.domain.errors import Conflict, NotFound, job_not_found, stale_attempt
 from appliance.domain.job import EventKind, Job, JobEvent, Progress, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.services.context import Context
@@ -15,11 +21,13 @@ class ReplicaService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    async def register(self, job_id: str, replica: str, address: str, pid: int) -> None:
+    async def register(
+        self, job_id: str, attempt: int, replica: str, address: str, pid: int
+    ) -> None:
         """A replica serves at `address`; the job runs when all of its replicas have said so."""
         try:
             taken = await self.ctx.db(
-                self.ctx.store.register_replica, job_id, replica, address, pid
+                self.ctx.store.register_replica, job_id, attempt, replica, address, pid
             )
         except KeyError:
             raise NotFound(f"job {job_id} has no replica {replica}") from None
@@ -39,12 +47,15 @@ class ReplicaService:
                 expected=Phase.INITIALIZING,
             )
 
-    async def await_running(self, job_id: str, wait_seconds: float) -> Job:
-        """Block until the job is RUNNING (every replica registered); then its full status."""
+    async def await_running(self, job_id: str, attempt: int, wait_seconds: float) -> Job:
+        """Block until `attempt` of the job is RUNNING (every replica registered); then its
+        full status."""
         deadline = asyncio.get_running_loop().time() + wait_seconds
         with self.ctx.bus.subscribe(job_id) as changes:
             while True:
                 job = await self.ctx.db(self.ctx.store.get_job, job_id)
+                if job.attempt != attempt:
+                    raise stale_attempt(job_id, attempt, job.attempt)
                 if job.phase is Phase.RUNNING:
                     return job
                 if job.phase.terminal:
@@ -55,19 +66,40 @@ class ReplicaService:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changes.get(), remaining)
 
-    async def report_progress(self, job_id: str, progress: Progress) -> bool:
-        """Record the chief's progress and tell watchers; returns whether to keep running."""
-        phase = await self.ctx.db(self.ctx.store.phase_of, job_id)
-        if phase is None:
-            raise job_not_found(job_id)
-        if phase.terminal:
-            return False
-        await self.ctx.db(self.ctx.store.set_progress, job_id, progress)
-        self.ctx.bus.publish(
-            JobEvent(job_id, EventKind.PROGRESS, self.ctx.clock(), progress=progress)
-        )
-        return True
+    async def report_progress(
+        self, job_id: str, attempt: int, progress: Progress, checkpointed: bool = False
+    ) -> Directive:
+        """Record the progress of the chief of `attempt` and tell watchers (`checkpointed`: it
+        wrote the checkpoint asked of it, at progress.step); returns what it should do next."""
+        if checkpointed and await self.ctx.db(
+            self.ctx.store.record_checkpoint_now, job_id, attempt, progress.step
+        ):
+            self.ctx.bus.wake_reconciler()  # the preemption can go on
+        directive = await self.directive(job_id, attempt)
+        if directive.keep_running and await self.ctx.db(
+            self.ctx.store.set_progress, job_id, attempt, progress
+        ):
+            self.ctx.bus.publish(
+                JobEvent(job_id, EventKind.PROGRESS, self.ctx.clock(), progress=progress)
+            )
+        return directive
 
-    async def keep_running(self, job_id: str) -> tuple[bool, Phase | None]:
-        phase = await self.ctx.db(self.ctx.store.phase_of, job_id)
-        return phase is not None and not phase.terminal, phase
+    async def directive(self, job_id: str, attempt: int) -> Directive:
+        """What a replica of `attempt` should do: go on, checkpoint now (the chief of a job
+        being preempted), or stop (the job ended, or this attempt is over)."""
+        state = await self.ctx.db(self.ctx.store.stop_state, job_id)
+        if state is None:
+            raise job_not_found(job_id)
+        current = state.attempt == attempt and not state.phase.terminal
+        if not current or (state.stopping and not state.checkpoint_wanted):
+            return Directive(False, state.phase)
+        return Directive(True, state.phase, checkpoint_now=state.checkpoint_wanted)
+
+
+@dataclasses.dataclass(frozen=True)
+class Directive:
+    """The coordinator's answer to a replica's heartbeat or progress report."""
+
+    keep_running: bool
+    phase: Phase
+    checkpoint_now: bool = False

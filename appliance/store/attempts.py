@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 from appliance.domain.job import Attempt
 from appliance.domain.phases import Phase
 from appliance.store.base import StoreBase
-from appliance.store.tables import AttemptRow, JobRow
+from appliance.store.tables import AttemptRow
 
 
 class AttemptStore(StoreBase):
@@ -27,15 +27,7 @@ class AttemptStore(StoreBase):
             Attempt(
                 number=r.attempt, scheduled_at=r.scheduled_at, started_at=r.started_at,
                 ended_at=r.ended_at, systems=tuple(filter(None, r.systems.split(","))),
-                reason=r.reason, ended_in=Phase(r.ended_in),
+                reason=r.reason, ended_in=Phase(r.ended_in), resumed_from=r.resumed_from,
             )
             for r in rows
         ]  # fmt: skip
-
-    def phase_and_attempt(self, job_id: str) -> tuple[Phase, int] | None:
-        """The job's phase and its current attempt number; None for an unknown job."""
-        with self._sessions() as s:
-            row = s.execute(
-                select(JobRow.phase, JobRow.attempt).where(JobRow.id == job_id)
-            ).first()
-            return (Phase(row.phase), row.attempt) if row is not None else None

@@ -3,21 +3,21 @@
 `set_phase` (and `set_phases`, its batch form) checks the transition table and writes with
 compare-and-set on the current phase, recording an event in the same transaction. Leaving the
 resource-holding phases releases the job's placements in that same transaction, so the pool
-can never leak. The writes themselves are in store/phase_writes.py. The pool, the queue and
-listing are JobStore's other parts (store/pool.py, queue.py, listing.py); rows become domain
-objects in store/rows.py.
+can never leak. The writes themselves are in store/phase_writes.py. The pool, the queue,
+listing, attempts, requeue requests and replicas are JobStore's other parts (store/pool.py,
+queue.py, listing.py, attempts.py, requeues.py, replicas.py); rows become domain objects in
+store/rows.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 
 from appliance.domain.errors import Conflict, NotFound, job_not_found
-from appliance.domain.job import Job, JobEvent, Progress, Replica, ReplicaPhase
+from appliance.domain.job import Job, JobEvent, Replica, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan, Role
 from appliance.domain.queue import Placement
@@ -31,6 +31,8 @@ from appliance.store.phase_writes import PhaseMove as PhaseMove
 from appliance.store.phase_writes import write_phases
 from appliance.store.pool import PoolStore
 from appliance.store.queue import QueueStore
+from appliance.store.replicas import ReplicaStore
+from appliance.store.requeues import RequeueStore
 from appliance.store.rows import (
     SUMMARY,
     event_from_row,
@@ -72,7 +74,7 @@ _REPLICAS_OF = select(*ReplicaRow.__table__.columns).where(
 )
 
 
-class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore):
+class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore, RequeueStore, ReplicaStore):
     """The store of jobs: this part holds jobs, phases (the one writer), replicas, priority,
     labels, leases and events."""
 
@@ -96,7 +98,7 @@ class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore):
                 "progress": {}, "lease_seconds": n.lease_seconds,
                 "lease_expires_at": now + n.lease_seconds if n.lease_seconds else 0.0,
                 "lease_holder": n.lease_holder, "groups": list(n.groups),
-                "max_restarts": n.spec.max_restarts,
+                "max_restarts": n.spec.max_restarts, "preemptible": n.spec.preemptible,
             }
             for n in new
         ]  # fmt: skip
@@ -260,56 +262,6 @@ class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore):
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    # ---- replicas and progress ----------------------------------------------------------------
-
-    def update_replica(
-        self, job_id: str, name: str, *, only_from: ReplicaPhase | None = None, **fields: Any
-    ) -> bool:
-        """Update a replica row; returns False if the job has no such replica.
-
-        With `only_from`, a new `phase` is written only while the replica is in that phase
-        (the other fields are written regardless), so a late event cannot move it back.
-        """
-        phase = fields.pop("phase", None)
-        where = (ReplicaRow.job_id == job_id, ReplicaRow.name == name)
-        with self._sessions.begin() as s:
-            if s.scalar(select(ReplicaRow.name).where(*where)) is None:
-                return False
-            if fields:
-                s.execute(update(ReplicaRow).where(*where).values(**fields))
-            if phase is not None:
-                stmt = update(ReplicaRow).where(*where).values(phase=ReplicaPhase(phase).value)
-                if only_from is not None:
-                    stmt = stmt.where(ReplicaRow.phase == only_from.value)
-                s.execute(stmt)
-            # A job's full view shows its replicas: cached views are keyed by this version.
-            s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
-            return True
-
-    def register_replica(self, job_id: str, name: str, address: str, pid: int) -> str | None:
-        """Record where a replica serves, once: the first registration wins (a second one at
-        another address could otherwise draw the job's peers, and their data-plane token, to
-        itself). Returns None when recorded (or repeated), else the address it has."""
-        where = (ReplicaRow.job_id == job_id, ReplicaRow.name == name)
-        with self._sessions.begin() as s:
-            known = s.scalar(select(ReplicaRow.address).where(*where))
-            if known is None:
-                raise KeyError(name)
-            claimed = s.execute(
-                update(ReplicaRow)
-                .where(*where, ReplicaRow.address.in_(("", address)))
-                .values(address=address, pid=pid, phase=ReplicaPhase.READY.value)
-            )
-            if not claimed.rowcount:  # type: ignore[attr-defined]
-                return known
-            s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
-            return None
-
-    def replicas(self, job_id: str) -> list[Replica]:
-        with self._sessions() as s:
-            rows = s.scalars(select(ReplicaRow).where(ReplicaRow.job_id == job_id))
-            return list(sorted_replicas(tuple(replica_from_row(r) for r in rows)))
-
     def phase_of(self, job_id: str) -> Phase | None:
         with self._sessions() as s:
             value = s.scalar(select(JobRow.phase).where(JobRow.id == job_id))
@@ -322,14 +274,6 @@ class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore):
         with self._sessions() as s:
             rows = s.execute(select(JobRow.id, JobRow.phase).where(JobRow.id.in_(ids)))
             return {job_id: Phase(phase) for job_id, phase in rows}
-
-    def set_progress(self, job_id: str, progress: Progress) -> None:
-        with self._sessions.begin() as s:
-            s.execute(
-                update(JobRow)
-                .where(JobRow.id == job_id, ACTIVE_PHASES_SQL)  # terminal jobs never change
-                .values(progress=dataclasses.asdict(progress), version=JobRow.version + 1)
-            )
 
     # ---- priority, labels, leases, events -----------------------------------------------------
 

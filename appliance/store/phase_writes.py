@@ -62,10 +62,11 @@ _RECORD = insert(JobEventRow).returning(JobEventRow.job_id, JobEventRow.seq)
 # The attempt the jobs `ids` just ended, as the move left their rows (attempt, times, systems).
 _RECORD_ATTEMPT = insert(AttemptRow).from_select(
     ["job_id", "attempt", "scheduled_at", "started_at", "ended_at", "systems", "reason",
-     "ended_in"],
+     "ended_in", "resumed_from"],
     select(
         JobRow.id, JobRow.attempt, JobRow.scheduled_at, JobRow.started_at,
         bindparam("b_now"), JobRow.systems, bindparam("b_reason"), JobRow.phase,
+        JobRow.resumed_from,
     ).where(JobRow.id.in_(bindparam("ids", expanding=True))),
 )  # fmt: skip
 _DROP_REPLICAS = delete(ReplicaRow).where(ReplicaRow.job_id.in_(bindparam("ids", expanding=True)))
@@ -203,6 +204,7 @@ def _move_stmt(target: Phase, extra: tuple[str, ...]) -> ReturningUpdate[str]:
         values["attempt"] = JobRow.attempt + 1
         values["scheduled_at"] = now
         values["started_at"] = 0.0
+        values["resumed_from"] = 0
     if target is Phase.RUNNING:
         values["started_at"] = now
     if target in TERMINAL:
@@ -214,6 +216,8 @@ def _move_stmt(target: Phase, extra: tuple[str, ...]) -> ReturningUpdate[str]:
         values["restarts"] = JobRow.restarts + 1
     else:
         values["pending_reason"] = ""
+    if target not in HOLDS_RESOURCES:  # a requeue asked for is done (or moot)
+        values.update(stop_reason="", checkpoint_by=0.0, checkpoint_step=None, preempted_by="")
     return (
         update(JobRow)
         .where(

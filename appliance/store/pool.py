@@ -6,9 +6,9 @@ from collections.abc import Iterable, Sequence
 
 from sqlalchemy import func, select, update
 
-from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
+from appliance.domain.inventory import Node, NodeEvent, NodeKind, NodeState, NodeUsage
 from appliance.store.base import StoreBase
-from appliance.store.tables import NodeRow, PlacementRow
+from appliance.store.tables import JobRow, NodeEventRow, NodeRow, PlacementRow
 
 
 class PoolStore(StoreBase):
@@ -52,6 +52,38 @@ class PoolStore(StoreBase):
         self._pool = None
         return int(result.rowcount)  # type: ignore[attr-defined]
 
+    def change_node_state(
+        self, name: str, state: NodeState, reason: str, by: str, now: float
+    ) -> tuple[Node, list[tuple[str, int]]] | None:
+        """Set one node's state with why and by whom, recording the change as a node event;
+        returns the node and the (job, attempt) of each job holding part of it, or None for
+        an unknown node."""
+        with self._sessions.begin() as s:
+            row = s.get(NodeRow, name, with_for_update=True)
+            if row is None:
+                return None
+            row.state, row.reason, row.since = state.value, reason, now
+            s.add(NodeEventRow(node=name, time=now, state=state.value, reason=reason, by=by))
+            holders = s.execute(
+                select(JobRow.id, JobRow.attempt)
+                .join(PlacementRow, PlacementRow.job_id == JobRow.id)
+                .where(PlacementRow.node == name)
+                .distinct()
+                .order_by(JobRow.id)
+            ).all()
+            node = Node(row.name, NodeKind(row.kind), row.capacity, state, reason, now)
+        self._pool = None
+        return node, [(job_id, attempt) for job_id, attempt in holders]
+
+    def node_events(self, name: str) -> list[NodeEvent]:
+        """The state changes of a node, first first."""
+        stmt = select(NodeEventRow).where(NodeEventRow.node == name).order_by(NodeEventRow.seq)
+        with self._sessions() as s:
+            return [
+                NodeEvent(r.node, r.time, NodeState(r.state), r.reason, r.by)
+                for r in s.scalars(stmt)
+            ]
+
     def pool_usage(self) -> list[NodeUsage]:
         with self._sessions() as s:
             used = dict(
@@ -63,7 +95,14 @@ class PoolStore(StoreBase):
             )
             return [
                 NodeUsage(
-                    Node(r.name, NodeKind(r.kind), r.capacity, NodeState(r.state)),
+                    Node(
+                        r.name,
+                        NodeKind(r.kind),
+                        r.capacity,
+                        NodeState(r.state),
+                        r.reason,
+                        r.since,
+                    ),
                     int(used.get(r.name, 0)),
                 )
                 for r in s.scalars(select(NodeRow).order_by(NodeRow.name))

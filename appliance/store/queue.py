@@ -55,6 +55,16 @@ class QueueStore(StoreBase):
             )
         return int(ahead or 0) + 1
 
+    def position_on_requeue(self, job_id: str) -> int:
+        """The position the job would take in the queue now (its submit time orders it)."""
+        with self._sessions() as s:
+            row = s.execute(
+                select(JobRow.priority, JobRow.created_at).where(JobRow.id == job_id)
+            ).first()
+            if row is None:
+                return 0
+            return self._queue_position(s, row.priority, row.created_at, job_id)
+
     def queue_positions(self, job_ids: Iterable[str]) -> dict[str, int]:
         """1-based queue positions of those of the given jobs that are QUEUED, all from one read
         of the queue in order (its index: a few ms for 10,000 queued jobs), so the positions

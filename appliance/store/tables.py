@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+    true,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from appliance.domain.phases import ACTIVE, Phase
@@ -63,6 +75,20 @@ class JobRow(Base):
     max_restarts: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Times the job went back to the queue to run again (restarts, preemptions, ...).
     restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # A requeue asked for (store/requeues.py): why (non-empty: the gang is to be torn down and
+    # the job queued again), the deadline of a checkpoint asked of the chief first (0: none),
+    # the step of the checkpoint it wrote, and the job a preemption makes room for.
+    stop_reason: Mapped[str] = mapped_column(Text, default="", server_default="")
+    checkpoint_by: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    checkpoint_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    preempted_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # False: never preempted (set by admins only).
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The checkpoint step the current attempt resumed from (0: from the start).
+    resumed_from: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # Restarts its restart policy allowed (after failures; preemptions do not count).
+    retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),
@@ -138,6 +164,7 @@ class AttemptRow(Base):
     systems: Mapped[str] = mapped_column(Text)
     reason: Mapped[str] = mapped_column(Text)
     ended_in: Mapped[str] = mapped_column(String(16))  # QUEUED (requeued) or a terminal phase
+    resumed_from: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class NodeRow(Base):
@@ -149,6 +176,22 @@ class NodeRow(Base):
     kind: Mapped[str] = mapped_column(String(16))
     capacity: Mapped[int] = mapped_column(BigInteger)
     state: Mapped[str] = mapped_column(String(16))
+    # Why an admin set the state, and when (0: never changed).
+    reason: Mapped[str] = mapped_column(Text, default="", server_default="")
+    since: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+
+
+class NodeEventRow(Base):
+    """One change of a node's state, by whom and why."""
+
+    __tablename__ = "node_events"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(253), index=True)
+    time: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    by: Mapped[str] = mapped_column(String(253))
 
 
 class PlacementRow(Base):

@@ -17,7 +17,7 @@ from typing import TypeVar
 import grpc
 
 from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
-from appliance.domain.auth import REPLICA_TOKEN_ENV, bearer_metadata
+from appliance.domain.auth import ATTEMPT_ENV, REPLICA_TOKEN_ENV, bearer_metadata
 from appliance.workers.lifecycle import EXIT_ORPHANED, ReplicaExit, StopSignal
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ class ControlPlane:
         # With authentication on, the coordinator gave this replica its job's token.
         token = os.environ.get(REPLICA_TOKEN_ENV)
         self._metadata = (bearer_metadata(token),) if token else None
+        # Every call names the attempt this replica was started for (0: not told).
+        attempt = os.environ.get(ATTEMPT_ENV, "0")
+        self.attempt = int(attempt) if attempt.isdigit() and len(attempt) < 10 else 0
         self.job_id = job_id
         self.replica = replica
         self._orphan_timeout = orphan_timeout
@@ -52,7 +55,11 @@ class ControlPlane:
     async def register(self, address: str, pid: int) -> None:
         """Announce that this replica serves at `address`."""
         request = control_pb2.RegisterReplicaRequest(
-            job_id=self.job_id, replica=self.replica, address=address, pid=pid
+            job_id=self.job_id,
+            replica=self.replica,
+            address=address,
+            pid=pid,
+            attempt=self.attempt,
         )
         await self._with_retry(
             "RegisterReplica",
@@ -65,7 +72,10 @@ class ControlPlane:
     async def await_peers(self) -> control_pb2.Topology:
         """Block until every replica of the job registered; returns the job's topology."""
         request = control_pb2.AwaitPeersRequest(
-            job_id=self.job_id, replica=self.replica, timeout_seconds=AWAIT_PEERS_WINDOW
+            job_id=self.job_id,
+            replica=self.replica,
+            timeout_seconds=AWAIT_PEERS_WINDOW,
+            attempt=self.attempt,
         )
         topology: control_pb2.Topology = await self._with_retry(
             "AwaitPeers",
@@ -77,11 +87,16 @@ class ControlPlane:
         return topology
 
     async def report_progress(
-        self, progress: common_pb2.Progress, retry: bool
+        self, progress: common_pb2.Progress, retry: bool, checkpointed: bool = False
     ) -> control_pb2.ReplicaDirective | None:
-        """Send the chief's progress; without `retry`, a failed report is logged and skipped."""
+        """Send the chief's progress (`checkpointed`: after the checkpoint asked of it); without
+        `retry`, a failed report is logged and skipped."""
         request = control_pb2.ReportProgressRequest(
-            job_id=self.job_id, replica=self.replica, progress=progress
+            job_id=self.job_id,
+            replica=self.replica,
+            progress=progress,
+            attempt=self.attempt,
+            checkpointed=checkpointed,
         )
         if retry:
             directive: control_pb2.ReplicaDirective = await self._with_retry(
@@ -103,7 +118,9 @@ class ControlPlane:
 
     async def heartbeat_forever(self, interval: float, stop: StopSignal) -> None:
         """Heartbeat every `interval` seconds; asks `stop` to exit 0 once told to stop."""
-        request = control_pb2.HeartbeatRequest(job_id=self.job_id, replica=self.replica)
+        request = control_pb2.HeartbeatRequest(
+            job_id=self.job_id, replica=self.replica, attempt=self.attempt
+        )
         while True:
             directive: control_pb2.ReplicaDirective = await self._with_retry(
                 "Heartbeat",

@@ -69,6 +69,7 @@ class JobSpec(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     MODEL_DIR_FIELD_NUMBER: _builtins.int
     MAX_RESTARTS_FIELD_NUMBER: _builtins.int
+    PREEMPTIBLE_FIELD_NUMBER: _builtins.int
     params_yaml: _builtins.str
     """The params YAML (Model Zoo style: model, train_input, optimizer, runconfig sections)."""
     num_csx: _builtins.int
@@ -79,6 +80,10 @@ class JobSpec(_message.Message):
     max_restarts: _builtins.int
     """Restarts allowed after a retryable failure (a replica killed by a signal, a lost node);
     unset: the cluster's default.
+    """
+    preemptible: _builtins.bool
+    """Unset or true: a job of higher priority may preempt this one (checkpoint, requeue, exact
+    resume). Only admins may submit a job that is never preempted (false).
     """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
@@ -93,14 +98,20 @@ class JobSpec(_message.Message):
         priority: _common_pb2.Priority.ValueType = ...,
         model_dir: _builtins.str = ...,
         max_restarts: _builtins.int | None = ...,
+        preemptible: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "max_restarts", b"max_restarts"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "max_restarts", b"max_restarts", "preemptible", b"preemptible"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "priority", b"priority"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_restarts: _TypeAlias = _typing.Literal["max_restarts"]  # noqa: Y015
     _WhichOneofArgType__max_restarts: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts"]  # noqa: Y015
+    _WhichOneofReturnType__preemptible: _TypeAlias = _typing.Literal["preemptible"]  # noqa: Y015
+    _WhichOneofArgType__preemptible: _TypeAlias = _typing.Literal["_preemptible", b"_preemptible"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_restarts) -> _WhichOneofReturnType__max_restarts | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__preemptible) -> _WhichOneofReturnType__preemptible | None: ...
 
 Global___JobSpec: _TypeAlias = JobSpec  # noqa: Y015
 
@@ -312,6 +323,7 @@ class Attempt(_message.Message):
     SYSTEMS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     ENDED_IN_FIELD_NUMBER: _builtins.int
+    RESUMED_FROM_FIELD_NUMBER: _builtins.int
     number: _builtins.int
     scheduled_at: _builtins.float
     started_at: _builtins.float
@@ -321,6 +333,8 @@ class Attempt(_message.Message):
     """Why it ended ("replica cs2-1 exited with exit code 137 ...; restarting ...")."""
     ended_in: _common_pb2.Phase.ValueType
     """QUEUED when the job was requeued, else the phase the job ended in."""
+    resumed_from: _builtins.int
+    """The checkpoint step it began from (0: the start)."""
     @_builtins.property
     def systems(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -333,10 +347,11 @@ class Attempt(_message.Message):
         systems: _abc.Iterable[_builtins.str] | None = ...,
         reason: _builtins.str = ...,
         ended_in: _common_pb2.Phase.ValueType = ...,
+        resumed_from: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "ended_in", b"ended_in", "number", b"number", "reason", b"reason", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "systems", b"systems"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "ended_in", b"ended_in", "number", b"number", "reason", b"reason", "resumed_from", b"resumed_from", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "systems", b"systems"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -730,14 +745,19 @@ class Node(_message.Message):
     CAPACITY_FIELD_NUMBER: _builtins.int
     USED_FIELD_NUMBER: _builtins.int
     JOBS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     kind: _builtins.str
     """"system", "memoryx" or "swarmx"."""
     state: _builtins.str
-    """"ok", "error" or "maintenance"."""
+    """"ok", "error", "maintenance" or "drain"."""
     capacity: _builtins.int
     """1 for a system; bytes for MemoryX; ports for SwarmX."""
     used: _builtins.int
+    reason: _builtins.str
+    """Why an admin set the state, and since when (Unix seconds; 0: never changed)."""
+    since: _builtins.float
     @_builtins.property
     def jobs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Jobs holding part of the node."""
@@ -751,14 +771,113 @@ class Node(_message.Message):
         capacity: _builtins.int = ...,
         used: _builtins.int = ...,
         jobs: _abc.Iterable[_builtins.str] | None = ...,
+        reason: _builtins.str = ...,
+        since: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "jobs", b"jobs", "kind", b"kind", "name", b"name", "state", b"state", "used", b"used"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "jobs", b"jobs", "kind", b"kind", "name", b"name", "reason", b"reason", "since", b"since", "state", b"state", "used", b"used"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Node: _TypeAlias = Node  # noqa: Y015
+
+@_typing.final
+class SetNodeStateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    state: _builtins.str
+    """"ok", "error", "maintenance" or "drain"."""
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        state: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "reason", b"reason", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetNodeStateRequest: _TypeAlias = SetNodeStateRequest  # noqa: Y015
+
+@_typing.final
+class GetNodeEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetNodeEventsRequest: _TypeAlias = GetNodeEventsRequest  # noqa: Y015
+
+@_typing.final
+class NodeEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    BY_FIELD_NUMBER: _builtins.int
+    node: _builtins.str
+    time: _builtins.float
+    state: _builtins.str
+    reason: _builtins.str
+    by: _builtins.str
+    """Who changed it."""
+    def __init__(
+        self,
+        *,
+        node: _builtins.str = ...,
+        time: _builtins.float = ...,
+        state: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["by", b"by", "node", b"node", "reason", b"reason", "state", b"state", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeEvent: _TypeAlias = NodeEvent  # noqa: Y015
+
+@_typing.final
+class GetNodeEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___NodeEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetNodeEventsResponse: _TypeAlias = GetNodeEventsResponse  # noqa: Y015
 
 @_typing.final
 class ListNodesResponse(_message.Message):

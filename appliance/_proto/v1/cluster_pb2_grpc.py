@@ -90,6 +90,16 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.ListNodesRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.ListNodesResponse.FromString,
                 _registered_method=True)
+        self.SetNodeState = channel.unary_unary(
+                '/appliance.v1.ClusterService/SetNodeState',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.SetNodeStateRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.Node.FromString,
+                _registered_method=True)
+        self.GetNodeEvents = channel.unary_unary(
+                '/appliance.v1.ClusterService/GetNodeEvents',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.GetNodeEventsRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.GetNodeEventsResponse.FromString,
+                _registered_method=True)
         self.HeartbeatLease = channel.unary_unary(
                 '/appliance.v1.ClusterService/HeartbeatLease',
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.HeartbeatLeaseRequest.SerializeToString,
@@ -184,6 +194,22 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetNodeState(self, request, context):
+        """Admins: drain a node (no new job lands on it; what runs finishes), set it to error or
+        maintenance (the jobs on it are requeued from their checkpoint or failed, by their restart
+        policy), or back to ok. Returns the node as it now is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNodeEvents(self, request, context):
+        """The state changes of a node, first first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def HeartbeatLease(self, request, context):
         """The submitting client is still there; extends the job's lease.
         """
@@ -264,6 +290,16 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.ListNodes,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.ListNodesRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.ListNodesResponse.SerializeToString,
+            ),
+            'SetNodeState': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNodeState,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.SetNodeStateRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.Node.SerializeToString,
+            ),
+            'GetNodeEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNodeEvents,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.GetNodeEventsRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.GetNodeEventsResponse.SerializeToString,
             ),
             'HeartbeatLease': grpc.unary_unary_rpc_method_handler(
                     servicer.HeartbeatLease,
@@ -579,6 +615,60 @@ class ClusterService:
             '/appliance.v1.ClusterService/ListNodes',
             appliance_dot_v1_dot_cluster__pb2.ListNodesRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.ListNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNodeState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/SetNodeState',
+            appliance_dot_v1_dot_cluster__pb2.SetNodeStateRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.Node.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNodeEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/GetNodeEvents',
+            appliance_dot_v1_dot_cluster__pb2.GetNodeEventsRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.GetNodeEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,13 @@ class ClusterServiceStub:
     """Add, change or remove labels of a job (finished jobs too)."""
     ListNodes: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ListNodesRequest, _cluster_pb2.ListNodesResponse]
     """The pool: CS-2 systems, MemoryX and SwarmX nodes, their state and what holds them."""
+    SetNodeState: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.SetNodeStateRequest, _cluster_pb2.Node]
+    """Admins: drain a node (no new job lands on it; what runs finishes), set it to error or
+    maintenance (the jobs on it are requeued from their checkpoint or failed, by their restart
+    policy), or back to ok. Returns the node as it now is.
+    """
+    GetNodeEvents: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetNodeEventsRequest, _cluster_pb2.GetNodeEventsResponse]
+    """The state changes of a node, first first."""
     HeartbeatLease: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.HeartbeatLeaseRequest, _cluster_pb2.HeartbeatLeaseResponse]
     """The submitting client is still there; extends the job's lease."""
     GetJobLogs: _grpc.UnaryStreamMultiCallable[_cluster_pb2.GetJobLogsRequest, _cluster_pb2.LogChunk]
@@ -87,6 +94,13 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     """Add, change or remove labels of a job (finished jobs too)."""
     ListNodes: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ListNodesRequest, _cluster_pb2.ListNodesResponse]  # type: ignore[assignment]
     """The pool: CS-2 systems, MemoryX and SwarmX nodes, their state and what holds them."""
+    SetNodeState: _aio.UnaryUnaryMultiCallable[_cluster_pb2.SetNodeStateRequest, _cluster_pb2.Node]  # type: ignore[assignment]
+    """Admins: drain a node (no new job lands on it; what runs finishes), set it to error or
+    maintenance (the jobs on it are requeued from their checkpoint or failed, by their restart
+    policy), or back to ok. Returns the node as it now is.
+    """
+    GetNodeEvents: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetNodeEventsRequest, _cluster_pb2.GetNodeEventsResponse]  # type: ignore[assignment]
+    """The state changes of a node, first first."""
     HeartbeatLease: _aio.UnaryUnaryMultiCallable[_cluster_pb2.HeartbeatLeaseRequest, _cluster_pb2.HeartbeatLeaseResponse]  # type: ignore[assignment]
     """The submitting client is still there; extends the job's lease."""
     GetJobLogs: _aio.UnaryStreamMultiCallable[_cluster_pb2.GetJobLogsRequest, _cluster_pb2.LogChunk]  # type: ignore[assignment]
@@ -185,6 +199,25 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.ListNodesResponse, _abc.Awaitable[_cluster_pb2.ListNodesResponse]]:
         """The pool: CS-2 systems, MemoryX and SwarmX nodes, their state and what holds them."""
+
+    @_abc_1.abstractmethod
+    def SetNodeState(
+        self,
+        request: _cluster_pb2.SetNodeStateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.Node, _abc.Awaitable[_cluster_pb2.Node]]:
+        """Admins: drain a node (no new job lands on it; what runs finishes), set it to error or
+        maintenance (the jobs on it are requeued from their checkpoint or failed, by their restart
+        policy), or back to ok. Returns the node as it now is.
+        """
+
+    @_abc_1.abstractmethod
+    def GetNodeEvents(
+        self,
+        request: _cluster_pb2.GetNodeEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.GetNodeEventsResponse, _abc.Awaitable[_cluster_pb2.GetNodeEventsResponse]]:
+        """The state changes of a node, first first."""
 
     @_abc_1.abstractmethod
     def HeartbeatLease(

@@ -125,6 +125,8 @@ class Progress(_message.Message):
     STEPS_PER_SECOND_FIELD_NUMBER: _builtins.int
     SAMPLES_PER_SECOND_FIELD_NUMBER: _builtins.int
     REPORTED_AT_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_STEP_FIELD_NUMBER: _builtins.int
+    RESUMED_FROM_STEP_FIELD_NUMBER: _builtins.int
     step: _builtins.int
     num_steps: _builtins.int
     loss: _builtins.float
@@ -132,6 +134,10 @@ class Progress(_message.Message):
     samples_per_second: _builtins.float
     reported_at: _builtins.float
     """Unix time in seconds of the report."""
+    checkpoint_step: _builtins.int
+    """The newest checkpoint of the run (the one it resumed from until it writes one)."""
+    resumed_from_step: _builtins.int
+    """The checkpoint step this attempt resumed from (0: from the start)."""
     def __init__(
         self,
         *,
@@ -141,10 +147,12 @@ class Progress(_message.Message):
         steps_per_second: _builtins.float = ...,
         samples_per_second: _builtins.float = ...,
         reported_at: _builtins.float = ...,
+        checkpoint_step: _builtins.int = ...,
+        resumed_from_step: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["loss", b"loss", "num_steps", b"num_steps", "reported_at", b"reported_at", "samples_per_second", b"samples_per_second", "step", b"step", "steps_per_second", b"steps_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_step", b"checkpoint_step", "loss", b"loss", "num_steps", b"num_steps", "reported_at", b"reported_at", "resumed_from_step", b"resumed_from_step", "samples_per_second", b"samples_per_second", "step", b"step", "steps_per_second", b"steps_per_second"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

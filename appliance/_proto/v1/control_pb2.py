@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from appliance._proto.v1 import common_pb2 as appliance_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61ppliance/v1/control.proto\x12\x0c\x61ppliance.v1\x1a\x19\x61ppliance/v1/common.proto\"W\n\x16RegisterReplicaRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x05\"\x19\n\x17RegisterReplicaResponse\"M\n\x11\x41waitPeersRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"P\n\x04Peer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x0c\n\x04node\x18\x05 \x01(\t\"\xd1\x01\n\x08Topology\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bparams_yaml\x18\x02 \x01(\t\x12\x0f\n\x07num_csx\x18\x03 \x01(\x05\x12\x11\n\tnum_steps\x18\x04 \x01(\x03\x12 \n\x04mode\x18\x05 \x01(\x0e\x32\x12.appliance.v1.Mode\x12\x11\n\tmodel_dir\x18\x06 \x01(\t\x12!\n\x05peers\x18\x07 \x03(\x0b\x32\x12.appliance.v1.Peer\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\x05\x12\x13\n\x0bresume_from\x18\t \x01(\t\"b\n\x15ReportProgressRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\t\x12(\n\x08progress\x18\x03 \x01(\x0b\x32\x16.appliance.v1.Progress\"3\n\x10HeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\t\"L\n\x10ReplicaDirective\x12\x14\n\x0ckeep_running\x18\x01 \x01(\x08\x12\"\n\x05phase\x18\x02 \x01(\x0e\x32\x13.appliance.v1.Phase2\xdb\x02\n\x0eReplicaControl\x12^\n\x0fRegisterReplica\x12$.appliance.v1.RegisterReplicaRequest\x1a%.appliance.v1.RegisterReplicaResponse\x12\x45\n\nAwaitPeers\x12\x1f.appliance.v1.AwaitPeersRequest\x1a\x16.appliance.v1.Topology\x12U\n\x0eReportProgress\x12#.appliance.v1.ReportProgressRequest\x1a\x1e.appliance.v1.ReplicaDirective\x12K\n\tHeartbeat\x12\x1e.appliance.v1.HeartbeatRequest\x1a\x1e.appliance.v1.ReplicaDirectiveb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61ppliance/v1/control.proto\x12\x0c\x61ppliance.v1\x1a\x19\x61ppliance/v1/common.proto\"h\n\x16RegisterReplicaRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\"\x19\n\x17RegisterReplicaResponse\"^\n\x11\x41waitPeersRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\"P\n\x04Peer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x0c\n\x04node\x18\x05 \x01(\t\"\xd1\x01\n\x08Topology\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bparams_yaml\x18\x02 \x01(\t\x12\x0f\n\x07num_csx\x18\x03 \x01(\x05\x12\x11\n\tnum_steps\x18\x04 \x01(\x03\x12 \n\x04mode\x18\x05 \x01(\x0e\x32\x12.appliance.v1.Mode\x12\x11\n\tmodel_dir\x18\x06 \x01(\t\x12!\n\x05peers\x18\x07 \x03(\x0b\x32\x12.appliance.v1.Peer\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\x05\x12\x13\n\x0bresume_from\x18\t \x01(\t\"\x89\x01\n\x15ReportProgressRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\t\x12(\n\x08progress\x18\x03 \x01(\x0b\x32\x16.appliance.v1.Progress\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x14\n\x0c\x63heckpointed\x18\x05 \x01(\x08\"D\n\x10HeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07replica\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\"d\n\x10ReplicaDirective\x12\x14\n\x0ckeep_running\x18\x01 \x01(\x08\x12\"\n\x05phase\x18\x02 \x01(\x0e\x32\x13.appliance.v1.Phase\x12\x16\n\x0e\x63heckpoint_now\x18\x03 \x01(\x08\x32\xdb\x02\n\x0eReplicaControl\x12^\n\x0fRegisterReplica\x12$.appliance.v1.RegisterReplicaRequest\x1a%.appliance.v1.RegisterReplicaResponse\x12\x45\n\nAwaitPeers\x12\x1f.appliance.v1.AwaitPeersRequest\x1a\x16.appliance.v1.Topology\x12U\n\x0eReportProgress\x12#.appliance.v1.ReportProgressRequest\x1a\x1e.appliance.v1.ReplicaDirective\x12K\n\tHeartbeat\x12\x1e.appliance.v1.HeartbeatRequest\x1a\x1e.appliance.v1.ReplicaDirectiveb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,21 +33,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'appliance.v1.control_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_REGISTERREPLICAREQUEST']._serialized_start=71
-  _globals['_REGISTERREPLICAREQUEST']._serialized_end=158
-  _globals['_REGISTERREPLICARESPONSE']._serialized_start=160
-  _globals['_REGISTERREPLICARESPONSE']._serialized_end=185
-  _globals['_AWAITPEERSREQUEST']._serialized_start=187
-  _globals['_AWAITPEERSREQUEST']._serialized_end=264
-  _globals['_PEER']._serialized_start=266
-  _globals['_PEER']._serialized_end=346
-  _globals['_TOPOLOGY']._serialized_start=349
-  _globals['_TOPOLOGY']._serialized_end=558
-  _globals['_REPORTPROGRESSREQUEST']._serialized_start=560
-  _globals['_REPORTPROGRESSREQUEST']._serialized_end=658
-  _globals['_HEARTBEATREQUEST']._serialized_start=660
-  _globals['_HEARTBEATREQUEST']._serialized_end=711
-  _globals['_REPLICADIRECTIVE']._serialized_start=713
-  _globals['_REPLICADIRECTIVE']._serialized_end=789
-  _globals['_REPLICACONTROL']._serialized_start=792
-  _globals['_REPLICACONTROL']._serialized_end=1139
+  _globals['_REGISTERREPLICAREQUEST']._serialized_end=175
+  _globals['_REGISTERREPLICARESPONSE']._serialized_start=177
+  _globals['_REGISTERREPLICARESPONSE']._serialized_end=202
+  _globals['_AWAITPEERSREQUEST']._serialized_start=204
+  _globals['_AWAITPEERSREQUEST']._serialized_end=298
+  _globals['_PEER']._serialized_start=300
+  _globals['_PEER']._serialized_end=380
+  _globals['_TOPOLOGY']._serialized_start=383
+  _globals['_TOPOLOGY']._serialized_end=592
+  _globals['_REPORTPROGRESSREQUEST']._serialized_start=595
+  _globals['_REPORTPROGRESSREQUEST']._serialized_end=732
+  _globals['_HEARTBEATREQUEST']._serialized_start=734
+  _globals['_HEARTBEATREQUEST']._serialized_end=802
+  _globals['_REPLICADIRECTIVE']._serialized_start=804
+  _globals['_REPLICADIRECTIVE']._serialized_end=904
+  _globals['_REPLICACONTROL']._serialized_start=907
+  _globals['_REPLICACONTROL']._serialized_end=1254
 # @@protoc_insertion_point(module_scope)

@@ -27,10 +27,15 @@ class RegisterReplicaRequest(_message.Message):
     REPLICA_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     PID_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     replica: _builtins.str
     address: _builtins.str
     pid: _builtins.int
+    attempt: _builtins.int
+    """The attempt of the job the replica was started for: a call of an attempt that is over is
+    refused (FAILED_PRECONDITION), so an old replica never reports into a new attempt.
+    """
     def __init__(
         self,
         *,
@@ -38,10 +43,11 @@ class RegisterReplicaRequest(_message.Message):
         replica: _builtins.str = ...,
         address: _builtins.str = ...,
         pid: _builtins.int = ...,
+        attempt: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "job_id", b"job_id", "pid", b"pid", "replica", b"replica"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "attempt", b"attempt", "job_id", b"job_id", "pid", b"pid", "replica", b"replica"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -69,19 +75,22 @@ class AwaitPeersRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     REPLICA_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     replica: _builtins.str
     timeout_seconds: _builtins.float
+    attempt: _builtins.int
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         replica: _builtins.str = ...,
         timeout_seconds: _builtins.float = ...,
+        attempt: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "replica", b"replica", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "job_id", b"job_id", "replica", b"replica", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -174,8 +183,15 @@ class ReportProgressRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     REPLICA_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    CHECKPOINTED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     replica: _builtins.str
+    attempt: _builtins.int
+    checkpointed: _builtins.bool
+    """This report follows the checkpoint the coordinator asked for (checkpoint_now), written
+    at progress.step.
+    """
     @_builtins.property
     def progress(self) -> _common_pb2.Progress: ...
     def __init__(
@@ -184,10 +200,12 @@ class ReportProgressRequest(_message.Message):
         job_id: _builtins.str = ...,
         replica: _builtins.str = ...,
         progress: _common_pb2.Progress | None = ...,
+        attempt: _builtins.int = ...,
+        checkpointed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "progress", b"progress", "replica", b"replica"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpointed", b"checkpointed", "job_id", b"job_id", "progress", b"progress", "replica", b"replica"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -199,17 +217,20 @@ class HeartbeatRequest(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     REPLICA_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     replica: _builtins.str
+    attempt: _builtins.int
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         replica: _builtins.str = ...,
+        attempt: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "replica", b"replica"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "job_id", b"job_id", "replica", b"replica"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -221,18 +242,24 @@ class ReplicaDirective(_message.Message):
 
     KEEP_RUNNING_FIELD_NUMBER: _builtins.int
     PHASE_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_NOW_FIELD_NUMBER: _builtins.int
     keep_running: _builtins.bool
     """False once the job is terminal: the replica should stop."""
     phase: _common_pb2.Phase.ValueType
+    checkpoint_now: _builtins.bool
+    """The chief should write a checkpoint at its next step boundary, report it (checkpointed)
+    and stop: the job is being preempted.
+    """
     def __init__(
         self,
         *,
         keep_running: _builtins.bool = ...,
         phase: _common_pb2.Phase.ValueType = ...,
+        checkpoint_now: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["keep_running", b"keep_running", "phase", b"phase"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_now", b"checkpoint_now", "keep_running", b"keep_running", "phase", b"phase"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -108,7 +108,7 @@ class KubernetesBackend:
 
         async def create(replica: Replica) -> None:
             async with self._slots:
-                pod = m.replica_pod(job.id, replica, self.template, uid)
+                pod = m.replica_pod(job.id, replica, self.template, uid, job.attempt)
                 await self.api.create("Pod", pod)
 
         missing = [r for r in replicas if m.pod_name(job.id, r.name) not in self._views]
@@ -298,7 +298,8 @@ class KubernetesBackend:
                 if final is not None:
                     self._announce_exit(final, final.exit_code, final.describe())
                 else:
-                    self._announce_exit(last, None, "pod deleted before its container ended")
+                    gone = dataclasses.replace(last, lost=True)
+                    self._announce_exit(gone, None, "pod deleted before its container ended")
             await self._notify()
             return
         view = view_of(pod)
@@ -318,7 +319,9 @@ class KubernetesBackend:
         if view.name in self._started:
             return
         self._started.add(view.name)
-        self._events.put_nowait(ReplicaEvent(view.job_id, view.replica, ReplicaEventKind.STARTED))
+        self._events.put_nowait(
+            ReplicaEvent(view.job_id, view.replica, ReplicaEventKind.STARTED, attempt=view.attempt)
+        )
 
     def _announce_exit(self, view: PodView, code: int | None, message: str) -> None:
         if view.name in self._exited:
@@ -327,7 +330,7 @@ class KubernetesBackend:
         self._events.put_nowait(
             ReplicaEvent(
                 view.job_id, view.replica, ReplicaEventKind.EXITED,
-                exit_code=code, message=message,
+                exit_code=code, message=message, attempt=view.attempt, lost=view.lost,
             )
         )  # fmt: skip
 

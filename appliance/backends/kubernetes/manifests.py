@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from appliance.domain.auth import ATTEMPT_ENV
 from appliance.domain.job import Job, Replica
 from appliance.domain.plan import Role
 
@@ -30,6 +31,7 @@ LABEL_JOB = "appliance.io/job-id"
 LABEL_ROLE = "appliance.io/role"
 LABEL_INDEX = "appliance.io/replica-index"
 LABEL_REPLICA = "appliance.io/replica"
+LABEL_ATTEMPT = "appliance.io/attempt"
 CONTAINER = "replica"
 SPEC_KEY = "job.json"
 
@@ -198,7 +200,7 @@ def peers_only_policy(job_id: str, namespace: str, owner_uid: str) -> dict[str, 
 
 
 def replica_pod(
-    job_id: str, replica: Replica, template: PodTemplate, owner_uid: str
+    job_id: str, replica: Replica, template: PodTemplate, owner_uid: str, attempt: int
 ) -> dict[str, Any]:
     """One replica as a pod: the worker command of the local backend, identity in env."""
     requests = ROLE_REQUESTS[replica.role]
@@ -213,6 +215,7 @@ def replica_pod(
         {"name": "APPLIANCE_JOB_ID", "value": job_id},
         {"name": "APPLIANCE_REPLICA", "value": replica.name},
         {"name": "APPLIANCE_COORDINATOR", "value": template.coordinator_address},
+        {"name": ATTEMPT_ENV, "value": str(attempt)},
         # Replicas serve the data plane on the pod's own address and tell peers that one.
         _from_field("APPLIANCE_REPLICA_HOST", "status.podIP"),
         _from_field("APPLIANCE_POD_NAME", "metadata.name"),
@@ -229,6 +232,7 @@ def replica_pod(
                 LABEL_ROLE: replica.role.value,
                 LABEL_INDEX: str(replica.index),
                 LABEL_REPLICA: replica.name,
+                LABEL_ATTEMPT: str(attempt),
             },
             "annotations": {"appliance.io/pool-node": replica.node},
             "ownerReferences": [owner_reference(owner_uid, job_id)],

@@ -2,7 +2,9 @@
 
 A pod is *waiting* until its container runs, *running* while it does, and *ended* once the
 container terminated or the pod failed without ever running it (evicted, rejected by the
-node). The exit code follows the container's, so 137 is a SIGKILL and OOMKilled is named.
+node). The exit code follows the container's, so 137 is a SIGKILL and OOMKilled is named. A
+pod that ended without its container ending (evicted, lost with its node, deleted) was *lost*:
+a retryable failure (domain/restarts.py), like a replica killed by a signal.
 """
 
 from __future__ import annotations
@@ -11,7 +13,12 @@ import dataclasses
 import enum
 from typing import Any
 
-from appliance.backends.kubernetes.manifests import CONTAINER, LABEL_JOB, LABEL_REPLICA
+from appliance.backends.kubernetes.manifests import (
+    CONTAINER,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_REPLICA,
+)
 
 # Waiting reasons that will not fix themselves; after the pending timeout the replica fails.
 STUCK_REASONS = frozenset(
@@ -45,6 +52,8 @@ class PodView:
     reason: str = ""
     message: str = ""
     deleting: bool = False
+    attempt: int = 0  # the job's attempt the pod was made for (0: not labelled)
+    lost: bool = False  # ended without its container ending: evicted, node lost, deleted
 
     @property
     def stuck(self) -> bool:
@@ -64,7 +73,11 @@ def view_of(pod: dict[str, Any]) -> PodView | None:
         return None
     status = pod.get("status") or {}
     deleting = bool(meta.get("deletionTimestamp"))
-    base = {"name": meta.get("name", ""), "job_id": job_id, "replica": replica}
+    attempt = str(labels.get(LABEL_ATTEMPT, ""))
+    base: dict[str, Any] = {
+        "name": meta.get("name", ""), "job_id": job_id, "replica": replica,
+        "attempt": int(attempt) if attempt.isdigit() and len(attempt) < 10 else 0,
+    }  # fmt: skip
     container = _container_status(status)
     state = (container or {}).get("state") or {}
     if "terminated" in state:
@@ -86,6 +99,7 @@ def view_of(pod: dict[str, Any]) -> PodView | None:
             reason=status.get("reason") or phase,
             message=_short(status.get("message")),
             deleting=deleting,
+            lost=phase == "Failed",
         )
     if "running" in state:
         return PodView(**base, state=PodState.RUNNING, deleting=deleting)

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from pathlib import Path
 
 from appliance.backends.base import ReplicaEvent, ReplicaEventKind, no_secrets
+from appliance.domain.auth import ATTEMPT_ENV
 from appliance.domain.job import Job, Replica
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class LocalBackend:
             "APPLIANCE_JOB_ID": job_id,
             "APPLIANCE_REPLICA": replica.name,
             "APPLIANCE_COORDINATOR": self.coordinator_address,
+            ATTEMPT_ENV: str(attempt),
         }
         env.update(self.replica_secrets(job_id, attempt))
         command = [

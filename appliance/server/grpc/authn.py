@@ -85,9 +85,10 @@ class Authentication(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return None
         job_id: str = request.job_id
         token = bearer_token(metadata.get(AUTH_METADATA_KEY))
-        if token is None or not self._replica_tokens.valid(job_id, token):
+        if token is None or not self._replica_tokens.valid(job_id, request.attempt, token):
             raise Unauthenticated(
-                f"replica calls for {job_id or 'a job'} need that job's replica token"
+                f"replica calls for {job_id or 'a job'} need the replica token of that job "
+                f"and attempt ({request.attempt})"
             )
         return None
 

@@ -9,6 +9,7 @@ import appliance
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
 from appliance.domain.spec import Mode, Priority, validate_labels
 from appliance.protocol import convert
@@ -17,6 +18,7 @@ from appliance.server.grpc.authn import caller
 from appliance.server.grpc.errors import Ctx, stream, unary
 from appliance.services.jobs import JobService, check_job_id
 from appliance.services.logs import LogService
+from appliance.services.nodes import NodeService, parse_node_state
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
@@ -26,6 +28,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     def __init__(self, jobs: JobService, logs: LogService) -> None:
         self.jobs = jobs
         self.logs = logs
+        self.nodes = NodeService(jobs.ctx)
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED)
 
     @unary
@@ -119,14 +122,31 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def ListNodes(
         self, request: cluster_pb2.ListNodesRequest, context: Ctx
     ) -> cluster_pb2.ListNodesResponse:
-        nodes = [
-            cluster_pb2.Node(
-                name=usage.node.name, kind=usage.node.kind.value, state=usage.node.state.value,
-                capacity=usage.node.capacity, used=usage.used, jobs=jobs,
-            )
-            for usage, jobs in await self.jobs.nodes()
-        ]  # fmt: skip
+        nodes = [_node_to_pb(usage, jobs) for usage, jobs in await self.jobs.nodes()]
         return cluster_pb2.ListNodesResponse(nodes=nodes)
+
+    @unary
+    async def SetNodeState(
+        self, request: cluster_pb2.SetNodeStateRequest, context: Ctx
+    ) -> cluster_pb2.Node:
+        state = parse_node_state(request.state)
+        node = await self.nodes.set_state(request.name, state, request.reason, by=caller())
+        usage, jobs = next(n for n in await self.jobs.nodes() if n[0].node.name == node.name)
+        return _node_to_pb(usage, jobs)
+
+    @unary
+    async def GetNodeEvents(
+        self, request: cluster_pb2.GetNodeEventsRequest, context: Ctx
+    ) -> cluster_pb2.GetNodeEventsResponse:
+        events = await self.nodes.events(request.name)
+        return cluster_pb2.GetNodeEventsResponse(
+            events=[
+                cluster_pb2.NodeEvent(
+                    node=e.node, time=e.time, state=e.state.value, reason=e.reason, by=e.by
+                )
+                for e in events
+            ]
+        )
 
     @unary
     async def HeartbeatLease(
@@ -175,6 +195,7 @@ def spec_fields(msg: cluster_pb2.JobSpec) -> dict[str, Any]:
         "priority": priority,
         "model_dir": msg.model_dir,
         "max_restarts": msg.max_restarts if msg.HasField("max_restarts") else None,
+        "preemptible": msg.preemptible if msg.HasField("preemptible") else True,
     }
 
 
@@ -186,3 +207,11 @@ def query_from_request(msg: cluster_pb2.ListJobsRequest, by: Principal | None = 
         limit=msg.limit,
         page_token=msg.page_token,
     )
+
+
+def _node_to_pb(usage: NodeUsage, jobs: list[str]) -> cluster_pb2.Node:
+    node = usage.node
+    return cluster_pb2.Node(
+        name=node.name, kind=node.kind.value, state=node.state.value, capacity=node.capacity,
+        used=usage.used, jobs=jobs, reason=node.reason, since=node.since,
+    )  # fmt: skip

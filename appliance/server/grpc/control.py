@@ -5,7 +5,7 @@ from __future__ import annotations
 from appliance._proto.v1 import control_pb2, control_pb2_grpc
 from appliance.protocol import convert
 from appliance.server.grpc.errors import Ctx, unary
-from appliance.services.replicas import ReplicaService
+from appliance.services.replicas import Directive, ReplicaService
 
 MAX_AWAIT_SECONDS = 600.0
 
@@ -21,7 +21,9 @@ class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
     async def RegisterReplica(
         self, request: control_pb2.RegisterReplicaRequest, context: Ctx
     ) -> control_pb2.RegisterReplicaResponse:
-        await self.replicas.register(request.job_id, request.replica, request.address, request.pid)
+        await self.replicas.register(
+            request.job_id, request.attempt, request.replica, request.address, request.pid
+        )
         return control_pb2.RegisterReplicaResponse()
 
     @unary
@@ -29,7 +31,7 @@ class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
         self, request: control_pb2.AwaitPeersRequest, context: Ctx
     ) -> control_pb2.Topology:
         wait = min(request.timeout_seconds or MAX_AWAIT_SECONDS, MAX_AWAIT_SECONDS)
-        job = await self.replicas.await_running(request.job_id, wait)
+        job = await self.replicas.await_running(request.job_id, request.attempt, wait)
         return control_pb2.Topology(
             job_id=job.id,
             params_yaml=job.spec.params_yaml,
@@ -50,17 +52,24 @@ class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
     async def ReportProgress(
         self, request: control_pb2.ReportProgressRequest, context: Ctx
     ) -> control_pb2.ReplicaDirective:
-        keep = await self.replicas.report_progress(
-            request.job_id, convert.progress_from_pb(request.progress)
+        directive = await self.replicas.report_progress(
+            request.job_id,
+            request.attempt,
+            convert.progress_from_pb(request.progress),
+            checkpointed=request.checkpointed,
         )
-        return control_pb2.ReplicaDirective(keep_running=keep)
+        return _directive_to_pb(directive)
 
     @unary
     async def Heartbeat(
         self, request: control_pb2.HeartbeatRequest, context: Ctx
     ) -> control_pb2.ReplicaDirective:
-        keep, phase = await self.replicas.keep_running(request.job_id)
-        directive = control_pb2.ReplicaDirective(keep_running=keep)
-        if phase is not None:
-            directive.phase = convert.phase_to_pb(phase)
-        return directive
+        return _directive_to_pb(await self.replicas.directive(request.job_id, request.attempt))
+
+
+def _directive_to_pb(directive: Directive) -> control_pb2.ReplicaDirective:
+    return control_pb2.ReplicaDirective(
+        keep_running=directive.keep_running,
+        phase=convert.phase_to_pb(directive.phase),
+        checkpoint_now=directive.checkpoint_now,
+    )

@@ -19,6 +19,7 @@ from appliance.server.rest.guard import RequestGuard
 from appliance.server.rest.jobs import jobs_router
 from appliance.server.rest.metrics import LatencyMiddleware, RestMetrics
 from appliance.server.rest.models import StatusOut
+from appliance.server.rest.nodes import nodes_router
 from appliance.services.health import Readiness
 from appliance.services.jobs import JobService
 
@@ -45,6 +46,7 @@ def create_app(
     app.add_middleware(RequestGuard, auth=auth, max_body_bytes=max_body_bytes)
     app.include_router(jobs_router(jobs, metrics, caller))
     app.include_router(controls_router(jobs, caller))
+    app.include_router(nodes_router(jobs, caller))
 
     @app.get("/healthz", tags=["health"], response_model=StatusOut)
     async def healthz() -> StatusOut:

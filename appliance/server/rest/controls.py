@@ -1,4 +1,4 @@
-"""PATCH a job (priority, labels), heartbeat its lease, and the pool: thin routes."""
+"""PATCH a job (priority, labels) and heartbeat its lease: thin routes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.domain.auth import Principal
-from appliance.domain.inventory import NodeKind, NodeUsage
 from appliance.domain.spec import Priority, validate_labels
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
@@ -45,31 +44,6 @@ class HeartbeatOut(BaseModel):
     keep_running: bool = Field(description="False once the job is terminal.")
 
 
-class NodeOut(BaseModel):
-    name: str
-    kind: NodeKind
-    state: str = Field(description="ok, error or maintenance")
-    capacity: int = Field(description="1 for a system, bytes for MemoryX, ports for SwarmX.")
-    used: int
-    jobs: list[str] = Field(description="Jobs holding part of the node.")
-
-
-class NodeListOut(BaseModel):
-    nodes: list[NodeOut]
-
-
-class NodeGroupOut(BaseModel):
-    kind: NodeKind
-    nodes: int
-    usable: int = Field(description="Nodes in state ok.")
-    capacity: int
-    used: int
-
-
-class NodeGroupListOut(BaseModel):
-    nodegroups: list[NodeGroupOut]
-
-
 def controls_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=ERROR_RESPONSES)
     authenticated = Depends(caller)  # the caller, or None while authentication is off
@@ -97,42 +71,4 @@ def controls_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
         lease = lease_out(job.lease) if job.lease else None
         return HeartbeatOut(lease=lease, keep_running=not job.phase.terminal)
 
-    @router.get("/nodes", response_model=NodeListOut, tags=["cluster"])
-    async def list_nodes(by: Principal | None = authenticated) -> NodeListOut:
-        """Every CS-2 system, MemoryX and SwarmX node: state, usage and the jobs holding it."""
-        return NodeListOut(nodes=[_node_out(u, j) for u, j in await jobs.nodes()])
-
-    @router.get("/systems", response_model=NodeListOut, tags=["cluster"])
-    async def list_systems(by: Principal | None = authenticated) -> NodeListOut:
-        """The CS-2 systems only."""
-        nodes = await jobs.nodes()
-        systems = [(u, j) for u, j in nodes if u.node.kind is NodeKind.SYSTEM]
-        return NodeListOut(nodes=[_node_out(u, j) for u, j in systems])
-
-    @router.get("/nodegroups", response_model=NodeGroupListOut, tags=["cluster"])
-    async def list_nodegroups(by: Principal | None = authenticated) -> NodeGroupListOut:
-        """The pool by kind: how many nodes, how many usable, capacity and usage."""
-        groups = []
-        nodes = await jobs.nodes()
-        for kind in NodeKind:
-            members = [u for u, _ in nodes if u.node.kind is kind]
-            groups.append(
-                NodeGroupOut(
-                    kind=kind,
-                    nodes=len(members),
-                    usable=sum(1 for u in members if u.node.state.value == "ok"),
-                    capacity=sum(u.node.capacity for u in members),
-                    used=sum(u.used for u in members),
-                )
-            )
-        return NodeGroupListOut(nodegroups=groups)
-
     return router
-
-
-def _node_out(usage: NodeUsage, holders: list[str]) -> NodeOut:
-    node = usage.node
-    return NodeOut(
-        name=node.name, kind=node.kind, state=node.state.value, capacity=node.capacity,
-        used=usage.used, jobs=holders,
-    )  # fmt: skip

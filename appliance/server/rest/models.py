@@ -25,6 +25,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.spec import MAX_RESTARTS, MAX_STEPS, Mode, Priority
 
 StrictInt = Annotated[int, Field(strict=True)]
+StrictBool = Annotated[bool, Field(strict=True)]
 
 
 class PriorityName(enum.StrEnum):
@@ -65,6 +66,10 @@ class JobSubmitIn(BaseModel):
         le=MAX_RESTARTS,
         description="Restarts allowed after a retryable failure; null = the cluster's default.",
     )
+    preemptible: StrictBool = Field(
+        default=True,
+        description="false: never preempted by a job of higher priority (admins only).",
+    )
 
     def spec_fields(self) -> dict[str, Any]:
         """The fields for validate_spec: the same rules as every other door."""
@@ -77,6 +82,7 @@ class JobSubmitIn(BaseModel):
             "priority": Priority[self.priority.name],
             "model_dir": self.model_dir,
             "max_restarts": self.max_restarts,
+            "preemptible": self.preemptible,
         }
 
 
@@ -97,6 +103,7 @@ class SpecOut(_Out):
     priority: PriorityName
     model_dir: str
     max_restarts: int | None = Field(description="null: the cluster's default.")
+    preemptible: bool = Field(description="false: never preempted (set by an admin).")
 
 
 class AttemptOut(_Out):
@@ -107,6 +114,7 @@ class AttemptOut(_Out):
     systems: list[str]
     reason: str = Field(description="Why it ended.")
     ended_in: Phase = Field(description="QUEUED when requeued, else the job's final phase.")
+    resumed_from: int = Field(description="The checkpoint step it began from (0: the start).")
 
 
 class ProgressOut(_Out):
@@ -116,6 +124,10 @@ class ProgressOut(_Out):
     steps_per_second: float = 0.0
     samples_per_second: float = 0.0
     reported_at: float = Field(default=0.0, description="Unix time of the report; 0 = none yet.")
+    checkpoint_step: int = Field(default=0, description="The newest checkpoint of the run.")
+    resumed_from_step: int = Field(
+        default=0, description="The checkpoint step this attempt resumed from (0: the start)."
+    )
 
 
 class ReplicaOut(_Out):
@@ -216,6 +228,8 @@ def progress_out(p: Progress) -> ProgressOut:
         steps_per_second=p.steps_per_second,
         samples_per_second=p.samples_per_second,
         reported_at=p.reported_at,
+        checkpoint_step=p.checkpoint_step,
+        resumed_from_step=p.resumed_from_step,
     )
 
 
@@ -238,6 +252,7 @@ def attempt_out(a: Attempt) -> AttemptOut:
     return AttemptOut(
         number=a.number, scheduled_at=a.scheduled_at, started_at=a.started_at,
         ended_at=a.ended_at, systems=list(a.systems), reason=a.reason, ended_in=a.ended_in,
+        resumed_from=a.resumed_from,
     )  # fmt: skip
 
 
@@ -255,6 +270,7 @@ def job_out(job: Job) -> JobOut:
             priority=PriorityName[spec.priority.name],
             model_dir=spec.model_dir,
             max_restarts=spec.max_restarts,
+            preemptible=spec.preemptible,
         ),
         phase=job.phase,
         reason=job.reason,

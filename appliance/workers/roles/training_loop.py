@@ -58,6 +58,8 @@ class TrainingLoop:
         self.summaries = SummaryLog(self.model_dir) if self.model_dir else None
         resume = layout.resume_from
         self.start_step = checkpoints.read_checkpoint(Path(resume)).step if resume else 0
+        self.checkpoint_step = self.start_step  # the newest checkpoint of the run
+        self._written: int | None = None  # the step of the last checkpoint this run wrote
 
     async def run(self) -> dict[str, Any] | None:
         """Run the job; returns its final metrics, or None if the coordinator said stop."""
@@ -150,7 +152,7 @@ class TrainingLoop:
             )
 
     async def _checkpoint(self, step: int) -> None:
-        if self.model_dir is None:
+        if self.model_dir is None or step == self._written:
             return
         layers = await self.calls.fetch_layers(step, with_state=True)
         split = {layer: checkpoints.split_layer_state(t) for layer, t in layers.items()}
@@ -168,25 +170,39 @@ class TrainingLoop:
             for name, array in tensors.items()
         }
         await asyncio.to_thread(_write_weights, self.model_dir / "weights.npz", weights)
+        self.checkpoint_step = self._written = step
         log.info("wrote %s", path)
 
     async def _report(self, done: int, loss: float, steps_per_second: float, final: bool) -> bool:
-        """Report progress; False if the coordinator says the job is over."""
-        progress = common_pb2.Progress(
+        """Report progress; False if the coordinator says to stop. Asked for a checkpoint now
+        (the job is being preempted), write one at this step boundary and report it: the next
+        attempt resumes exactly here."""
+        progress = self._progress(done, loss, steps_per_second)
+        directive = await self.control.report_progress(progress, retry=final)
+        log.info("step %d/%d loss %.4f (%.1f steps/s)", done, progress.num_steps, loss,
+                 steps_per_second)  # fmt: skip
+        asked = directive is not None and directive.keep_running and directive.checkpoint_now
+        if asked and self.model_dir is not None:
+            log.info("asked for a checkpoint now: writing one at step %d", done)
+            await self._checkpoint(done)
+            progress = self._progress(done, loss, steps_per_second)
+            directive = await self.control.report_progress(progress, retry=True, checkpointed=True)
+        if directive is not None and not directive.keep_running:
+            log.info("the coordinator says stop; stopping at step %d", done)
+            return False
+        return True
+
+    def _progress(self, done: int, loss: float, steps_per_second: float) -> common_pb2.Progress:
+        return common_pb2.Progress(
             step=done,
             num_steps=self.layout.num_steps,
             loss=loss,
             steps_per_second=steps_per_second,
             samples_per_second=steps_per_second * self.layout.model.batch_size,
             reported_at=time.time(),
+            checkpoint_step=self.checkpoint_step,
+            resumed_from_step=self.start_step,
         )
-        directive = await self.control.report_progress(progress, retry=final)
-        log.info("step %d/%d loss %.4f (%.1f steps/s)", done, progress.num_steps, loss,
-                 steps_per_second)  # fmt: skip
-        if directive is not None and not directive.keep_running:
-            log.info("the coordinator says the job is over; stopping at step %d", done)
-            return False
-        return True
 
 
 def _write_weights(path: Path, weights: dict[str, Any]) -> None:

@@ -48,7 +48,7 @@ def test_set_priority_moves_a_queued_job_ahead(
     systems = csctl("get", "systems")
     assert [row.split()[1] for row in systems.stdout.splitlines()[1:]] == ["maintenance"] * 4
     groups = csctl("get", "nodegroups").stdout.splitlines()
-    assert groups[1].split() == ["system", "4", "0", "0", "4", "0/4"]
+    assert groups[1].split() == ["system", "4", "0", "0", "4", "0", "0/4"]
     assert groups[2].split()[-1] == "64Gi/64Gi"
 
     cancelled = csctl("cancel", "job", first, second)

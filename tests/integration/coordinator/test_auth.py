@@ -128,6 +128,36 @@ def test_p0_is_admin_only(callers: dict[str, Caller]) -> None:
     assert callers["root"].submit(priority=common_pb2.PRIORITY_P0).user == "root"
 
 
+def test_node_states_and_never_preempted_jobs_are_admin_only(callers: dict[str, Caller]) -> None:
+    def set_state(who: str, state: str) -> pb.Node:
+        request = pb.SetNodeStateRequest(name="cs2-04", state=state, reason="fan")
+        return callers[who].stub.SetNodeState(request, metadata=callers[who].metadata)
+
+    with pytest.raises(grpc.RpcError) as refused:
+        set_state("alice", "error")
+    assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert "only admins may change the state of a node" in (refused.value.details() or "")
+    node = set_state("root", "drain")
+    assert (node.state, node.reason, node.since > 0) == ("drain", "fan", True)
+    events = (
+        callers["alice"]
+        .stub.GetNodeEvents(
+            pb.GetNodeEventsRequest(name="cs2-04"), metadata=callers["alice"].metadata
+        )
+        .events
+    )
+    assert [(e.state, e.by, e.reason) for e in events] == [("drain", "root", "fan")]
+
+    spec = pb.JobSpec(params_yaml=PARAMS, num_csx=1, num_steps=2, preemptible=False)
+    for who, code in (("alice", grpc.StatusCode.PERMISSION_DENIED), ("root", None)):
+        request = pb.SubmitJobRequest(spec=spec)
+        submit = lambda: callers[who].stub.SubmitJob(request, metadata=callers[who].metadata)  # noqa: E731, B023
+        if code is None:
+            assert not submit().spec.preemptible
+        else:
+            assert _code(submit) is code
+
+
 @pytest.mark.parametrize(
     "service", [pb.DESCRIPTOR.services_by_name["ClusterService"], REPLICA_CONTROL]
 )

@@ -90,7 +90,7 @@ def test_strangers_are_refused_by_every_replica_and_the_job_trains_on(
     tokens = ReplicaTokens.from_key_file(coordinator.settings.replica_key_file)
     forged = {
         "no token": None,
-        "the job's replica token": tokens.token_for(job_id),
+        "the job's replica token": tokens.token_for(job_id, 1),
         "another job's token": tokens.dataplane_token("wsjob-someoneelse000"),
         "another attempt's token": tokens.dataplane_token(job_id, attempt=2),
         "a long header": "x" * 4000,  # (gRPC itself refuses one over 8 KiB)

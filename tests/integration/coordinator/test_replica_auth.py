@@ -46,7 +46,7 @@ def test_replicas_authenticate_with_their_jobs_token_and_nobody_else_can(
     tokens = ReplicaTokens.from_key_file(
         running.settings.replica_key_file
     )  # the same key, read back
-    request = control_pb2.HeartbeatRequest(job_id=job.id, replica="cs2-0")
+    request = control_pb2.HeartbeatRequest(job_id=job.id, replica="cs2-0", attempt=1)
     with grpc.insecure_channel(running.address) as channel:
         stub = control_pb2_grpc.ReplicaControlStub(channel)
 
@@ -58,10 +58,12 @@ def test_replicas_authenticate_with_their_jobs_token_and_nobody_else_can(
                 return err.code()  # type: ignore[no-any-return]
             return grpc.StatusCode.OK
 
-        assert heartbeat(tokens.token_for(job.id)) is grpc.StatusCode.OK
+        assert heartbeat(tokens.token_for(job.id, 1)) is grpc.StatusCode.OK
+        # The token of another attempt of the same job is not this attempt's.
+        assert heartbeat(tokens.token_for(job.id, 2)) is grpc.StatusCode.UNAUTHENTICATED
         assert heartbeat(None) is grpc.StatusCode.UNAUTHENTICATED
         assert heartbeat(alice) is grpc.StatusCode.UNAUTHENTICATED  # a user's token is not one
-        assert heartbeat(tokens.token_for(other.id)) is grpc.StatusCode.UNAUTHENTICATED
+        assert heartbeat(tokens.token_for(other.id, 1)) is grpc.StatusCode.UNAUTHENTICATED
         forged = control_pb2.ReportProgressRequest(job_id=job.id)
         with pytest.raises(grpc.RpcError) as refused:
             stub.ReportProgress(forged, timeout=10)

@@ -4,23 +4,20 @@ ends with exactly the weights, optimizer state and losses of a run nobody interr
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 
 from appliance.client import ApplianceClient
 from appliance.domain.job import EventKind
 from appliance.domain.phases import Phase
 from tests.integration.coordinator.harness import RunningCoordinator, serving, wait_until
+from tests.integration.coordinator.same_run import assert_same_run, csctl
 
 STEPS = 600
 PARAMS = {
@@ -34,18 +31,6 @@ PARAMS = {
 def coordinator(tmp_path: Path) -> Iterator[RunningCoordinator]:
     with serving(tmp_path / "data", restart_backoff_seconds=0.0) as running:
         yield running
-
-
-def _history(model_dir: Path) -> dict[int, dict[str, float]]:
-    """metrics.jsonl by step (a resumed run logs the steps after its checkpoint again)."""
-    lines = (model_dir / "metrics.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines]
-    return {r["step"]: {k: v for k, v in r.items() if k != "samples_per_second"} for r in records}
-
-
-def _arrays(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as archive:
-        return {key: archive[key] for key in archive.files}
 
 
 def test_a_killed_cs2_restarts_the_job_from_its_checkpoint_with_the_same_result(
@@ -76,18 +61,15 @@ def test_a_killed_cs2_restarts_the_job_from_its_checkpoint_with_the_same_result(
     ]  # fmt: skip
     requeued = events[4]
     assert "replica cs2-0 exited with exit code 137" in requeued.reason
-    assert "restarting from the newest checkpoint (restart 1 of 1)" in requeued.reason
+    resumed = re.search(r"restarting from step (\d+) \(restart 1 of 1\)", requeued.reason)
+    assert resumed, requeued.reason
+    assert first.resumed_from == 0 and second.resumed_from == int(resumed[1]) > 0
 
     mine, theirs = Path(final.spec.model_dir), Path(uninterrupted.spec.model_dir)
     log = (coordinator.settings.data_dir / "jobs" / job.id / "logs" / "chief-0.log").read_text()
     assert "attempt 2 resumes from" in log  # not from step 0
     # Exactly the uninterrupted run: weights, optimizer state, and every logged loss.
-    final_checkpoint = f"checkpoint_{STEPS}.npz"
-    ours, reference_arrays = _arrays(mine / final_checkpoint), _arrays(theirs / final_checkpoint)
-    assert ours.keys() == reference_arrays.keys()
-    for key in ours:
-        assert np.array_equal(ours[key], reference_arrays[key]), key
-    assert _history(mine) == _history(theirs)
+    assert_same_run(mine, theirs, STEPS)
 
 
 def test_without_restarts_left_a_killed_replica_fails_the_job_as_before(
@@ -104,15 +86,6 @@ def test_without_restarts_left_a_killed_replica_fails_the_job_as_before(
     assert "cs2-0 exited with exit code 137" in status.reason
 
 
-def _csctl(address: str, *args: str) -> str:
-    done = subprocess.run(
-        [Path(sys.executable).parent / "csctl", "--server", address, *args],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def test_restarts_and_attempts_show_in_csctl_and_rest(coordinator: RunningCoordinator) -> None:
     with ApplianceClient(coordinator.address, detach=True) as client:
         job = client.submit(params=PARAMS, num_csx=1, num_steps=100_000, max_restarts=2)
@@ -121,10 +94,10 @@ def test_restarts_and_attempts_show_in_csctl_and_rest(coordinator: RunningCoordi
         wait_until(lambda: job.status.attempt == 2 and job.status.phase is Phase.RUNNING, 60,
                    "the second attempt to run")  # fmt: skip
 
-        header, row = _csctl(coordinator.address, "get", "jobs", "-o", "wide").splitlines()[:2]
+        header, row = csctl(coordinator.address, "get", "jobs", "-o", "wide").splitlines()[:2]
         column = header.index("RESTARTS")
         assert row[column:].split()[0] == "1"
-        detail = _csctl(coordinator.address, "get", "job", job.id, "-o", "table")
+        detail = csctl(coordinator.address, "get", "job", job.id, "-o", "table")
         assert "ATTEMPT: 2 (restarts allowed: 2)" in detail
         assert re.search(r"^1\s+cs2-01\s+\S+\s+\S+ ago\s+QUEUED\s+replica cs2-0 exited", detail,
                          re.MULTILINE), detail  # fmt: skip

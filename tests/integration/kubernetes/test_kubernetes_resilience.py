@@ -68,6 +68,37 @@ def test_restarted_coordinator_adopts_pods_and_the_job_completes(
         wait_until(lambda: job_objects_gone(kube, job.id), 30, "the job's objects to be deleted")
 
 
+def test_a_deleted_pod_is_a_retryable_failure_and_the_next_attempt_gets_new_pods(
+    tmp_path: Path, kube: KubeCluster, kube_settings: dict[str, object]
+) -> None:
+    """A pod taken from its job (deleted here; evicted or lost with its node alike) restarts
+    the job when its policy allows, as a killed replica does on the local backend."""
+    settings = {**kube_settings, "restart_backoff_seconds": 0.0}
+    with (
+        serving(tmp_path / "data", **settings) as coordinator,
+        ApplianceClient(coordinator.address) as client,
+    ):
+        job = client.submit(params=PARAMS, num_csx=1, num_steps=100_000, max_restarts=1)
+        wait_until(lambda: job.status.progress.step >= 20, 90, "the job to train")
+        (pod,) = [p for p in pods_of(kube, job.id) if p["metadata"]["labels"][
+            "appliance.io/replica"] == "cs2-0"]  # fmt: skip
+        assert pod["metadata"]["labels"]["appliance.io/attempt"] == "1"
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}"
+        kube.request("DELETE", path, json={"gracePeriodSeconds": 0}).raise_for_status()
+        wait_until(lambda: (job.status.attempt == 2 and job.status.phase is Phase.RUNNING)
+                   or job.status.phase.terminal, 90, "the second attempt to run")  # fmt: skip
+        status = job.status
+        assert (status.attempt, status.phase) == (2, Phase.RUNNING), (status.reason, [
+            e.reason for e in job.events()])  # fmt: skip
+        attempts = {p["metadata"]["labels"]["appliance.io/attempt"] for p in pods_of(kube, job.id)}
+        assert attempts == {"2"}
+        job.cancel()
+        final = job.status
+        assert final.attempts[0].ended_in is Phase.QUEUED
+        assert "replica cs2-0" in final.attempts[0].reason
+        wait_until(lambda: job_objects_gone(kube, job.id), 30, "the job's objects to be deleted")
+
+
 def test_the_chart_role_cannot_list_pods_in_another_namespace(role_kubeconfig: Path) -> None:
     async def probe() -> tuple[int, int]:
         api = await KubeApi.connect(kubeconfig=role_kubeconfig, namespace="", request_timeout=5)

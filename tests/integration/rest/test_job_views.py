@@ -125,7 +125,7 @@ async def test_replica_and_progress_changes_are_never_served_stale(service: JobS
 
     for phase in (Phase.INITIALIZING, Phase.RUNNING):
         assert store.set_phase("wsjob-viewreplicas01", phase, "", NOW + 2).applied
-    store.set_progress("wsjob-viewreplicas01", Progress(step=3, num_steps=5, loss=0.5))
+    store.set_progress("wsjob-viewreplicas01", 1, Progress(step=3, num_steps=5, loss=0.5))
     running = await service.get("wsjob-viewreplicas01")
     assert running.phase is Phase.RUNNING and running.progress.step == 3
     assert running == store.get_job("wsjob-viewreplicas01")

@@ -180,7 +180,7 @@ def test_replica_updates_progress_and_phase_lookups(store: JobStore) -> None:
     assert store.update_replica("wsjob-a", "cs2-0", exit_code=0, message="done", log_tail="ok")
     assert not store.update_replica("wsjob-a", "cs2-7", message="no such replica")
     progress = Progress(step=10, num_steps=100, loss=0.5, steps_per_second=2.0, reported_at=T0)
-    store.set_progress("wsjob-a", progress)
+    store.set_progress("wsjob-a", 1, progress)
 
     [cs2] = [r for r in store.replicas("wsjob-a") if r.name == "cs2-0"]
     assert (cs2.phase, cs2.address, cs2.pid, cs2.exit_code, cs2.message, cs2.log_tail) == (

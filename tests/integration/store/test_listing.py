@@ -191,7 +191,7 @@ def test_every_change_a_summary_shows_bumps_its_version(store: JobStore) -> None
     assert version() == seen[-1]
     drive(store, "wsjob-ver0", Phase.RUNNING)
     seen.append(version())
-    store.set_progress("wsjob-ver0", Progress(step=3, num_steps=100, loss=1.5))
+    store.set_progress("wsjob-ver0", 1, Progress(step=3, num_steps=100, loss=1.5))
     seen.append(version())
     store.set_phase("wsjob-ver0", Phase.SUCCEEDED, "done", T0 + 2)
     seen.append(version())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.domain.job import Attempt
+from appliance.domain.job import Attempt, Progress
 from appliance.domain.phases import Phase
 from appliance.store.jobs import JobStore
 from tests.integration.store.driving import PATH_TO, T0, placements_for, submit, usage
@@ -75,3 +75,47 @@ def test_a_job_never_scheduled_has_no_attempt_and_a_finished_one_is_never_requeu
     assert (store.get_job("wsjob-a").attempt, store.attempts("wsjob-a")) == (0, [])
     assert not store.set_phase("wsjob-a", Phase.QUEUED, "again", T0 + 3).applied
     assert store.get_job("wsjob-a").phase is Phase.CANCELLED
+
+
+def test_a_requeue_request_is_bound_to_its_attempt_and_cleared_by_the_requeue(
+    store: JobStore,
+) -> None:
+    """The request outlives a coordinator (it is in the store) but not its attempt: the phase
+    writer clears it with the move back to QUEUED, and a request or a checkpoint report for an
+    attempt that is over writes nothing."""
+    submit(store, "wsjob-a", num_csx=1)
+    _schedule(store, "wsjob-a", T0 + 1)
+    for step in PATH_TO[Phase.RUNNING][1:]:
+        assert store.set_phase("wsjob-a", step, "on", T0 + 2).applied
+    assert store.request_requeue("wsjob-a", 2, "stale", T0 + 3) == (False, None)
+    written, event = store.request_requeue(
+        "wsjob-a", 1, "preempted by wsjob-b (P1)", T0 + 3, checkpoint_by=T0 + 33,
+        preempted_by="wsjob-b",
+    )  # fmt: skip
+    assert written and event is not None and event.to_phase is Phase.RUNNING
+    assert event.reason == "preempted by wsjob-b (P1); asked for a checkpoint within 30 s"
+    assert store.request_requeue("wsjob-a", 1, "again", T0 + 4) == (False, None)  # one at a time
+    state = store.stop_state("wsjob-a")
+    assert state is not None and (state.stopping, state.checkpoint_wanted) == (True, True)
+    assert not store.record_checkpoint_now("wsjob-a", 2, 40)
+    assert store.record_checkpoint_now("wsjob-a", 1, 40)
+    assert not store.record_checkpoint_now("wsjob-a", 1, 41)  # the first one counts
+    (request,) = store.requeue_requests()
+    assert (request.checkpoint_step, request.preempted_by) == (40, "wsjob-b")
+    [victim] = store.running_jobs(min_run_seconds=60)
+    assert victim.stopping and victim.preempted_by == "wsjob-b"
+
+    assert store.set_phase("wsjob-a", Phase.QUEUED, "preempted", T0 + 5).applied
+    assert store.requeue_requests() == []
+    state = store.stop_state("wsjob-a")
+    assert state is not None and not state.stopping
+    _schedule(store, "wsjob-a", T0 + 6)
+    assert not store.set_progress("wsjob-a", 1, Progress(step=99))  # attempt 1 is over
+    assert store.set_progress("wsjob-a", 2, Progress(step=1, resumed_from_step=40))
+    for step in PATH_TO[Phase.RUNNING][1:]:
+        assert store.set_phase("wsjob-a", step, "on", T0 + 7).applied
+    # A job preempted before is protected for the minimum run time of its new attempt.
+    [again] = store.running_jobs(min_run_seconds=60)
+    assert again.protected_until == T0 + 7 + 60 and not again.stopping
+    assert store.set_phase("wsjob-a", Phase.SUCCEEDED, "done", T0 + 8).applied
+    assert [a.resumed_from for a in store.attempts("wsjob-a")] == [0, 40]

@@ -56,6 +56,20 @@ def test_pod_status_maps_to_replica_state(
     assert (view.job_id, view.replica) == (JOB, "cs2-1")
 
 
+def test_an_evicted_pod_was_lost_and_a_pod_says_its_attempt() -> None:
+    """Lost (retryable) is a pod that ended without its container ending; a container that
+    exited says so with its code instead."""
+    evicted = pod({"phase": "Failed", "reason": "Evicted"})
+    evicted["metadata"]["labels"][m.LABEL_ATTEMPT] = "3"
+    view = view_of(evicted)
+    assert view is not None and (view.lost, view.attempt) == (True, 3)
+    exited = view_of(pod(container({"terminated": {"exitCode": 1, "reason": "Error"}})))
+    assert exited is not None and (exited.lost, exited.attempt) == (False, 0)
+    junk = pod({"phase": "Running"})
+    junk["metadata"]["labels"][m.LABEL_ATTEMPT] = "9" * 40
+    assert view_of(junk).attempt == 0  # type: ignore[union-attr]
+
+
 def test_only_image_and_config_errors_are_stuck() -> None:
     pulling = view_of(pod(container({"waiting": {"reason": "ErrImagePull"}})))
     creating = view_of(pod(container({"waiting": {"reason": "ContainerCreating"}})))
@@ -78,7 +92,7 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
         orphan_timeout=60.0,
     )
     replica = Replica(JOB, "cs2-1", Role.CS2, 1, "cs2-02")
-    manifest = m.replica_pod(JOB, replica, template, owner_uid="uid-1")
+    manifest = m.replica_pod(JOB, replica, template, owner_uid="uid-1", attempt=1)
     labels = manifest["metadata"]["labels"]
     assert labels[m.LABEL_NAME] == "appliance" and labels[m.LABEL_JOB] == JOB
     assert (labels[m.LABEL_ROLE], labels[m.LABEL_INDEX], labels[m.LABEL_REPLICA]) == (
@@ -107,7 +121,7 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert c["resources"]["limits"] == {"memory": "4Gi"}
     small = dataclasses.replace(template, memory_limit="256Mi")
-    (tight,) = m.replica_pod(JOB, replica, small, "uid-1")["spec"]["containers"]
+    (tight,) = m.replica_pod(JOB, replica, small, "uid-1", 1)["spec"]["containers"]
     assert tight["resources"]["requests"]["memory"] == "256Mi"  # never above the limit
     assert tight["resources"]["limits"] == {"memory": "256Mi"}
     # The model dirs are writable on the read-only root: an emptyDir unless a claim is given.
@@ -117,7 +131,7 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
     assert "emptyDir" in volumes["model-dirs"]
     shared = dataclasses.replace(template, model_dirs_claim="ckpts")
     (claimed,) = [
-        v for v in m.replica_pod(JOB, replica, shared, "uid-1")["spec"]["volumes"]
+        v for v in m.replica_pod(JOB, replica, shared, "uid-1", 1)["spec"]["volumes"]
         if v["name"] == "model-dirs"
     ]  # fmt: skip
     assert claimed["persistentVolumeClaim"] == {"claimName": "ckpts"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from csctl_runner import Csctl
@@ -18,6 +19,8 @@ def busy(cluster: FakeCluster) -> FakeCluster:
     nodes["cs2-01"].jobs.append("wsjob-a")
     nodes["cs2-02"].state = "maintenance"
     nodes["cs2-03"].state = "error"
+    nodes["cs2-03"].reason = "fan"
+    nodes["cs2-03"].since = time.time() - 300
     nodes["memx-01"].used = 3 << 29  # 1.5 GiB
     nodes["memx-01"].jobs.append("wsjob-a")
     nodes["swarmx-01"].used = 1
@@ -39,11 +42,11 @@ def test_get_systems(csctl: Csctl, busy: FakeCluster) -> None:
 
     assert result.exit_code == 0, result.output
     assert [line.split() for line in result.stdout.splitlines()] == [
-        ["NAME", "STATE", "JOB"],
-        ["cs2-01", "in-use", "wsjob-a"],
-        ["cs2-02", "maintenance"],
-        ["cs2-03", "error"],
-        ["cs2-04", "ok"],
+        ["NAME", "STATE", "SINCE", "JOB", "REASON"],
+        ["cs2-01", "in-use", "-", "wsjob-a"],
+        ["cs2-02", "maintenance", "-"],
+        ["cs2-03", "error", "5m", "ago", "fan"],
+        ["cs2-04", "ok", "-"],
     ]
 
 
@@ -51,7 +54,8 @@ def test_get_nodes_in_human_units(csctl: Csctl, busy: FakeCluster) -> None:
     result = csctl("get", "nodes")
 
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()}
-    assert rows["NAME"] == ["NAME", "KIND", "STATE", "USED/CAPACITY", "JOBS"]
+    assert rows["NAME"] == ["NAME", "KIND", "STATE", "USED/CAPACITY", "JOBS", "REASON"]
+    assert rows["cs2-03"] == ["cs2-03", "system", "error", "0/1", "fan"]
     assert rows["cs2-01"] == ["cs2-01", "system", "ok", "1/1", "wsjob-a"]
     assert rows["memx-01"] == ["memx-01", "memoryx", "ok", "1.5Gi/16Gi", "wsjob-a"]
     assert rows["swarmx-01"] == ["swarmx-01", "swarmx", "ok", "1/4", "wsjob-a,wsjob-b"]
@@ -62,17 +66,17 @@ def test_get_nodes_as_json(csctl: Csctl, busy: FakeCluster) -> None:
     nodes = json.loads(csctl("get", "nodes", "-o", "json").stdout)
 
     assert nodes[0] == {"name": "cs2-01", "kind": "system", "state": "ok", "capacity": 1,
-                        "used": 1, "jobs": ["wsjob-a"]}  # fmt: skip
+                        "used": 1, "jobs": ["wsjob-a"], "reason": "", "since": 0.0}  # fmt: skip
 
 
 def test_get_nodegroups_counts_and_free_capacity(csctl: Csctl, busy: FakeCluster) -> None:
     result = csctl("get", "nodegroups")
 
     assert [line.split() for line in result.stdout.splitlines()] == [
-        ["NODEGROUP", "NODES", "OK", "ERROR", "MAINTENANCE", "FREE/CAPACITY"],
-        ["system", "4", "2", "1", "1", "1/4"],
-        ["memoryx", "4", "4", "0", "0", "62.5Gi/64Gi"],
-        ["swarmx", "2", "2", "0", "0", "7/8"],
+        ["NODEGROUP", "NODES", "OK", "ERROR", "MAINTENANCE", "DRAIN", "FREE/CAPACITY"],
+        ["system", "4", "2", "1", "1", "0", "1/4"],
+        ["memoryx", "4", "4", "0", "0", "0", "62.5Gi/64Gi"],
+        ["swarmx", "2", "2", "0", "0", "0", "7/8"],
     ]
 
 

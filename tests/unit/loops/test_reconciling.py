@@ -88,7 +88,9 @@ async def _running(ctx: Context, reconciler: Reconciler) -> None:
     await reconciler.sweep(timed=False)
     replicas = ReplicaService(ctx)
     for replica in ctx.store.replicas(JOB):
-        await replicas.register(JOB, replica.name, "127.0.0.1:2", 42)
+        await replicas.register(
+            JOB, ctx.store.get_job(JOB).attempt, replica.name, "127.0.0.1:2", 42
+        )
     assert ctx.store.get_job(JOB).phase is Phase.RUNNING
 
 
@@ -250,8 +252,8 @@ async def test_a_retryable_failure_tears_the_gang_down_and_requeues_the_job(
     job = ctx.store.get_job(JOB)
     assert (job.phase, job.restarts, backend.torn_down) == (Phase.QUEUED, 1, [JOB])
     assert _last_reason(ctx) == (
-        "replica cs2-0 exited with exit code 137; restarting from the newest checkpoint "
-        "(restart 1 of 1)"
+        "replica cs2-0 exited with exit code 137; restarting from the start (no checkpoint yet) "
+        "(restart 1 of 1); requeued at position 1"
     )
     # An exit of the ended attempt arriving late changes nothing, queued or running again.
     await restarting.on_replica_event(killed)

@@ -16,9 +16,9 @@ def test_the_key_is_made_once_private_and_read_back(tmp_path: Path) -> None:
     first = ReplicaTokens.from_key_file(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and len(path.read_bytes()) == MIN_KEY_BYTES
     again = ReplicaTokens.from_key_file(path)  # a restarted coordinator
-    assert again.token_for("wsjob-a") == first.token_for("wsjob-a")
+    assert again.token_for("wsjob-a", 1) == first.token_for("wsjob-a", 1)
     assert again.dataplane_token("wsjob-a") == first.dataplane_token("wsjob-a")
-    assert first.dataplane_token("wsjob-a") != first.token_for("wsjob-a")
+    assert first.dataplane_token("wsjob-a") != first.token_for("wsjob-a", 1)
     assert [p.name for p in path.parent.iterdir()] == ["replica-token.key"]  # no leftovers
 
 
@@ -42,9 +42,12 @@ def test_the_replica_token_is_only_in_the_environment_with_authentication_on(
     }
 
 
-def test_each_attempt_has_its_own_data_plane_token(tmp_path: Path) -> None:
-    """A replica of an attempt torn down cannot call into the next attempt's replicas."""
+def test_each_attempt_has_its_own_tokens(tmp_path: Path) -> None:
+    """A replica of an attempt torn down can call neither into the next attempt's replicas nor
+    for it towards the coordinator."""
     tokens = ReplicaTokens.from_key_file(tmp_path / "k")
     first, second = (tokens.environment("wsjob-a", n) for n in (1, 2))
     assert first["APPLIANCE_DATAPLANE_TOKEN"] != second["APPLIANCE_DATAPLANE_TOKEN"]
-    assert first["APPLIANCE_REPLICA_TOKEN"] == second["APPLIANCE_REPLICA_TOKEN"]
+    assert first["APPLIANCE_REPLICA_TOKEN"] != second["APPLIANCE_REPLICA_TOKEN"]
+    assert tokens.valid("wsjob-a", 2, second["APPLIANCE_REPLICA_TOKEN"])
+    assert not tokens.valid("wsjob-a", 2, first["APPLIANCE_REPLICA_TOKEN"])

@@ -12,7 +12,7 @@ from appliance.domain.job import Progress
 from appliance.domain.phases import Phase
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
-from appliance.services.replicas import ReplicaService
+from appliance.services.replicas import Directive, ReplicaService
 from tests.unit.harness import NOW, new_jobs
 
 JOB = "wsjob-replicas000000"
@@ -31,17 +31,17 @@ async def test_the_job_runs_when_its_last_replica_registers(
     ctx: Context, replicas: ReplicaService
 ) -> None:
     names = [r.name for r in ctx.store.replicas(JOB)]
-    waiter = asyncio.create_task(replicas.await_running(JOB, 30))
+    waiter = asyncio.create_task(replicas.await_running(JOB, 1, 30))
     for name in names[:-1]:
-        await replicas.register(JOB, name, "127.0.0.1:2", 42)
+        await replicas.register(JOB, 1, name, "127.0.0.1:2", 42)
         assert ctx.store.get_job(JOB).phase is Phase.INITIALIZING
     assert not waiter.done()
-    await replicas.register(JOB, names[-1], "127.0.0.1:2", 42)
+    await replicas.register(JOB, 1, names[-1], "127.0.0.1:2", 42)
     running = await asyncio.wait_for(waiter, 30)
     assert running.phase is Phase.RUNNING
     assert {r.address for r in running.replicas} == {"127.0.0.1:2"}
     with pytest.raises(NotFound, match="has no replica cs2-9"):
-        await replicas.register(JOB, "cs2-9", "127.0.0.1:2", 42)
+        await replicas.register(JOB, 1, "cs2-9", "127.0.0.1:2", 42)
 
 
 async def test_a_replica_registers_once_and_a_second_address_is_refused(
@@ -49,10 +49,10 @@ async def test_a_replica_registers_once_and_a_second_address_is_refused(
 ) -> None:
     """Otherwise any process could re-register a replica at its own address (authentication
     off) and have the chief send it the topology and the job's data-plane token."""
-    await replicas.register(JOB, "cs2-0", "127.0.0.1:2", 42)
-    await replicas.register(JOB, "cs2-0", "127.0.0.1:2", 42)  # a retried call is fine
+    await replicas.register(JOB, 1, "cs2-0", "127.0.0.1:2", 42)
+    await replicas.register(JOB, 1, "cs2-0", "127.0.0.1:2", 42)  # a retried call is fine
     with pytest.raises(Conflict, match=r"cs2-0 of .* is already registered at 127\.0\.0\.1:2"):
-        await replicas.register(JOB, "cs2-0", "127.0.0.1:6666", 666)
+        await replicas.register(JOB, 1, "cs2-0", "127.0.0.1:6666", 666)
     (cs2,) = [r for r in ctx.store.replicas(JOB) if r.name == "cs2-0"]
     assert (cs2.address, cs2.pid) == ("127.0.0.1:2", 42)
 
@@ -62,17 +62,38 @@ async def test_progress_is_recorded_and_published_until_the_job_ends(
 ) -> None:
     progress = Progress(step=2, num_steps=5, loss=0.25)
     with ctx.bus.subscribe(JOB) as live:
-        assert await replicas.report_progress(JOB, progress) is True
+        assert (await replicas.report_progress(JOB, 1, progress)).keep_running
         assert live.get_nowait().progress == progress
     assert ctx.store.get_job(JOB).progress == progress
-    assert await replicas.keep_running(JOB) == (True, Phase.INITIALIZING)
+    assert await replicas.directive(JOB, 1) == Directive(True, Phase.INITIALIZING)
 
     await ctx.set_phase(JOB, Phase.CANCELLED, "stop")
     later = Progress(step=3, num_steps=5, loss=0.2)
-    assert await replicas.report_progress(JOB, later) is False
+    assert not (await replicas.report_progress(JOB, 1, later)).keep_running
     assert ctx.store.get_job(JOB).progress == progress  # not written after the end
-    assert await replicas.keep_running(JOB) == (False, Phase.CANCELLED)
+    assert await replicas.directive(JOB, 1) == Directive(False, Phase.CANCELLED)
     with pytest.raises(Conflict, match="is CANCELLED"):
-        await replicas.await_running(JOB, 30)
+        await replicas.await_running(JOB, 1, 30)
     with pytest.raises(NotFound):
-        await replicas.report_progress("wsjob-replicas999999", later)
+        await replicas.report_progress("wsjob-replicas999999", 1, later)
+
+
+async def test_a_replica_of_an_attempt_that_is_over_cannot_act_for_the_next(
+    ctx: Context, replicas: ReplicaService
+) -> None:
+    """After a requeue the job runs attempt 2: replicas of attempt 1 are refused every write
+    and told to stop, while those of attempt 2 go on."""
+    await ctx.set_phase(JOB, Phase.QUEUED, "requeued")
+    await SchedulerLoop(ctx).run_once()
+    await ctx.set_phase(JOB, Phase.INITIALIZING, "started", expected=Phase.SCHEDULED)
+    assert ctx.store.get_job(JOB).attempt == 2
+    with pytest.raises(Conflict, match=r"attempt 1 of job .* is over"):
+        await replicas.register(JOB, 1, "cs2-0", "127.0.0.1:2", 42)
+    with pytest.raises(Conflict, match=r"attempt 1 of job .* is over"):
+        await replicas.await_running(JOB, 1, 30)
+    stale = Progress(step=9, num_steps=5, loss=9.0)
+    assert not (await replicas.report_progress(JOB, 1, stale)).keep_running
+    assert ctx.store.get_job(JOB).progress.step == 0
+    assert not (await replicas.directive(JOB, 1)).keep_running
+    await replicas.register(JOB, 2, "cs2-0", "127.0.0.1:2", 42)
+    assert (await replicas.directive(JOB, 2)).keep_running

@@ -1,0 +1,129 @@
+"""Preemption: which running jobs make room for the queue's head, a pure function.
+
+Only the head (the first job in queue order that did not fit) may preempt, and only running
+jobs of strictly lower priority that may be preempted (`preemptible`, and not protected: a job
+preempted before runs APPLIANCE_PREEMPTION_MIN_RUN_SECONDS of its next attempt first). Victims
+are chosen to lose the least work: the fewest jobs; among sets of that size, the first in the
+order lowest priority first, then least progress since their newest checkpoint. Sets are
+tried smallest first in that order, up to SEARCH_BUDGET fit checks; past it, candidates are
+taken in that order until the head fits and then every victim the head can do without is
+handed back, the most costly first (the minimal-set pass Kueue makes). Nothing is preempted
+when the head would not fit even with every candidate stopped.
+Two jobs can never preempt each other back and forth: each needs a strictly lower priority
+than the other, and a change of priorities meets the minimum run time.
+
+Resources of jobs already stopping count as coming back: while they do, the head waits for
+them instead of choosing more victims.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+
+from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
+from appliance.domain.queue import QueuedJob, RunningJob
+from appliance.scheduler.admission import fit
+
+SEARCH_BUDGET = 2_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Preemption:
+    """The jobs to stop now for the head, and those already stopping that it waits for."""
+
+    victims: tuple[RunningJob, ...]
+    waiting_for: tuple[RunningJob, ...]
+
+
+def choose_victims(
+    head: QueuedJob, running: Sequence[RunningJob], pool: Sequence[NodeUsage], now: float
+) -> Preemption | None:
+    """The preemption that lets `head` fit, or None when none does (or none is needed)."""
+    usable = {u.node.name for u in pool if u.node.state is NodeState.OK}
+    kinds: dict[str, NodeKind] = {u.node.name: u.node.kind for u in pool}
+    free = {u.node.name: u.free for u in pool}
+    stopping = [r for r in running if r.stopping]
+    for job in stopping:
+        _give_back(free, job, usable)
+    if _fits(head, free, kinds):
+        mine = tuple(r for r in stopping if r.preempted_by == head.job_id)
+        return Preemption((), mine) if mine else None
+    candidates = sorted(
+        (
+            r
+            for r in running
+            if not r.stopping
+            and r.preemptible
+            and int(r.priority) > int(head.priority)
+            and r.protected_until <= now
+        ),
+        key=lambda r: (-int(r.priority), r.at_risk, r.job_id),
+    )
+    greedy = _greedy(head, candidates, free, kinds, usable)
+    if greedy is None:
+        return None
+    chosen = _smallest(head, candidates, len(greedy), free, kinds, usable) or greedy
+    waiting = tuple(r for r in stopping if r.preempted_by == head.job_id)
+    return Preemption(tuple(chosen), waiting)
+
+
+def _greedy(
+    head: QueuedJob,
+    candidates: Sequence[RunningJob],
+    free: dict[str, int],
+    kinds: dict[str, NodeKind],
+    usable: set[str],
+) -> list[RunningJob] | None:
+    """Candidates in order until the head fits, then those it can do without handed back."""
+    scratch = dict(free)
+    chosen: list[RunningJob] = []
+    for job in candidates:
+        chosen.append(job)
+        _give_back(scratch, job, usable)
+        if _fits(head, scratch, kinds):
+            break
+    else:
+        return None
+    for job in reversed(chosen[:-1]):
+        without = dict(scratch)
+        _give_back(without, job, usable, sign=-1)
+        if _fits(head, without, kinds):
+            chosen.remove(job)
+            scratch = without
+    return chosen
+
+
+def _smallest(
+    head: QueuedJob,
+    candidates: Sequence[RunningJob],
+    bound: int,
+    free: dict[str, int],
+    kinds: dict[str, NodeKind],
+    usable: set[str],
+) -> list[RunningJob] | None:
+    """The first set (in candidate order) of fewer than `bound` jobs that makes room, if one
+    is found within SEARCH_BUDGET fit checks."""
+    budget = SEARCH_BUDGET
+    for size in range(1, bound):
+        for group in itertools.combinations(candidates, size):
+            budget -= 1
+            if budget < 0:
+                return None
+            scratch = dict(free)
+            for job in group:
+                _give_back(scratch, job, usable)
+            if _fits(head, scratch, kinds):
+                return list(group)
+    return None
+
+
+def _fits(head: QueuedJob, free: dict[str, int], kinds: dict[str, NodeKind]) -> bool:
+    return not fit(head.plan, free, kinds)[1]
+
+
+def _give_back(free: dict[str, int], job: RunningJob, usable: set[str], sign: int = 1) -> None:
+    for node, amount in job.holdings:
+        if node in usable:  # a node out of service gives nothing back
+            free[node] = free.get(node, 0) + sign * amount

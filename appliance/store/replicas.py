@@ -1,0 +1,89 @@
+"""A job's replicas and progress in the store: where each replica serves, its phase and exit,
+and the progress its chief reports. Writes of an attempt that is over are refused (its
+replicas are not the job's any more)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy import select, update
+
+from appliance.domain.errors import stale_attempt
+from appliance.domain.job import Progress, Replica, ReplicaPhase
+from appliance.store.base import StoreBase
+from appliance.store.rows import replica_from_row, sorted_replicas
+from appliance.store.tables import ACTIVE_PHASES_SQL, JobRow, ReplicaRow
+
+
+class ReplicaStore(StoreBase):
+    """JobStore's part for replicas and progress."""
+
+    def update_replica(
+        self, job_id: str, name: str, *, only_from: ReplicaPhase | None = None, **fields: Any
+    ) -> bool:
+        """Update a replica row; returns False if the job has no such replica.
+
+        With `only_from`, a new `phase` is written only while the replica is in that phase
+        (the other fields are written regardless), so a late event cannot move it back.
+        """
+        phase = fields.pop("phase", None)
+        where = (ReplicaRow.job_id == job_id, ReplicaRow.name == name)
+        with self._sessions.begin() as s:
+            if s.scalar(select(ReplicaRow.name).where(*where)) is None:
+                return False
+            if fields:
+                s.execute(update(ReplicaRow).where(*where).values(**fields))
+            if phase is not None:
+                stmt = update(ReplicaRow).where(*where).values(phase=ReplicaPhase(phase).value)
+                if only_from is not None:
+                    stmt = stmt.where(ReplicaRow.phase == only_from.value)
+                s.execute(stmt)
+            # A job's full view shows its replicas: cached views are keyed by this version.
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
+            return True
+
+    def register_replica(
+        self, job_id: str, attempt: int, name: str, address: str, pid: int
+    ) -> str | None:
+        """Record where a replica of `attempt` serves, once: the first registration wins (a
+        second one at another address could otherwise draw the job's peers, and their
+        data-plane token, to itself). Returns None when recorded (or repeated), else the
+        address it has. Raises Conflict for an attempt that is not the job's current one."""
+        where = (ReplicaRow.job_id == job_id, ReplicaRow.name == name)
+        with self._sessions.begin() as s:
+            current = s.scalar(select(JobRow.attempt).where(JobRow.id == job_id))
+            if current is not None and current != attempt:
+                raise stale_attempt(job_id, attempt, current)
+            known = s.scalar(select(ReplicaRow.address).where(*where))
+            if known is None:
+                raise KeyError(name)
+            claimed = s.execute(
+                update(ReplicaRow)
+                .where(*where, ReplicaRow.address.in_(("", address)))
+                .values(address=address, pid=pid, phase=ReplicaPhase.READY.value)
+            )
+            if not claimed.rowcount:  # type: ignore[attr-defined]
+                return known
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
+            return None
+
+    def replicas(self, job_id: str) -> list[Replica]:
+        with self._sessions() as s:
+            rows = s.scalars(select(ReplicaRow).where(ReplicaRow.job_id == job_id))
+            return list(sorted_replicas(tuple(replica_from_row(r) for r in rows)))
+
+    def set_progress(self, job_id: str, attempt: int, progress: Progress) -> bool:
+        """Record the progress the chief of `attempt` reports; False (nothing written) once
+        that attempt is over or the job is terminal."""
+        with self._sessions.begin() as s:
+            result = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.attempt == attempt, ACTIVE_PHASES_SQL)
+                .values(
+                    progress=dataclasses.asdict(progress),
+                    resumed_from=progress.resumed_from_step,
+                    version=JobRow.version + 1,
+                )
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]

@@ -1,0 +1,195 @@
+"""Requeue requests: a job holding resources that is to stop and run again.
+
+A requeue is asked for (a retryable failure, a preemption, a system taken away) by writing the
+reason on the job, bound to its current attempt, before anything is torn down; the reconciler
+then tears the gang down and moves the job back to QUEUED with the phase writer, which clears
+the request in the same transaction. So a coordinator that dies midway finds the request when
+it comes back and finishes it, and a request never outlives the attempt it was made for.
+A preemption first asks the chief for a checkpoint (`checkpoint_by` is the deadline); the step
+it wrote is recorded here when its report arrives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqlalchemy import insert, select, update
+
+from appliance.domain.job import EventKind, JobEvent
+from appliance.domain.phases import HOLDS_RESOURCES, Phase
+from appliance.domain.queue import RunningJob
+from appliance.domain.spec import Priority
+from appliance.store.base import StoreBase
+from appliance.store.tables import JobEventRow, JobRow, PlacementRow
+
+_HOLDING = [p.value for p in HOLDS_RESOURCES]
+
+
+@dataclasses.dataclass(frozen=True)
+class RequeueRequest:
+    """A requeue asked for and not yet done."""
+
+    job_id: str
+    phase: Phase
+    attempt: int
+    reason: str
+    checkpoint_by: float  # 0: no checkpoint asked for
+    checkpoint_step: int | None  # the checkpoint written on request, once reported
+    newest_checkpoint: int  # the newest checkpoint the chief reported (0: none)
+    preempted_by: str
+
+
+@dataclasses.dataclass(frozen=True)
+class StopState:
+    """What a replica's call needs to know of its job."""
+
+    phase: Phase
+    attempt: int
+    stopping: bool  # a requeue is asked for: the current attempt is ending
+    checkpoint_wanted: bool  # the chief is asked for a checkpoint now
+
+
+class RequeueStore(StoreBase):
+    """JobStore's part for requeue requests and what preemption decides on."""
+
+    def request_requeue(
+        self,
+        job_id: str,
+        attempt: int,
+        reason: str,
+        now: float,
+        *,
+        checkpoint_by: float = 0.0,
+        preempted_by: str = "",
+        retry: bool = False,
+    ) -> tuple[bool, JobEvent | None]:
+        """Ask for `attempt` of the job to be torn down and the job queued again with `reason`.
+
+        Written only while that attempt holds resources and no other requeue is asked for.
+        `retry`: a restart after a failure, which counts against the job's max_restarts.
+        Asking for a checkpoint first (the requeue then waits for it) records an event, the job
+        staying in its phase. Returns whether it was written, and that event if any."""
+        with self._sessions.begin() as s:
+            written = s.execute(
+                update(JobRow)
+                .where(
+                    JobRow.id == job_id,
+                    JobRow.attempt == attempt,
+                    JobRow.phase.in_(_HOLDING),
+                    JobRow.stop_reason == "",
+                )
+                .values(
+                    stop_reason=reason,
+                    checkpoint_by=checkpoint_by,
+                    preempted_by=preempted_by,
+                    preemptions=JobRow.preemptions + (1 if preempted_by else 0),
+                    retries=JobRow.retries + (1 if retry else 0),
+                    version=JobRow.version + 1,
+                )
+                .returning(JobRow.phase)
+            ).first()
+            if written is None:
+                return False, None
+            if not checkpoint_by:
+                return True, None
+            phase = written.phase
+            note = f"{reason}; asked for a checkpoint within {checkpoint_by - now:.0f} s"
+            seq = s.execute(
+                insert(JobEventRow)
+                .values(job_id=job_id, time=now, from_phase=phase, to_phase=phase, reason=note)
+                .returning(JobEventRow.seq)
+            ).scalar_one()
+        return True, JobEvent(
+            job_id, EventKind.PHASE, now, seq, Phase(phase), Phase(phase), reason=note
+        )
+
+    def record_checkpoint_now(self, job_id: str, attempt: int, step: int) -> bool:
+        """The chief of `attempt` wrote the checkpoint asked of it, at `step`."""
+        with self._sessions.begin() as s:
+            result = s.execute(
+                update(JobRow)
+                .where(
+                    JobRow.id == job_id,
+                    JobRow.attempt == attempt,
+                    JobRow.phase.in_(_HOLDING),
+                    JobRow.checkpoint_by > 0,
+                    JobRow.checkpoint_step.is_(None),
+                )
+                .values(checkpoint_step=step, version=JobRow.version + 1)
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def requeue_requests(self) -> list[RequeueRequest]:
+        """Every requeue asked for and not yet done."""
+        stmt = select(
+            JobRow.id, JobRow.phase, JobRow.attempt, JobRow.stop_reason, JobRow.checkpoint_by,
+            JobRow.checkpoint_step, JobRow.progress, JobRow.preempted_by,
+        ).where(JobRow.phase.in_(_HOLDING), JobRow.stop_reason != "")  # fmt: skip
+        with self._sessions() as s:
+            return [
+                RequeueRequest(
+                    r.id,
+                    Phase(r.phase),
+                    r.attempt,
+                    r.stop_reason,
+                    r.checkpoint_by,
+                    r.checkpoint_step,
+                    int((r.progress or {}).get("checkpoint_step", 0)),
+                    r.preempted_by,
+                )
+                for r in s.execute(stmt)
+            ]
+
+    def stop_state(self, job_id: str) -> StopState | None:
+        """The job's phase, attempt and whether it is being requeued; None if unknown."""
+        stmt = select(
+            JobRow.phase, JobRow.attempt, JobRow.stop_reason, JobRow.checkpoint_by,
+            JobRow.checkpoint_step,
+        ).where(JobRow.id == job_id)  # fmt: skip
+        with self._sessions() as s:
+            row = s.execute(stmt).first()
+        if row is None:
+            return None
+        stopping = bool(row.stop_reason)
+        wanted = stopping and row.checkpoint_by > 0 and row.checkpoint_step is None
+        return StopState(Phase(row.phase), row.attempt, stopping, wanted)
+
+    def running_jobs(self, min_run_seconds: float) -> list[RunningJob]:
+        """Every job holding resources, with what it holds, as preemption decides on it."""
+        jobs = select(
+            JobRow.id, JobRow.priority, JobRow.preemptible, JobRow.preemptions, JobRow.phase,
+            JobRow.attempt,
+            JobRow.started_at, JobRow.scheduled_at, JobRow.progress, JobRow.stop_reason,
+            JobRow.preempted_by, JobRow.model_dir,
+        ).where(JobRow.phase.in_(_HOLDING))  # fmt: skip
+        holdings: dict[str, list[tuple[str, int]]] = {}
+        with self._sessions() as s:
+            rows = s.execute(jobs).all()
+            for job_id, node, amount in s.execute(
+                select(PlacementRow.job_id, PlacementRow.node, PlacementRow.amount)
+            ):
+                holdings.setdefault(job_id, []).append((node, int(amount)))
+        running = []
+        for r in rows:
+            progress = r.progress or {}
+            at_risk = (
+                int(progress.get("step", 0)) - int(progress.get("checkpoint_step", 0))
+                if r.phase == Phase.RUNNING.value
+                else 0
+            )
+            began = r.started_at or r.scheduled_at
+            running.append(
+                RunningJob(
+                    job_id=r.id,
+                    priority=Priority(r.priority),
+                    holdings=tuple(holdings.get(r.id, ())),
+                    preemptible=r.preemptible,
+                    attempt=r.attempt,
+                    protected_until=began + min_run_seconds if r.preemptions else 0.0,
+                    at_risk=max(0, at_risk),
+                    stopping=bool(r.stop_reason),
+                    preempted_by=r.preempted_by,
+                    checkpointable=r.phase == Phase.RUNNING.value and bool(r.model_dir),
+                )
+            )
+        return running

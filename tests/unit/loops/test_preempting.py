@@ -1,0 +1,142 @@
+"""Preemption through the loops: the scheduler asks the lower-priority victim to stop, its chief
+is told to checkpoint now, the reconciler requeues it once the checkpoint is reported (or the
+grace period ran out), and the head then runs. Over a real SQLite store and the recording
+backend; the clock is injected, so nothing sleeps."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from appliance.domain.job import Progress
+from appliance.domain.phases import Phase
+from appliance.domain.spec import Priority
+from appliance.loops.reconciling import Reconciler
+from appliance.loops.scheduling import SchedulerLoop
+from appliance.services.context import Context
+from appliance.services.replicas import ReplicaService
+from tests.unit.harness import NOW, Clock, new_jobs
+from tests.unit.loops.test_reconciling import RecordingBackend
+
+VICTIM = "wsjob-victim0000000"
+URGENT = "wsjob-urgent0000000"
+
+
+def _with_model_dir(ctx: Context, ids: list[str], priority: Priority, num_csx: int) -> None:
+    jobs = new_jobs(ids, priority, num_csx)
+    spec = dataclasses.replace(jobs[0].spec, model_dir="/models/x")
+    ctx.store.create_jobs([dataclasses.replace(j, spec=spec) for j in jobs], NOW)
+
+
+async def _run_all(ctx: Context, reconciler: Reconciler) -> None:
+    """Launch what is scheduled and register every replica of every holding job."""
+    await reconciler.sweep(timed=False)
+    service = ReplicaService(ctx)
+    for job in ctx.store.jobs_in([Phase.INITIALIZING]):
+        for replica in ctx.store.replicas(job.id):
+            await service.register(job.id, job.attempt, replica.name, "127.0.0.1:2", 42)
+
+
+@pytest.fixture
+def backend() -> RecordingBackend:
+    return RecordingBackend()
+
+
+@pytest.fixture
+async def preempting(ctx: Context, backend: RecordingBackend) -> Reconciler:
+    """VICTIM (P3, all 4 systems, with a model dir) RUNNING at step 70 with a checkpoint at
+    50; URGENT (P1, 2 systems) submitted."""
+    _with_model_dir(ctx, [VICTIM], Priority.P3, 4)
+    assert await SchedulerLoop(ctx).run_once() == 1
+    reconciler = Reconciler(ctx, backend, ReplicaService(ctx))
+    await _run_all(ctx, reconciler)
+    progress = Progress(step=70, num_steps=100, checkpoint_step=50)
+    await ReplicaService(ctx).report_progress(VICTIM, 1, progress)
+    ctx.store.create_jobs(new_jobs([URGENT], Priority.P1, 2), NOW + 1)
+    return reconciler
+
+
+async def test_the_victim_checkpoints_now_and_is_requeued_then_the_head_runs(
+    ctx: Context, preempting: Reconciler, backend: RecordingBackend
+) -> None:
+    scheduler, service = SchedulerLoop(ctx), ReplicaService(ctx)
+    assert await scheduler.run_once() == 0
+    assert ctx.store.get_job(URGENT).pending_reason == (
+        f"waiting to preempt {VICTIM} (P3): they checkpoint and stop"
+    )
+    asked = await service.directive(VICTIM, 1)
+    assert (asked.keep_running, asked.checkpoint_now) == (True, True)
+    assert ctx.store.events(VICTIM)[-1].reason == (
+        f"preempted by {URGENT} (P1); asked for a checkpoint within 30 s"
+    )
+    await preempting.sweep(timed=False)  # nothing to do until the checkpoint is reported
+    assert ctx.store.get_job(VICTIM).phase is Phase.RUNNING
+    assert await scheduler.run_once() == 0  # waits for the victim, picks no other
+    assert [j.id for j in ctx.store.jobs_in([Phase.QUEUED])] == [URGENT]
+    assert len(ctx.store.requeue_requests()) == 1
+
+    checkpointed = Progress(step=72, num_steps=100, checkpoint_step=72)
+    told = await service.report_progress(VICTIM, 1, checkpointed, checkpointed=True)
+    assert not told.keep_running  # the chief stops there
+    await preempting.sweep(timed=False)
+    await preempting.drain(10)
+    victim = ctx.store.get_job(VICTIM)
+    assert (victim.phase, victim.restarts, backend.torn_down) == (Phase.QUEUED, 1, [VICTIM])
+    assert victim.pending_reason == (
+        f"preempted by {URGENT} (P1); checkpointed at step 72; requeued at position 2"
+    )
+    assert await scheduler.run_once() == 1
+    assert ctx.store.get_job(URGENT).phase is Phase.SCHEDULED
+    assert ctx.store.get_job(VICTIM).phase is Phase.QUEUED  # behind, in its place
+
+
+async def test_without_the_checkpoint_in_time_the_newest_one_is_used(
+    ctx: Context, preempting: Reconciler, clock: Clock
+) -> None:
+    await SchedulerLoop(ctx).run_once()
+    clock.now += ctx.settings.preemption_grace_seconds - 1
+    await preempting.sweep(timed=False)
+    assert ctx.store.get_job(VICTIM).phase is Phase.RUNNING
+    clock.now += 2
+    await preempting.sweep(timed=False)
+    await preempting.drain(10)
+    assert ctx.store.get_job(VICTIM).pending_reason == (
+        f"preempted by {URGENT} (P1); no checkpoint within 30 s: resumes from step 50; "
+        "requeued at position 2"
+    )
+
+
+async def test_a_coordinator_restarted_midway_finishes_the_requeue(
+    ctx: Context, preempting: Reconciler, backend: RecordingBackend
+) -> None:
+    """Killed after the request (the store holds it) and before the teardown: the next
+    coordinator adopts the job, does not judge its replicas' exits, and requeues it once."""
+    await SchedulerLoop(ctx).run_once()
+    await ReplicaService(ctx).report_progress(
+        VICTIM, 1, Progress(step=71, checkpoint_step=71), checkpointed=True
+    )
+    backend.live = {VICTIM: {r.name for r in ctx.store.replicas(VICTIM)}}
+    backend.codes = {VICTIM: {"chief-0": 0}}  # the chief stopped as told
+    again = Reconciler(ctx, backend, ReplicaService(ctx))
+    await again.recover()
+    await again.sweep(timed=False)
+    await again.drain(10)
+    victim = ctx.store.get_job(VICTIM)
+    assert (victim.phase, victim.attempt, victim.restarts) == (Phase.QUEUED, 1, 1)
+    assert backend.torn_down == [VICTIM]
+    assert ctx.store.pool_usage() and not ctx.store.node_holders()
+
+
+async def test_policy_never_and_equal_priority_preempt_nothing(
+    ctx: Context, preempting: Reconciler
+) -> None:
+    never = dataclasses.replace(
+        ctx, settings=ctx.settings.model_copy(update={"preemption_policy": "never"})
+    )
+    await SchedulerLoop(never).run_once()
+    assert not ctx.store.requeue_requests()
+    ctx.store.set_priority(URGENT, Priority.P3, NOW)
+    await SchedulerLoop(ctx).run_once()
+    assert not ctx.store.requeue_requests()
+    assert "waiting to preempt" not in ctx.store.get_job(URGENT).pending_reason
