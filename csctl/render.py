@@ -16,7 +16,7 @@ from appliance.domain.job import Attempt, Job, Replica
 JOB_COLUMNS = ("NAME", "AGE", "PHASE", "SYSTEMS", "USER", "LABELS")
 WIDE_COLUMNS = (*JOB_COLUMNS, "PRIORITY", "STEP", "RESTARTS", "PENDING")
 PENDING_COLUMNS = (*JOB_COLUMNS, "PENDING")
-ATTEMPT_COLUMNS = ("ATTEMPT", "SYSTEMS", "RAN", "ENDED", "THEN", "REASON")
+ATTEMPT_COLUMNS = ("ATTEMPT", "SYSTEMS", "FROM-STEP", "RAN", "ENDED", "THEN", "REASON")
 REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "MESSAGE")
 
 
@@ -106,7 +106,8 @@ def job_detail_table(job: Job, *, now: float) -> str:
 def _attempt_row(a: Attempt, now: float) -> list[str]:
     ran = format_age(a.ended_at - a.started_at) if a.started_at else "-"
     return [
-        str(a.number), ",".join(a.systems), ran, f"{format_age(now - a.ended_at)} ago",
+        str(a.number), ",".join(a.systems), str(a.resumed_from), ran,
+        f"{format_age(now - a.ended_at)} ago",
         a.ended_in.value, a.reason,
     ]  # fmt: skip
 

@@ -92,5 +92,14 @@ def events(session: Session, name: str, output: str) -> None:
 
 
 def _report(node: NodeStatus) -> None:
-    held = f"; held by {', '.join(node.jobs)}" if node.jobs else ""
-    say(f"{node.kind.value} {node.name} is {node.state.value}{held}")
+    """What the change did, and what happens to the jobs on the node."""
+    jobs = ", ".join(node.jobs)
+    line = f"{node.kind.value} {node.name} is {node.state.value}"
+    if node.state is NodeState.DRAIN:
+        line += ": no new job lands on it" + (f"; {jobs} runs on until it ends" if jobs else "")
+    elif node.state.takes_jobs_away and jobs:
+        line += (
+            f"; {jobs}: requeued from a checkpoint or failed, by the job's restart policy "
+            f"(csctl get job {node.jobs[0]})"
+        )
+    say(line)

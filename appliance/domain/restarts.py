@@ -27,11 +27,17 @@ def retryable(exit_code: int | None, extra_codes: Collection[int], lost: bool = 
 
 
 def restart_or_fail(
-    failure: str, limit: int, used: int, newest_checkpoint: int
+    failure: str, limit: int, used: int, newest_checkpoint: int | None
 ) -> tuple[str | None, str | None]:
     """After a retryable `failure`, with `used` of `limit` restarts spent: (the reason to
-    requeue the job with, None) while restarts are left, else (None, the reason to fail it)."""
+    requeue the job with, None) while restarts are left, else (None, the reason to fail it).
+    `newest_checkpoint` None: the job is asked for a checkpoint first, resumed from that."""
     if used >= limit:
         return None, f"{failure} (no restarts left: {used} of {limit} used)" if limit else failure
-    where = f"step {newest_checkpoint}" if newest_checkpoint else "the start (no checkpoint yet)"
+    if newest_checkpoint is None:
+        where = "the checkpoint it writes now"
+    elif newest_checkpoint:
+        where = f"step {newest_checkpoint}"
+    else:
+        where = "the start (no checkpoint yet)"
     return f"{failure}; restarting from {where} (restart {used + 1} of {limit})", None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
 from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, ReplicaEventKind
 from appliance.domain.job import ReplicaPhase
@@ -17,8 +18,9 @@ from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.domain.restarts import restart_or_fail, retryable
 from appliance.services.context import Context
+from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
-from appliance.store.requeues import StopState
+from appliance.store.requeues import RequeueRequest, StopState
 
 log = logging.getLogger(__name__)
 SWEEP_INTERVAL = 1.0
@@ -30,6 +32,7 @@ class Reconciler:
         self.ctx = ctx
         self.backend = backend
         self.replicas = replicas
+        self.nodes = NodeService(ctx)
         # Jobs whose replicas this coordinator started or adopted and has not torn down.
         self.active: set[str] = set()
         self._teardowns: dict[str, asyncio.Task[None]] = {}
@@ -109,26 +112,30 @@ class Reconciler:
                 log.exception("reconciler sweep failed")
 
     async def sweep(self, *, timed: bool = True) -> None:
-        """Launch scheduled jobs and tear down finished ones; with `timed`, also cancel jobs
-        whose lease expired and fail jobs stuck initializing."""
+        """Carry out requeues, tear down finished jobs, launch scheduled ones; with `timed`,
+        also take jobs off nodes out of service, cancel jobs whose lease expired and fail jobs
+        stuck initializing."""
         store = self.ctx.store
-        # Jobs scheduled together start together (a backend bounds its own API concurrency).
-        scheduled = await self.ctx.db(store.jobs_in, [Phase.SCHEDULED])
-        # A job whose earlier attempt is still being torn down launches on a later sweep, so
-        # that teardown cannot stop the new attempt's replicas.
-        launchable = [job for job in scheduled if job.id not in self._teardowns]
-        await asyncio.gather(*(self._launch(job.id) for job in launchable))
-        await self._requeue_when_ready(now=self.ctx.clock())
+        requests = await self.ctx.db(store.requeue_requests)
+        self._requeue_when_ready(requests, now=self.ctx.clock())
         phases = await self.ctx.db(store.phases_of, list(self.active))
-        now = self.ctx.clock()
         for job_id, phase in phases.items():
             # Replicas of a job back in the queue are an earlier attempt's (found after a
-            # restart): they go too.
+            # restart): they go too, before any next attempt is launched.
             requeued = phase is Phase.QUEUED and job_id not in self._restarts
             if phase.terminal or requeued:
                 self._start_teardown(job_id)
+        # Jobs scheduled together start together (a backend bounds its own API concurrency).
+        # Not one whose earlier attempt is still being torn down, nor one being requeued: that
+        # teardown would stop the new replicas, or the requeue strand them.
+        stopping = {r.job_id for r in requests}
+        scheduled = await self.ctx.db(store.jobs_in, [Phase.SCHEDULED])
+        busy = self._teardowns.keys() | self._restarts.keys() | stopping
+        await asyncio.gather(*(self._launch(job.id) for job in scheduled if job.id not in busy))
+        now = self.ctx.clock()
         if not timed:
             return
+        await self.nodes.take_away_stranded()
         for job in await self.ctx.db(store.expired_leases, now):
             assert job.lease is not None
             holder = f" from {job.lease.holder}" if job.lease.holder else ""
@@ -137,6 +144,8 @@ class Reconciler:
             )
             await self.ctx.set_phase(job.id, Phase.CANCELLED, reason, expected=job.phase)
         for job in await self.ctx.db(store.jobs_in, [Phase.INITIALIZING]):
+            if job.id in stopping or job.id in self._restarts:
+                continue  # being requeued: its replicas are going, not late
             # After a restart the clock starts again: replicas could not register meanwhile.
             since = max(job.updated_at, self._recovered_at)
             if now - since > self.ctx.settings.init_timeout_seconds:
@@ -222,6 +231,21 @@ class Reconciler:
             return True
         return bool(event.attempt) and event.attempt != state.attempt
 
+    async def _finished_while_stopping(self, event: ReplicaEvent, state: StopState) -> bool:
+        """The chief of the current attempt ended all its steps as a requeue was asked for
+        (its last report came before the request): the job is done, not to be run again."""
+        if not (state.stopping and event.replica == CHIEF and event.exit_code == 0):
+            return False
+        if event.attempt not in (0, state.attempt) or state.phase is not Phase.RUNNING:
+            return False
+        job = await self.ctx.db(self.ctx.store.get_job, event.job_id, with_replicas=False)
+        if job.progress.step < job.spec.num_steps:
+            return False  # it stopped as told
+        change = await self.ctx.set_phase(
+            event.job_id, Phase.SUCCEEDED, "chief finished all steps", expected=Phase.RUNNING
+        )
+        return change.applied
+
     async def _restart_if_allowed(
         self, event: ReplicaEvent, phase: Phase, reason: str
     ) -> str | None:
@@ -237,13 +261,15 @@ class Reconciler:
         if requeue is None:
             return failed
         if await self.ctx.request_requeue(event.job_id, job.attempt, requeue, retry=True):
-            self._start_requeue(event.job_id, requeue, settings.restart_backoff_seconds)
+            self._start_requeue(
+                event.job_id, job.attempt, requeue, settings.restart_backoff_seconds
+            )
         return None  # a requeue asked for already, or an attempt that is over: nothing to do
 
-    async def _requeue_when_ready(self, now: float) -> None:
+    def _requeue_when_ready(self, requests: Sequence[RequeueRequest], now: float) -> None:
         """Carry out the requeues asked for: at once, or once the checkpoint asked of the chief
         arrived or its deadline passed (then from the newest complete checkpoint)."""
-        for request in await self.ctx.db(self.ctx.store.requeue_requests):
+        for request in requests:
             if request.job_id in self._restarts:
                 continue
             reason = request.reason
@@ -257,27 +283,35 @@ class Reconciler:
                     reason += f"; no checkpoint within {grace:.0f} s: resumes from {where}"
                 else:
                     continue
-            self._start_requeue(request.job_id, reason, backoff=0.0)
+            self._start_requeue(request.job_id, request.attempt, reason, backoff=0.0)
 
-    def _start_requeue(self, job_id: str, reason: str, backoff: float) -> None:
-        task = asyncio.get_running_loop().create_task(self._requeue(job_id, reason, backoff))
+    def _start_requeue(self, job_id: str, attempt: int, reason: str, backoff: float) -> None:
+        if job_id in self._restarts:
+            return  # one requeue of a job at a time
+        task = asyncio.get_running_loop().create_task(
+            self._requeue(job_id, attempt, reason, backoff)
+        )
         self._restarts[job_id] = task
 
-    async def _requeue(self, job_id: str, reason: str, backoff: float) -> None:
+    async def _requeue(self, job_id: str, attempt: int, reason: str, backoff: float) -> None:
         """Tear the whole gang down, wait `backoff`, then queue the job again: its next
-        attempt is scheduled like any queued job, in its place (its submit time orders it)."""
+        attempt is scheduled like any queued job, in its place (its submit time orders it).
+        A teardown that fails leaves the request for the next sweep to try again."""
         try:
+            state = await self.ctx.db(self.ctx.store.stop_state, job_id)
+            if state is None or state.attempt != attempt or not state.stopping:
+                return  # done meanwhile (or cancelled): nothing of this attempt to stop
             await self.backend.teardown(job_id)
             if backoff:
                 await asyncio.sleep(backoff)
             position = await self.ctx.db(self.ctx.store.position_on_requeue, job_id)
-            await self.ctx.set_phase(
-                job_id, Phase.QUEUED, f"{reason}; requeued at position {position}"
+            reason = f"{reason}; requeued at position {position}"
+            await self.ctx.write_phases(
+                self.ctx.store.requeue_now, job_id, attempt, reason, self.ctx.clock()
             )
             self.active.discard(job_id)
         except Exception as exc:
-            log.exception("requeueing %s failed", job_id)
-            await self.ctx.set_phase(job_id, Phase.FAILED, f"{reason}, but could not: {exc}")
+            log.warning("requeueing %s: %s; the next sweep tries again", job_id, exc)
         finally:
             self._restarts.pop(job_id, None)
 
@@ -293,6 +327,8 @@ class Reconciler:
             )  # fmt: skip
             return
         found = await self.ctx.db(store.stop_state, event.job_id)
+        if found is not None and await self._finished_while_stopping(event, found):
+            return
         if found is not None and self._stale(event, found):
             log.info("%s/%s of an ended attempt exited: ignored", event.job_id, event.replica)
             return

@@ -54,7 +54,10 @@ class SchedulerLoop:
         usage = await self.ctx.db(store.pool_usage)
         decision = admit(queue, usage)
         pending = dict(decision.pending)
-        if decision.head is not None and self.ctx.settings.preemption_policy != "never":
+        # Only on a pass that admitted nothing: `usage` is then what the head really faces
+        # (the next pass, at most MIN_PASS_GAP later, sees what this one admitted).
+        preempting = not decision.admitted and self.ctx.settings.preemption_policy != "never"
+        if decision.head is not None and preempting:
             waits = await self._preempt_for(decision.head, usage)
             if waits:
                 pending[decision.head.job_id] = waits
@@ -88,7 +91,7 @@ class SchedulerLoop:
                 victim.job_id, victim.attempt, reason, checkpoint_within=grace,
                 preempted_by=head.job_id,
             )  # fmt: skip
-        names = ", ".join(
-            f"{v.job_id} ({v.priority.name})" for v in (*chosen.waiting_for, *chosen.victims)
-        )
-        return f"waiting to preempt {names}: they checkpoint and stop"
+        stopping = (*chosen.waiting_for, *chosen.victims)
+        names = ", ".join(f"{v.job_id} ({v.priority.name})" for v in stopping)
+        how = "checkpoint and stop" if any(v.checkpointable for v in stopping) else "stop"
+        return f"waiting to preempt {names}: they {how}"

@@ -9,8 +9,10 @@ tried smallest first in that order, up to SEARCH_BUDGET fit checks; past it, can
 taken in that order until the head fits and then every victim the head can do without is
 handed back, the most costly first (the minimal-set pass Kueue makes). Nothing is preempted
 when the head would not fit even with every candidate stopped.
-Two jobs can never preempt each other back and forth: each needs a strictly lower priority
-than the other, and a change of priorities meets the minimum run time.
+At fixed priorities two jobs can never preempt each other back and forth: each would need a
+strictly lower priority than the other. When priorities change, a job that was preempted
+runs the minimum run time of its next attempt before it can be preempted again, so no job is
+stopped over and over.
 
 Resources of jobs already stopping count as coming back: while they do, the head waits for
 them instead of choosing more victims.

@@ -44,8 +44,7 @@ class NodeService:
                 f"only admins may change the state of a node; {by.user} is not one",
                 field="name",
             )
-        if not name or len(name) > MAX_NODE_NAME or not name.isprintable():
-            raise InvalidSpec(f"{name[:64]!r} is not a node name", field="name")
+        _check_name(name)
         reason = validate_text(reason, "reason", MAX_REASON)
         who = by.user if by is not None else "anonymous"
         changed = await self.ctx.db(
@@ -55,38 +54,62 @@ class NodeService:
             raise NotFound(f"node {name} not found; csctl get nodes lists the pool", field="name")
         node, holders = changed
         if state.takes_jobs_away:
-            why = f"{_LABELS.get(node.kind.value, 'node')} {name} went to {state.value}"
-            why += f": {reason}" if reason else ""
             for job_id, attempt in holders:
-                await self._take_away(
-                    job_id, attempt, why, checkpoint=state is NodeState.MAINTENANCE
-                )
+                await self._take_away(job_id, attempt, node)
         self.ctx.bus.wake_scheduler()
         return node
 
-    async def _take_away(self, job_id: str, attempt: int, why: str, checkpoint: bool) -> None:
-        """Requeue the job from its checkpoint if its policy allows, else fail it."""
+    async def take_away_stranded(self) -> None:
+        """Jobs still holding a node in error or maintenance with no requeue asked for (the
+        coordinator stopped between the change and the take-away, or a take-away failed):
+        take them away now. The reconciler calls this once a second."""
+        usage = await self.ctx.db(self.ctx.store.pool_usage)
+        out = {u.node.name: u.node for u in usage if u.node.state.takes_jobs_away and u.used}
+        if not out:
+            return
+        stopping = {r.job_id for r in await self.ctx.db(self.ctx.store.requeue_requests)}
+        for name, job_id, attempt in await self.ctx.db(self.ctx.store.holders_of, list(out)):
+            if job_id not in stopping:
+                stopping.add(job_id)
+                await self._take_away(job_id, attempt, out[name])
+
+    async def _take_away(self, job_id: str, attempt: int, node: Node) -> None:
+        """Requeue the job from its checkpoint if its policy allows (from one it writes now
+        when the node is in maintenance, i.e. sound), else fail it naming the node."""
         job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
         if job.phase.terminal or job.attempt != attempt:
             return
+        why = f"{_LABELS.get(node.kind.value, 'node')} {node.name} went to {node.state.value}"
+        why += f": {node.reason}" if node.reason else ""
         limit = job.spec.max_restarts
         limit = self.ctx.settings.restart_max_restarts if limit is None else limit
-        requeue, failed = restart_or_fail(why, limit, job.retries, job.progress.checkpoint_step)
+        asked = (
+            node.state is NodeState.MAINTENANCE
+            and job.phase is Phase.RUNNING
+            and bool(job.spec.model_dir)
+        )
+        resume = None if asked else job.progress.checkpoint_step
+        requeue, failed = restart_or_fail(why, limit, job.retries, resume)
         if requeue is None:
             assert failed is not None
-            await self.ctx.set_phase(job_id, Phase.FAILED, failed)
+            await self.ctx.set_phase(job_id, Phase.FAILED, failed, expected=job.phase)
             return
-        grace = self.ctx.settings.preemption_grace_seconds
-        asked = checkpoint and job.phase is Phase.RUNNING and bool(job.spec.model_dir)
+        grace = self.ctx.settings.preemption_grace_seconds if asked else 0.0
         await self.ctx.request_requeue(
-            job_id, attempt, requeue, checkpoint_within=grace if asked else 0.0, retry=True
+            job_id, attempt, requeue, checkpoint_within=grace, retry=True
         )
 
     async def events(self, name: str) -> list[NodeEvent]:
         """The node's state changes, first first; NotFound for a node never in the pool."""
+        _check_name(name)
         events = await self.ctx.read(self.ctx.store.node_events, name)
         if not events and name not in {n.name for n in await self.ctx.read(self.ctx.store.pool)}:
             raise NotFound(
                 f"node {name[:64]} not found; csctl get nodes lists the pool", field="name"
             )
         return events
+
+
+def _check_name(name: str) -> None:
+    if not name or len(name) > MAX_NODE_NAME or not name.isprintable():
+        raise InvalidSpec(f"{name[:64]!r} is not a node name", field="name")

@@ -71,10 +71,6 @@ class ReplicaService:
     ) -> Directive:
         """Record the progress of the chief of `attempt` and tell watchers (`checkpointed`: it
         wrote the checkpoint asked of it, at progress.step); returns what it should do next."""
-        if checkpointed and await self.ctx.db(
-            self.ctx.store.record_checkpoint_now, job_id, attempt, progress.step
-        ):
-            self.ctx.bus.wake_reconciler()  # the preemption can go on
         directive = await self.directive(job_id, attempt)
         if directive.keep_running and await self.ctx.db(
             self.ctx.store.set_progress, job_id, attempt, progress
@@ -82,6 +78,11 @@ class ReplicaService:
             self.ctx.bus.publish(
                 JobEvent(job_id, EventKind.PROGRESS, self.ctx.clock(), progress=progress)
             )
+        if checkpointed and await self.ctx.db(
+            self.ctx.store.record_checkpoint_now, job_id, attempt, progress.step
+        ):
+            self.ctx.bus.wake_reconciler()  # the requeue can go on
+            directive = await self.directive(job_id, attempt)
         return directive
 
     async def directive(self, job_id: str, attempt: int) -> Directive:

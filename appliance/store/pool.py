@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
 
 from appliance.domain.inventory import Node, NodeEvent, NodeKind, NodeState, NodeUsage
 from appliance.store.base import StoreBase
@@ -64,16 +65,15 @@ class PoolStore(StoreBase):
                 return None
             row.state, row.reason, row.since = state.value, reason, now
             s.add(NodeEventRow(node=name, time=now, state=state.value, reason=reason, by=by))
-            holders = s.execute(
-                select(JobRow.id, JobRow.attempt)
-                .join(PlacementRow, PlacementRow.job_id == JobRow.id)
-                .where(PlacementRow.node == name)
-                .distinct()
-                .order_by(JobRow.id)
-            ).all()
+            holders = _holders(s, [name])
             node = Node(row.name, NodeKind(row.kind), row.capacity, state, reason, now)
         self._pool = None
-        return node, [(job_id, attempt) for job_id, attempt in holders]
+        return node, [(job_id, attempt) for _, job_id, attempt in holders]
+
+    def holders_of(self, names: Sequence[str]) -> list[tuple[str, str, int]]:
+        """(node, job, attempt) of every job holding part of the named nodes."""
+        with self._sessions() as s:
+            return _holders(s, names)
 
     def node_events(self, name: str) -> list[NodeEvent]:
         """The state changes of a node, first first."""
@@ -126,3 +126,14 @@ class PoolStore(StoreBase):
             for node, job_id in s.execute(stmt):
                 holders.setdefault(node, []).append(job_id)
         return {node: sorted(jobs) for node, jobs in holders.items()}
+
+
+def _holders(s: Session, names: Sequence[str]) -> list[tuple[str, str, int]]:
+    rows = s.execute(
+        select(PlacementRow.node, JobRow.id, JobRow.attempt)
+        .join(PlacementRow, PlacementRow.job_id == JobRow.id)
+        .where(PlacementRow.node.in_(list(names)))
+        .distinct()
+        .order_by(PlacementRow.node, JobRow.id)
+    ).all()
+    return [(node, job_id, attempt) for node, job_id, attempt in rows]

@@ -15,11 +15,13 @@ import dataclasses
 
 from sqlalchemy import insert, select, update
 
+from appliance.domain.errors import NotFound
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import HOLDS_RESOURCES, Phase
 from appliance.domain.queue import RunningJob
 from appliance.domain.spec import Priority
 from appliance.store.base import StoreBase
+from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
 from appliance.store.tables import JobEventRow, JobRow, PlacementRow
 
 _HOLDING = [p.value for p in HOLDS_RESOURCES]
@@ -102,6 +104,28 @@ class RequeueStore(StoreBase):
         return True, JobEvent(
             job_id, EventKind.PHASE, now, seq, Phase(phase), Phase(phase), reason=note
         )
+
+    def requeue_now(
+        self, job_id: str, attempt: int, reason: str, now: float
+    ) -> list[PhaseChange | NotFound]:
+        """Move `attempt` of the job back to QUEUED with `reason`, only while that attempt still
+        holds resources with a requeue asked for (so a late or repeated task can never requeue
+        the next attempt); [] when it does not. One transaction with the phase writer's."""
+        with self._sessions.begin() as s:
+            row = s.execute(
+                select(JobRow.phase)
+                .where(
+                    JobRow.id == job_id,
+                    JobRow.attempt == attempt,
+                    JobRow.phase.in_(_HOLDING),
+                    JobRow.stop_reason != "",
+                )
+                .with_for_update()
+            ).first()
+            if row is None:
+                return []
+            move = PhaseMove(job_id, Phase.QUEUED, reason, Phase(row.phase))
+            return write_phases(s.connection(), [move], now)
 
     def record_checkpoint_now(self, job_id: str, attempt: int, step: int) -> bool:
         """The chief of `attempt` wrote the checkpoint asked of it, at `step`."""

@@ -179,7 +179,7 @@ class LocalBackend:
             except ProcessLookupError:
                 pid_path.unlink(missing_ok=True)
                 continue
-            running = _Running(job_id, replica, pid)
+            running = _Running(job_id, replica, pid, _attempt_of(pid))
             self._running[(job_id, replica)] = running
             self._spawn(self._wait_adopted(running, pidfd))
             found.setdefault(job_id, set()).add(replica)
@@ -264,6 +264,18 @@ def _is_our_replica(pid: int, job_id: str, replica: str) -> bool:
     except OSError:
         return False
     return b"appliance.workers" in argv and job_id.encode() in argv and replica.encode() in argv
+
+
+def _attempt_of(pid: int) -> int:
+    """The attempt an adopted replica was started for (its environment says), 0 if unknown:
+    its exit then says nothing about a later attempt of its job."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()[: 1 << 20].split(b"\0")
+    except OSError:
+        return 0
+    prefix = f"{ATTEMPT_ENV}=".encode()
+    value = next((v[len(prefix) :] for v in environ if v.startswith(prefix)), b"")
+    return int(value) if value.isdigit() and len(value) < 10 else 0
 
 
 # What a replica may inherit from the coordinator's environment: how to run Python and find

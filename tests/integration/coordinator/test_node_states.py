@@ -37,7 +37,10 @@ def test_a_system_in_error_requeues_its_job_and_takes_no_new_one_until_ok(
         wait_until(lambda: job.status.progress.step >= 100, 60, "a checkpoint to be written")
         assert job.status.systems == ("cs2-01", "cs2-02")
         said = csctl(address, "system", "set-state", "cs2-02", "error", "--reason", "fan")
-        assert said.strip() == f"system cs2-02 is error; held by {job.id}"
+        assert said.strip() == (
+            f"system cs2-02 is error; {job.id}: requeued from a checkpoint or failed, by the "
+            f"job's restart policy (csctl get job {job.id})"
+        )
 
         final = job.wait(timeout=120)
         assert final.phase is Phase.SUCCEEDED, final.reason

@@ -99,8 +99,8 @@ def test_restarts_and_attempts_show_in_csctl_and_rest(coordinator: RunningCoordi
         assert row[column:].split()[0] == "1"
         detail = csctl(coordinator.address, "get", "job", job.id, "-o", "table")
         assert "ATTEMPT: 2 (restarts allowed: 2)" in detail
-        assert re.search(r"^1\s+cs2-01\s+\S+\s+\S+ ago\s+QUEUED\s+replica cs2-0 exited", detail,
-                         re.MULTILINE), detail  # fmt: skip
+        first = r"^1\s+cs2-01\s+0\s+\S+\s+\S+ ago\s+QUEUED\s+replica cs2-0 exited"
+        assert re.search(first, detail, re.MULTILINE), detail
         rest = httpx.get(
             f"http://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs/{job.id}",
             timeout=10,

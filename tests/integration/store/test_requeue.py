@@ -9,7 +9,7 @@ import pytest
 
 from appliance.domain.job import Attempt, Progress
 from appliance.domain.phases import Phase
-from appliance.store.jobs import JobStore
+from appliance.store.jobs import JobStore, PhaseChange
 from tests.integration.store.driving import PATH_TO, T0, placements_for, submit, usage
 
 
@@ -105,7 +105,10 @@ def test_a_requeue_request_is_bound_to_its_attempt_and_cleared_by_the_requeue(
     [victim] = store.running_jobs(min_run_seconds=60)
     assert victim.stopping and victim.preempted_by == "wsjob-b"
 
-    assert store.set_phase("wsjob-a", Phase.QUEUED, "preempted", T0 + 5).applied
+    assert store.requeue_now("wsjob-a", 2, "a later attempt", T0 + 5) == []
+    (requeued,) = store.requeue_now("wsjob-a", 1, "preempted", T0 + 5)
+    assert isinstance(requeued, PhaseChange) and requeued.applied
+    assert store.requeue_now("wsjob-a", 1, "again", T0 + 5) == []  # done once
     assert store.requeue_requests() == []
     state = store.stop_state("wsjob-a")
     assert state is not None and not state.stopping

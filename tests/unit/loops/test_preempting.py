@@ -9,6 +9,8 @@ import dataclasses
 
 import pytest
 
+from appliance.backends.base import ReplicaEvent, ReplicaEventKind
+from appliance.domain.inventory import NodeState
 from appliance.domain.job import Progress
 from appliance.domain.phases import Phase
 from appliance.domain.spec import Priority
@@ -140,3 +142,63 @@ async def test_policy_never_and_equal_priority_preempt_nothing(
     await SchedulerLoop(ctx).run_once()
     assert not ctx.store.requeue_requests()
     assert "waiting to preempt" not in ctx.store.get_job(URGENT).pending_reason
+
+
+async def test_a_job_that_finished_as_it_was_asked_to_stop_succeeds(
+    ctx: Context, preempting: Reconciler
+) -> None:
+    """Its last report came before the request; its chief's exit 0 is the job's end, not a
+    stop to run again from."""
+    service = ReplicaService(ctx)
+    await service.report_progress(VICTIM, 1, Progress(step=100, num_steps=100))
+    await SchedulerLoop(ctx).run_once()
+    assert ctx.store.requeue_requests()
+    done = ReplicaEvent(VICTIM, "chief-0", ReplicaEventKind.EXITED, exit_code=0, attempt=1)
+    await preempting.on_replica_event(done)
+    assert ctx.store.get_job(VICTIM).phase is Phase.SUCCEEDED
+    assert not ctx.store.requeue_requests()
+
+
+async def test_a_stop_of_a_job_not_yet_running_needs_no_checkpoint_and_is_not_relaunched(
+    ctx: Context, backend: RecordingBackend
+) -> None:
+    _with_model_dir(ctx, [VICTIM], Priority.P3, 4)
+    assert await SchedulerLoop(ctx).run_once() == 1  # SCHEDULED, not launched yet
+    ctx.store.create_jobs(new_jobs([URGENT], Priority.P1, 2), NOW + 1)
+    await SchedulerLoop(ctx).run_once()
+    assert ctx.store.get_job(URGENT).pending_reason == (
+        f"waiting to preempt {VICTIM} (P3): they stop"
+    )
+    reconciler = Reconciler(ctx, backend, ReplicaService(ctx))
+    await reconciler.sweep(timed=False)
+    await reconciler.drain(10)
+    assert backend.launched == []  # being requeued: never launched
+    assert ctx.store.get_job(VICTIM).phase is Phase.QUEUED
+
+
+async def test_victims_are_chosen_only_on_a_pass_that_admitted_nothing(
+    ctx: Context, backend: RecordingBackend
+) -> None:
+    """On the pass that admits A the pool it read is stale; on the next, the head H (3
+    systems) would not fit even with both P3 jobs stopped, as A holds 2: nothing is
+    preempted."""
+    ctx.store.create_jobs(new_jobs(["wsjob-v0000000000000", "wsjob-w0000000000000"],
+                                   Priority.P3, 1), NOW)  # fmt: skip
+    assert await SchedulerLoop(ctx).run_once() == 2
+    ctx.store.create_jobs(new_jobs(["wsjob-a0000000000000"], Priority.P1, 2), NOW + 1)
+    ctx.store.create_jobs(new_jobs(["wsjob-h0000000000000"], Priority.P1, 3), NOW + 2)
+    scheduler = SchedulerLoop(ctx)
+    assert await scheduler.run_once() == 1
+    assert await scheduler.run_once() == 0
+    assert not ctx.store.requeue_requests()
+
+
+async def test_jobs_left_on_a_node_in_error_are_taken_away_by_the_sweep(
+    ctx: Context, preempting: Reconciler
+) -> None:
+    """The coordinator stopped after the node's change and before its take-away: the next
+    timed sweep finds the job still on it and takes it away (here: failed, no restart)."""
+    assert ctx.store.change_node_state("cs2-02", NodeState.ERROR, "fan", "root", NOW + 2)
+    await preempting.sweep(timed=True)
+    victim = ctx.store.get_job(VICTIM)
+    assert (victim.phase, victim.reason) == (Phase.FAILED, "system cs2-02 went to error: fan")
