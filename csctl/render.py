@@ -138,6 +138,7 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
         "labels": dict(job.spec.labels),
         "model_dir": job.spec.model_dir,
         "max_restarts": job.spec.max_restarts,
+        "preemptible": job.spec.preemptible,
     }
     if with_params:
         spec["params"] = yaml.safe_load(job.spec.params_yaml) if job.spec.params_yaml else {}

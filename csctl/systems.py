@@ -7,8 +7,8 @@ import time
 
 import click
 
-from appliance.client import NodeStatus
 from appliance.domain.inventory import NodeState
+from appliance.domain.phases import Phase
 from csctl import render
 from csctl.render import say
 from csctl.session import Session
@@ -41,7 +41,7 @@ def drain(session: Session, name: str, reason: str) -> None:
     Example:
       csctl system drain cs2-02 --reason "maintenance window Friday"
     """
-    _report(session.client().set_node_state(name, NodeState.DRAIN, reason))
+    _change(session, name, NodeState.DRAIN, reason)
 
 
 @system_group.command("set-state")
@@ -53,9 +53,9 @@ def set_state(session: Session, name: str, state: str, reason: str) -> None:
     """Set NAME to ok, error, maintenance or drain.
 
     error or maintenance takes NAME from the job running on it: the job is requeued from its
-    newest checkpoint if its restart policy (max_restarts) has a restart left, else it FAILS
-    naming NAME (for maintenance the job first writes a checkpoint). No new job lands on NAME
-    until it is set ok.
+    newest checkpoint if its restart policy (max_restarts) has a restart left (for maintenance
+    it first writes one, then is requeued), else it FAILS naming NAME. No new job lands on
+    NAME until it is set ok.
 
     \b
     Examples:
@@ -63,7 +63,7 @@ def set_state(session: Session, name: str, state: str, reason: str) -> None:
       csctl system set-state memx-01 maintenance --reason "DIMM swap"
       csctl system set-state cs2-02 ok
     """
-    _report(session.client().set_node_state(name, state, reason))
+    _change(session, name, NodeState(state.lower()), reason)
 
 
 @system_group.command("events")
@@ -91,15 +91,24 @@ def events(session: Session, name: str, output: str) -> None:
         say(render.format_table(EVENT_COLUMNS, rows))
 
 
-def _report(node: NodeStatus) -> None:
-    """What the change did, and what happens to the jobs on the node."""
-    jobs = ", ".join(node.jobs)
+def _change(session: Session, name: str, state: NodeState, reason: str) -> None:
+    """Change the state, then say what it did to each job that was on the node."""
+    client = session.client()
+    before = {node.name: node.jobs for node in client.nodes()}.get(name, ())
+    node = client.set_node_state(name, state, reason)
     line = f"{node.kind.value} {node.name} is {node.state.value}"
-    if node.state is NodeState.DRAIN:
-        line += ": no new job lands on it" + (f"; {jobs} runs on until it ends" if jobs else "")
-    elif node.state.takes_jobs_away and jobs:
-        line += (
-            f"; {jobs}: requeued from a checkpoint or failed, by the job's restart policy "
-            f"(csctl get job {node.jobs[0]})"
-        )
+    if state is NodeState.DRAIN:
+        line += ": no new job lands on it"
+        line += f"; {', '.join(before)} run(s) on until it ends" if before else ""
+    elif state.takes_jobs_away and before:
+        fates = []
+        for job_id in before:
+            job = client.get_job(job_id)
+            if job.phase is Phase.FAILED:
+                fates.append(f"{job_id} FAILED ({job.reason})")
+            elif job.phase.terminal:
+                fates.append(f"{job_id} had ended ({job.phase.value})")
+            else:
+                fates.append(f"{job_id} is being requeued by its restart policy")
+        line += "; " + "; ".join(fates)
     say(line)

@@ -27,15 +27,22 @@ def retryable(exit_code: int | None, extra_codes: Collection[int], lost: bool = 
 
 
 def restart_or_fail(
-    failure: str, limit: int, used: int, newest_checkpoint: int | None
+    failure: str, limit: int, used: int, newest_checkpoint: int | None, *, exact: bool = True
 ) -> tuple[str | None, str | None]:
     """After a retryable `failure`, with `used` of `limit` restarts spent: (the reason to
     requeue the job with, None) while restarts are left, else (None, the reason to fail it).
-    `newest_checkpoint` None: the job is asked for a checkpoint first, resumed from that."""
+    `newest_checkpoint` None: the job is asked for a checkpoint first, resumed from that.
+    Not `exact`: the gang still trains until it is stopped, and may write a later one."""
     if used >= limit:
         return None, f"{failure} (no restarts left: {used} of {limit} used)" if limit else failure
     if newest_checkpoint is None:
         where = "the checkpoint it writes now"
+    elif not exact:
+        where = (
+            f"its newest checkpoint (step {newest_checkpoint} or later)"
+            if newest_checkpoint
+            else "its newest checkpoint if it writes one first, else the start"
+        )
     elif newest_checkpoint:
         where = f"step {newest_checkpoint}"
     else:

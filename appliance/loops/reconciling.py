@@ -116,6 +116,8 @@ class Reconciler:
         also take jobs off nodes out of service, cancel jobs whose lease expired and fail jobs
         stuck initializing."""
         store = self.ctx.store
+        for withdrawn in await self.ctx.db(store.withdraw_moot_preemptions, self.ctx.clock()):
+            self.ctx.bus.publish(withdrawn)
         requests = await self.ctx.db(store.requeue_requests)
         self._requeue_when_ready(requests, now=self.ctx.clock())
         phases = await self.ctx.db(store.phases_of, list(self.active))
@@ -246,6 +248,18 @@ class Reconciler:
         )
         return change.applied
 
+    async def _died_before_its_checkpoint(self, event: ReplicaEvent, state: StopState) -> bool:
+        """A replica of a gang asked for a checkpoint died: it cannot come, so the requeue
+        goes ahead now instead of at the end of the grace period."""
+        current = event.attempt in (0, state.attempt)
+        if not (state.checkpoint_wanted and current and event.exit_code != 0):
+            return False
+        code = "an unknown exit code" if event.exit_code is None else event.exit_code
+        why = f"{event.replica} exited ({code}) before the checkpoint; resumes from the newest"
+        if await self.ctx.db(self.ctx.store.give_up_checkpoint, event.job_id, state.attempt, why):
+            self.ctx.bus.wake_reconciler()
+        return True
+
     async def _restart_if_allowed(
         self, event: ReplicaEvent, phase: Phase, reason: str
     ) -> str | None:
@@ -328,6 +342,8 @@ class Reconciler:
             return
         found = await self.ctx.db(store.stop_state, event.job_id)
         if found is not None and await self._finished_while_stopping(event, found):
+            return
+        if found is not None and await self._died_before_its_checkpoint(event, found):
             return
         if found is not None and self._stale(event, found):
             log.info("%s/%s of an ended attempt exited: ignored", event.job_id, event.replica)

@@ -25,7 +25,7 @@ _LABELS = {"system": "system", "memoryx": "MemoryX node", "swarmx": "SwarmX node
 def parse_node_state(value: str) -> NodeState:
     """A state an admin names; InvalidSpec naming `state` for anything else."""
     try:
-        return NodeState(value.strip().lower())
+        return NodeState(value)
     except ValueError:
         choices = ", ".join(s.value for s in NodeState)
         raise InvalidSpec(f"state {value[:32]!r} is not one of {choices}", field="state") from None
@@ -79,6 +79,9 @@ class NodeService:
         job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
         if job.phase.terminal or job.attempt != attempt:
             return
+        state = await self.ctx.db(self.ctx.store.stop_state, job_id)
+        if state is None or state.stopping:
+            return  # already leaving the node (a requeue is under way)
         why = f"{_LABELS.get(node.kind.value, 'node')} {node.name} went to {node.state.value}"
         why += f": {node.reason}" if node.reason else ""
         limit = job.spec.max_restarts
@@ -89,7 +92,7 @@ class NodeService:
             and bool(job.spec.model_dir)
         )
         resume = None if asked else job.progress.checkpoint_step
-        requeue, failed = restart_or_fail(why, limit, job.retries, resume)
+        requeue, failed = restart_or_fail(why, limit, job.retries, resume, exact=False)
         if requeue is None:
             assert failed is not None
             await self.ctx.set_phase(job_id, Phase.FAILED, failed, expected=job.phase)

@@ -70,6 +70,10 @@ _RECORD_ATTEMPT = insert(AttemptRow).from_select(
     ).where(JobRow.id.in_(bindparam("ids", expanding=True))),
 )  # fmt: skip
 _DROP_REPLICAS = delete(ReplicaRow).where(ReplicaRow.job_id.in_(bindparam("ids", expanding=True)))
+# A requeued job holds no system any more (its attempt row keeps the ones it had).
+_FORGET_SYSTEMS = (
+    update(JobRow).where(JobRow.id.in_(bindparam("ids", expanding=True))).values(systems="")
+)
 
 
 def write_phases(
@@ -175,6 +179,7 @@ def _write(
                     conn.execute(_RECORD_ATTEMPT, attempt)
                     if target is Phase.QUEUED:
                         conn.execute(_DROP_REPLICAS, {"ids": part})
+                        conn.execute(_FORGET_SYSTEMS, {"ids": part})
     for chunk in in_chunks(released):
         conn.execute(_RELEASE, {"ids": chunk})
     if not written:

@@ -11,6 +11,8 @@ from appliance.domain.inventory import Node, NodeEvent, NodeKind, NodeState, Nod
 from appliance.store.base import StoreBase
 from appliance.store.tables import JobRow, NodeEventRow, NodeRow, PlacementRow
 
+MAX_NODE_EVENTS = 500  # what one read of a node's history returns: its newest changes
+
 
 class PoolStore(StoreBase):
     """JobStore's part for the pool; its shape is cached until a change of it."""
@@ -75,14 +77,20 @@ class PoolStore(StoreBase):
         with self._sessions() as s:
             return _holders(s, names)
 
-    def node_events(self, name: str) -> list[NodeEvent]:
-        """The state changes of a node, first first."""
-        stmt = select(NodeEventRow).where(NodeEventRow.node == name).order_by(NodeEventRow.seq)
+    def node_events(self, name: str, limit: int = MAX_NODE_EVENTS) -> list[NodeEvent]:
+        """The newest `limit` state changes of a node, first first."""
+        stmt = (
+            select(NodeEventRow)
+            .where(NodeEventRow.node == name)
+            .order_by(NodeEventRow.seq.desc())
+            .limit(limit)
+        )
         with self._sessions() as s:
-            return [
+            newest = [
                 NodeEvent(r.node, r.time, NodeState(r.state), r.reason, r.by)
                 for r in s.scalars(stmt)
             ]
+        return newest[::-1]
 
     def pool_usage(self) -> list[NodeUsage]:
         with self._sessions() as s:

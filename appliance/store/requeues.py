@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from sqlalchemy import insert, select, update
+from sqlalchemy.orm import aliased
 
 from appliance.domain.errors import NotFound
 from appliance.domain.job import EventKind, JobEvent
@@ -105,6 +106,60 @@ class RequeueStore(StoreBase):
             job_id, EventKind.PHASE, now, seq, Phase(phase), Phase(phase), reason=note
         )
 
+    def withdraw_moot_preemptions(self, now: float) -> list[JobEvent]:
+        """Preemptions still waiting for the victim's checkpoint whose preemptor no longer
+        waits (cancelled, or started elsewhere) or no longer has the higher priority: the
+        victims go on as if never asked. Returns the events recorded on them."""
+        victim, preemptor = aliased(JobRow), aliased(JobRow)
+        stmt = (
+            select(
+                victim.id, victim.phase, victim.priority, victim.preempted_by,
+                preemptor.phase.label("by_phase"), preemptor.priority.label("by_priority"),
+            )
+            .join(preemptor, preemptor.id == victim.preempted_by, isouter=True)
+            .where(
+                victim.phase.in_(_HOLDING), victim.stop_reason != "", victim.preempted_by != "",
+                victim.checkpoint_by > 0, victim.checkpoint_step.is_(None),
+            )
+        )  # fmt: skip
+        events: list[JobEvent] = []
+        with self._sessions.begin() as s:
+            for row in s.execute(stmt).all():
+                if row.by_phase != Phase.QUEUED.value:
+                    why = f"{row.preempted_by} is {(row.by_phase or 'gone').lower()}"
+                elif row.by_priority >= row.priority:
+                    why = f"{row.preempted_by} no longer has the higher priority"
+                else:
+                    continue
+                withdrawn = s.execute(
+                    update(JobRow)
+                    .where(
+                        JobRow.id == row.id, JobRow.preempted_by == row.preempted_by,
+                        JobRow.checkpoint_step.is_(None), JobRow.stop_reason != "",
+                    )
+                    .values(
+                        stop_reason="", checkpoint_by=0.0, preempted_by="",
+                        preemptions=JobRow.preemptions - 1, version=JobRow.version + 1,
+                    )
+                )  # fmt: skip
+                if not withdrawn.rowcount:  # type: ignore[attr-defined]
+                    continue
+                note = f"preemption by {row.preempted_by} withdrawn: {why}"
+                seq = s.execute(
+                    insert(JobEventRow)
+                    .values(
+                        job_id=row.id,
+                        time=now,
+                        from_phase=row.phase,
+                        to_phase=row.phase,
+                        reason=note,
+                    )
+                    .returning(JobEventRow.seq)
+                ).scalar_one()
+                phase = Phase(row.phase)
+                events.append(JobEvent(row.id, EventKind.PHASE, now, seq, phase, phase, note))
+        return events
+
     def requeue_now(
         self, job_id: str, attempt: int, reason: str, now: float
     ) -> list[PhaseChange | NotFound]:
@@ -126,6 +181,23 @@ class RequeueStore(StoreBase):
                 return []
             move = PhaseMove(job_id, Phase.QUEUED, reason, Phase(row.phase))
             return write_phases(s.connection(), [move], now)
+
+    def give_up_checkpoint(self, job_id: str, attempt: int, why: str) -> bool:
+        """The checkpoint asked of `attempt` cannot come (a replica of the gang died): the
+        requeue goes ahead at once, from the newest complete checkpoint, saying `why`."""
+        with self._sessions.begin() as s:
+            result = s.execute(
+                update(JobRow)
+                .where(
+                    JobRow.id == job_id, JobRow.attempt == attempt, JobRow.phase.in_(_HOLDING),
+                    JobRow.checkpoint_by > 0, JobRow.checkpoint_step.is_(None),
+                )
+                .values(
+                    stop_reason=JobRow.stop_reason + f"; {why}", checkpoint_by=0.0,
+                    version=JobRow.version + 1,
+                )
+            )  # fmt: skip
+        return bool(result.rowcount)  # type: ignore[attr-defined]
 
     def record_checkpoint_now(self, job_id: str, attempt: int, step: int) -> bool:
         """The chief of `attempt` wrote the checkpoint asked of it, at `step`."""

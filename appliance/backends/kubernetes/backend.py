@@ -90,6 +90,8 @@ class KubernetesBackend:
 
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
         await self._ensure_watching()
+        if job.attempt > 1:  # the logs kept of the attempt before stay, under its number
+            await asyncio.to_thread(self._set_aside_logs, job.id, replicas, job.attempt - 1)
         owner = await self.api.create("ConfigMap", m.config_map(job, self.api.namespace))
         uid = owner["metadata"]["uid"]
         await self.api.create("Service", m.headless_service(job.id, self.api.namespace, uid))
@@ -111,7 +113,9 @@ class KubernetesBackend:
                 pod = m.replica_pod(job.id, replica, self.template, uid, job.attempt)
                 await self.api.create("Pod", pod)
 
-        missing = [r for r in replicas if m.pod_name(job.id, r.name) not in self._views]
+        missing = [
+            r for r in replicas if m.pod_name(job.id, r.name, job.attempt) not in self._views
+        ]
         await asyncio.gather(*(create(r) for r in missing))
 
     async def observe(self) -> AsyncIterator[ReplicaEvent]:
@@ -193,10 +197,24 @@ class KubernetesBackend:
             text = (await asyncio.to_thread(archived.read_bytes)).decode(errors="replace")
             return "\n".join(text.splitlines()[-lines:])
         try:
-            text = await self.api.pod_log(m.pod_name(job_id, replica), tail_lines=lines)
+            text = await self.api.pod_log(self._pod_of(job_id, replica), tail_lines=lines)
         except (KubeError, KubeUnavailable) as e:
             return f"(log unavailable: {e})"
         return text.rstrip("\n")
+
+    def _pod_of(self, job_id: str, replica: str) -> str:
+        """The pod of the job's latest attempt the watch knows for `replica` (else the name
+        the first attempt's would have)."""
+        known = [v for v in self._views.values() if v.job_id == job_id and v.replica == replica]
+        if not known:
+            return m.pod_name(job_id, replica, 1)
+        return max(known, key=lambda v: v.attempt).name
+
+    def _set_aside_logs(self, job_id: str, replicas: Sequence[Replica], attempt: int) -> None:
+        for replica in replicas:
+            kept = self._archive_path(job_id, replica.name)
+            with contextlib.suppress(FileNotFoundError):
+                kept.rename(kept.with_name(f"{replica.name}.attempt-{attempt}.log"))
 
     def _archive_path(self, job_id: str, replica: str) -> Path:
         return self.log_dir / job_id / "logs" / f"{replica}.log"
@@ -220,7 +238,7 @@ class KubernetesBackend:
             return complete.decode(errors="replace"), offset + len(complete)
         try:
             text = await self.api.pod_log(
-                m.pod_name(job_id, replica), limit_bytes=offset + READ_CHUNK
+                self._pod_of(job_id, replica), limit_bytes=offset + READ_CHUNK
             )
         except (KubeError, KubeUnavailable):
             return "", offset

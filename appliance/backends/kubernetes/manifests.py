@@ -94,8 +94,10 @@ def network_policy_name(job_id: str) -> str:
     return f"{job_id}-peers"
 
 
-def pod_name(job_id: str, replica: str) -> str:
-    return f"{job_id}-{replica}"
+def pod_name(job_id: str, replica: str, attempt: int) -> str:
+    """Each attempt's pods have their own names: a pod of a torn-down attempt still being
+    deleted never stands in for (or is mistaken for) the next attempt's."""
+    return f"{job_id}-a{attempt}-{replica}"
 
 
 def job_labels(job_id: str) -> dict[str, str]:
@@ -224,7 +226,7 @@ def replica_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(job_id, replica.name),
+            "name": pod_name(job_id, replica.name, attempt),
             "namespace": template.namespace,
             "labels": {
                 **job_labels(job_id),

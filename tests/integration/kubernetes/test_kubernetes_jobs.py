@@ -148,7 +148,7 @@ def test_keep_failed_policy_keeps_failed_pods_for_debugging(
 
         wait_until(only_failed_pods_left, 30, "the running pods to be deleted")
         kept = {p["metadata"]["name"] for p in pods_of(kube, job.id)}
-        assert f"{job.id}-cs2-1" in kept
+        assert f"{job.id}-a1-cs2-1" in kept
         # The ConfigMap that owns the kept pods stays (deleting it removes them); the Service
         # goes.
         ns = f"/api/v1/namespaces/{NAMESPACE}"

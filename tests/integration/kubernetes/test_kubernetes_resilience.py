@@ -202,7 +202,7 @@ def _relayed(
 
 
 def _pod_ended(kube: KubeCluster, job_id: str, replica: str) -> bool:
-    pod = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{job_id}-{replica}").json()
+    pod = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{job_id}-a1-{replica}").json()
     return any(
         "terminated" in (c.get("state") or {})
         for c in (pod.get("status") or {}).get("containerStatuses") or []

@@ -202,3 +202,44 @@ async def test_jobs_left_on_a_node_in_error_are_taken_away_by_the_sweep(
     await preempting.sweep(timed=True)
     victim = ctx.store.get_job(VICTIM)
     assert (victim.phase, victim.reason) == (Phase.FAILED, "system cs2-02 went to error: fan")
+
+
+async def test_a_preemption_is_withdrawn_when_its_preemptor_stops_waiting(
+    ctx: Context, preempting: Reconciler
+) -> None:
+    await SchedulerLoop(ctx).run_once()
+    assert (await ReplicaService(ctx).directive(VICTIM, 1)).checkpoint_now
+    await ctx.set_phase(URGENT, Phase.CANCELLED, "changed my mind")
+    await preempting.sweep(timed=False)
+    await preempting.drain(10)
+    victim = ctx.store.get_job(VICTIM)
+    assert (victim.phase, victim.restarts) == (Phase.RUNNING, 0)
+    assert ctx.store.events(VICTIM)[-1].reason == (
+        f"preemption by {URGENT} withdrawn: {URGENT} is cancelled"
+    )
+    told = await ReplicaService(ctx).directive(VICTIM, 1)
+    assert (told.keep_running, told.checkpoint_now) == (True, False)
+
+
+async def test_a_preemption_is_withdrawn_when_the_victim_is_raised(
+    ctx: Context, preempting: Reconciler
+) -> None:
+    await SchedulerLoop(ctx).run_once()
+    ctx.store.set_priority(VICTIM, Priority.P1, NOW)
+    await preempting.sweep(timed=False)
+    assert not ctx.store.requeue_requests()
+    assert ctx.store.events(VICTIM)[-1].reason.endswith("no longer has the higher priority")
+
+
+async def test_a_replica_dying_before_the_checkpoint_requeues_at_once(
+    ctx: Context, preempting: Reconciler
+) -> None:
+    await SchedulerLoop(ctx).run_once()
+    killed = ReplicaEvent(VICTIM, "cs2-0", ReplicaEventKind.EXITED, exit_code=137, attempt=1)
+    await preempting.on_replica_event(killed)
+    await preempting.sweep(timed=False)  # no need to wait out the grace period
+    await preempting.drain(10)
+    assert ctx.store.get_job(VICTIM).pending_reason == (
+        f"preempted by {URGENT} (P1); cs2-0 exited (137) before the checkpoint; resumes from "
+        "the newest; requeued at position 2"
+    )
