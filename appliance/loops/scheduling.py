@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.plan import ReplicaPlan
-from appliance.domain.queue import QueuedJob
+from appliance.domain.queue import QueuedJob, RunningJob
 from appliance.scheduler.admission import admit
 from appliance.scheduler.preemption import choose_victims
 from appliance.services.context import Context
@@ -58,9 +60,8 @@ class SchedulerLoop:
         # (the next pass, at most MIN_PASS_GAP later, sees what this one admitted).
         preempting = not decision.admitted and self.ctx.settings.preemption_policy != "never"
         if decision.head is not None and preempting:
-            waits = await self._preempt_for(decision.head, usage)
-            if waits:
-                pending[decision.head.job_id] = waits
+            head = decision.head.job_id
+            pending[head] = await self._preempt_for(decision.head, usage, pending[head])
         admitted = 0
         for d in decision.admitted:
             change = await self.ctx.schedule(d.job_id, d.placements)
@@ -73,9 +74,10 @@ class SchedulerLoop:
             self._written.update(changed)
         return admitted
 
-    async def _preempt_for(self, head: QueuedJob, usage: Sequence[NodeUsage]) -> str:
+    async def _preempt_for(self, head: QueuedJob, usage: Sequence[NodeUsage], waits: str) -> str:
         """Ask the victims that make room for `head` to stop (checkpoint first when they can);
-        returns the head's pending reason while it waits for them ("" if it waits for none)."""
+        returns the head's pending reason: whom it waits for, else `waits` (with the jobs
+        that would make room but may not be preempted, when there are)."""
         settings = self.ctx.settings
         now = self.ctx.clock()
         running = await self.ctx.db(
@@ -83,7 +85,7 @@ class SchedulerLoop:
         )
         chosen = choose_victims(head, running, usage, now)
         if chosen is None:
-            return ""
+            return waits + _exempt(head, running, usage, now)
         reason = f"preempted by {head.job_id} ({head.priority.name})"
         for victim in chosen.victims:
             grace = settings.preemption_grace_seconds if victim.checkpointable else 0.0
@@ -95,3 +97,29 @@ class SchedulerLoop:
         names = ", ".join(f"{v.job_id} ({v.priority.name})" for v in stopping)
         how = "checkpoint and stop" if any(v.checkpointable for v in stopping) else "stop"
         return f"waiting to preempt {names}: they {how}"
+
+
+def _exempt(
+    head: QueuedJob, running: Sequence[RunningJob], usage: Sequence[NodeUsage], now: float
+) -> str:
+    """What to add to the head's reason when jobs that may not be preempted (opted out, or
+    preempted recently) are what keeps it waiting: "; not preempting ...", else ""."""
+    freed = [
+        dataclasses.replace(r, preemptible=True, protected_until=0.0)
+        if int(r.priority) > int(head.priority) and not r.stopping
+        else r
+        for r in running
+    ]
+    chosen = choose_victims(head, freed, usage, now)
+    if chosen is None or not chosen.victims:
+        return ""
+    exempt = {r.job_id: r for r in running if not r.preemptible or r.protected_until > now}
+    names = [_why_exempt(exempt[v.job_id], now) for v in chosen.victims if v.job_id in exempt]
+    return f"; not preempting {', '.join(names)}" if names else ""
+
+
+def _why_exempt(job: RunningJob, now: float) -> str:
+    if not job.preemptible:
+        return f"{job.job_id} (never preempted)"
+    until = time.strftime("%H:%M:%S", time.localtime(job.protected_until))
+    return f"{job.job_id} (preempted before: not until {until})"

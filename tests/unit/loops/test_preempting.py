@@ -243,3 +243,18 @@ async def test_a_replica_dying_before_the_checkpoint_requeues_at_once(
         f"preempted by {URGENT} (P1); cs2-0 exited (137) before the checkpoint; resumes from "
         "the newest; requeued at position 2"
     )
+
+
+async def test_the_head_says_which_jobs_it_may_not_preempt(
+    ctx: Context, backend: RecordingBackend
+) -> None:
+    jobs = new_jobs([VICTIM], Priority.P3, 4)
+    spec = dataclasses.replace(jobs[0].spec, preemptible=False)
+    ctx.store.create_jobs([dataclasses.replace(jobs[0], spec=spec)], NOW)
+    assert await SchedulerLoop(ctx).run_once() == 1
+    ctx.store.create_jobs(new_jobs([URGENT], Priority.P1, 2), NOW + 1)
+    await SchedulerLoop(ctx).run_once()
+    assert not ctx.store.requeue_requests()
+    assert ctx.store.get_job(URGENT).pending_reason == (
+        f"needs 2 systems, 0 free; not preempting {VICTIM} (never preempted)"
+    )
