@@ -43,8 +43,16 @@ def restart_or_fail(
             if newest_checkpoint
             else "its newest checkpoint if it writes one first, else the start"
         )
-    elif newest_checkpoint:
-        where = f"step {newest_checkpoint}"
     else:
-        where = "the start (no checkpoint yet)"
+        where = resume_point(newest_checkpoint)
     return f"{failure}; restarting from {where} (restart {used + 1} of {limit})", None
+
+
+def resume_point(newest_checkpoint: int) -> str:
+    """Where a run resumes from, said in a reason: `step 400`, or the start."""
+    return f"step {newest_checkpoint}" if newest_checkpoint else "the start (no checkpoint yet)"
+
+
+def restart_limit(spec_limit: int | None, cluster_default: int) -> int:
+    """The job's max_restarts, else the cluster's (APPLIANCE_RESTART_MAX_RESTARTS)."""
+    return cluster_default if spec_limit is None else spec_limit

@@ -16,7 +16,7 @@ from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, R
 from appliance.domain.job import ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
-from appliance.domain.restarts import restart_or_fail, retryable
+from appliance.domain.restarts import restart_limit, restart_or_fail, resume_point, retryable
 from appliance.services.context import Context
 from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
@@ -231,14 +231,14 @@ class Reconciler:
         being torn down to run again, of a requeued job, or of an earlier attempt."""
         if event.job_id in self._restarts or state.stopping or state.phase is Phase.QUEUED:
             return True
-        return bool(event.attempt) and event.attempt != state.attempt
+        return not state.is_current(event.attempt)
 
     async def _finished_while_stopping(self, event: ReplicaEvent, state: StopState) -> bool:
         """The chief of the current attempt ended all its steps as a requeue was asked for
         (its last report came before the request): the job is done, not to be run again."""
         if not (state.stopping and event.replica == CHIEF and event.exit_code == 0):
             return False
-        if event.attempt not in (0, state.attempt) or state.phase is not Phase.RUNNING:
+        if not state.is_current(event.attempt) or state.phase is not Phase.RUNNING:
             return False
         job = await self.ctx.db(self.ctx.store.get_job, event.job_id, with_replicas=False)
         if job.progress.step < job.spec.num_steps:
@@ -251,7 +251,7 @@ class Reconciler:
     async def _died_before_its_checkpoint(self, event: ReplicaEvent, state: StopState) -> bool:
         """A replica of a gang asked for a checkpoint died: it cannot come, so the requeue
         goes ahead now instead of at the end of the grace period."""
-        current = event.attempt in (0, state.attempt)
+        current = state.is_current(event.attempt)
         if not (state.checkpoint_wanted and current and event.exit_code != 0):
             return False
         code = "an unknown exit code" if event.exit_code is None else event.exit_code
@@ -268,9 +268,8 @@ class Reconciler:
         settings = self.ctx.settings
         if not retryable(event.exit_code, settings.restart_exit_codes, event.lost):
             return reason
-        job = await self.ctx.db(self.ctx.store.get_job, event.job_id)
-        limit = job.spec.max_restarts
-        limit = settings.restart_max_restarts if limit is None else limit
+        job = await self.ctx.db(self.ctx.store.get_job, event.job_id, with_replicas=False)
+        limit = restart_limit(job.spec.max_restarts, settings.restart_max_restarts)
         requeue, failed = restart_or_fail(reason, limit, job.retries, job.progress.checkpoint_step)
         if requeue is None:
             return failed
@@ -291,8 +290,7 @@ class Reconciler:
                 if request.checkpoint_step is not None:
                     reason += f"; checkpointed at step {request.checkpoint_step}"
                 elif now >= request.checkpoint_by:
-                    newest = request.newest_checkpoint
-                    where = f"step {newest}" if newest else "the start (no checkpoint yet)"
+                    where = resume_point(request.newest_checkpoint)
                     grace = self.ctx.settings.preemption_grace_seconds
                     reason += f"; no checkpoint within {grace:.0f} s: resumes from {where}"
                 else:

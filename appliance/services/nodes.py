@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from appliance.domain.auth import Principal
 from appliance.domain.errors import InvalidSpec, NotFound, PermissionDenied
-from appliance.domain.inventory import Node, NodeEvent, NodeState
+from appliance.domain.inventory import Node, NodeEvent, NodeState, NodeUsage
 from appliance.domain.phases import Phase
-from appliance.domain.restarts import restart_or_fail
+from appliance.domain.restarts import restart_limit, restart_or_fail
 from appliance.domain.spec import MAX_REASON, validate_text
 from appliance.services.context import Context
 
@@ -59,6 +59,14 @@ class NodeService:
         self.ctx.bus.wake_scheduler()
         return node
 
+    async def status(self, name: str) -> tuple[NodeUsage, list[str]]:
+        """The node as it now is: its usage, and the jobs holding part of it."""
+        usage = next(
+            u for u in await self.ctx.db(self.ctx.store.pool_usage) if u.node.name == name
+        )
+        holders = await self.ctx.db(self.ctx.store.holders_of, [name])
+        return usage, sorted({job_id for _, job_id, _ in holders})
+
     async def take_away_stranded(self) -> None:
         """Jobs still holding a node in error or maintenance with no requeue asked for (the
         coordinator stopped between the change and the take-away, or a take-away failed):
@@ -67,25 +75,22 @@ class NodeService:
         out = {u.node.name: u.node for u in usage if u.node.state.takes_jobs_away and u.used}
         if not out:
             return
-        stopping = {r.job_id for r in await self.ctx.db(self.ctx.store.requeue_requests)}
+        seen: set[str] = set()
         for name, job_id, attempt in await self.ctx.db(self.ctx.store.holders_of, list(out)):
-            if job_id not in stopping:
-                stopping.add(job_id)
+            if job_id not in seen:  # a job on two such nodes is taken away once
+                seen.add(job_id)
                 await self._take_away(job_id, attempt, out[name])
 
     async def _take_away(self, job_id: str, attempt: int, node: Node) -> None:
         """Requeue the job from its checkpoint if its policy allows (from one it writes now
         when the node is in maintenance, i.e. sound), else fail it naming the node."""
-        job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
-        if job.phase.terminal or job.attempt != attempt:
-            return
         state = await self.ctx.db(self.ctx.store.stop_state, job_id)
-        if state is None or state.stopping:
-            return  # already leaving the node (a requeue is under way)
+        if state is None or state.phase.terminal or state.attempt != attempt or state.stopping:
+            return  # ended, a later attempt, or already leaving (a requeue is under way)
+        job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
         why = f"{_LABELS.get(node.kind.value, 'node')} {node.name} went to {node.state.value}"
         why += f": {node.reason}" if node.reason else ""
-        limit = job.spec.max_restarts
-        limit = self.ctx.settings.restart_max_restarts if limit is None else limit
+        limit = restart_limit(job.spec.max_restarts, self.ctx.settings.restart_max_restarts)
         asked = (
             node.state is NodeState.MAINTENANCE
             and job.phase is Phase.RUNNING

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from sqlalchemy import insert, select, update
-from sqlalchemy.orm import aliased
+from sqlalchemy import ColumnElement, insert, select, update
+from sqlalchemy.orm import Session, aliased
 
 from appliance.domain.errors import NotFound
 from appliance.domain.job import EventKind, JobEvent
@@ -50,6 +50,10 @@ class StopState:
     attempt: int
     stopping: bool  # a requeue is asked for: the current attempt is ending
     checkpoint_wanted: bool  # the chief is asked for a checkpoint now
+
+    def is_current(self, attempt: int) -> bool:
+        """Whether something of `attempt` (0: not known, e.g. adopted) is of this one."""
+        return attempt in (0, self.attempt)
 
 
 class RequeueStore(StoreBase):
@@ -95,16 +99,8 @@ class RequeueStore(StoreBase):
                 return False, None
             if not checkpoint_by:
                 return True, None
-            phase = written.phase
             note = f"{reason}; asked for a checkpoint within {checkpoint_by - now:.0f} s"
-            seq = s.execute(
-                insert(JobEventRow)
-                .values(job_id=job_id, time=now, from_phase=phase, to_phase=phase, reason=note)
-                .returning(JobEventRow.seq)
-            ).scalar_one()
-        return True, JobEvent(
-            job_id, EventKind.PHASE, now, seq, Phase(phase), Phase(phase), reason=note
-        )
+            return True, _record_note(s, job_id, Phase(written.phase), note, now)
 
     def withdraw_moot_preemptions(self, now: float) -> list[JobEvent]:
         """Preemptions still waiting for the victim's checkpoint whose preemptor no longer
@@ -145,19 +141,7 @@ class RequeueStore(StoreBase):
                 if not withdrawn.rowcount:  # type: ignore[attr-defined]
                     continue
                 note = f"preemption by {row.preempted_by} withdrawn: {why}"
-                seq = s.execute(
-                    insert(JobEventRow)
-                    .values(
-                        job_id=row.id,
-                        time=now,
-                        from_phase=row.phase,
-                        to_phase=row.phase,
-                        reason=note,
-                    )
-                    .returning(JobEventRow.seq)
-                ).scalar_one()
-                phase = Phase(row.phase)
-                events.append(JobEvent(row.id, EventKind.PHASE, now, seq, phase, phase, note))
+                events.append(_record_note(s, row.id, Phase(row.phase), note, now))
         return events
 
     def requeue_now(
@@ -188,10 +172,7 @@ class RequeueStore(StoreBase):
         with self._sessions.begin() as s:
             result = s.execute(
                 update(JobRow)
-                .where(
-                    JobRow.id == job_id, JobRow.attempt == attempt, JobRow.phase.in_(_HOLDING),
-                    JobRow.checkpoint_by > 0, JobRow.checkpoint_step.is_(None),
-                )
+                .where(*_awaiting_checkpoint(job_id, attempt))
                 .values(
                     stop_reason=JobRow.stop_reason + f"; {why}", checkpoint_by=0.0,
                     version=JobRow.version + 1,
@@ -204,13 +185,7 @@ class RequeueStore(StoreBase):
         with self._sessions.begin() as s:
             result = s.execute(
                 update(JobRow)
-                .where(
-                    JobRow.id == job_id,
-                    JobRow.attempt == attempt,
-                    JobRow.phase.in_(_HOLDING),
-                    JobRow.checkpoint_by > 0,
-                    JobRow.checkpoint_step.is_(None),
-                )
+                .where(*_awaiting_checkpoint(job_id, attempt))
                 .values(checkpoint_step=step, version=JobRow.version + 1)
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
@@ -289,3 +264,24 @@ class RequeueStore(StoreBase):
                 )
             )
         return running
+
+
+def _awaiting_checkpoint(job_id: str, attempt: int) -> tuple[ColumnElement[bool], ...]:
+    """`attempt` of the job still holds resources and waits for the checkpoint asked of it."""
+    return (
+        JobRow.id == job_id,
+        JobRow.attempt == attempt,
+        JobRow.phase.in_(_HOLDING),
+        JobRow.checkpoint_by > 0,
+        JobRow.checkpoint_step.is_(None),
+    )
+
+
+def _record_note(s: Session, job_id: str, phase: Phase, note: str, now: float) -> JobEvent:
+    """An event that says something happened to the job while it stays in `phase`."""
+    seq = s.execute(
+        insert(JobEventRow)
+        .values(job_id=job_id, time=now, from_phase=phase.value, to_phase=phase.value, reason=note)
+        .returning(JobEventRow.seq)
+    ).scalar_one()
+    return JobEvent(job_id, EventKind.PHASE, now, seq, phase, phase, reason=note)

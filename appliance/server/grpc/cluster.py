@@ -131,8 +131,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> cluster_pb2.Node:
         state = parse_node_state(request.state)
         node = await self.nodes.set_state(request.name, state, request.reason, by=caller())
-        usage, jobs = next(n for n in await self.jobs.nodes() if n[0].node.name == node.name)
-        return _node_to_pb(usage, jobs)
+        return _node_to_pb(*await self.nodes.status(node.name))
 
     @unary
     async def GetNodeEvents(

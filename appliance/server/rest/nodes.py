@@ -75,7 +75,7 @@ class NodeEventListOut(BaseModel):
 def nodes_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["cluster"], responses=ERROR_RESPONSES)
     authenticated = Depends(caller)  # the caller, or None while authentication is off
-    nodes = NodeService(jobs.ctx)
+    states = NodeService(jobs.ctx)  # changes of state and their history
 
     @router.get("/nodes", response_model=NodeListOut, tags=["cluster"])
     async def list_nodes(by: Principal | None = authenticated) -> NodeListOut:
@@ -112,16 +112,15 @@ def nodes_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
         name: NodeName, body: NodeStateIn, by: Principal | None = authenticated
     ) -> NodeOut:
         """Admins: drain a node, set it to error or maintenance, or back to ok."""
-        node = await nodes.set_state(name, body.state, body.reason, by=by)
-        usage, holders = next(n for n in await jobs.nodes() if n[0].node.name == node.name)
-        return _node_out(usage, holders)
+        node = await states.set_state(name, body.state, body.reason, by=by)
+        return _node_out(*await states.status(node.name))
 
     @router.get("/nodes/{name}/events", response_model=NodeEventListOut)
     async def node_events(
         name: NodeName, by: Principal | None = authenticated
     ) -> NodeEventListOut:
         """The node's state changes, first first."""
-        events = await nodes.events(name)
+        events = await states.events(name)
         return NodeEventListOut(
             events=[
                 NodeEventOut(node=e.node, time=e.time, state=e.state, reason=e.reason, by=e.by)
