@@ -78,11 +78,16 @@ class ReplicaService:
             self.ctx.bus.publish(
                 JobEvent(job_id, EventKind.PROGRESS, self.ctx.clock(), progress=progress)
             )
-        if checkpointed and await self.ctx.db(
-            self.ctx.store.record_checkpoint_now, job_id, attempt, progress.step
-        ):
-            self.ctx.bus.wake_reconciler()  # the requeue can go on
-            directive = await self.directive(job_id, attempt)
+        if checkpointed:
+            recorded, withdrawn = await self.ctx.db(
+                self.ctx.store.record_checkpoint_now, job_id, attempt, progress.step,
+                self.ctx.clock(),
+            )  # fmt: skip
+            if withdrawn is not None:
+                self.ctx.bus.publish(withdrawn)
+            if recorded:
+                self.ctx.bus.wake_reconciler()  # the requeue (or the preemptor) can go on
+                directive = await self.directive(job_id, attempt)
         return directive
 
     async def directive(self, job_id: str, attempt: int) -> Directive:

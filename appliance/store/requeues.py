@@ -180,15 +180,40 @@ class RequeueStore(StoreBase):
             )  # fmt: skip
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    def record_checkpoint_now(self, job_id: str, attempt: int, step: int) -> bool:
-        """The chief of `attempt` wrote the checkpoint asked of it, at `step`."""
+    def record_checkpoint_now(
+        self, job_id: str, attempt: int, step: int, now: float
+    ) -> tuple[bool, JobEvent | None]:
+        """The chief of `attempt` wrote the checkpoint asked of it, at `step`: (recorded, None).
+        At the job's last step there is nothing left to resume, so the requeue is withdrawn
+        and the job finishes where it is: (True, the event that says so). (False, None) when
+        no checkpoint was awaited from that attempt."""
         with self._sessions.begin() as s:
-            result = s.execute(
-                update(JobRow)
+            row = s.execute(
+                select(JobRow.phase, JobRow.num_steps, JobRow.stop_reason, JobRow.preempted_by)
                 .where(*_awaiting_checkpoint(job_id, attempt))
-                .values(checkpoint_step=step, version=JobRow.version + 1)
-            )
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+                .with_for_update()
+            ).first()
+            if row is None:
+                return False, None
+            if step < row.num_steps:
+                s.execute(
+                    update(JobRow)
+                    .where(JobRow.id == job_id)
+                    .values(checkpoint_step=step, version=JobRow.version + 1)
+                )
+                return True, None
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id)
+                .values(
+                    stop_reason="", checkpoint_by=0.0, preempted_by="",
+                    preemptions=JobRow.preemptions - (1 if row.preempted_by else 0),
+                    version=JobRow.version + 1,
+                )
+            )  # fmt: skip
+            asked = f"preemption by {row.preempted_by}" if row.preempted_by else row.stop_reason
+            note = f"{asked} withdrawn: the job reached its last step"
+            return True, _record_note(s, job_id, Phase(row.phase), note, now)
 
     def requeue_requests(self) -> list[RequeueRequest]:
         """Every requeue asked for and not yet done."""

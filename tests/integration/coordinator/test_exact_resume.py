@@ -21,7 +21,9 @@ from tests.integration.coordinator.harness import RunningCoordinator, serving, w
 from tests.integration.coordinator.same_run import assert_same_run
 from tests.model_specs import ADAMW, FC, GPT, SGD
 
-STEPS = 240
+# Enough steps that the preemption (about 2 s) lands before the last one: fc_mnist runs over
+# 100 steps/s and GPT over 50 here (a victim at its last step is left to finish instead).
+STEPS = {"gpt": 480, "fc": 1500}
 
 
 def _params(model: dict[str, Any], optimizer: dict[str, Any]) -> dict[str, Any]:
@@ -54,13 +56,14 @@ def test_an_interrupted_run_ends_exactly_as_an_uninterrupted_one(
     interruption: str,
 ) -> None:
     params = _params(model, optimizer)
+    steps = STEPS["fc" if model is FC else "gpt"]
     with ApplianceClient(coordinator.address, detach=True) as client:
-        reference = client.submit(params=params, num_csx=num_csx, num_steps=STEPS)
+        reference = client.submit(params=params, num_csx=num_csx, num_steps=steps)
         uninterrupted = reference.wait(timeout=300)
         assert uninterrupted.phase is Phase.SUCCEEDED, uninterrupted.reason
 
         job = client.submit(
-            params=params, num_csx=num_csx, num_steps=STEPS, priority="p3", max_restarts=1
+            params=params, num_csx=num_csx, num_steps=steps, priority="p3", max_restarts=1
         )
         wait_until(lambda: job.status.progress.step >= 70, 120, "a checkpoint to be written")
         if interruption == "killed":
@@ -73,4 +76,4 @@ def test_an_interrupted_run_ends_exactly_as_an_uninterrupted_one(
     assert final.phase is Phase.SUCCEEDED, final.reason
     first, second = final.attempts
     assert first.ended_in is Phase.QUEUED and second.resumed_from >= 50, first.reason
-    assert_same_run(Path(final.spec.model_dir), Path(uninterrupted.spec.model_dir), STEPS)
+    assert_same_run(Path(final.spec.model_dir), Path(uninterrupted.spec.model_dir), steps)

@@ -97,9 +97,9 @@ def test_a_requeue_request_is_bound_to_its_attempt_and_cleared_by_the_requeue(
     assert store.request_requeue("wsjob-a", 1, "again", T0 + 4) == (False, None)  # one at a time
     state = store.stop_state("wsjob-a")
     assert state is not None and (state.stopping, state.checkpoint_wanted) == (True, True)
-    assert not store.record_checkpoint_now("wsjob-a", 2, 40)
-    assert store.record_checkpoint_now("wsjob-a", 1, 40)
-    assert not store.record_checkpoint_now("wsjob-a", 1, 41)  # the first one counts
+    assert store.record_checkpoint_now("wsjob-a", 2, 40, T0 + 4) == (False, None)
+    assert store.record_checkpoint_now("wsjob-a", 1, 40, T0 + 4) == (True, None)
+    assert store.record_checkpoint_now("wsjob-a", 1, 41, T0 + 4) == (False, None)  # the first
     (request,) = store.requeue_requests()
     assert (request.checkpoint_step, request.preempted_by) == (40, "wsjob-b")
     [victim] = store.running_jobs(min_run_seconds=60)
@@ -122,3 +122,27 @@ def test_a_requeue_request_is_bound_to_its_attempt_and_cleared_by_the_requeue(
     assert again.protected_until == T0 + 7 + 60 and not again.stopping
     assert store.set_phase("wsjob-a", Phase.SUCCEEDED, "done", T0 + 8).applied
     assert [a.resumed_from for a in store.attempts("wsjob-a")] == [0, 40]
+
+
+def test_a_checkpoint_asked_at_the_last_step_lets_the_job_finish(store: JobStore) -> None:
+    """A chief asked for a checkpoint as it finished its last step has nothing left to resume:
+    the requeue is withdrawn (and the preemption not counted) and the job ends where it is."""
+    submit(store, "wsjob-a", num_csx=1)  # of 100 steps
+    _schedule(store, "wsjob-a", T0 + 1)
+    for step in PATH_TO[Phase.RUNNING][1:]:
+        assert store.set_phase("wsjob-a", step, "on", T0 + 2).applied
+    store.request_requeue(
+        "wsjob-a", 1, "preempted by wsjob-b (P1)", T0 + 3, checkpoint_by=T0 + 33,
+        preempted_by="wsjob-b",
+    )  # fmt: skip
+
+    recorded, event = store.record_checkpoint_now("wsjob-a", 1, 100, T0 + 4)
+
+    assert recorded and event is not None and event.to_phase is Phase.RUNNING
+    assert event.reason == "preemption by wsjob-b withdrawn: the job reached its last step"
+    assert store.requeue_requests() == []
+    state = store.stop_state("wsjob-a")
+    assert state is not None and not state.stopping and not state.checkpoint_wanted
+    [running] = store.running_jobs(min_run_seconds=60)  # never preempted: not protected
+    assert (running.stopping, running.protected_until) == (False, 0.0)
+    assert store.set_phase("wsjob-a", Phase.SUCCEEDED, "done", T0 + 5).applied
