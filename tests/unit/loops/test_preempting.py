@@ -27,7 +27,7 @@ URGENT = "wsjob-urgent0000000"
 
 def _with_model_dir(ctx: Context, ids: list[str], priority: Priority, num_csx: int) -> None:
     jobs = new_jobs(ids, priority, num_csx)
-    spec = dataclasses.replace(jobs[0].spec, model_dir="/models/x")
+    spec = dataclasses.replace(jobs[0].spec, model_dir="/models/x", num_steps=100)
     ctx.store.create_jobs([dataclasses.replace(j, spec=spec) for j in jobs], NOW)
 
 
