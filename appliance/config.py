@@ -69,8 +69,9 @@ class Settings(BaseSettings):
     )
     preemption_policy: Literal["lower-priority", "never"] = Field(
         default="lower-priority",
-        description="lower-priority: a queued job that cannot fit preempts running jobs of "
-        "strictly lower priority when that makes it fit; never: jobs wait.",
+        description="lower-priority: a queued job that cannot fit preempts running jobs of its "
+        "queue of strictly lower priority when that makes it fit, and a queue below its quota "
+        "reclaims what other queues borrow; never: jobs wait, nothing is preempted.",
     )
     preemption_grace_seconds: float = Field(
         default=30.0,
@@ -142,6 +143,19 @@ class Settings(BaseSettings):
         default=300,
         ge=1,
         description="The pod watch is renewed from its last resourceVersion this often.",
+    )
+    queues_file: Path | None = Field(
+        default=None,
+        description="YAML defining the queues (`queues:` a list of name, systems, memoryx, "
+        "weight, borrow_systems, borrow_memoryx, lend, groups), applied when it changes; "
+        "run-time changes stand until then. Unset: the queues as stored (on a new appliance, "
+        "one default queue owning the pool).",
+    )
+    fair_share_half_life_seconds: float = Field(
+        default=7 * 86_400.0,
+        gt=0,
+        le=10 * 365 * 86_400.0,
+        description="Queue usage counts half as much for fair share after this long.",
     )
     inventory_file: Path | None = Field(
         default=None,

@@ -18,6 +18,7 @@ from csctl.configure import config
 from csctl.controls import job_group, label
 from csctl.jobs import cancel, get
 from csctl.logs import events, log_export, logs
+from csctl.queues import queue_group
 from csctl.render import say
 from csctl.session import Session, fail
 from csctl.systems import system_group
@@ -72,6 +73,9 @@ def cli(ctx: click.Context, server: str | None, token: str | None) -> None:
       csctl logs wsjob-abc123def456gh -f
       csctl get nodes
       csctl system set-state cs2-02 error --reason fan
+      csctl get queues
+      csctl queue set nlp --systems 2 --weight 2
+      csctl get usage --since 7d --by queue
       csctl cancel job wsjob-abc123def456gh
     """
     ctx.obj = Session(server_flag=server, token_flag=token)
@@ -91,7 +95,18 @@ def version(session: Session) -> None:
     say(f"appliance (server {session.server.address}): {server_version}")
 
 
-for command in (get, cancel, label, job_group, logs, events, log_export, config, system_group):
+for command in (
+    get,
+    cancel,
+    label,
+    job_group,
+    logs,
+    events,
+    log_export,
+    config,
+    system_group,
+    queue_group,
+):
     cli.add_command(command)
 cli.add_command(system_group, name="node")  # MemoryX and SwarmX nodes: the same commands
 

@@ -14,7 +14,7 @@ from appliance.domain.display import printable
 from appliance.domain.job import Attempt, Job, Replica
 
 JOB_COLUMNS = ("NAME", "AGE", "PHASE", "SYSTEMS", "USER", "LABELS")
-WIDE_COLUMNS = (*JOB_COLUMNS, "PRIORITY", "STEP", "RESTARTS", "PENDING")
+WIDE_COLUMNS = (*JOB_COLUMNS, "QUEUE", "PRIORITY", "STEP", "RESTARTS", "PENDING")
 PENDING_COLUMNS = (*JOB_COLUMNS, "PENDING")
 ATTEMPT_COLUMNS = ("ATTEMPT", "SYSTEMS", "FROM-STEP", "RAN", "ENDED", "THEN", "REASON")
 REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "MESSAGE")
@@ -53,7 +53,7 @@ def format_bytes(size: int) -> str:
 def job_row(job: Job, *, now: float, wide: bool = False, pending: bool = False) -> list[str]:
     """One table row for `job`; `now` is the Unix time ages are measured from.
 
-    `wide` adds PRIORITY, STEP, RESTARTS and PENDING; `pending` adds only PENDING.
+    `wide` adds QUEUE, PRIORITY, STEP, RESTARTS and PENDING; `pending` adds only PENDING.
     """
     row = [
         job.id,
@@ -65,6 +65,7 @@ def job_row(job: Job, *, now: float, wide: bool = False, pending: bool = False) 
     ]
     if wide:
         row += [
+            job.spec.queue,
             job.spec.priority.name,
             f"{job.progress.step}/{job.spec.num_steps}",
             str(job.restarts),
@@ -88,7 +89,11 @@ def job_detail_table(job: Job, *, now: float) -> str:
     """`csctl get job ID -o table`: the wide job row, then one row per replica."""
     text = jobs_table([job], now=now, wide=True)
     if job.queue_position:
-        text += f"\n\nQUEUE POSITION: {job.queue_position}"
+        text += f"\n\nQUEUE POSITION: {job.queue_position} in queue {job.spec.queue}"
+    if job.spec.depends_on:
+        text += f"\n\nDEPENDS ON: {', '.join(str(d) for d in job.spec.depends_on)}"
+    if job.dependents:
+        text += f"\n\nDEPENDENTS: {', '.join(job.dependents)}"
     if job.attempt > 1 or job.spec.max_restarts:
         allowed = "cluster default" if job.spec.max_restarts is None else job.spec.max_restarts
         text += f"\n\nATTEMPT: {job.attempt} (restarts allowed: {allowed})"
@@ -139,6 +144,8 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
         "model_dir": job.spec.model_dir,
         "max_restarts": job.spec.max_restarts,
         "preemptible": job.spec.preemptible,
+        "queue": job.spec.queue,
+        "depends_on": [str(d) for d in job.spec.depends_on],
     }
     if with_params:
         spec["params"] = yaml.safe_load(job.spec.params_yaml) if job.spec.params_yaml else {}
@@ -159,12 +166,13 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
                 "systems": list(a.systems),
                 "reason": a.reason,
                 "ended_in": a.ended_in.value,
-                "scheduled_at": _timestamp(a.scheduled_at),
-                "started_at": _timestamp(a.started_at),
-                "ended_at": _timestamp(a.ended_at),
+                "scheduled_at": timestamp(a.scheduled_at),
+                "started_at": timestamp(a.started_at),
+                "ended_at": timestamp(a.ended_at),
             }
             for a in job.attempts
         ],
+        "dependents": list(job.dependents),
         "lease": _lease_document(job),
         "spec": spec,
         "progress": {
@@ -173,12 +181,12 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
             "loss": progress.loss,
             "steps_per_second": progress.steps_per_second,
             "samples_per_second": progress.samples_per_second,
-            "reported_at": _timestamp(progress.reported_at),
+            "reported_at": timestamp(progress.reported_at),
         },
-        "created_at": _timestamp(job.created_at),
-        "updated_at": _timestamp(job.updated_at),
-        "started_at": _timestamp(job.started_at),
-        "finished_at": _timestamp(job.finished_at),
+        "created_at": timestamp(job.created_at),
+        "updated_at": timestamp(job.updated_at),
+        "started_at": timestamp(job.started_at),
+        "finished_at": timestamp(job.finished_at),
         "replicas": [_replica_document(replica) for replica in job.replicas],
     }
 
@@ -219,7 +227,7 @@ def _lease_document(job: Job) -> dict[str, Any] | None:
     return {
         "holder": job.lease.holder,
         "lease_seconds": job.lease.lease_seconds,
-        "expires_at": _timestamp(job.lease.expires_at),
+        "expires_at": timestamp(job.lease.expires_at),
     }
 
 
@@ -250,7 +258,7 @@ def _replica_document(replica: Replica) -> dict[str, Any]:
     }
 
 
-def _timestamp(unix_seconds: float) -> str | None:
+def timestamp(unix_seconds: float) -> str | None:
     if not unix_seconds:
         return None
     moment = datetime.datetime.fromtimestamp(unix_seconds, tz=datetime.UTC)

@@ -18,6 +18,7 @@ import grpc
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.client.auth import with_token
+from appliance.client.cluster_calls import ClusterCalls
 from appliance.client.handle import CancelResult, JobHandle
 from appliance.client.lease import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -26,13 +27,12 @@ from appliance.client.lease import (
     check_lease_timing,
     lease_holder,
 )
-from appliance.client.nodes import NodeStatus, node_event_from_pb, node_from_pb
 from appliance.client.params import ParamsSource, load_params_yaml
 from appliance.client.user_config import DEFAULT_ADDRESS, resolve_token
 from appliance.client.watch import DETACHED_OUTAGE_SECONDS, WatchRetry, watch_job_events
 from appliance.domain.compile import CompileReport
+from appliance.domain.dependencies import Dependency
 from appliance.domain.errors import InvalidSpec
-from appliance.domain.inventory import NodeEvent, NodeState
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.spec import Mode, Priority, validate_labels, validate_spec
 from appliance.protocol import convert
@@ -45,7 +45,7 @@ _T = TypeVar("_T")
 PAGE_SIZE = 1000  # the server caps a ListJobs page at 10,000
 
 
-class ApplianceClient:
+class ApplianceClient(ClusterCalls):
     """A connection to the coordinator's gRPC API (`host:port`).
 
     Example:
@@ -139,6 +139,8 @@ class ApplianceClient:
         detach: bool | None = None,
         max_restarts: int | None = None,
         preemptible: bool = True,
+        queue: str | None = None,
+        depends_on: str | Iterable[str | Dependency] | None = None,
     ) -> JobHandle:
         """Submit a wsjob and return a handle to it.
 
@@ -148,8 +150,9 @@ class ApplianceClient:
         client renews; it is cancelled when the client goes away. `max_restarts`: how often
         the job is restarted from its newest checkpoint after a retryable failure (None: the
         cluster's default). `preemptible=False` (admins only): never preempted by a job of
-        higher priority. Raises InvalidSpec naming the bad field before anything is sent,
-        or the server's error.
+        higher priority. `queue`: the queue to submit to (None: `default`). `depends_on`: jobs
+        it waits for ("wsjob-…" or "afterany:wsjob-…", see domain/dependencies.py). Raises
+        InvalidSpec naming the bad field before anything is sent, or the server's error.
         """
         detached = self.detach if detach is None else detach
         spec = validate_spec(
@@ -162,6 +165,8 @@ class ApplianceClient:
             model_dir=_absolute(model_dir),
             max_restarts=max_restarts,
             preemptible=preemptible,
+            queue=queue,
+            depends_on=[depends_on] if isinstance(depends_on, str) else depends_on,
         )
         request = cluster_pb2.SubmitJobRequest(
             spec=convert.spec_to_pb(spec), user=user or _os_user()
@@ -300,24 +305,6 @@ class ApplianceClient:
             job_id=job_id, set=validate_labels(dict(set or {})), remove=list(remove)
         )
         return convert.job_from_pb(self._call(self._stub.UpdateJobLabels, request))
-
-    def nodes(self) -> list[NodeStatus]:
-        """The pool: every CS-2 system, MemoryX and SwarmX node with its state and holders."""
-        response = self._call(self._stub.ListNodes, cluster_pb2.ListNodesRequest())
-        return [node_from_pb(node) for node in response.nodes]
-
-    def set_node_state(self, name: str, state: str | NodeState, reason: str = "") -> NodeStatus:
-        """Admins: drain a node (`drain`), take it from its jobs (`error`, `maintenance`: each
-        is requeued from its checkpoint or failed, by its restart policy), or put it back
-        (`ok`). Returns the node as it now is."""
-        request = cluster_pb2.SetNodeStateRequest(name=name, state=str(state), reason=reason)
-        return node_from_pb(self._call(self._stub.SetNodeState, request))
-
-    def node_events(self, name: str) -> list[NodeEvent]:
-        """The node's state changes (when, which state, why, by whom), first first."""
-        request = cluster_pb2.GetNodeEventsRequest(name=name)
-        response = self._call(self._stub.GetNodeEvents, request)
-        return [node_event_from_pb(e) for e in response.events]
 
     def logs(
         self, job_id: str, replica: str | None = None, *, follow: bool = False

@@ -92,6 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
         "a signal, a lost node) up to this many times (default: the cluster's, 0 unless set).",
     )
     parser.add_argument(
+        "--job_queue",
+        default=None,
+        help="The queue to submit to (default: default); `csctl get queues` lists them.",
+    )
+    parser.add_argument(
+        "--depends_on",
+        nargs="+",
+        default=[],
+        metavar="[COND:]JOB",
+        help="Run only after these jobs: wsjob-… (it succeeded), or afterany:… (it ended), "
+        "afternotok:… (it failed or was cancelled). A broken dependency cancels the job.",
+    )
+    parser.add_argument(
         "--not_preemptible",
         action="store_true",
         help="Never preempted by a job of higher priority (admins only).",
@@ -236,6 +249,8 @@ def _submit_and_follow(
                 model_dir=args.model_dir,
                 max_restarts=args.max_restarts,
                 preemptible=not args.not_preemptible,
+                queue=args.job_queue,
+                depends_on=args.depends_on,
             )
         except InvalidSpec as exc:
             return _error(exc.message, EXIT_BAD_INPUT)

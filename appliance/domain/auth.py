@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from appliance.domain.errors import PermissionDenied
+from appliance.domain.queues import QueueSpec
 from appliance.domain.spec import JobSpec, Priority
 
 # Who a request is from while authentication is off and it names no user.
@@ -72,4 +73,17 @@ def check_may_submit(principal: Principal, spec: JobSpec) -> None:
         raise PermissionDenied(
             "preemptible false (never preempted) is for admins; leave it unset",
             field="preemptible",
+        )
+
+
+def check_may_submit_to(principal: Principal | None, queue: QueueSpec) -> None:
+    """Raise PermissionDenied naming the queue unless `principal` (None: authentication is
+    off) may submit to it: admins, and members of its groups (anyone, if it names none)."""
+    if principal is None or principal.admin or not queue.groups:
+        return
+    if not set(principal.groups) & set(queue.groups):
+        raise PermissionDenied(
+            f"{principal.user} may not submit to queue {queue.name}: it is for members of "
+            f"{', '.join(queue.groups)}",
+            field="queue",
         )

@@ -98,6 +98,8 @@ class Job:
     retries: int = 0
     # The attempts that ended (full views only), first first.
     attempts: tuple[Attempt, ...] = ()
+    # The jobs that wait for this one (full views only).
+    dependents: tuple[str, ...] = ()
 
 
 class EventKind(enum.StrEnum):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from appliance.domain.plan import ReplicaPlan, Role
+from appliance.domain.queues import DEFAULT_QUEUE
 from appliance.domain.spec import Priority
 
 
@@ -16,6 +17,7 @@ class QueuedJob:
     priority: Priority
     created_at: float
     plan: ReplicaPlan
+    queue: str = DEFAULT_QUEUE
 
     @property
     def order(self) -> tuple[int, float, str]:
@@ -52,3 +54,8 @@ class RunningJob:
     preempted_by: str = ""
     # Its chief can write a checkpoint when asked (it is RUNNING and has a model dir).
     checkpointable: bool = False
+    queue: str = DEFAULT_QUEUE
+    # When its attempt got its resources, and when it was submitted (the youngest borrowers
+    # are reclaimed first).
+    scheduled_at: float = 0.0
+    created_at: float = 0.0

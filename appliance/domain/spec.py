@@ -6,16 +6,18 @@ import dataclasses
 import enum
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
 import yaml
 
 from appliance.domain.bounded_yaml import check_nesting, load_bounded
+from appliance.domain.dependencies import Dependency, parse_dependencies
 from appliance.domain.display import hidden_character
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import parse_params
+from appliance.domain.queues import DEFAULT_QUEUE, validate_queue_name
 
 
 class Mode(enum.StrEnum):
@@ -75,6 +77,9 @@ class JobSpec:
     max_restarts: int | None = None
     # False: never preempted by a job of higher priority (only admins may say so).
     preemptible: bool = True
+    # The queue it is submitted to (domain/queues.py), and the jobs it waits for.
+    queue: str = DEFAULT_QUEUE
+    depends_on: tuple[Dependency, ...] = ()
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -95,6 +100,8 @@ def validate_spec(
     model_dir: str = "",
     max_restarts: int | None = None,
     preemptible: bool = True,
+    queue: str | None = None,
+    depends_on: Iterable[Any] | None = None,
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -149,6 +156,8 @@ def validate_spec(
         model_dir=model_dir,
         max_restarts=max_restarts,
         preemptible=preemptible,
+        queue=validate_queue_name(queue) if queue else DEFAULT_QUEUE,
+        depends_on=parse_dependencies(depends_on),
     )
     spec.__dict__["params"] = params  # seed the cached parse: YAML is parsed once per submit
     return spec

@@ -1,4 +1,9 @@
-"""The scheduler loop: snapshot the queue and the pool, decide with `admit`, apply.
+"""The scheduler loop: snapshot the queues and the pool, decide with `admit`, apply.
+
+A job waiting for other jobs (domain/dependencies.py) is left out of admission with why; one
+whose dependency broke is cancelled here. A queue's head that cannot fit may preempt jobs of
+its queue of lower priority, or, when it would run within its queue's quota, reclaim what
+other queues borrow (scheduler/reclaim.py).
 
 Passes are coalesced: wake-ups that arrive during a pass (a burst of submits) lead to one more
 pass, at most every MIN_PASS_GAP seconds. Plans are kept between passes (they never change) and
@@ -12,17 +17,25 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from appliance.domain.inventory import NodeUsage
+from appliance.domain.dependencies import verdicts
+from appliance.domain.fair_share import Usage, weighted_share
+from appliance.domain.inventory import NodeKind, NodeUsage
+from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan
 from appliance.domain.queue import QueuedJob, RunningJob
+from appliance.domain.queues import Quota, Source, resolve_quotas
 from appliance.scheduler.admission import admit
-from appliance.scheduler.preemption import choose_victims
+from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
+from appliance.scheduler.quotas import QuotaBook
+from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
 from appliance.services.context import Context
 
 log = logging.getLogger(__name__)
 MIN_PASS_GAP = 0.1
+# Links of a dependency chain one pass cancels, when a link breaks.
+MAX_CASCADE = 64
 
 
 class SchedulerLoop:
@@ -53,46 +66,149 @@ class SchedulerLoop:
         self._written = {j: r for j, r in self._written.items() if j in self._plans}
         if not queue:
             return 0
-        usage = await self.ctx.db(store.pool_usage)
-        decision = admit(queue, usage)
-        pending = dict(decision.pending)
-        # Only on a pass that admitted nothing: `usage` is then what the head really faces
-        # (the next pass, at most MIN_PASS_GAP later, sees what this one admitted).
-        preempting = not decision.admitted and self.ctx.settings.preemption_policy != "never"
-        if decision.head is not None and preempting:
-            head = decision.head.job_id
-            pending[head] = await self._preempt_for(decision.head, usage, pending[head])
+        pending, cancelled = await self._dependencies()
+        queue = [job for job in queue if job.job_id not in pending and job.job_id not in cancelled]
         admitted = 0
-        for d in decision.admitted:
-            change = await self.ctx.schedule(d.job_id, d.placements)
-            admitted += change.applied
-            self._plans.pop(d.job_id, None)
-            self._written.pop(d.job_id, None)
+        if queue:
+            admitted = await self._admit(queue, pending)
         changed = {j: r for j, r in pending.items() if self._written.get(j) != r}
         if changed:
             await self.ctx.db(store.set_pending_reasons, changed, self.ctx.clock())
             self._written.update(changed)
         return admitted
 
-    async def _preempt_for(self, head: QueuedJob, usage: Sequence[NodeUsage], waits: str) -> str:
+    async def _admit(self, queue: list[QueuedJob], pending: dict[str, str]) -> int:
+        """Decide on the jobs free to run, apply the decisions, and ask for the preemptions
+        and reclaims the heads need; `pending` gets every waiting job's reason."""
+        store, settings = self.ctx.store, self.ctx.settings
+        now = self.ctx.clock()
+        usage = await self.ctx.db(store.pool_usage)
+        running = await self.ctx.db(store.running_jobs, settings.preemption_min_run_seconds)
+        kinds = {u.node.name: u.node.kind for u in usage}
+        specs = await self.ctx.db(store.queue_specs)
+        if any(q.source is Source.KEPT for q in specs):
+            await self.ctx.db(store.sweep_kept_queues)  # gone once their last job ended
+        quotas = resolve_quotas(
+            specs,
+            sum(1 for u in usage if u.node.kind is NodeKind.SYSTEM),
+            sum(u.node.capacity for u in usage if u.node.kind is NodeKind.MEMORYX),
+            strict=False,  # a pool that shrank under the quotas: schedule on, as best it can
+        )
+        # One queue (none defined) owns the pool: only the pool limits it, as ever.
+        shared = len(quotas) > 1
+        book = QuotaBook(quotas, queue_holdings(running, kinds)) if shared else None
+        shares = await self._shares(quotas, usage, now) if shared else {}
+        decision = admit(queue, usage, book, shares)
+        pending.update(decision.pending)
+        # Only on a pass that admitted nothing: `usage` is then what the heads really face
+        # (the next pass, at most MIN_PASS_GAP later, sees what this one admitted).
+        if not decision.admitted and settings.preemption_policy != "never":
+            for head in decision.heads:
+                job = head.job
+                room = quota_room(job, running, quotas, kinds) if shared else anywhere
+                if head.within_quota and shared:
+                    candidates = borrowers(job, running, quotas, kinds, now)
+                    chosen = choose_victims(
+                        job, running, usage, now, candidates, room, fewest=False
+                    )
+                    if chosen is not None:
+                        pending[job.job_id] = await self._reclaim_for(job, chosen, running, kinds)
+                        continue
+                waits = pending[job.job_id]
+                pending[job.job_id] = await self._preempt_for(job, running, usage, waits, room)
+        admitted = 0
+        for d in decision.admitted:
+            change = await self.ctx.schedule(d.job_id, d.placements)
+            admitted += change.applied
+            self._plans.pop(d.job_id, None)
+            self._written.pop(d.job_id, None)
+        return admitted
+
+    async def _shares(
+        self, quotas: Mapping[str, Quota], usage: Sequence[NodeUsage], now: float
+    ) -> dict[str, float]:
+        """Each queue's weighted fair share (domain/fair_share.py)."""
+        store = self.ctx.store
+        half_life = self.ctx.settings.fair_share_half_life_seconds
+        await self.ctx.db(store.fold_usage, now, half_life)
+        used = await self.ctx.db(store.queue_usage, now, half_life)
+        systems = sum(1 for u in usage if u.node.kind is NodeKind.SYSTEM)
+        memoryx = sum(u.node.capacity for u in usage if u.node.kind is NodeKind.MEMORYX)
+        return {
+            name: weighted_share(used.get(name, Usage()), systems, memoryx, quota.weight)
+            for name, quota in quotas.items()
+        }
+
+    async def _dependencies(self) -> tuple[dict[str, str], set[str]]:
+        """The queued jobs still waiting for others, with why, and the jobs cancelled because
+        a dependency can no longer be met (in one pass, the whole chain after a broken link)."""
+        cancelled: set[str] = set()
+        for _ in range(MAX_CASCADE):
+            states = await self.ctx.db(self.ctx.store.dependency_states)
+            waiting, broken = verdicts(states)
+            if not broken:
+                break
+            for job_id, reason in broken.items():
+                await self.ctx.set_phase(job_id, Phase.CANCELLED, reason, expected=Phase.QUEUED)
+                cancelled.add(job_id)
+        return waiting, cancelled
+
+    async def _reclaim_for(
+        self,
+        head: QueuedJob,
+        chosen: Preemption,
+        running: list[RunningJob],
+        kinds: Mapping[str, NodeKind],
+    ) -> str:
+        """Reclaim for `head`: ask the chosen borrowers to stop; returns its pending reason."""
+        priority, queue = head.priority.name, head.queue
+        reason = f"preempted by {head.job_id} ({priority}): queue {queue} reclaims its quota"
+        await self._request(head, chosen.victims, reason, running)
+        stopping = (*chosen.waiting_for, *chosen.victims)
+        systems = sum(holding(v, kinds).systems for v in stopping)
+        borrowing = sorted({v.queue for v in stopping})
+        names = ", ".join(v.job_id for v in stopping)
+        return (
+            f"waiting to reclaim {systems} system{'s' if systems != 1 else ''} lent to queue "
+            f"{', '.join(borrowing)} ({names})"
+        )
+
+    async def _request(
+        self,
+        head: QueuedJob,
+        victims: Sequence[RunningJob],
+        reason: str,
+        running: list[RunningJob],
+    ) -> None:
+        """Ask each victim to stop (checkpoint first when it can), and count it as stopping
+        for the heads decided after this one."""
+        grace = self.ctx.settings.preemption_grace_seconds
+        for victim in victims:
+            await self.ctx.request_requeue(
+                victim.job_id, victim.attempt, reason,
+                checkpoint_within=grace if victim.checkpointable else 0.0,
+                preempted_by=head.job_id,
+            )  # fmt: skip
+            index = running.index(victim)
+            running[index] = dataclasses.replace(victim, stopping=True, preempted_by=head.job_id)
+
+    async def _preempt_for(
+        self,
+        head: QueuedJob,
+        running: list[RunningJob],
+        usage: Sequence[NodeUsage],
+        waits: str,
+        room: Room,
+    ) -> str:
         """Ask the victims that make room for `head` to stop (checkpoint first when they can);
         returns the head's pending reason: whom it waits for, else `waits` (with the jobs
         that would make room but may not be preempted, when there are)."""
-        settings = self.ctx.settings
         now = self.ctx.clock()
-        running = await self.ctx.db(
-            self.ctx.store.running_jobs, settings.preemption_min_run_seconds
-        )
-        chosen = choose_victims(head, running, usage, now)
+        chosen = choose_victims(head, running, usage, now, room=room)
         if chosen is None:
-            return waits + _exempt(head, running, usage, now)
+            return waits + _exempt(head, running, usage, now, room)
         reason = f"preempted by {head.job_id} ({head.priority.name})"
-        for victim in chosen.victims:
-            grace = settings.preemption_grace_seconds if victim.checkpointable else 0.0
-            await self.ctx.request_requeue(
-                victim.job_id, victim.attempt, reason, checkpoint_within=grace,
-                preempted_by=head.job_id,
-            )  # fmt: skip
+        await self._request(head, chosen.victims, reason, running)
         stopping = (*chosen.waiting_for, *chosen.victims)
         names = ", ".join(f"{v.job_id} ({v.priority.name})" for v in stopping)
         how = "checkpoint and stop" if any(v.checkpointable for v in stopping) else "stop"
@@ -100,7 +216,11 @@ class SchedulerLoop:
 
 
 def _exempt(
-    head: QueuedJob, running: Sequence[RunningJob], usage: Sequence[NodeUsage], now: float
+    head: QueuedJob,
+    running: Sequence[RunningJob],
+    usage: Sequence[NodeUsage],
+    now: float,
+    room: Room,
 ) -> str:
     """What to add to the head's reason when jobs that may not be preempted (opted out, or
     preempted recently) are what keeps it waiting: "; not preempting ...", else ""."""
@@ -110,7 +230,7 @@ def _exempt(
         else r
         for r in running
     ]
-    chosen = choose_victims(head, freed, usage, now)
+    chosen = choose_victims(head, freed, usage, now, room=room)
     if chosen is None or not chosen.victims:
         return ""
     exempt = {r.job_id: r for r in running if not r.preemptible or r.protected_until > now}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from appliance._proto.v1 import cluster_pb2, common_pb2
 from appliance.domain.compile import CompileReport, StreamedUnit
+from appliance.domain.dependencies import parse_dependency
 from appliance.domain.job import (
     Attempt,
     EventKind,
@@ -20,6 +21,7 @@ from appliance.domain.job import (
 )
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
+from appliance.domain.queues import DEFAULT_QUEUE
 from appliance.domain.spec import JobSpec, Mode, Priority
 
 _PHASE_TO_PB = {p: common_pb2.Phase.Value(f"PHASE_{p.value}") for p in Phase}
@@ -79,6 +81,8 @@ def spec_to_pb(spec: JobSpec) -> cluster_pb2.JobSpec:
         model_dir=spec.model_dir,
         max_restarts=spec.max_restarts,
         preemptible=spec.preemptible,
+        queue=spec.queue,
+        depends_on=[str(d) for d in spec.depends_on],
     )
 
 
@@ -95,6 +99,8 @@ def spec_from_pb(msg: cluster_pb2.JobSpec) -> JobSpec:
         model_dir=msg.model_dir,
         max_restarts=msg.max_restarts if msg.HasField("max_restarts") else None,
         preemptible=msg.preemptible if msg.HasField("preemptible") else True,
+        queue=msg.queue or DEFAULT_QUEUE,
+        depends_on=tuple(parse_dependency(d) for d in msg.depends_on),
     )
 
 
@@ -176,6 +182,7 @@ def job_to_pb(job: Job) -> cluster_pb2.Job:
         attempt=job.attempt,
         restarts=job.restarts,
         attempts=[attempt_to_pb(a) for a in job.attempts],
+        dependents=list(job.dependents),
     )
 
 
@@ -209,6 +216,7 @@ def job_from_pb(msg: cluster_pb2.Job) -> Job:
         attempt=msg.attempt,
         restarts=msg.restarts,
         attempts=tuple(attempt_from_pb(a) for a in msg.attempts),
+        dependents=tuple(msg.dependents),
     )
 
 

@@ -1,14 +1,15 @@
 """Preemption: which running jobs make room for the queue's head, a pure function.
 
 Only the head (the first job in queue order that did not fit) may preempt, and only running
-jobs of strictly lower priority that may be preempted (`preemptible`, and not protected: a job
-preempted before runs APPLIANCE_PREEMPTION_MIN_RUN_SECONDS of its next attempt first). Victims
-are chosen to lose the least work: the fewest jobs; among sets of that size, the first in the
-order lowest priority first, then least progress since their newest checkpoint. Sets are
-tried smallest first in that order, up to SEARCH_BUDGET fit checks; past it, candidates are
-taken in that order until the head fits and then every victim the head can do without is
-handed back, the most costly first (the minimal-set pass Kueue makes). Nothing is preempted
-when the head would not fit even with every candidate stopped.
+jobs of its own queue of strictly lower priority that may be preempted (`preemptible`, and
+not protected: a job preempted before runs APPLIANCE_PREEMPTION_MIN_RUN_SECONDS of its next
+attempt first). Victims are chosen to lose the least work: the fewest jobs; among sets of
+that size, the first in the order lowest priority first, then least progress since their
+newest checkpoint. Sets are tried smallest first in that order, up to SEARCH_BUDGET fit
+checks; past it, candidates are taken in that order until the head fits and then every
+victim the head can do without is handed back, the most costly first (the minimal-set pass
+Kueue makes). Nothing is preempted when the head would not fit even with every candidate
+stopped. A reclaim (scheduler/reclaim.py) chooses among other queues' borrowers the same way.
 At fixed priorities two jobs can never preempt each other back and forth: each would need a
 strictly lower priority than the other. When priorities change, a job that was preempted
 runs the minimum run time of its next attempt before it can be preempted again, so no job is
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
 from appliance.domain.queue import QueuedJob, RunningJob
@@ -39,86 +40,105 @@ class Preemption:
     waiting_for: tuple[RunningJob, ...]
 
 
+Room = Callable[[Sequence[RunningJob]], bool]
+
+
+def anywhere(victims: Sequence[RunningJob]) -> bool:
+    """No quota to respect: room is only a matter of fitting the pool."""
+    return True
+
+
 def choose_victims(
-    head: QueuedJob, running: Sequence[RunningJob], pool: Sequence[NodeUsage], now: float
+    head: QueuedJob,
+    running: Sequence[RunningJob],
+    pool: Sequence[NodeUsage],
+    now: float,
+    candidates: Sequence[RunningJob] | None = None,
+    room: Room = anywhere,
+    fewest: bool = True,
 ) -> Preemption | None:
-    """The preemption that lets `head` fit, or None when none does (or none is needed)."""
+    """The preemption that lets `head` fit, or None when none does (or none is needed).
+    `candidates`: the jobs it may stop, in the order to try them (a reclaim's borrowers);
+    by default its own queue's jobs of lower priority that may be preempted. `room(victims)`:
+    whether its queue's quota lets it run once those are gone (besides fitting the pool).
+    `fewest`: prefer the fewest victims over the candidates' order (a reclaim takes them in
+    order, just enough)."""
     usable = {u.node.name for u in pool if u.node.state is NodeState.OK}
     kinds: dict[str, NodeKind] = {u.node.name: u.node.kind for u in pool}
     free = {u.node.name: u.free for u in pool}
     stopping = [r for r in running if r.stopping]
     for job in stopping:
         _give_back(free, job, usable)
-    if _fits(head, free, kinds):
+    if _fits(head, free, kinds) and room(()):
         mine = tuple(r for r in stopping if r.preempted_by == head.job_id)
         return Preemption((), mine) if mine else None
-    candidates = sorted(
-        (
-            r
-            for r in running
-            if not r.stopping
-            and r.preemptible
-            and int(r.priority) > int(head.priority)
-            and r.protected_until <= now
-        ),
-        key=lambda r: (-int(r.priority), r.at_risk, r.job_id),
-    )
-    greedy = _greedy(head, candidates, free, kinds, usable)
+    if candidates is None:
+        candidates = sorted(
+            (
+                r
+                for r in running
+                if not r.stopping
+                and r.queue == head.queue
+                and r.preemptible
+                and int(r.priority) > int(head.priority)
+                and r.protected_until <= now
+            ),
+            key=lambda r: (-int(r.priority), r.at_risk, r.job_id),
+        )
+    search = _Search(head, free, kinds, usable, room)
+    greedy = search.greedy(candidates)
     if greedy is None:
         return None
-    chosen = _smallest(head, candidates, len(greedy), free, kinds, usable) or greedy
+    chosen = (search.smallest(candidates, len(greedy)) if fewest else None) or greedy
     waiting = tuple(r for r in stopping if r.preempted_by == head.job_id)
     return Preemption(tuple(chosen), waiting)
 
 
-def _greedy(
-    head: QueuedJob,
-    candidates: Sequence[RunningJob],
-    free: dict[str, int],
-    kinds: dict[str, NodeKind],
-    usable: set[str],
-) -> list[RunningJob] | None:
-    """Candidates in order until the head fits, then those it can do without handed back."""
-    scratch = dict(free)
-    chosen: list[RunningJob] = []
-    for job in candidates:
-        chosen.append(job)
-        _give_back(scratch, job, usable)
-        if _fits(head, scratch, kinds):
-            break
-    else:
+@dataclasses.dataclass(frozen=True)
+class _Search:
+    """Sets of victims tried for one head: it must fit the pool once they are gone, and
+    `room` must say its quota lets it run."""
+
+    head: QueuedJob
+    free: dict[str, int]
+    kinds: dict[str, NodeKind]
+    usable: set[str]
+    room: Room
+
+    def makes_room(self, victims: Sequence[RunningJob]) -> bool:
+        scratch = dict(self.free)
+        for job in victims:
+            _give_back(scratch, job, self.usable)
+        return _fits(self.head, scratch, self.kinds) and self.room(victims)
+
+    def greedy(self, candidates: Sequence[RunningJob]) -> list[RunningJob] | None:
+        """Candidates in order until the head fits, then those it can do without handed
+        back, the last taken first."""
+        chosen: list[RunningJob] = []
+        for job in candidates:
+            chosen.append(job)
+            if self.makes_room(chosen):
+                break
+        else:
+            return None
+        for job in reversed(chosen[:-1]):
+            without = [j for j in chosen if j is not job]
+            if self.makes_room(without):
+                chosen = without
+        return chosen
+
+    def smallest(self, candidates: Sequence[RunningJob], bound: int) -> list[RunningJob] | None:
+        """The first set (in candidate order) of fewer than `bound` jobs that makes room, if
+        one is found within SEARCH_BUDGET checks."""
+        budget = SEARCH_BUDGET
+        for size in range(1, bound):
+            for group in itertools.combinations(candidates, size):
+                budget -= 1
+                if budget < 0:
+                    return None
+                if self.makes_room(group):
+                    return list(group)
         return None
-    for job in reversed(chosen[:-1]):
-        without = dict(scratch)
-        _give_back(without, job, usable, sign=-1)
-        if _fits(head, without, kinds):
-            chosen.remove(job)
-            scratch = without
-    return chosen
-
-
-def _smallest(
-    head: QueuedJob,
-    candidates: Sequence[RunningJob],
-    bound: int,
-    free: dict[str, int],
-    kinds: dict[str, NodeKind],
-    usable: set[str],
-) -> list[RunningJob] | None:
-    """The first set (in candidate order) of fewer than `bound` jobs that makes room, if one
-    is found within SEARCH_BUDGET fit checks."""
-    budget = SEARCH_BUDGET
-    for size in range(1, bound):
-        for group in itertools.combinations(candidates, size):
-            budget -= 1
-            if budget < 0:
-                return None
-            scratch = dict(free)
-            for job in group:
-                _give_back(scratch, job, usable)
-            if _fits(head, scratch, kinds):
-                return list(group)
-    return None
 
 
 def _fits(head: QueuedJob, free: dict[str, int], kinds: dict[str, NodeKind]) -> bool:

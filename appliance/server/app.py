@@ -18,6 +18,8 @@ from appliance._proto.v1 import cluster_pb2_grpc, control_pb2_grpc
 from appliance.backends.base import Backend, BackendUnavailable
 from appliance.backends.local import LocalBackend
 from appliance.config import InventoryError, Settings
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.queues import resolve_quotas
 from appliance.loops.reconciling import Reconciler
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.server.auth import Authenticator
@@ -31,6 +33,7 @@ from appliance.services.context import Context
 from appliance.services.health import Readiness
 from appliance.services.jobs import JobService
 from appliance.services.logs import LogService
+from appliance.services.queues import apply_queues_file, pool_size
 from appliance.services.replicas import ReplicaService
 from appliance.store.engine import make_engine, migrate
 from appliance.store.jobs import JobStore
@@ -67,6 +70,7 @@ class Coordinator:
             store.sync_pool(s.pool())
         except InventoryError as exc:
             raise StartupError(str(exc)) from None
+        self._apply_queues(store)
         sqlite = self.engine.dialect.name == "sqlite"
         self.executor = ThreadPoolExecutor(1 if sqlite else 8, thread_name_prefix="store")
         # SQLite: one writer thread, and a reader thread that WAL lets run beside it.
@@ -125,6 +129,27 @@ class Coordinator:
         sock = listen_tcp(s.host, s.http_port)
         self.http_port = sock.getsockname()[1]
         self._spawn(self._http.serve(sockets=[sock]))
+
+    def _apply_queues(self, store: JobStore) -> None:
+        """Apply the queues file if it changed (refusing to start on one the pool cannot
+        hold); warn when the stored queues' quotas exceed a pool that shrank (an admin fixes
+        that with csctl queue set while the appliance runs)."""
+        pool = store.pool()
+        if self.settings.queues_file is not None:
+            try:
+                applied = apply_queues_file(store, self.settings.queues_file, pool)
+            except InvalidSpec as exc:
+                raise StartupError(exc.message) from None
+            if applied.applied:
+                log.info("applied the queues file %s", self.settings.queues_file)
+            for name in applied.kept:
+                log.warning("queue %s is not in the queues file but has jobs: kept with no "
+                            "quota until they end", name)  # fmt: skip
+        try:
+            resolve_quotas(store.queue_specs(), *pool_size(pool))
+        except InvalidSpec as exc:
+            log.warning("%s: the default queue gets no quota until the queues are changed",
+                        exc.message)  # fmt: skip
 
     def _spawn(self, coro: object) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro))  # type: ignore[arg-type]

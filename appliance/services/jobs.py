@@ -40,6 +40,7 @@ from appliance.services.job_views import JobViewCache
 from appliance.services.listing import JobListing
 from appliance.services.model_dirs import ModelDirs
 from appliance.services.offload import Offload
+from appliance.services.queues import QueueService
 from appliance.store.jobs import NewJob
 
 MAX_LEASE_SECONDS = 86_400.0
@@ -60,6 +61,7 @@ class JobService:
         self._views = JobViewCache()
         self._offload = Offload()
         self.model_dirs = ModelDirs(ctx.settings.model_dirs, ctx.settings.model_dirs_allowed)
+        self.queues = QueueService(ctx)
 
     async def submit(
         self,
@@ -85,6 +87,8 @@ class JobService:
             check_may_submit(by, spec)
             user = by.user
         validate_user(user)
+        await self.queues.check_submit(spec.queue, by)
+        await self._check_dependencies(spec)
         if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
             raise InvalidSpec(
                 f"lease_seconds must be between 0 (detached) and {MAX_LEASE_SECONDS:.0f}",
@@ -95,6 +99,7 @@ class JobService:
         plan, resume = await self._offload.run(
             size, "params", plan_submission, spec, await self._pool()
         )
+        await self.queues.check_can_run(spec.queue, plan)
         job_id = new_job_id()
         spec = await asyncio.to_thread(self.model_dirs.place, spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
@@ -102,6 +107,20 @@ class JobService:
         job = await self._batcher.write(new)
         self.ctx.bus.wake_scheduler()
         return job
+
+    async def _check_dependencies(self, spec: JobSpec) -> None:
+        """Every job the spec depends on exists (so no cycle can ever be made)."""
+        ids = [d.job_id for d in spec.depends_on]
+        if not ids:
+            return
+        found = await self.ctx.read(self.ctx.store.existing_jobs, ids)
+        missing = [job_id for job_id in ids if job_id not in found]
+        if missing:
+            raise InvalidSpec(
+                f"depends_on names {missing[0]}, which is not a job; depend only on jobs that "
+                "were submitted",
+                field="depends_on",
+            )
 
     async def validate(self, **fields: Any) -> JobSpec:
         """validate_spec(**fields), off the event loop when the params are large

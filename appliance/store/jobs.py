@@ -24,6 +24,7 @@ from appliance.domain.queue import Placement
 from appliance.domain.spec import JobSpec, Priority, validate_labels
 from appliance.store.attempts import AttemptStore
 from appliance.store.base import in_chunks
+from appliance.store.dependencies import DependencyStore
 from appliance.store.listing import JobOwner as JobOwner
 from appliance.store.listing import ListingStore
 from appliance.store.phase_writes import PhaseChange as PhaseChange
@@ -31,6 +32,7 @@ from appliance.store.phase_writes import PhaseMove as PhaseMove
 from appliance.store.phase_writes import write_phases
 from appliance.store.pool import PoolStore
 from appliance.store.queue import QueueStore
+from appliance.store.queue_defs import QueueDefStore
 from appliance.store.replicas import ReplicaStore
 from appliance.store.requeues import RequeueStore
 from appliance.store.rows import (
@@ -45,12 +47,14 @@ from appliance.store.rows import (
 )
 from appliance.store.tables import (
     ACTIVE_PHASES_SQL,
+    JobDependencyRow,
     JobEventRow,
     JobLabelRow,
     JobRow,
     PlacementRow,
     ReplicaRow,
 )
+from appliance.store.usage import UsageStore
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +78,17 @@ _REPLICAS_OF = select(*ReplicaRow.__table__.columns).where(
 )
 
 
-class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore, RequeueStore, ReplicaStore):
+class JobStore(
+    PoolStore,
+    QueueStore,
+    ListingStore,
+    AttemptStore,
+    RequeueStore,
+    ReplicaStore,
+    QueueDefStore,
+    DependencyStore,
+    UsageStore,
+):
     """The store of jobs: this part holds jobs, phases (the one writer), replicas, priority,
     labels, leases and events."""
 
@@ -99,6 +113,8 @@ class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore, RequeueStore, 
                 "lease_expires_at": now + n.lease_seconds if n.lease_seconds else 0.0,
                 "lease_holder": n.lease_holder, "groups": list(n.groups),
                 "max_restarts": n.spec.max_restarts, "preemptible": n.spec.preemptible,
+                "queue": n.spec.queue, "account_group": n.groups[0] if n.groups else "",
+                "queued_at": now,
             }
             for n in new
         ]  # fmt: skip
@@ -112,10 +128,24 @@ class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore, RequeueStore, 
              "to_phase": Phase.QUEUED.value, "reason": f"submitted by {n.user}"}
             for n in new
         ]  # fmt: skip
+        dependencies = [
+            {"job_id": n.job_id, "depends_on": d.job_id, "condition": d.condition.value}
+            for n in new
+            for d in n.spec.depends_on
+        ]
         with self.engine.begin() as conn:
             conn.execute(insert(JobRow), jobs)
             if labels:
                 conn.execute(insert(JobLabelRow), labels)
+            if dependencies:
+                conn.execute(insert(JobDependencyRow), dependencies)
+                # Their full views now list one more dependent.
+                depended = sorted({d["depends_on"] for d in dependencies})
+                conn.execute(
+                    update(JobRow)
+                    .where(JobRow.id.in_(depended))
+                    .values(version=JobRow.version + 1)
+                )
             conn.execute(insert(JobEventRow), events)
         return [
             Job(id=n.job_id, user=n.user, spec=n.spec, phase=Phase.QUEUED, created_at=now,
@@ -143,8 +173,9 @@ class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore, RequeueStore, 
                 )
             position = 0
             if row.phase == Phase.QUEUED.value:
-                position = self._queue_position(s, row.priority, row.created_at, row.id)
+                position = self._queue_position(s, row.priority, row.created_at, row.id, row.queue)
             job = job_from_row(row, row.params_yaml, sorted_replicas(replicas), position)
+            job = self._with_dependencies(s, job)
             if row.restarts:  # the attempts it ended to run again, and how the last one went
                 job = dataclasses.replace(job, attempts=tuple(self._attempts(s, job_id)))
             return job, row.version
@@ -162,7 +193,7 @@ class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore, RequeueStore, 
                 for r in conn.execute(_FULL_VIEWS_OF, {"ids": chunk}):
                     position = 0
                     if r.phase == Phase.QUEUED.value:
-                        position = self._queue_position(s, r.priority, r.created_at, r.id)
+                        position = self._queue_position(s, r.priority, r.created_at, r.id, r.queue)
                     own = sorted_replicas(tuple(replicas.get(r.id, ())))
                     found.append(job_from_row(r, r.params_yaml, own, position))
         return found
@@ -172,16 +203,16 @@ class JobStore(PoolStore, QueueStore, ListingStore, AttemptStore, RequeueStore, 
         against (the position moves with other jobs, without this job's version)."""
         with self._sessions() as s:
             found = s.execute(
-                select(JobRow.version, JobRow.phase, JobRow.priority, JobRow.created_at).where(
-                    JobRow.id == job_id
-                )
+                select(
+                    JobRow.version, JobRow.phase, JobRow.priority, JobRow.created_at, JobRow.queue
+                ).where(JobRow.id == job_id)
             ).first()
             if found is None:
                 raise job_not_found(job_id)
-            version, phase, priority, created_at = found
+            version, phase, priority, created_at, queue = found
             position = 0
             if phase == Phase.QUEUED.value:
-                position = self._queue_position(s, priority, created_at, job_id)
+                position = self._queue_position(s, priority, created_at, job_id, queue)
             return int(version), position
 
     def jobs_in(self, phases: Iterable[Phase]) -> list[Job]:

@@ -17,14 +17,33 @@ import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, bindparam, delete, insert, select, update
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    ScalarSelect,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.sql.dml import ReturningUpdate
 
 from appliance.domain.errors import NotFound, job_not_found
+from appliance.domain.inventory import NodeKind
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Outcome, Phase, check_move
 from appliance.store.base import in_chunks
-from appliance.store.tables import AttemptRow, JobEventRow, JobRow, PlacementRow, ReplicaRow
+from appliance.store.tables import (
+    AttemptRow,
+    JobEventRow,
+    JobRow,
+    NodeRow,
+    PlacementRow,
+    ReplicaRow,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,20 +78,38 @@ _LOCK = (
     .with_for_update()
 )
 _RECORD = insert(JobEventRow).returning(JobEventRow.job_id, JobEventRow.seq)
-# The attempt the jobs `ids` just ended, as the move left their rows (attempt, times, systems).
+
+
+def _held(kind: NodeKind, amount: ColumnElement[int]) -> ScalarSelect[int]:
+    """What the job holds of nodes of `kind` (its placements, not yet released)."""
+    return (
+        select(func.coalesce(amount, 0))
+        .select_from(PlacementRow)
+        .join(NodeRow, NodeRow.name == PlacementRow.node)
+        .where(PlacementRow.job_id == JobRow.id, NodeRow.kind == kind.value)
+        .scalar_subquery()
+    )
+
+
+# The attempt the jobs `ids` just ended, as the move left their rows (attempt, times, systems,
+# what it held) and why.
 _RECORD_ATTEMPT = insert(AttemptRow).from_select(
     ["job_id", "attempt", "scheduled_at", "started_at", "ended_at", "systems", "reason",
-     "ended_in", "resumed_from"],
+     "ended_in", "resumed_from", "queued_at", "system_count", "memoryx_bytes", "preempted_by"],
     select(
         JobRow.id, JobRow.attempt, JobRow.scheduled_at, JobRow.started_at,
         bindparam("b_now"), JobRow.systems, bindparam("b_reason"), JobRow.phase,
-        JobRow.resumed_from,
+        JobRow.resumed_from, JobRow.queued_at, _held(NodeKind.SYSTEM, func.count()),
+        _held(NodeKind.MEMORYX, func.sum(PlacementRow.amount)), JobRow.preempted_by,
     ).where(JobRow.id.in_(bindparam("ids", expanding=True))),
 )  # fmt: skip
 _DROP_REPLICAS = delete(ReplicaRow).where(ReplicaRow.job_id.in_(bindparam("ids", expanding=True)))
-# A requeued job holds no system any more (its attempt row keeps the ones it had).
-_FORGET_SYSTEMS = (
-    update(JobRow).where(JobRow.id.in_(bindparam("ids", expanding=True))).values(systems="")
+# A requeued job holds no system any more (its attempt row keeps the ones it had) and waits
+# in the queue again from now.
+_REQUEUED = (
+    update(JobRow)
+    .where(JobRow.id.in_(bindparam("ids", expanding=True)))
+    .values(systems="", queued_at=bindparam("b_now"))
 )
 
 
@@ -179,7 +216,7 @@ def _write(
                     conn.execute(_RECORD_ATTEMPT, attempt)
                     if target is Phase.QUEUED:
                         conn.execute(_DROP_REPLICAS, {"ids": part})
-                        conn.execute(_FORGET_SYSTEMS, {"ids": part})
+                        conn.execute(_REQUEUED, {"ids": part, "b_now": now})
     for chunk in in_chunks(released):
         conn.execute(_RELEASE, {"ids": chunk})
     if not written:
@@ -210,6 +247,7 @@ def _move_stmt(target: Phase, extra: tuple[str, ...]) -> ReturningUpdate[str]:
         values["scheduled_at"] = now
         values["started_at"] = 0.0
         values["resumed_from"] = 0
+        values["preempted_by"] = ""  # kept with the attempt a preemption ended until now
     if target is Phase.RUNNING:
         values["started_at"] = now
     if target in TERMINAL:
@@ -222,7 +260,7 @@ def _move_stmt(target: Phase, extra: tuple[str, ...]) -> ReturningUpdate[str]:
     else:
         values["pending_reason"] = ""
     if target not in HOLDS_RESOURCES:  # a requeue asked for is done (or moot)
-        values.update(stop_reason="", checkpoint_by=0.0, checkpoint_step=None, preempted_by="")
+        values.update(stop_reason="", checkpoint_by=0.0, checkpoint_step=None)
     return (
         update(JobRow)
         .where(

@@ -1,7 +1,8 @@
 """The queue in the store: queued jobs in queue order, positions, pending reasons.
 
-Queue order is (priority, submit time, id), the index ix_jobs_queue; on SQLite a position is
-counted with an index hint, which its planner would not pick by itself.
+Queue order is (priority, submit time, id), the index ix_jobs_queue; a job's position is its
+place among the queued jobs of its own queue (APPLIANCE queues, domain/queues.py). On SQLite
+a position is counted with an index hint, which its planner would not pick by itself.
 """
 
 from __future__ import annotations
@@ -24,22 +25,26 @@ _PRIORITIES = {int(p): p for p in Priority}  # a dict lookup, not an Enum call, 
 
 _QUEUE_AHEAD_SQLITE = text(
     "SELECT count(*) FROM jobs INDEXED BY ix_jobs_queue WHERE phase = 'QUEUED' "
-    "AND (priority, created_at, id) < (:priority, :created_at, :id)"
+    "AND (priority, created_at, id) < (:priority, :created_at, :id) AND queue = :queue"
 )
 
 
 _QUEUE_ORDER = (
-    select(JobRow.id).where(QUEUED_SQL).order_by(JobRow.priority, JobRow.created_at, JobRow.id)
+    select(JobRow.id, JobRow.queue)
+    .where(QUEUED_SQL)
+    .order_by(JobRow.priority, JobRow.created_at, JobRow.id)
 )
 
 
 class QueueStore(StoreBase):
     """JobStore's part for the queue."""
 
-    def _queue_position(self, s: Session, priority: int, created_at: float, job_id: str) -> int:
-        """1 + the queued jobs ahead in queue order, counted on the queue index: the cost grows
-        with the position, not with the length of the queue."""
-        ahead_of = {"priority": priority, "created_at": created_at, "id": job_id}
+    def _queue_position(
+        self, s: Session, priority: int, created_at: float, job_id: str, queue: str
+    ) -> int:
+        """1 + the jobs ahead in its queue, in queue order, counted on the queue index: the cost
+        grows with the position, not with the length of the queue."""
+        ahead_of = {"priority": priority, "created_at": created_at, "id": job_id, "queue": queue}
         if self.engine.dialect.name == "sqlite":
             # SQLite's planner picks ix_jobs_phase (every queued row) unless told otherwise.
             ahead = s.execute(_QUEUE_AHEAD_SQLITE, ahead_of).scalar()
@@ -51,6 +56,7 @@ class QueueStore(StoreBase):
                     QUEUED_SQL,
                     tuple_(JobRow.priority, JobRow.created_at, JobRow.id)
                     < tuple_(priority, created_at, job_id),
+                    JobRow.queue == queue,
                 )
             )
         return int(ahead or 0) + 1
@@ -59,11 +65,11 @@ class QueueStore(StoreBase):
         """The position the job would take in the queue now (its submit time orders it)."""
         with self._sessions() as s:
             row = s.execute(
-                select(JobRow.priority, JobRow.created_at).where(JobRow.id == job_id)
+                select(JobRow.priority, JobRow.created_at, JobRow.queue).where(JobRow.id == job_id)
             ).first()
             if row is None:
                 return 0
-            return self._queue_position(s, row.priority, row.created_at, job_id)
+            return self._queue_position(s, row.priority, row.created_at, job_id, row.queue)
 
     def queue_positions(self, job_ids: Iterable[str]) -> dict[str, int]:
         """1-based queue positions of those of the given jobs that are QUEUED, all from one read
@@ -72,8 +78,13 @@ class QueueStore(StoreBase):
         wanted = set(job_ids)
         if not wanted:
             return {}
-        order = self._driver_rows(_QUEUE_ORDER)
-        return {row[0]: n for n, row in enumerate(order, 1) if row[0] in wanted}
+        positions: dict[str, int] = {}
+        counts: dict[str, int] = {}
+        for job_id, queue in self._driver_rows(_QUEUE_ORDER):
+            counts[queue] = counts.get(queue, 0) + 1
+            if job_id in wanted:
+                positions[job_id] = counts[queue]
+        return positions
 
     def queued_jobs(self, known: Mapping[str, ReplicaPlan] | None = None) -> list[QueuedJob]:
         """The queue snapshot the scheduler decides on, in queue order.
@@ -83,7 +94,7 @@ class QueueStore(StoreBase):
         """
         known = known or {}
         order = (
-            select(JobRow.id, JobRow.priority, JobRow.created_at)
+            select(JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue)
             .where(QUEUED_SQL)
             .order_by(JobRow.priority, JobRow.created_at, JobRow.id)
         )
@@ -97,8 +108,8 @@ class QueueStore(StoreBase):
                     plans.update((i, plan_from_json(plan)) for i, plan in s.execute(stmt))
         priorities = _PRIORITIES
         return [
-            QueuedJob(job_id, priorities[prio], created, plans[job_id])
-            for job_id, prio, created in rows
+            QueuedJob(job_id, priorities[prio], created, plans[job_id], queue)
+            for job_id, prio, created, queue in rows
             if job_id in plans
         ]
 

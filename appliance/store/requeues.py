@@ -104,13 +104,16 @@ class RequeueStore(StoreBase):
 
     def withdraw_moot_preemptions(self, now: float) -> list[JobEvent]:
         """Preemptions still waiting for the victim's checkpoint whose preemptor no longer
-        waits (cancelled, or started elsewhere) or no longer has the higher priority: the
-        victims go on as if never asked. Returns the events recorded on them."""
+        waits (cancelled, or started elsewhere) or, preempting by priority (within its queue),
+        no longer has the higher priority: the victims go on as if never asked. (A reclaim,
+        by a job of another queue, does not go by priority.) Returns the events recorded on
+        them."""
         victim, preemptor = aliased(JobRow), aliased(JobRow)
         stmt = (
             select(
-                victim.id, victim.phase, victim.priority, victim.preempted_by,
+                victim.id, victim.phase, victim.priority, victim.preempted_by, victim.queue,
                 preemptor.phase.label("by_phase"), preemptor.priority.label("by_priority"),
+                preemptor.queue.label("by_queue"),
             )
             .join(preemptor, preemptor.id == victim.preempted_by, isouter=True)
             .where(
@@ -123,7 +126,7 @@ class RequeueStore(StoreBase):
             for row in s.execute(stmt).all():
                 if row.by_phase != Phase.QUEUED.value:
                     why = f"{row.preempted_by} is {(row.by_phase or 'gone').lower()}"
-                elif row.by_priority >= row.priority:
+                elif row.by_queue == row.queue and row.by_priority >= row.priority:
                     why = f"{row.preempted_by} no longer has the higher priority"
                 else:
                     continue
@@ -256,7 +259,7 @@ class RequeueStore(StoreBase):
             JobRow.id, JobRow.priority, JobRow.preemptible, JobRow.preemptions, JobRow.phase,
             JobRow.attempt,
             JobRow.started_at, JobRow.scheduled_at, JobRow.progress, JobRow.stop_reason,
-            JobRow.preempted_by, JobRow.model_dir,
+            JobRow.preempted_by, JobRow.model_dir, JobRow.queue, JobRow.created_at,
         ).where(JobRow.phase.in_(_HOLDING))  # fmt: skip
         holdings: dict[str, list[tuple[str, int]]] = {}
         with self._sessions() as s:
@@ -286,6 +289,9 @@ class RequeueStore(StoreBase):
                     stopping=bool(r.stop_reason),
                     preempted_by=r.preempted_by,
                     checkpointable=r.phase == Phase.RUNNING.value and bool(r.model_dir),
+                    queue=r.queue,
+                    scheduled_at=r.scheduled_at,
+                    created_at=r.created_at,
                 )
             )
         return running

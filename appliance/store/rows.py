@@ -21,7 +21,7 @@ SUMMARY = (
     JobRow.systems, JobRow.created_at, JobRow.updated_at, JobRow.started_at, JobRow.finished_at,
     JobRow.progress, JobRow.lease_seconds, JobRow.lease_expires_at, JobRow.lease_holder,
     JobRow.groups, JobRow.attempt, JobRow.max_restarts, JobRow.restarts,
-    JobRow.preemptible, JobRow.retries,
+    JobRow.preemptible, JobRow.retries, JobRow.queue,
 )  # fmt: skip
 
 
@@ -33,7 +33,7 @@ def job_from_row(
     spec = JobSpec(
         params_yaml=params_yaml, num_csx=r.num_csx, num_steps=r.num_steps, mode=Mode(r.mode),
         labels=dict(r.labels or {}), priority=Priority(r.priority), model_dir=r.model_dir,
-        max_restarts=r.max_restarts, preemptible=r.preemptible,
+        max_restarts=r.max_restarts, preemptible=r.preemptible, queue=r.queue,
     )  # fmt: skip
     return Job(
         id=r.id, user=r.user, spec=spec, phase=Phase(r.phase), created_at=r.created_at,

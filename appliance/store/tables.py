@@ -14,6 +14,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    false,
     text,
     true,
 )
@@ -89,6 +90,11 @@ class JobRow(Base):
     resumed_from: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # Restarts its restart policy allowed (after failures; preemptions do not count).
     retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The queue it was submitted to; the group its usage is charged to (its owner's first).
+    queue: Mapped[str] = mapped_column(String(63), default="default", server_default="default")
+    account_group: Mapped[str] = mapped_column(String(253), default="", server_default="")
+    # When its current wait in the queue began (submit, or the last requeue).
+    queued_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),
@@ -103,6 +109,8 @@ class JobRow(Base):
             "ix_jobs_queue", "priority", "created_at", "id",
             sqlite_where=QUEUED_SQL, postgresql_where=QUEUED_SQL,
         ),
+        Index("ix_jobs_queue_name", "queue"),
+        Index("ix_jobs_finished_at", "finished_at"),
     )  # fmt: skip
 
 
@@ -165,6 +173,71 @@ class AttemptRow(Base):
     reason: Mapped[str] = mapped_column(Text)
     ended_in: Mapped[str] = mapped_column(String(16))  # QUEUED (requeued) or a terminal phase
     resumed_from: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # When it began to wait (submit or requeue): its queue wait is scheduled_at - queued_at.
+    queued_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # What it held: CS-2 systems and MemoryX bytes (usage is these times its duration).
+    system_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    memoryx_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # The job whose preemption ended it ("": it was not preempted).
+    preempted_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # Its usage is in its queue's fair-share usage (store/queue_defs.py folds it in once).
+    folded: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+    __table_args__ = (
+        Index("ix_job_attempts_ended_at", "ended_at"),
+        Index("ix_job_attempts_folded", "folded"),
+    )
+
+
+class JobDependencyRow(Base):
+    """A job waits for another to end (`condition`: afterok, afterany or afternotok)."""
+
+    __tablename__ = "job_dependencies"
+
+    job_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    depends_on: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+    condition: Mapped[str] = mapped_column(String(16))
+
+
+class QueueRow(Base):
+    """An admin-defined queue (domain/queues.py says what each field means)."""
+
+    __tablename__ = "queues"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    systems: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    memoryx_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    weight: Mapped[float] = mapped_column(Float)
+    borrow_systems: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    borrow_memoryx_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    lend: Mapped[bool] = mapped_column(Boolean)
+    groups: Mapped[list[str]] = mapped_column(JSON)
+    # "file" (the queues file) or "admin" (set at run time; updated_by says who).
+    source: Mapped[str] = mapped_column(String(16))
+    updated_by: Mapped[str] = mapped_column(String(253), default="", server_default="")
+    updated_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+
+
+class QueueUsageRow(Base):
+    """A queue's fair-share usage of ended attempts, decayed to `as_of`."""
+
+    __tablename__ = "queue_usage"
+
+    queue: Mapped[str] = mapped_column(String(63), primary_key=True)
+    system_seconds: Mapped[float] = mapped_column(Float)
+    memoryx_byte_seconds: Mapped[float] = mapped_column(Float)
+    as_of: Mapped[float] = mapped_column(Float)
+
+
+class ClusterMetaRow(Base):
+    """Small facts about the cluster's configuration (the queues file last applied)."""
+
+    __tablename__ = "cluster_meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
 
 
 class NodeRow(Base):

@@ -12,12 +12,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from appliance.config import Settings, read_inventory
-from appliance.domain.inventory import NodeKind
+from appliance.domain.inventory import Node, NodeKind
+from appliance.domain.queues import parse_queues_document, resolve_quotas
 from tests.deploy.chart import (
     CHART,
     KUBERNETES_VERSIONS,
@@ -206,12 +208,9 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
 
     sources = r.volume("/etc/appliance")["projected"]["sources"]
     inventory_map = r.one("ConfigMap", "-inventory")
-    assert {
-        "configMap": {
-            "name": inventory_map["metadata"]["name"],
-            "items": [_item("inventory.yaml")],
-        }
-    } in sources
+    projected = next(s["configMap"] for s in sources if "configMap" in s)
+    assert projected["name"] == inventory_map["metadata"]["name"]
+    assert _item("inventory.yaml") in projected["items"]
     assert env["APPLIANCE_INVENTORY_FILE"] == "/etc/appliance/inventory.yaml"
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(inventory_map["data"]["inventory.yaml"])
@@ -235,6 +234,7 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
         inventory, memoryx_bytes=settings.memoryx_bytes, swarmx_ports=settings.swarmx_ports
     )
     assert pool == settings.pool()
+    _check_queues(r, env, sources, pool, values)
     by_kind = [[n.name for n in pool if n.kind is kind] for kind in NodeKind]
     assert tuple(len(names) for names in by_kind) == counts
     if values == "default":
@@ -315,3 +315,25 @@ def test_notes_say_how_to_connect(helm: Helm, values: str) -> None:
 
 def _item(key: str) -> dict[str, str]:
     return {"key": key, "path": key}
+
+
+def _check_queues(
+    r: Rendered, env: dict[str, str], sources: list[Any], pool: list[Node], values: str
+) -> None:
+    """Queues in the values become a queues file the coordinator accepts for that pool."""
+    data = r.one("ConfigMap", "-inventory")["data"]
+    assert env["APPLIANCE_QUEUES_FILE"] == "/etc/appliance/queues.yaml"
+    items = next(s["configMap"]["items"] for s in sources if "configMap" in s)
+    assert _item("queues.yaml") in items
+    specs = parse_queues_document(yaml.safe_load(data["queues.yaml"]))
+    if values == "default":  # no queues: an empty file, so the values are what the queues are
+        assert specs == []
+        return
+    systems = sum(1 for n in pool if n.kind is NodeKind.SYSTEM)
+    memoryx = sum(n.capacity for n in pool if n.kind is NodeKind.MEMORYX)
+    quotas = resolve_quotas(specs, systems, memoryx)
+    assert (quotas["nlp"].systems, quotas["vision"].systems, quotas["default"].systems) == (
+        32, 16, 16,
+    )  # fmt: skip
+    assert quotas["vision"].memoryx_bytes == 256 << 30 and not quotas["vision"].lend
+    assert quotas["vision"].borrow_systems == 8 and quotas["nlp"].weight == 2

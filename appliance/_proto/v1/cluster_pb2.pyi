@@ -70,6 +70,8 @@ class JobSpec(_message.Message):
     MODEL_DIR_FIELD_NUMBER: _builtins.int
     MAX_RESTARTS_FIELD_NUMBER: _builtins.int
     PREEMPTIBLE_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
     params_yaml: _builtins.str
     """The params YAML (Model Zoo style: model, train_input, optimizer, runconfig sections)."""
     num_csx: _builtins.int
@@ -85,8 +87,14 @@ class JobSpec(_message.Message):
     """Unset or true: a job of higher priority may preempt this one (checkpoint, requeue, exact
     resume). Only admins may submit a job that is never preempted (false).
     """
+    queue: _builtins.str
+    """The queue it is submitted to; empty: `default`."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Jobs it waits for: "wsjob-…" (afterok), or "afterok:…", "afterany:…", "afternotok:…"."""
+
     def __init__(
         self,
         *,
@@ -99,10 +107,12 @@ class JobSpec(_message.Message):
         model_dir: _builtins.str = ...,
         max_restarts: _builtins.int | None = ...,
         preemptible: _builtins.bool | None = ...,
+        queue: _builtins.str = ...,
+        depends_on: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "max_restarts", b"max_restarts", "preemptible", b"preemptible"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "depends_on", b"depends_on", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_restarts: _TypeAlias = _typing.Literal["max_restarts"]  # noqa: Y015
     _WhichOneofArgType__max_restarts: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts"]  # noqa: Y015
@@ -245,6 +255,7 @@ class Job(_message.Message):
     ATTEMPT_FIELD_NUMBER: _builtins.int
     RESTARTS_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
+    DEPENDENTS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     user: _builtins.str
     phase: _common_pb2.Phase.ValueType
@@ -282,6 +293,10 @@ class Job(_message.Message):
     def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Attempt]:
         """The attempts that ended, first first (GetJob of a job that restarted)."""
 
+    @_builtins.property
+    def dependents(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The jobs waiting for this one (GetJob)."""
+
     def __init__(
         self,
         *,
@@ -303,10 +318,11 @@ class Job(_message.Message):
         attempt: _builtins.int = ...,
         restarts: _builtins.int = ...,
         attempts: _abc.Iterable[Global___Attempt] | None = ...,
+        dependents: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1141,3 +1157,356 @@ class CompileReport(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompileReport: _TypeAlias = CompileReport  # noqa: Y015
+
+@_typing.final
+class ListQueuesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListQueuesRequest: _TypeAlias = ListQueuesRequest  # noqa: Y015
+
+@_typing.final
+class Queue(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    QUOTA_SYSTEMS_FIELD_NUMBER: _builtins.int
+    QUOTA_MEMORYX_BYTES_FIELD_NUMBER: _builtins.int
+    WEIGHT_FIELD_NUMBER: _builtins.int
+    BORROW_SYSTEMS_FIELD_NUMBER: _builtins.int
+    BORROW_MEMORYX_BYTES_FIELD_NUMBER: _builtins.int
+    LEND_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    UPDATED_BY_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    USED_SYSTEMS_FIELD_NUMBER: _builtins.int
+    USED_MEMORYX_BYTES_FIELD_NUMBER: _builtins.int
+    BORROWED_SYSTEMS_FIELD_NUMBER: _builtins.int
+    LENT_SYSTEMS_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    SHARE_FIELD_NUMBER: _builtins.int
+    WEIGHTED_SHARE_FIELD_NUMBER: _builtins.int
+    SYSTEMS_FIELD_NUMBER: _builtins.int
+    MEMORYX_BYTES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    quota_systems: _builtins.int
+    """Its nominal quota (the default queue: what no other queue's quota holds)."""
+    quota_memoryx_bytes: _builtins.int
+    weight: _builtins.float
+    borrow_systems: _builtins.int
+    """How much it may borrow beyond its quota; unset: no limit."""
+    borrow_memoryx_bytes: _builtins.int
+    lend: _builtins.bool
+    """It lends its idle quota to other queues."""
+    source: _builtins.str
+    """"file", "admin" or "builtin", and who changed it last, when."""
+    updated_by: _builtins.str
+    updated_at: _builtins.float
+    used_systems: _builtins.int
+    used_memoryx_bytes: _builtins.int
+    borrowed_systems: _builtins.int
+    lent_systems: _builtins.int
+    pending: _builtins.int
+    running: _builtins.int
+    share: _builtins.float
+    """Its part (0..1) of the cohort's recent usage; weighted_share orders the queues that
+    borrow (lowest first).
+    """
+    weighted_share: _builtins.float
+    systems: _builtins.int
+    """As defined: the quota asked for (unset: the default queue's remainder; MemoryX unset:
+    the share that goes with the systems).
+    """
+    memoryx_bytes: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Who may submit to it (empty: anyone)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        quota_systems: _builtins.int = ...,
+        quota_memoryx_bytes: _builtins.int = ...,
+        weight: _builtins.float = ...,
+        borrow_systems: _builtins.int | None = ...,
+        borrow_memoryx_bytes: _builtins.int | None = ...,
+        lend: _builtins.bool = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        source: _builtins.str = ...,
+        updated_by: _builtins.str = ...,
+        updated_at: _builtins.float = ...,
+        used_systems: _builtins.int = ...,
+        used_memoryx_bytes: _builtins.int = ...,
+        borrowed_systems: _builtins.int = ...,
+        lent_systems: _builtins.int = ...,
+        pending: _builtins.int = ...,
+        running: _builtins.int = ...,
+        share: _builtins.float = ...,
+        weighted_share: _builtins.float = ...,
+        systems: _builtins.int | None = ...,
+        memoryx_bytes: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "memoryx_bytes", b"memoryx_bytes", "systems", b"systems"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "borrowed_systems", b"borrowed_systems", "groups", b"groups", "lend", b"lend", "lent_systems", b"lent_systems", "memoryx_bytes", b"memoryx_bytes", "name", b"name", "pending", b"pending", "quota_memoryx_bytes", b"quota_memoryx_bytes", "quota_systems", b"quota_systems", "running", b"running", "share", b"share", "source", b"source", "systems", b"systems", "updated_at", b"updated_at", "updated_by", b"updated_by", "used_memoryx_bytes", b"used_memoryx_bytes", "used_systems", b"used_systems", "weight", b"weight", "weighted_share", b"weighted_share"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__borrow_memoryx_bytes: _TypeAlias = _typing.Literal["borrow_memoryx_bytes"]  # noqa: Y015
+    _WhichOneofArgType__borrow_memoryx_bytes: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__borrow_systems: _TypeAlias = _typing.Literal["borrow_systems"]  # noqa: Y015
+    _WhichOneofArgType__borrow_systems: _TypeAlias = _typing.Literal["_borrow_systems", b"_borrow_systems"]  # noqa: Y015
+    _WhichOneofReturnType__memoryx_bytes: _TypeAlias = _typing.Literal["memoryx_bytes"]  # noqa: Y015
+    _WhichOneofArgType__memoryx_bytes: _TypeAlias = _typing.Literal["_memoryx_bytes", b"_memoryx_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__systems: _TypeAlias = _typing.Literal["systems"]  # noqa: Y015
+    _WhichOneofArgType__systems: _TypeAlias = _typing.Literal["_systems", b"_systems"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_memoryx_bytes) -> _WhichOneofReturnType__borrow_memoryx_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_systems) -> _WhichOneofReturnType__borrow_systems | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__memoryx_bytes) -> _WhichOneofReturnType__memoryx_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__systems) -> _WhichOneofReturnType__systems | None: ...
+
+Global___Queue: _TypeAlias = Queue  # noqa: Y015
+
+@_typing.final
+class ListQueuesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___Queue]: ...
+    def __init__(
+        self,
+        *,
+        queues: _abc.Iterable[Global___Queue] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queues", b"queues"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListQueuesResponse: _TypeAlias = ListQueuesResponse  # noqa: Y015
+
+@_typing.final
+class SetQueueRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SYSTEMS_FIELD_NUMBER: _builtins.int
+    MEMORYX_FIELD_NUMBER: _builtins.int
+    WEIGHT_FIELD_NUMBER: _builtins.int
+    BORROW_SYSTEMS_FIELD_NUMBER: _builtins.int
+    BORROW_MEMORYX_FIELD_NUMBER: _builtins.int
+    LEND_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    SET_GROUPS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    systems: _builtins.int
+    memoryx: _builtins.str
+    """Bytes, or a size such as "32GiB"."""
+    weight: _builtins.float
+    borrow_systems: _builtins.str
+    """A number, or "unlimited"."""
+    borrow_memoryx: _builtins.str
+    lend: _builtins.bool
+    set_groups: _builtins.bool
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Replaces the queue's groups when `set_groups` is true (an empty list: anyone)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        systems: _builtins.int | None = ...,
+        memoryx: _builtins.str | None = ...,
+        weight: _builtins.float | None = ...,
+        borrow_systems: _builtins.str | None = ...,
+        borrow_memoryx: _builtins.str | None = ...,
+        lend: _builtins.bool | None = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        set_groups: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "lend", b"lend", "memoryx", b"memoryx", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "groups", b"groups", "lend", b"lend", "memoryx", b"memoryx", "name", b"name", "set_groups", b"set_groups", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__borrow_memoryx: _TypeAlias = _typing.Literal["borrow_memoryx"]  # noqa: Y015
+    _WhichOneofArgType__borrow_memoryx: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx"]  # noqa: Y015
+    _WhichOneofReturnType__borrow_systems: _TypeAlias = _typing.Literal["borrow_systems"]  # noqa: Y015
+    _WhichOneofArgType__borrow_systems: _TypeAlias = _typing.Literal["_borrow_systems", b"_borrow_systems"]  # noqa: Y015
+    _WhichOneofReturnType__lend: _TypeAlias = _typing.Literal["lend"]  # noqa: Y015
+    _WhichOneofArgType__lend: _TypeAlias = _typing.Literal["_lend", b"_lend"]  # noqa: Y015
+    _WhichOneofReturnType__memoryx: _TypeAlias = _typing.Literal["memoryx"]  # noqa: Y015
+    _WhichOneofArgType__memoryx: _TypeAlias = _typing.Literal["_memoryx", b"_memoryx"]  # noqa: Y015
+    _WhichOneofReturnType__systems: _TypeAlias = _typing.Literal["systems"]  # noqa: Y015
+    _WhichOneofArgType__systems: _TypeAlias = _typing.Literal["_systems", b"_systems"]  # noqa: Y015
+    _WhichOneofReturnType__weight: _TypeAlias = _typing.Literal["weight"]  # noqa: Y015
+    _WhichOneofArgType__weight: _TypeAlias = _typing.Literal["_weight", b"_weight"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_memoryx) -> _WhichOneofReturnType__borrow_memoryx | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_systems) -> _WhichOneofReturnType__borrow_systems | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lend) -> _WhichOneofReturnType__lend | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__memoryx) -> _WhichOneofReturnType__memoryx | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__systems) -> _WhichOneofReturnType__systems | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__weight) -> _WhichOneofReturnType__weight | None: ...
+
+Global___SetQueueRequest: _TypeAlias = SetQueueRequest  # noqa: Y015
+
+@_typing.final
+class DeleteQueueRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteQueueRequest: _TypeAlias = DeleteQueueRequest  # noqa: Y015
+
+@_typing.final
+class DeleteQueueResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteQueueResponse: _TypeAlias = DeleteQueueResponse  # noqa: Y015
+
+@_typing.final
+class GetUsageRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SINCE_FIELD_NUMBER: _builtins.int
+    UNTIL_FIELD_NUMBER: _builtins.int
+    BY_FIELD_NUMBER: _builtins.int
+    since: _builtins.float
+    """The window, Unix seconds; 0: 30 days before `until`, and now."""
+    until: _builtins.float
+    by: _builtins.str
+    """"user" (default), "group" or "queue"."""
+    def __init__(
+        self,
+        *,
+        since: _builtins.float = ...,
+        until: _builtins.float = ...,
+        by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["by", b"by", "since", b"since", "until", b"until"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetUsageRequest: _TypeAlias = GetUsageRequest  # noqa: Y015
+
+@_typing.final
+class UsageRow(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    SYSTEM_HOURS_FIELD_NUMBER: _builtins.int
+    MEMORYX_GIB_HOURS_FIELD_NUMBER: _builtins.int
+    SUCCEEDED_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
+    WAIT_P50_SECONDS_FIELD_NUMBER: _builtins.int
+    WAIT_P95_SECONDS_FIELD_NUMBER: _builtins.int
+    PREEMPTIONS_FIELD_NUMBER: _builtins.int
+    RESTARTS_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    system_hours: _builtins.float
+    memoryx_gib_hours: _builtins.float
+    succeeded: _builtins.int
+    failed: _builtins.int
+    cancelled: _builtins.int
+    wait_p50_seconds: _builtins.float
+    wait_p95_seconds: _builtins.float
+    preemptions: _builtins.int
+    restarts: _builtins.int
+    attempts: _builtins.int
+    """Attempts that began in the window (what the waits are of)."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        system_hours: _builtins.float = ...,
+        memoryx_gib_hours: _builtins.float = ...,
+        succeeded: _builtins.int = ...,
+        failed: _builtins.int = ...,
+        cancelled: _builtins.int = ...,
+        wait_p50_seconds: _builtins.float = ...,
+        wait_p95_seconds: _builtins.float = ...,
+        preemptions: _builtins.int = ...,
+        restarts: _builtins.int = ...,
+        attempts: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "cancelled", b"cancelled", "failed", b"failed", "key", b"key", "memoryx_gib_hours", b"memoryx_gib_hours", "preemptions", b"preemptions", "restarts", b"restarts", "succeeded", b"succeeded", "system_hours", b"system_hours", "wait_p50_seconds", b"wait_p50_seconds", "wait_p95_seconds", b"wait_p95_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UsageRow: _TypeAlias = UsageRow  # noqa: Y015
+
+@_typing.final
+class UsageReport(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SINCE_FIELD_NUMBER: _builtins.int
+    UNTIL_FIELD_NUMBER: _builtins.int
+    BY_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    since: _builtins.float
+    until: _builtins.float
+    by: _builtins.str
+    @_builtins.property
+    def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___UsageRow]: ...
+    def __init__(
+        self,
+        *,
+        since: _builtins.float = ...,
+        until: _builtins.float = ...,
+        by: _builtins.str = ...,
+        rows: _abc.Iterable[Global___UsageRow] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["by", b"by", "rows", b"rows", "since", b"since", "until", b"until"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UsageReport: _TypeAlias = UsageReport  # noqa: Y015

@@ -115,6 +115,26 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.CompileJobRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.CompileReport.FromString,
                 _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/appliance.v1.ClusterService/ListQueues',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
+        self.SetQueue = channel.unary_unary(
+                '/appliance.v1.ClusterService/SetQueue',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.SetQueueRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.Queue.FromString,
+                _registered_method=True)
+        self.DeleteQueue = channel.unary_unary(
+                '/appliance.v1.ClusterService/DeleteQueue',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.DeleteQueueRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.DeleteQueueResponse.FromString,
+                _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/appliance.v1.ClusterService/GetUsage',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.UsageReport.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -233,6 +253,35 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListQueues(self, request, context):
+        """The queues: quota, what they hold, borrow and lend, their jobs and fair share.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetQueue(self, request, context):
+        """Admins: create a queue, or change the fields set in the request (the others are kept).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteQueue(self, request, context):
+        """Admins: delete a queue with no job waiting or running in it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetUsage(self, request, context):
+        """Usage accounting: system-hours, MemoryX GiB-hours, jobs, queue waits, preemptions and
+        restarts per user, group or queue over a time window.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -315,6 +364,26 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.CompileJob,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.CompileJobRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.CompileReport.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.ListQueuesRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'SetQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueue,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.SetQueueRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.Queue.SerializeToString,
+            ),
+            'DeleteQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteQueue,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.DeleteQueueRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.DeleteQueueResponse.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.GetUsageRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.UsageReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -750,6 +819,114 @@ class ClusterService:
             '/appliance.v1.ClusterService/CompileJob',
             appliance_dot_v1_dot_cluster__pb2.CompileJobRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.CompileReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/ListQueues',
+            appliance_dot_v1_dot_cluster__pb2.ListQueuesRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/SetQueue',
+            appliance_dot_v1_dot_cluster__pb2.SetQueueRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.Queue.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/DeleteQueue',
+            appliance_dot_v1_dot_cluster__pb2.DeleteQueueRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.DeleteQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/GetUsage',
+            appliance_dot_v1_dot_cluster__pb2.GetUsageRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.UsageReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -69,6 +69,16 @@ class ClusterServiceStub:
     """Compile (validate-only) mode: check the spec and return what the job would stream and
     which replicas it would need, without creating a job or reserving anything.
     """
+    ListQueues: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ListQueuesRequest, _cluster_pb2.ListQueuesResponse]
+    """The queues: quota, what they hold, borrow and lend, their jobs and fair share."""
+    SetQueue: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.SetQueueRequest, _cluster_pb2.Queue]
+    """Admins: create a queue, or change the fields set in the request (the others are kept)."""
+    DeleteQueue: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.DeleteQueueRequest, _cluster_pb2.DeleteQueueResponse]
+    """Admins: delete a queue with no job waiting or running in it."""
+    GetUsage: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetUsageRequest, _cluster_pb2.UsageReport]
+    """Usage accounting: system-hours, MemoryX GiB-hours, jobs, queue waits, preemptions and
+    restarts per user, group or queue over a time window.
+    """
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -110,6 +120,16 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     CompileJob: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CompileJobRequest, _cluster_pb2.CompileReport]  # type: ignore[assignment]
     """Compile (validate-only) mode: check the spec and return what the job would stream and
     which replicas it would need, without creating a job or reserving anything.
+    """
+    ListQueues: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ListQueuesRequest, _cluster_pb2.ListQueuesResponse]  # type: ignore[assignment]
+    """The queues: quota, what they hold, borrow and lend, their jobs and fair share."""
+    SetQueue: _aio.UnaryUnaryMultiCallable[_cluster_pb2.SetQueueRequest, _cluster_pb2.Queue]  # type: ignore[assignment]
+    """Admins: create a queue, or change the fields set in the request (the others are kept)."""
+    DeleteQueue: _aio.UnaryUnaryMultiCallable[_cluster_pb2.DeleteQueueRequest, _cluster_pb2.DeleteQueueResponse]  # type: ignore[assignment]
+    """Admins: delete a queue with no job waiting or running in it."""
+    GetUsage: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetUsageRequest, _cluster_pb2.UsageReport]  # type: ignore[assignment]
+    """Usage accounting: system-hours, MemoryX GiB-hours, jobs, queue waits, preemptions and
+    restarts per user, group or queue over a time window.
     """
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -245,6 +265,40 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_cluster_pb2.CompileReport, _abc.Awaitable[_cluster_pb2.CompileReport]]:
         """Compile (validate-only) mode: check the spec and return what the job would stream and
         which replicas it would need, without creating a job or reserving anything.
+        """
+
+    @_abc_1.abstractmethod
+    def ListQueues(
+        self,
+        request: _cluster_pb2.ListQueuesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.ListQueuesResponse, _abc.Awaitable[_cluster_pb2.ListQueuesResponse]]:
+        """The queues: quota, what they hold, borrow and lend, their jobs and fair share."""
+
+    @_abc_1.abstractmethod
+    def SetQueue(
+        self,
+        request: _cluster_pb2.SetQueueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.Queue, _abc.Awaitable[_cluster_pb2.Queue]]:
+        """Admins: create a queue, or change the fields set in the request (the others are kept)."""
+
+    @_abc_1.abstractmethod
+    def DeleteQueue(
+        self,
+        request: _cluster_pb2.DeleteQueueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.DeleteQueueResponse, _abc.Awaitable[_cluster_pb2.DeleteQueueResponse]]:
+        """Admins: delete a queue with no job waiting or running in it."""
+
+    @_abc_1.abstractmethod
+    def GetUsage(
+        self,
+        request: _cluster_pb2.GetUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.UsageReport, _abc.Awaitable[_cluster_pb2.UsageReport]]:
+        """Usage accounting: system-hours, MemoryX GiB-hours, jobs, queue waits, preemptions and
+        restarts per user, group or queue over a time window.
         """
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -13,12 +13,14 @@ from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
 from appliance.domain.spec import Mode, Priority, validate_labels
 from appliance.protocol import convert
+from appliance.protocol.queues import queue_to_pb, usage_to_pb
 from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
 from appliance.server.grpc.errors import Ctx, stream, unary
 from appliance.services.jobs import JobService, check_job_id
 from appliance.services.logs import LogService
 from appliance.services.nodes import NodeService, parse_node_state
+from appliance.services.usage import UsageService
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
@@ -29,6 +31,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.jobs = jobs
         self.logs = logs
         self.nodes = NodeService(jobs.ctx)
+        self.usage = UsageService(jobs.ctx)
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED)
 
     @unary
@@ -175,6 +178,46 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         report = await self.jobs.compile(spec)
         return convert.compile_report_to_pb(report)
 
+    @unary
+    async def ListQueues(
+        self, request: cluster_pb2.ListQueuesRequest, context: Ctx
+    ) -> cluster_pb2.ListQueuesResponse:
+        statuses = await self.jobs.queues.list()
+        return cluster_pb2.ListQueuesResponse(queues=[queue_to_pb(q) for q in statuses])
+
+    @unary
+    async def SetQueue(
+        self, request: cluster_pb2.SetQueueRequest, context: Ctx
+    ) -> cluster_pb2.Queue:
+        fields: dict[str, Any] = {
+            name: getattr(request, name)
+            for name in _QUEUE_FIELDS
+            if request.HasField(name)  # type: ignore[arg-type]
+        }
+        if request.set_groups:
+            fields["groups"] = list(request.groups)
+        spec = await self.jobs.queues.set(request.name, fields, by=caller())
+        return queue_to_pb(await self.jobs.queues.status(spec.name))
+
+    @unary
+    async def DeleteQueue(
+        self, request: cluster_pb2.DeleteQueueRequest, context: Ctx
+    ) -> cluster_pb2.DeleteQueueResponse:
+        await self.jobs.queues.delete(request.name, by=caller())
+        return cluster_pb2.DeleteQueueResponse()
+
+    @unary
+    async def GetUsage(
+        self, request: cluster_pb2.GetUsageRequest, context: Ctx
+    ) -> cluster_pb2.UsageReport:
+        query, rows = await self.usage.report(request.since, request.until, request.by)
+        return usage_to_pb(query, rows)
+
+
+_QUEUE_FIELDS = (
+    "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend",
+)  # fmt: skip
+
 
 def spec_fields(msg: cluster_pb2.JobSpec) -> dict[str, Any]:
     """The fields of a submitted spec for validate_spec; enum zero means the default, unknown
@@ -195,6 +238,8 @@ def spec_fields(msg: cluster_pb2.JobSpec) -> dict[str, Any]:
         "model_dir": msg.model_dir,
         "max_restarts": msg.max_restarts if msg.HasField("max_restarts") else None,
         "preemptible": msg.preemptible if msg.HasField("preemptible") else True,
+        "queue": msg.queue or None,
+        "depends_on": list(msg.depends_on),
     }
 
 

@@ -20,6 +20,7 @@ from appliance.server.rest.jobs import jobs_router
 from appliance.server.rest.metrics import LatencyMiddleware, RestMetrics
 from appliance.server.rest.models import StatusOut
 from appliance.server.rest.nodes import nodes_router
+from appliance.server.rest.queues import queues_router
 from appliance.services.health import Readiness
 from appliance.services.jobs import JobService
 
@@ -47,6 +48,7 @@ def create_app(
     app.include_router(jobs_router(jobs, metrics, caller))
     app.include_router(controls_router(jobs, caller))
     app.include_router(nodes_router(jobs, caller))
+    app.include_router(queues_router(jobs, caller))
 
     @app.get("/healthz", tags=["health"], response_model=StatusOut)
     async def healthz() -> StatusOut:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from appliance.domain.dependencies import MAX_DEPENDENCIES
 from appliance.domain.job import (
     Attempt,
     EventKind,
@@ -70,6 +71,15 @@ class JobSubmitIn(BaseModel):
         default=True,
         description="false: never preempted by a job of higher priority (admins only).",
     )
+    queue: str = Field(
+        default="", max_length=63, description="The queue to submit to; empty = default."
+    )
+    depends_on: list[Annotated[str, StringConstraints(max_length=100)]] = Field(
+        default_factory=list,
+        max_length=MAX_DEPENDENCIES,
+        description='Jobs it waits for: "wsjob-…" (afterok: it succeeded), or "afterok:…", '
+        '"afterany:…" (it ended), "afternotok:…" (it failed or was cancelled).',
+    )
 
     def spec_fields(self) -> dict[str, Any]:
         """The fields for validate_spec: the same rules as every other door."""
@@ -83,6 +93,8 @@ class JobSubmitIn(BaseModel):
             "model_dir": self.model_dir,
             "max_restarts": self.max_restarts,
             "preemptible": self.preemptible,
+            "queue": self.queue or None,
+            "depends_on": self.depends_on,
         }
 
 
@@ -104,6 +116,10 @@ class SpecOut(_Out):
     model_dir: str
     max_restarts: int | None = Field(description="null: the cluster's default.")
     preemptible: bool = Field(description="false: never preempted (set by an admin).")
+    queue: str = Field(default="default", description="The queue it was submitted to.")
+    depends_on: list[str] = Field(
+        default_factory=list, description='"condition:job" it waits for (full view).'
+    )
 
 
 class AttemptOut(_Out):
@@ -166,6 +182,9 @@ class JobOut(_Out):
     restarts: int = Field(default=0, description="Times the job went back to the queue.")
     attempts: list[AttemptOut] = Field(
         default_factory=list, description="The attempts that ended, first first (full view)."
+    )
+    dependents: list[str] = Field(
+        default_factory=list, description="Jobs that wait for this one (full view)."
     )
     progress: ProgressOut
     created_at: float
@@ -271,6 +290,8 @@ def job_out(job: Job) -> JobOut:
             model_dir=spec.model_dir,
             max_restarts=spec.max_restarts,
             preemptible=spec.preemptible,
+            queue=spec.queue,
+            depends_on=[str(d) for d in spec.depends_on],
         ),
         phase=job.phase,
         reason=job.reason,
@@ -280,6 +301,7 @@ def job_out(job: Job) -> JobOut:
         attempt=job.attempt,
         restarts=job.restarts,
         attempts=[attempt_out(a) for a in job.attempts],
+        dependents=list(job.dependents),
         progress=progress_out(job.progress),
         created_at=job.created_at,
         updated_at=job.updated_at,

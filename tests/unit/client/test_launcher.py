@@ -56,7 +56,9 @@ def test_detach_submits_without_a_lease_prints_the_id_and_exits_0(
 ) -> None:
     monkeypatch.chdir(tmp_path)
 
-    extra = ["--detach", "--model_dir", "out", "--job_labels", "team=nlp", "run=7"]
+    extra = ["--detach", "--model_dir", "out", "--job_labels", "team=nlp", "run=7",
+             "--job_queue", "nlp", "--depends_on", "wsjob-0123456789abcd",
+             "afterany:wsjob-0123456789abce"]  # fmt: skip
     code, output = _launch(cluster, params_file, *extra, "--job_priority", "p1")
 
     request = _submitted(cluster)
@@ -67,6 +69,10 @@ def test_detach_submits_without_a_lease_prints_the_id_and_exits_0(
     assert request.spec.model_dir == str(tmp_path / "out")
     assert dict(request.spec.labels) == {"team": "nlp", "run": "7"}
     assert request.spec.priority == 2  # PRIORITY_P1
+    assert request.spec.queue == "nlp"
+    assert list(request.spec.depends_on) == [
+        "afterok:wsjob-0123456789abcd", "afterany:wsjob-0123456789abce",
+    ]  # fmt: skip
     assert cluster.service.requests_of("WatchJob") == []
 
 
@@ -86,7 +92,8 @@ def test_checkpoint_path_goes_into_the_params_runconfig(
 @pytest.mark.parametrize(
     "extra",
     [("--job_labels", "team"), ("--num_csx", "0"), ("--job_priority", "urgent"),
-     ("--params", "/nonexistent/params.yaml")],
+     ("--params", "/nonexistent/params.yaml"), ("--job_queue", "Not A Queue"),
+     ("--depends_on", "afterwards:wsjob-0123456789abcd"), ("--depends_on", "job-7")],
 )  # fmt: skip
 def test_bad_input_exits_2_without_submitting(
     cluster: FakeCluster,

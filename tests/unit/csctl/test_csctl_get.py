@@ -70,14 +70,16 @@ def test_bad_label_selector_is_a_usage_error(csctl: Csctl) -> None:
     assert "must be key=value" in result.stderr
 
 
-def test_wide_adds_priority_step_restarts_and_pending(csctl: Csctl, cluster: FakeCluster) -> None:
+def test_wide_adds_queue_priority_step_restarts_and_pending(
+    csctl: Csctl, cluster: FakeCluster
+) -> None:
     cluster.service.add_job(pending_reason="needs 4 systems, 2 free", queue_position=2)
 
     result = csctl("get", "jobs", "-o", "wide")
 
     header, row = result.stdout.splitlines()
-    assert header.split()[-4:] == ["PRIORITY", "STEP", "RESTARTS", "PENDING"]
-    assert row.split()[4:7] == ["P2", "0/10", "0"]
+    assert header.split()[-5:] == ["QUEUE", "PRIORITY", "STEP", "RESTARTS", "PENDING"]
+    assert row.split()[4:8] == ["default", "P2", "0/10", "0"]
     assert row.endswith("   #2: needs 4 systems, 2 free")
 
 

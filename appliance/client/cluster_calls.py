@@ -1,0 +1,94 @@
+"""The client's calls about the cluster rather than one job: the pool and its nodes, the
+queues, usage accounting. A part of ApplianceClient (appliance/client/client.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.client.nodes import NodeStatus, node_event_from_pb, node_from_pb
+from appliance.domain.inventory import NodeEvent, NodeState
+from appliance.domain.queues import QueueStatus
+from appliance.domain.usage import UsageQuery, UsageRow
+from appliance.protocol.queues import queue_from_pb, usage_from_pb
+
+_T = TypeVar("_T")
+
+
+class ClusterCalls:
+    """Calls on the pool, the queues and usage; ApplianceClient provides `_stub` and `_call`."""
+
+    _stub: cluster_pb2_grpc.ClusterServiceStub
+
+    def _call(self, method: Callable[..., _T], request: object) -> _T:
+        raise NotImplementedError
+
+    def nodes(self) -> list[NodeStatus]:
+        """The pool: every CS-2 system, MemoryX and SwarmX node with its state and holders."""
+        response = self._call(self._stub.ListNodes, cluster_pb2.ListNodesRequest())
+        return [node_from_pb(node) for node in response.nodes]
+
+    def set_node_state(self, name: str, state: str | NodeState, reason: str = "") -> NodeStatus:
+        """Admins: drain a node (`drain`), take it from its jobs (`error`, `maintenance`: each
+        is requeued from its checkpoint or failed, by its restart policy), or put it back
+        (`ok`). Returns the node as it now is."""
+        request = cluster_pb2.SetNodeStateRequest(name=name, state=str(state), reason=reason)
+        return node_from_pb(self._call(self._stub.SetNodeState, request))
+
+    def node_events(self, name: str) -> list[NodeEvent]:
+        """The node's state changes (when, which state, why, by whom), first first."""
+        request = cluster_pb2.GetNodeEventsRequest(name=name)
+        response = self._call(self._stub.GetNodeEvents, request)
+        return [node_event_from_pb(e) for e in response.events]
+
+    def queues(self) -> list[QueueStatus]:
+        """Every queue: quota, what it holds, borrows and lends, its jobs and fair share."""
+        response = self._call(self._stub.ListQueues, cluster_pb2.ListQueuesRequest())
+        return [queue_from_pb(q) for q in response.queues]
+
+    def set_queue(
+        self,
+        name: str,
+        *,
+        systems: int | None = None,
+        memoryx: int | str | None = None,
+        weight: float | None = None,
+        borrow_systems: int | str | None = None,
+        borrow_memoryx: int | str | None = None,
+        lend: bool | None = None,
+        groups: Iterable[str] | None = None,
+    ) -> QueueStatus:
+        """Admins: create the queue, or change the fields given (None: kept). Sizes are bytes
+        or text such as "32GiB"; a borrowing limit of "unlimited" removes the limit."""
+        fields: dict[str, Any] = {"name": name}
+        if systems is not None:
+            fields["systems"] = systems
+        if weight is not None:
+            fields["weight"] = weight
+        if lend is not None:
+            fields["lend"] = lend
+        for key, value in (
+            ("memoryx", memoryx), ("borrow_systems", borrow_systems),
+            ("borrow_memoryx", borrow_memoryx),
+        ):  # fmt: skip
+            if value is not None:
+                fields[key] = str(value)
+        request = cluster_pb2.SetQueueRequest(**fields)
+        if groups is not None:
+            request.groups.extend(groups)
+            request.set_groups = True
+        return queue_from_pb(self._call(self._stub.SetQueue, request))
+
+    def delete_queue(self, name: str) -> None:
+        """Admins: delete a queue no job waits or runs in."""
+        self._call(self._stub.DeleteQueue, cluster_pb2.DeleteQueueRequest(name=name))
+
+    def usage(
+        self, *, since: float = 0.0, until: float = 0.0, by: str = "user"
+    ) -> tuple[UsageQuery, list[UsageRow]]:
+        """Usage per user, group or queue over [since, until] (Unix times; 0: 30 days back,
+        and now): system-hours, MemoryX GiB-hours, jobs by final phase, queue waits,
+        preemptions and restarts."""
+        request = cluster_pb2.GetUsageRequest(since=since, until=until, by=by)
+        return usage_from_pb(self._call(self._stub.GetUsage, request))

@@ -1,0 +1,139 @@
+"""Job dependencies, as in Slurm: a job waits in the queue until the jobs it depends on end.
+
+`afterok` (the default): the other job SUCCEEDED. `afterany`: it ended, however. `afternotok`:
+it FAILED or was CANCELLED. A dependency that can no longer be met (an `afterok` one FAILED,
+an `afternotok` one SUCCEEDED) cancels the waiting job, naming it; so a chain of jobs ends
+as soon as a link of it breaks. A job may only depend on jobs that already exist, so no cycle
+can ever be made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable
+from typing import Any
+
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.ids import is_job_id
+from appliance.domain.phases import TERMINAL, Phase
+
+MAX_DEPENDENCIES = 64
+
+
+class Condition(enum.StrEnum):
+    AFTEROK = "afterok"
+    AFTERANY = "afterany"
+    AFTERNOTOK = "afternotok"
+
+    def met_by(self, phase: Phase) -> bool:
+        if self is Condition.AFTEROK:
+            return phase is Phase.SUCCEEDED
+        if self is Condition.AFTERNOTOK:
+            return phase in (Phase.FAILED, Phase.CANCELLED)
+        return phase in TERMINAL
+
+    def broken_by(self, phase: Phase) -> bool:
+        """The other job ended in a way that can never meet the condition."""
+        return phase in TERMINAL and not self.met_by(phase)
+
+    @property
+    def met_as(self) -> str:
+        """How the other job had to end, as after "only after it": "succeeded"."""
+        return {
+            Condition.AFTEROK: "succeeded",
+            Condition.AFTERANY: "ended",
+            Condition.AFTERNOTOK: "failed or was cancelled",
+        }[self]
+
+    @property
+    def wanted(self) -> str:
+        """What the waiting job waits for, as a sentence ends: "to succeed"."""
+        return {
+            Condition.AFTEROK: "to succeed",
+            Condition.AFTERANY: "to end",
+            Condition.AFTERNOTOK: "to fail or be cancelled",
+        }[self]
+
+
+@dataclasses.dataclass(frozen=True)
+class Dependency:
+    job_id: str
+    condition: Condition = Condition.AFTEROK
+
+    def __str__(self) -> str:
+        return f"{self.condition}:{self.job_id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DependencyState:
+    """A queued job's dependency on another, and the phase that other job is in (None: it no
+    longer exists)."""
+
+    job_id: str
+    depends_on: str
+    condition: Condition
+    phase: Phase | None
+
+
+def verdicts(states: Iterable[DependencyState]) -> tuple[dict[str, str], dict[str, str]]:
+    """(waiting, broken): the queued jobs still waiting for a dependency and the ones whose
+    dependency can no longer be met (to be cancelled), each with the reason naming it."""
+    waiting: dict[str, str] = {}
+    broken: dict[str, str] = {}
+    for dep in states:
+        if dep.phase is None or dep.condition.broken_by(dep.phase):
+            ended = dep.phase.value if dep.phase is not None else "gone"
+            broken.setdefault(
+                dep.job_id,
+                f"dependency {dep.depends_on} is {ended} and this job was to run only after it "
+                f"{dep.condition.met_as}",
+            )
+        elif not dep.condition.met_by(dep.phase):
+            waiting.setdefault(
+                dep.job_id,
+                f"waiting for {dep.depends_on} ({dep.phase.value}) {dep.condition.wanted}",
+            )
+    return {j: r for j, r in waiting.items() if j not in broken}, broken
+
+
+def parse_dependency(value: Any) -> Dependency:
+    """`wsjob-…` (afterok), `afterany:wsjob-…`, or a Dependency; InvalidSpec naming depends_on."""
+    if isinstance(value, Dependency):
+        return parse_dependency(str(value))
+    if not isinstance(value, str) or len(value) > 100:
+        raise InvalidSpec(
+            f"a dependency must be a job id, optionally after afterok:, afterany: or "
+            f"afternotok:, got {str(value)[:80]!r}",
+            field="depends_on",
+        )
+    condition, _, job_id = value.strip().rpartition(":")
+    try:
+        parsed = Condition(condition or Condition.AFTEROK)
+    except ValueError:
+        raise InvalidSpec(
+            f"dependency condition {condition[:40]!r} is not one of afterok, afterany, afternotok",
+            field="depends_on",
+        ) from None
+    if not is_job_id(job_id):
+        raise InvalidSpec(f"dependency {job_id[:80]!r} is not a job id", field="depends_on")
+    return Dependency(job_id, parsed)
+
+
+def parse_dependencies(values: Iterable[Any] | None) -> tuple[Dependency, ...]:
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [v for v in values.split(",") if v.strip()]
+    values = list(values)
+    if len(values) > MAX_DEPENDENCIES:
+        raise InvalidSpec(
+            f"a job may depend on at most {MAX_DEPENDENCIES} jobs, got {len(values)}",
+            field="depends_on",
+        )
+    parsed = [parse_dependency(v) for v in values]
+    ids = [d.job_id for d in parsed]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise InvalidSpec(f"depends on {', '.join(twice)} twice", field="depends_on")
+    return tuple(parsed)
