@@ -6,16 +6,15 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import re
 import time
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import click
 
+from appliance.domain.errors import InvalidSpec
 from appliance.domain.queues import QueueStatus
-from appliance.domain.usage import UsageRow
+from appliance.domain.usage import UsageRow, parse_when
 from csctl import render
 from csctl.jobs import get
 from csctl.render import say
@@ -24,13 +23,11 @@ from csctl.session import Session
 QUEUE_COLUMNS = (
     "NAME", "QUOTA", "USED", "BORROWED", "LENT", "PENDING", "RUNNING", "WEIGHT", "SHARE",
 )  # fmt: skip
-WIDE_QUEUE_COLUMNS = (*QUEUE_COLUMNS, "MEMORYX", "MAX-BORROW", "LENDS", "GROUPS", "SOURCE")
+WIDE_QUEUE_COLUMNS = (*QUEUE_COLUMNS, "MEMORYX", "BORROW-LIMIT", "LENDS", "GROUPS", "SOURCE")
 USAGE_COLUMNS = (
     "SYSTEM-HOURS", "MEMORYX-GIB-HOURS", "SUCCEEDED", "FAILED", "CANCELLED", "WAIT-P50",
     "WAIT-P95", "PREEMPTIONS", "RESTARTS",
 )  # fmt: skip
-_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([smhdw])$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 
 
 def queues_table(queues: Sequence[QueueStatus], *, wide: bool = False) -> str:
@@ -77,24 +74,6 @@ def queue_document(q: QueueStatus) -> dict[str, Any]:
         **status,
         "weighted_share": q.weighted_share,
     }
-
-
-def parse_when(text: str, now: float, option: str) -> float:
-    """A time for --since/--until: a duration ago (30d, 12h, 90m, 2w), a date or date-time
-    (2026-11-01, 2026-11-01T08:00), or Unix seconds."""
-    text = text.strip()
-    if match := _DURATION.match(text):
-        return now - float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    if re.fullmatch(r"[0-9]{9,11}(\.[0-9]+)?", text):
-        return float(text)
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise click.BadParameter(
-            f"{text[:40]!r} is not a time: use a duration ago such as 30d or 12h, a date such "
-            "as 2026-11-01 (or 2026-11-01T08:00), or Unix seconds",
-            param_hint=option,
-        ) from None
 
 
 def usage_rows(rows: Sequence[UsageRow]) -> list[list[str]]:
@@ -147,7 +126,12 @@ def get_queues(session: Session, output: str) -> None:
 
 
 @get.command("usage")
-@click.option("--since", default="30d", show_default=True, help="30d, 12h, a date, Unix time.")
+@click.option(
+    "--since",
+    default="30d",
+    show_default=True,
+    help="30d, 12h, a date (local time unless it names a zone), Unix seconds.",
+)
 @click.option("--until", default="", help="The end of the window (default: now).")
 @click.option(
     "--by", type=click.Choice(("user", "group", "queue")), default="user", show_default=True
@@ -168,8 +152,11 @@ def get_usage(session: Session, since: str, until: str, by: str, output: str) ->
       csctl get usage --since 2026-11-01 --until 2026-12-01 --by group -o csv
     """
     now = time.time()
-    end = parse_when(until, now, "--until") if until else now
-    start = parse_when(since, end if _DURATION.match(since.strip()) else now, "--since")
+    try:
+        end = parse_when(until, now, "until") if until else now
+        start = parse_when(since, now, "since")
+    except InvalidSpec as exc:
+        raise click.BadParameter(exc.message, param_hint=f"--{exc.field}") from None
     query, rows = session.client().usage(since=start, until=end, by=by)
     if output == "json":
         document = {
@@ -180,6 +167,8 @@ def get_usage(session: Session, since: str, until: str, by: str, output: str) ->
     elif output == "csv":
         say(usage_csv(by, rows))
     else:
+        window = f"{render.timestamp(query.since)} to {render.timestamp(query.until)}"
+        say(f"usage from {window}, by {query.by.value}")
         say(render.format_table((by.upper(), *USAGE_COLUMNS), usage_rows(rows)))
 
 
@@ -190,7 +179,7 @@ def queue_group() -> None:
     \b
     Examples:
       csctl queue set nlp --systems 2 --weight 2 --groups nlp
-      csctl queue set vision --systems 2 --max-borrow 1 --no-lend
+      csctl queue set vision --systems 2 --borrow-systems 1 --no-lend
       csctl queue delete vision
     """
 
@@ -199,9 +188,11 @@ def queue_group() -> None:
 @click.argument("name")
 @click.option("--systems", type=click.IntRange(min=0), help="Nominal quota of CS-2 systems.")
 @click.option("--memoryx", help="Nominal MemoryX quota, e.g. 32GiB (default: with systems).")
-@click.option("--weight", type=float, help="Fair-share weight (default 1).")
-@click.option("--max-borrow", help="Most systems it may borrow beyond its quota, or unlimited.")
-@click.option("--max-borrow-memoryx", help="Most MemoryX it may borrow, e.g. 8GiB, or unlimited.")
+@click.option("--weight", type=float, help="Fair-share weight, 0.001 to 1e6 (default 1).")
+@click.option(
+    "--borrow-systems", help="Most systems it may borrow beyond its quota, or unlimited."
+)
+@click.option("--borrow-memoryx", help="Most MemoryX it may borrow, e.g. 8GiB, or unlimited.")
 @click.option("--lend/--no-lend", default=None, help="Lend its idle quota (default: lend).")
 @click.option("--groups", help="Comma-separated groups that may submit ('' : anyone).")
 @click.pass_obj
@@ -211,8 +202,8 @@ def queue_set(
     systems: int | None,
     memoryx: str | None,
     weight: float | None,
-    max_borrow: str | None,
-    max_borrow_memoryx: str | None,
+    borrow_systems: str | None,
+    borrow_memoryx: str | None,
     lend: bool | None,
     groups: str | None,
 ) -> None:
@@ -225,12 +216,12 @@ def queue_set(
     Examples:
       csctl queue set nlp --systems 2
       csctl queue set nlp --weight 2 --groups nlp,ml
-      csctl queue set default --max-borrow 0
+      csctl queue set default --borrow-systems 0
     """
     member = None if groups is None else [g.strip() for g in groups.split(",") if g.strip()]
     status = session.client().set_queue(
-        name, systems=systems, memoryx=memoryx, weight=weight, borrow_systems=max_borrow,
-        borrow_memoryx=max_borrow_memoryx, lend=lend, groups=member,
+        name, systems=systems, memoryx=memoryx, weight=weight, borrow_systems=borrow_systems,
+        borrow_memoryx=borrow_memoryx, lend=lend, groups=member,
     )  # fmt: skip
     say(f"queue/{status.spec.name} set")
     say(queues_table([status], wide=True))

@@ -97,41 +97,51 @@ def verdicts(states: Iterable[DependencyState]) -> tuple[dict[str, str], dict[st
     return {j: r for j, r in waiting.items() if j not in broken}, broken
 
 
-def parse_dependency(value: Any) -> Dependency:
-    """`wsjob-…` (afterok), `afterany:wsjob-…`, or a Dependency; InvalidSpec naming depends_on."""
+def parse_dependency(value: Any) -> tuple[Dependency, ...]:
+    """`wsjob-…` (afterok), `afterany:wsjob-…`, Slurm's `afterok:wsjob-a:wsjob-b` (one
+    condition, several jobs), or a Dependency; InvalidSpec naming depends_on otherwise."""
     if isinstance(value, Dependency):
-        return parse_dependency(str(value))
-    if not isinstance(value, str) or len(value) > 100:
+        return (value,)
+    if not isinstance(value, str) or len(value) > 2000:
         raise InvalidSpec(
             f"a dependency must be a job id, optionally after afterok:, afterany: or "
             f"afternotok:, got {str(value)[:80]!r}",
             field="depends_on",
         )
-    condition, _, job_id = value.strip().rpartition(":")
+    head, *ids = value.strip().split(":")
+    if not ids:
+        head, ids = Condition.AFTEROK.value, [head]
     try:
-        parsed = Condition(condition or Condition.AFTEROK)
+        condition = Condition(head)
     except ValueError:
         raise InvalidSpec(
-            f"dependency condition {condition[:40]!r} is not one of afterok, afterany, afternotok",
+            f"dependency condition {head[:40]!r} is not one of afterok, afterany, afternotok",
             field="depends_on",
         ) from None
-    if not is_job_id(job_id):
-        raise InvalidSpec(f"dependency {job_id[:80]!r} is not a job id", field="depends_on")
-    return Dependency(job_id, parsed)
+    for job_id in ids:
+        if not is_job_id(job_id):
+            raise InvalidSpec(f"dependency {job_id[:80]!r} is not a job id", field="depends_on")
+    return tuple(Dependency(job_id, condition) for job_id in ids)
 
 
 def parse_dependencies(values: Iterable[Any] | None) -> tuple[Dependency, ...]:
     if values is None:
         return ()
     if isinstance(values, str):
-        values = [v for v in values.split(",") if v.strip()]
-    values = list(values)
+        values = [values]
+    values = [part for v in values for part in (v.split(",") if isinstance(v, str) else [v])]
+    values = [v for v in values if not isinstance(v, str) or v.strip()]
     if len(values) > MAX_DEPENDENCIES:
         raise InvalidSpec(
             f"a job may depend on at most {MAX_DEPENDENCIES} jobs, got {len(values)}",
             field="depends_on",
         )
-    parsed = [parse_dependency(v) for v in values]
+    parsed = [d for v in values for d in parse_dependency(v)]
+    if len(parsed) > MAX_DEPENDENCIES:
+        raise InvalidSpec(
+            f"a job may depend on at most {MAX_DEPENDENCIES} jobs, got {len(parsed)}",
+            field="depends_on",
+        )
     ids = [d.job_id for d in parsed]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:

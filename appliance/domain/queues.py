@@ -20,14 +20,17 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from appliance.domain.display import hidden_character
 from appliance.domain.errors import InvalidSpec
 
 DEFAULT_QUEUE = "default"
 MAX_QUEUES = 256
 MAX_GROUPS = 64
 MAX_WEIGHT = 1e6
+MIN_WEIGHT = 1e-3
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_GROUP_RE = re.compile(r"^[A-Za-z0-9_][-A-Za-z0-9_.@]{0,252}$")
+MAX_SYSTEMS = 1 << 20
+UNLIMITED = "unlimited"
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
@@ -100,9 +103,10 @@ def validate_queue(
         )
     if not isinstance(weight, (int, float)) or isinstance(weight, bool):
         raise InvalidSpec(f"weight must be a number, got {weight!r}", field="weight")
-    if not 0 < weight <= MAX_WEIGHT or math.isnan(weight):
+    if math.isnan(weight) or not MIN_WEIGHT <= weight <= MAX_WEIGHT:
         raise InvalidSpec(
-            f"weight must be above 0 and at most {MAX_WEIGHT:g}, got {weight}", field="weight"
+            f"weight must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g}, got {weight}",
+            field="weight",
         )
     if not isinstance(lend, bool):
         raise InvalidSpec(f"lend must be true or false, got {lend!r}", field="lend")
@@ -134,7 +138,7 @@ def validate_queue_name(name: Any) -> str:
 
 def parse_size(value: Any, field: str) -> int | None:
     """Bytes from an integer or a size such as "32GiB", "512Mi" or "1.5T"; None stays None."""
-    if value is None:
+    if value is None or (field.startswith("borrow") and value == UNLIMITED):
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
@@ -155,25 +159,39 @@ def parse_size(value: Any, field: str) -> int | None:
 
 
 def _count(value: Any, field: str) -> int | None:
-    if value is None:
+    """A count of systems; for a borrowing limit, "unlimited" (or None) is no limit."""
+    if value is None or (field.startswith("borrow") and value == UNLIMITED):
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1 << 20:
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SYSTEMS:
+        shown = str(value)[:40]
+        also = ", or unlimited" if field.startswith("borrow") else ""
         raise InvalidSpec(
-            f"{field} must be a whole number of at least 0, got {str(value)[:40]!r}", field=field
+            f"{field} must be a whole number from 0 to {MAX_SYSTEMS}{also}; got {shown}",
+            field=field,
         )
     return value
 
 
 def _groups(groups: Any) -> tuple[str, ...]:
+    """Group names as tokens carry them (any printable text of up to 253 characters, without
+    a comma, which separates them on csctl's command line); none: anyone may submit."""
+    if groups is None:
+        return ()
     if isinstance(groups, str):
         groups = [g for g in groups.split(",") if g.strip()]
     if not isinstance(groups, (list, tuple)) or len(groups) > MAX_GROUPS:
         raise InvalidSpec(f"groups must be a list of at most {MAX_GROUPS} names", field="groups")
     clean = []
     for group in groups:
-        if not isinstance(group, str) or not _GROUP_RE.match(group.strip()):
-            raise InvalidSpec(f"group {str(group)[:80]!r} is not a group name", field="groups")
-        clean.append(group.strip())
+        name = group.strip() if isinstance(group, str) else ""
+        if not name or len(name) > 253 or "," in name or hidden_character(name) is not None:
+            raise InvalidSpec(
+                f"group {str(group)[:80]!r} is not a group name (printable text, no comma)",
+                field="groups",
+            )
+        clean.append(name)
     return tuple(sorted(set(clean)))
 
 
@@ -184,6 +202,10 @@ def resolve_quotas(
     `strict`: raises InvalidSpec when the queues' quotas add up to more than the pool (not
     strict: the queues keep their quotas and the default queue gets none)."""
     specs = {q.name: q for q in queues}
+    if strict and len(specs) > MAX_QUEUES:
+        raise InvalidSpec(
+            f"at most {MAX_QUEUES} queues; there would be {len(specs)}", field="queue"
+        )
     specs.setdefault(DEFAULT_QUEUE, builtin_default())
     quotas: dict[str, Quota] = {}
     for spec in specs.values():

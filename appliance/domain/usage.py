@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
+from datetime import datetime
 
 from appliance.domain.errors import InvalidSpec
 
@@ -63,11 +65,40 @@ def usage_query(since: float, until: float, by: str, now: float) -> UsageQuery:
     for name, value in (("since", since), ("until", until)):
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not number or value != value or not 0 <= value < 1e11:
-            raise InvalidSpec(f"{name} must be a Unix time, got {value!r}", field=name)
+            raise InvalidSpec(
+                f"{name} must be a time after 1970 (Unix seconds below 1e11), got "
+                f"{str(value)[:40]}",
+                field=name,
+            )
     until = until or now
-    since = since or until - DEFAULT_WINDOW_SECONDS
+    since = since or until - DEFAULT_WINDOW_SECONDS  # 0: not given
     if since >= until:
         raise InvalidSpec("since must be before until", field="since")
     if until - since > MAX_WINDOW_SECONDS:
         raise InvalidSpec("the window may be at most 10 years long", field="since")
     return UsageQuery(float(since), float(until), UsageBy.parse(by))
+
+
+_DURATION = re.compile(r"^([0-9]{1,9}(?:\.[0-9]{1,6})?)([smhdw])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def parse_when(text: str, now: float, field: str) -> float:
+    """A time for since/until: a duration ago (30d, 12h, 90m, 2w), a date or date-time
+    (2026-11-01, 2026-11-01T08:00, in the coordinator's local time unless it names a zone),
+    or Unix seconds; InvalidSpec naming `field` otherwise."""
+    text = text.strip()
+    if match := _DURATION.match(text):
+        return now - float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if re.fullmatch(r"[0-9]{1,11}(\.[0-9]{1,6})?", text):
+        return float(text)
+    try:
+        if len(text) > 40:
+            raise ValueError(text)
+        return datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise InvalidSpec(
+            f"{field} {text[:40]!r} is not a time: use a duration ago such as 30d or 12h, a "
+            "date such as 2026-11-01 (or 2026-11-01T08:00), or Unix seconds",
+            field=field,
+        ) from None

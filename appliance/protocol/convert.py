@@ -100,7 +100,7 @@ def spec_from_pb(msg: cluster_pb2.JobSpec) -> JobSpec:
         max_restarts=msg.max_restarts if msg.HasField("max_restarts") else None,
         preemptible=msg.preemptible if msg.HasField("preemptible") else True,
         queue=msg.queue or DEFAULT_QUEUE,
-        depends_on=tuple(parse_dependency(d) for d in msg.depends_on),
+        depends_on=tuple(d for text in msg.depends_on for d in parse_dependency(text)),
     )
 
 

@@ -110,10 +110,10 @@ class QuotaBook:
         return ""
 
     def _lendable_to(self, queue: str) -> Need:
-        """What the other queues leave idle of their quotas and nobody borrows yet."""
+        """What the other queues leave idle of their quotas and no queue borrows yet."""
         others = {n: q for n, q in self.quotas.items() if n != queue}
         idle = _total(_over(q, self.used[n], sign=-1) for n, q in others.items() if q.lend)
-        taken = _total(_over(q, self.used[n]) for n, q in others.items())
+        taken = self._borrowed(self.used)  # by the queue itself too
         return Need(
             max(0, idle.systems - taken.systems), max(0, idle.memoryx_bytes - taken.memoryx_bytes)
         )

@@ -58,9 +58,14 @@ def apply_queues_file(store: JobStore, path: Path, pool: list[Node]) -> FileAppl
         raise InvalidSpec(f"queues file {path}: {exc.message}", field=exc.field) from None
     systems, memoryx = pool_size(pool)
     digest = hashlib.sha256(raw).hexdigest()
-    return store.apply_queues_file(
-        specs, digest, lambda queues: resolve_quotas(queues, systems, memoryx)
-    )
+
+    def check(queues: list[QueueSpec]) -> None:
+        try:
+            resolve_quotas(queues, systems, memoryx)
+        except InvalidSpec as exc:
+            raise InvalidSpec(f"queues file {path}: {exc.message}", field=exc.field) from None
+
+    return store.apply_queues_file(specs, digest, check)
 
 
 class QueueService:
@@ -76,12 +81,14 @@ class QueueService:
         quotas = resolve_quotas(specs, systems, memoryx, strict=False)
         loads = await self.ctx.read(store.queue_loads)
         now, half_life = self.ctx.clock(), settings.fair_share_half_life_seconds
+        await self.ctx.db(store.fold_usage, now, half_life)  # jobs that ended since the pass
         usage = await self.ctx.read(store.queue_usage, now, half_life)
         used = {name: loads[name].systems for name in loads}
         lent = lent_systems(quotas, used)
+        # Of all the cluster's decayed usage, deleted queues' included.
         dominant = {
             name: weighted_share(usage.get(name, Usage()), systems, memoryx, 1.0)
-            for name in quotas
+            for name in {*quotas, *usage}
         }
         total = sum(dominant.values())
         statuses = []
@@ -118,18 +125,12 @@ class QueueService:
         unknown = sorted(set(fields) - set(SETTABLE))
         if unknown:
             raise InvalidSpec(f"unknown queue field {unknown[0]!r}", field=unknown[0])
-        fields = dict(fields)
-        for limit in ("borrow_systems", "borrow_memoryx"):
-            if fields.get(limit) == "unlimited":
-                fields[limit] = None
-        if isinstance(fields.get("borrow_systems"), str):
-            fields["borrow_systems"] = _whole(fields["borrow_systems"], "borrow_systems")
         who = by.user if by is not None else "anonymous"
         now = self.ctx.clock()
 
         def build(current: QueueSpec | None) -> QueueSpec:
             merged: dict[str, Any] = {}
-            if current is not None:
+            if current is not None and current.source is not Source.KEPT:
                 merged = {
                     "systems": current.systems, "memoryx": current.memoryx_bytes,
                     "weight": current.weight, "borrow_systems": current.borrow_systems,
@@ -162,6 +163,11 @@ class QueueService:
             raise InvalidSpec(
                 f"queue {name} does not exist; the queues are {known}", field="queue"
             )
+        if spec.source is Source.KEPT:
+            raise InvalidSpec(
+                f"queue {name} was dropped from the queues file and takes no new jobs",
+                field="queue",
+            )
         check_may_submit_to(by, spec)
         return spec
 
@@ -177,14 +183,6 @@ class QueueService:
         why = never_fits(name, quota, Need.of(plan)) if quota is not None else ""
         if why:
             raise InvalidSpec(f"the job can never run: {why}", field="num_csx")
-
-
-def _whole(text: str, field: str) -> int:
-    if not (text.isascii() and text.isdigit()) or len(text) > 9:
-        raise InvalidSpec(
-            f"{field} must be a whole number or unlimited, got {text[:20]!r}", field=field
-        )
-    return int(text)
 
 
 def _check_admin(by: Principal | None, what: str) -> None:

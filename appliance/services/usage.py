@@ -8,7 +8,7 @@ group and queue. It names users, groups and queues, never a job or what it runs.
 
 from __future__ import annotations
 
-from appliance.domain.usage import UsageQuery, UsageRow, usage_query
+from appliance.domain.usage import UsageQuery, UsageRow, parse_when, usage_query
 from appliance.services.context import Context
 
 
@@ -17,11 +17,14 @@ class UsageService:
         self.ctx = ctx
 
     async def report(
-        self, since: float, until: float, by: str
+        self, since: float | str, until: float | str, by: str
     ) -> tuple[UsageQuery, list[UsageRow]]:
-        """Usage between `since` and `until` (Unix times; 0: 30 days before until, and now)
-        per `by` (user, group or queue; "": user): the window as checked, and one row per key
-        with something in it, by key. InvalidSpec naming the field for a bad window or `by`."""
+        """Usage between `since` and `until` (Unix times, or text parse_when reads: 30d, a
+        date...; 0 or "": 30 days before until, and now) per `by` (user, group or queue; "":
+        user): the window as checked, and one row per key with something in it, by key.
+        InvalidSpec naming the field for a bad window or `by`."""
         now = self.ctx.clock()
-        query = usage_query(since, until, by, now=now)
+        start = parse_when(since, now, "since") if isinstance(since, str) and since else since
+        end = parse_when(until, now, "until") if isinstance(until, str) and until else until
+        query = usage_query(start or 0.0, end or 0.0, by, now=now)
         return query, await self.ctx.read(self.ctx.store.usage, query, now)

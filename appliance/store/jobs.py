@@ -16,11 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 
-from appliance.domain.errors import Conflict, NotFound, job_not_found
+from appliance.domain.errors import Conflict, InvalidSpec, NotFound, job_not_found
 from appliance.domain.job import Job, JobEvent, Replica, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan, Role
 from appliance.domain.queue import Placement
+from appliance.domain.queues import DEFAULT_QUEUE, Source
 from appliance.domain.spec import JobSpec, Priority, validate_labels
 from appliance.store.attempts import AttemptStore
 from appliance.store.base import in_chunks
@@ -52,6 +53,7 @@ from appliance.store.tables import (
     JobLabelRow,
     JobRow,
     PlacementRow,
+    QueueRow,
     ReplicaRow,
 )
 from appliance.store.usage import UsageStore
@@ -133,7 +135,21 @@ class JobStore(
             for n in new
             for d in n.spec.depends_on
         ]
+        named = sorted({n.spec.queue for n in new} - {DEFAULT_QUEUE})
         with self.engine.begin() as conn:
+            if named:  # FOR SHARE: a queue cannot be deleted under the jobs being added to it
+                found = set(
+                    conn.execute(
+                        select(QueueRow.name)
+                        .where(QueueRow.name.in_(named), QueueRow.source != Source.KEPT)
+                        .with_for_update(read=True)
+                    ).scalars()
+                )
+                missing = [name for name in named if name not in found]
+                if missing:
+                    raise InvalidSpec(
+                        f"queue {missing[0]} does not exist (or takes no new jobs)", field="queue"
+                    )
             conn.execute(insert(JobRow), jobs)
             if labels:
                 conn.execute(insert(JobLabelRow), labels)

@@ -127,7 +127,9 @@ class QueueDefStore(StoreBase):
             )
         with self._sessions.begin() as s:
             _lock(s)
-            row = s.get(QueueRow, name)
+            # Locked before its jobs are counted: a submit adding a job to it (which holds
+            # the row FOR SHARE) ends first and is counted, or waits and finds it gone.
+            row = s.get(QueueRow, name, with_for_update=True)
             if row is None:
                 raise NotFound(f"queue {name} not found", field="queue")
             load = _loads(s).get(name, QueueLoad())

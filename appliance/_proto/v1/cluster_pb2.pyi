@@ -264,8 +264,8 @@ class Job(_message.Message):
     pending_reason: _builtins.str
     """For QUEUED jobs: what the job waits for (in list summaries too)."""
     queue_position: _builtins.int
-    """For QUEUED jobs: 1-based position in the queue (in list summaries too, read fresh on
-    every call: it moves when other jobs enter, leave or overtake in the queue).
+    """For QUEUED jobs: 1-based position in its queue (spec.queue; in list summaries too, read
+    fresh on every call: it moves when other jobs enter, leave or overtake in the queue).
     """
     created_at: _builtins.float
     updated_at: _builtins.float

@@ -173,7 +173,8 @@ class JobOut(_Out):
     reason: str = Field(description="Why the job ended (terminal phases).")
     pending_reason: str = Field(description="Why a QUEUED job waits (in lists too).")
     queue_position: int = Field(
-        description="1 = next to run; 0 when not queued. In lists too, read fresh every call."
+        description="1 = next to run in its queue; 0 when not queued. In lists too, read fresh "
+        "every call."
     )
     systems: list[str] = Field(description="CS-2 systems reserved for the job.")
     attempt: int = Field(

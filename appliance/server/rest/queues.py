@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from appliance.domain.auth import Principal
-from appliance.domain.queues import MAX_GROUPS, MAX_WEIGHT, QueueStatus
+from appliance.domain.queues import MAX_GROUPS, MAX_WEIGHT, MIN_WEIGHT, QueueStatus
 from appliance.domain.usage import UsageBy, UsageRow
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
@@ -59,7 +59,9 @@ class QueueIn(BaseModel):
 
     systems: Annotated[int, Field(ge=0, strict=True)] | None = None
     memoryx: Size | None = Field(default=None, description='Bytes or a size such as "32GiB".')
-    weight: Annotated[float, Field(gt=0, le=MAX_WEIGHT)] | None = None
+    weight: float | None = Field(
+        default=None, description=f"Fair-share weight, {MIN_WEIGHT:g} to {MAX_WEIGHT:g}."
+    )
     borrow_systems: Annotated[int, Field(ge=0, strict=True)] | str | None = Field(
         default=None, description='Most systems it may borrow, or "unlimited".'
     )
@@ -119,8 +121,10 @@ def queues_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
 
     @router.get("/usage", response_model=UsageOut)
     async def get_usage(
-        since: Annotated[float, Query(ge=0, lt=1e11, description="Unix time; 0: 30 days")] = 0,
-        until: Annotated[float, Query(ge=0, lt=1e11, description="Unix time; 0: now")] = 0,
+        since: Annotated[
+            str, Query(max_length=40, description="30d, 12h, a date, Unix seconds; empty: 30d")
+        ] = "",
+        until: Annotated[str, Query(max_length=40, description="Like since; empty: now")] = "",
         group_by: Annotated[UsageBy, Query(alias="by")] = UsageBy.USER,
         by: Principal | None = authenticated,
     ) -> UsageOut:

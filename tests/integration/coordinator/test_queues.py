@@ -155,13 +155,13 @@ def test_csctl_defines_lists_and_deletes_queues_and_reports_usage(
     address = coordinator.address
     over = _csctl(address, "queue", "set", "cv", "--systems", "1")
     assert over.returncode == 1 and "add up to 5 systems; the pool has 4" in over.stderr
-    said = csctl(address, "queue", "set", "vision", "--systems", "1", "--max-borrow", "1",
+    said = csctl(address, "queue", "set", "vision", "--systems", "1", "--borrow-systems", "1",
                  "--no-lend", "--groups", "cv,ml")  # fmt: skip
     assert said.startswith("queue/vision set")
     made = csctl(address, "queue", "set", "cv", "--systems", "1", "--memoryx", "8GiB")
     assert "queue/cv set" in made
     wide = _row(csctl(address, "get", "queues", "-o", "wide"), "vision")
-    assert (wide["QUOTA"], wide["MAX-BORROW"], wide["LENDS"], wide["GROUPS"]) == (
+    assert (wide["QUOTA"], wide["BORROW-LIMIT"], wide["LENDS"], wide["GROUPS"]) == (
         "1", "1", "no", "cv,ml",
     )  # fmt: skip
     assert wide["SOURCE"] == "admin"

@@ -144,6 +144,11 @@ def test_usage_rejects_a_bad_window(secured: tuple[RunningCoordinator, dict[str,
         assert _error(bob.get("/api/v1/usage", params={"by": "planet"}), 422)["field"]
         backwards = {"since": 2_000_000_000, "until": 1_900_000_000}
         assert _error(bob.get("/api/v1/usage", params=backwards), 422)["field"] == "since"
+        week = bob.get("/api/v1/usage", params={"since": "7d", "until": "2026-11-01T00:00Z"})
+        assert week.status_code == 422  # a week before now is after 1 Nov: a backwards window
+        assert bob.get("/api/v1/usage", params={"since": "2026-10-01"}).status_code == 200
+        vague = _error(bob.get("/api/v1/usage", params={"since": "last tuesday"}), 422)
+        assert vague["field"] == "since" and "is not a time" in vague["message"]
 
 
 def test_grpc_says_the_same(secured: tuple[RunningCoordinator, dict[str, str]]) -> None:

@@ -11,6 +11,7 @@ from appliance.domain.job import Job, JobEvent
 from appliance.domain.phases import Outcome, Phase
 from appliance.domain.plan import plan_replicas
 from appliance.domain.queue import Placement
+from appliance.domain.queues import validate_queue
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_spec
 from appliance.scheduler.admission import admit
 from appliance.store.jobs import JobStore, NewJob
@@ -115,3 +116,10 @@ def run_together(count: int, call: Callable[[int], T]) -> list[T]:
 
 def ids(jobs: Sequence[Job]) -> list[str]:
     return [j.id for j in jobs]
+
+
+def define_queues(store: JobStore, *names: str) -> None:
+    """Queues of no quota (they borrow), so jobs may be submitted to them."""
+    for name in names:
+        spec = validate_queue(name=name)
+        store.put_queue(name, lambda _current, spec=spec: spec, lambda _queues: None)

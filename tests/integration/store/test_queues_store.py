@@ -19,7 +19,7 @@ from appliance.domain.queues import QueueSpec, Source, resolve_quotas, validate_
 from appliance.domain.spec import validate_spec
 from appliance.store.jobs import JobStore, NewJob
 from appliance.store.queue_defs import QueueLoad
-from tests.integration.store.driving import PARAMS, PATH_TO, T0, placements_for
+from tests.integration.store.driving import PARAMS, PATH_TO, T0, define_queues, placements_for
 from tests.integration.store.driving import submit as submit_default
 
 GIB = 1 << 30
@@ -98,9 +98,14 @@ def test_a_queue_is_deleted_only_when_empty(store: JobStore) -> None:
     assert store.set_phase("wsjob-a", Phase.CANCELLED, "no", T0 + 1).applied
     store.delete_queue("nlp")
     assert store.queue_spec("nlp") is None
+    # A submit that checked the queue before it was deleted is refused as it is written.
+    with pytest.raises(InvalidSpec, match="queue nlp does not exist") as caught:
+        submit(store, "wsjob-late", "nlp")
+    assert caught.value.field == "queue" and store.existing_jobs(["wsjob-late"]) == set()
 
 
 def test_what_each_queue_holds_and_waits_for(store: JobStore) -> None:
+    define_queues(store, "nlp", "vision")
     submit(store, "wsjob-a", "nlp", num_csx=2)
     submit(store, "wsjob-b", "nlp", now=T0 + 1)
     submit(store, "wsjob-c", "vision", now=T0 + 2)
@@ -118,6 +123,7 @@ def test_what_each_queue_holds_and_waits_for(store: JobStore) -> None:
 
 def test_each_ended_attempt_is_folded_into_its_queue_once(store: JobStore) -> None:
     half_life = 7 * DAY
+    define_queues(store, "nlp")
     submit(store, "wsjob-a", "nlp", num_csx=2)
     placements = placements_for(store, "wsjob-a")
     memoryx = sum(p.amount for p in placements if p.role.value == "memoryx")

@@ -17,7 +17,7 @@ from appliance.domain.plan import Role, plan_replicas
 from appliance.domain.spec import validate_spec
 from appliance.domain.usage import UsageBy, UsageQuery, UsageRow
 from appliance.store.jobs import JobStore, NewJob
-from tests.integration.store.driving import PARAMS, T0, placements_for
+from tests.integration.store.driving import PARAMS, T0, define_queues, placements_for
 
 H = 3600.0
 GIB = 2**30
@@ -61,6 +61,7 @@ def workload(store: JobStore) -> JobStore:
     carol (no group, queue nlp)
       c1, 1 system: submitted 50; CANCELLED 100 while queued (never held anything).
     """
+    define_queues(store, "nlp", "vision")
     alice, bob = ("alice", ("nlp-team", "all"), "nlp"), ("bob", ("vision-team",), "vision")
     _submit(store, "wsjob-a1", *alice, num_csx=2, at=T0)
     _submit(store, "wsjob-a2", *alice, num_csx=1, at=T0)
@@ -191,6 +192,7 @@ def test_a_job_still_running_counts_up_to_now(workload: JobStore) -> None:
 
 def test_an_attempt_is_counted_once_while_it_holds_and_after_it_ended(store: JobStore) -> None:
     # The same attempt, read while it runs and after it ended, counts the same.
+    define_queues(store, "nlp")
     _submit(store, "wsjob-a", "alice", (), "nlp", num_csx=2, at=T0)
     _run(store, "wsjob-a", T0 + 5)
     query = UsageQuery(T0, T0 + 10 * H, UsageBy.USER)
@@ -214,6 +216,7 @@ def test_keys_with_nothing_in_the_window_are_absent(workload: JobStore) -> None:
 
 def test_waits_percentiles_are_nearest_rank(store: JobStore) -> None:
     # Twenty jobs of one user, waiting 1..20 s: p50 the 10th smallest, p95 the 19th.
+    define_queues(store, "nlp")
     for n in range(1, 21):
         _submit(store, f"wsjob-{n:02d}", "dave", (), "nlp", num_csx=1, at=T0 + 100 * n)
         _run(store, f"wsjob-{n:02d}", T0 + 100 * n + n)

@@ -48,7 +48,10 @@ def test_the_default_queue_owns_what_no_other_quota_holds() -> None:
         ({"name": "a" * 64}, "queue"),
         ({"name": "nlp", "systems": -1}, "systems"),
         ({"name": "nlp", "systems": True}, "systems"),
-        ({"name": "nlp", "systems": "2"}, "systems"),
+        ({"name": "nlp", "systems": "two"}, "systems"),
+        ({"name": "nlp", "systems": 2**21}, "systems"),
+        ({"name": "nlp", "borrow_systems": "²"}, "borrow_systems"),
+        ({"name": "nlp", "memoryx": True}, "memoryx"),
         ({"name": "nlp", "weight": 0}, "weight"),
         ({"name": "nlp", "weight": math.nan}, "weight"),
         ({"name": "nlp", "weight": "heavy"}, "weight"),
@@ -56,7 +59,8 @@ def test_the_default_queue_owns_what_no_other_quota_holds() -> None:
         ({"name": "nlp", "memoryx": -5}, "memoryx"),
         ({"name": "nlp", "borrow_memoryx": "1" * 40}, "borrow_memoryx"),
         ({"name": "nlp", "lend": "yes"}, "lend"),
-        ({"name": "nlp", "groups": ["ok", "not ok"]}, "groups"),
+        ({"name": "nlp", "groups": ["ok", "no\u202eway"]}, "groups"),
+        ({"name": "nlp", "weight": 1e-320}, "weight"),
         ({"name": "default", "systems": 2}, "systems"),
     ],
 )
@@ -110,7 +114,13 @@ def test_lent_systems_split_what_is_borrowed_over_the_idle_lenders() -> None:
 def test_dependencies_parse_with_afterok_as_the_default() -> None:
     parsed = parse_dependencies([JOB, f"afternotok:{JOB[:-1]}e"])
     assert parsed == (Dependency(JOB), Dependency(JOB[:-1] + "e", Condition.AFTERNOTOK))
-    for bad in (["afterwards:" + JOB], ["wsjob-"], [JOB, JOB], [JOB] * 65, [42]):
+    other = JOB[:-1] + "f"
+    slurm = parse_dependencies([f"afterany:{JOB}:{other}"])  # one condition, several jobs
+    assert slurm == (Dependency(JOB, Condition.AFTERANY), Dependency(other, Condition.AFTERANY))
+    assert parse_dependencies(f"{JOB},afternotok:{other}") == (
+        Dependency(JOB), Dependency(other, Condition.AFTERNOTOK),
+    )  # fmt: skip
+    for bad in (["afterwards:" + JOB], ["wsjob-"], [JOB, JOB], [JOB] * 65, [42], [":" + JOB]):
         with pytest.raises(InvalidSpec) as caught:
             parse_dependencies(bad)
         assert caught.value.field == "depends_on"
@@ -146,3 +156,10 @@ def test_usage_halves_each_half_life_and_is_shared_out_by_weight() -> None:
     # The dominant resource over the weight: MemoryX dominates here.
     usage = Usage(system_seconds=4.0, memoryx_byte_seconds=30.0 * GIB)
     assert weighted_share(usage, 4, 16 * GIB, weight=2.0) == pytest.approx((30 / 16) / 2)
+
+
+def test_unlimited_borrowing_and_group_names_as_tokens_carry_them() -> None:
+    spec = validate_queue(name="nlp", borrow_systems="unlimited", groups=["ml team", "Ünï"])
+    assert spec.borrow_systems is None and spec.groups == ("ml team", "Ünï")
+    assert validate_queue(name="nlp", borrow_systems="3").borrow_systems == 3
+    assert validate_queue(name="nlp", groups=None).groups == ()
