@@ -31,6 +31,7 @@ from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_vi
 from appliance.scheduler.quotas import QuotaBook
 from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
 from appliance.services.context import Context
+from appliance.services.queues import pool_size
 
 log = logging.getLogger(__name__)
 MIN_PASS_GAP = 0.1
@@ -88,16 +89,13 @@ class SchedulerLoop:
         specs = await self.ctx.db(store.queue_specs)
         if any(q.source is Source.KEPT for q in specs):
             await self.ctx.db(store.sweep_kept_queues)  # gone once their last job ended
-        quotas = resolve_quotas(
-            specs,
-            sum(1 for u in usage if u.node.kind is NodeKind.SYSTEM),
-            sum(u.node.capacity for u in usage if u.node.kind is NodeKind.MEMORYX),
-            strict=False,  # a pool that shrank under the quotas: schedule on, as best it can
-        )
+        size = pool_size([u.node for u in usage])
+        # strict=False: a pool that shrank under the quotas schedules on, as best it can.
+        quotas = resolve_quotas(specs, *size, strict=False)
         # One queue (none defined) owns the pool: only the pool limits it, as ever.
         shared = len(quotas) > 1
         book = QuotaBook(quotas, queue_holdings(running, kinds)) if shared else None
-        shares = await self._shares(quotas, usage, now) if shared else {}
+        shares = await self._shares(quotas, size, now) if shared else {}
         decision = admit(queue, usage, book, shares)
         pending.update(decision.pending)
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
@@ -125,17 +123,15 @@ class SchedulerLoop:
         return admitted
 
     async def _shares(
-        self, quotas: Mapping[str, Quota], usage: Sequence[NodeUsage], now: float
+        self, quotas: Mapping[str, Quota], size: tuple[int, int], now: float
     ) -> dict[str, float]:
         """Each queue's weighted fair share (domain/fair_share.py)."""
         store = self.ctx.store
         half_life = self.ctx.settings.fair_share_half_life_seconds
         await self.ctx.db(store.fold_usage, now, half_life)
         used = await self.ctx.db(store.queue_usage, now, half_life)
-        systems = sum(1 for u in usage if u.node.kind is NodeKind.SYSTEM)
-        memoryx = sum(u.node.capacity for u in usage if u.node.kind is NodeKind.MEMORYX)
         return {
-            name: weighted_share(used.get(name, Usage()), systems, memoryx, quota.weight)
+            name: weighted_share(used.get(name, Usage()), *size, quota.weight)
             for name, quota in quotas.items()
         }
 

@@ -34,6 +34,9 @@ class Need:
     def plus(self, other: Need) -> Need:
         return Need(self.systems + other.systems, self.memoryx_bytes + other.memoryx_bytes)
 
+    def minus(self, other: Need) -> Need:
+        return Need(self.systems - other.systems, self.memoryx_bytes - other.memoryx_bytes)
+
 
 NOTHING = Need(0, 0)
 

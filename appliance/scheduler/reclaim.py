@@ -64,10 +64,7 @@ def borrowers(
             continue  # its queue is within its quota without its younger jobs
         if job.preemptible and job.protected_until <= now:
             candidates.append(job)
-        took = holding(job, kinds)
-        used[job.queue] = Need(
-            left.systems - took.systems, left.memoryx_bytes - took.memoryx_bytes
-        )
+        used[job.queue] = left.minus(holding(job, kinds))
     return candidates
 
 
@@ -87,11 +84,7 @@ def quota_room(
     def room(victims: Sequence[RunningJob]) -> bool:
         used = dict(base)
         for victim in victims:
-            took = holding(victim, kinds)
-            left = used.get(victim.queue, NOTHING)
-            used[victim.queue] = Need(
-                left.systems - took.systems, left.memoryx_bytes - took.memoryx_bytes
-            )
+            used[victim.queue] = used.get(victim.queue, NOTHING).minus(holding(victim, kinds))
         book = QuotaBook(quotas, used)
         return book.within(head.queue, need) or not book.why_not_borrow(head.queue, need)
 

@@ -87,7 +87,7 @@ class JobService:
             check_may_submit(by, spec)
             user = by.user
         validate_user(user)
-        await self.queues.check_submit(spec.queue, by)
+        queue = await self.queues.check_submit(spec.queue, by)
         await self._check_dependencies(spec)
         if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
             raise InvalidSpec(
@@ -99,7 +99,7 @@ class JobService:
         plan, resume = await self._offload.run(
             size, "params", plan_submission, spec, await self._pool()
         )
-        await self.queues.check_can_run(spec.queue, plan)
+        await self.queues.check_can_run(queue, plan)
         job_id = new_job_id()
         spec = await asyncio.to_thread(self.model_dirs.place, spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()

@@ -74,8 +74,10 @@ class QueueService:
 
     async def list(self) -> list[QueueStatus]:
         store, settings = self.ctx.store, self.ctx.settings
-        await self.ctx.db(store.sweep_kept_queues)
         specs = await self.ctx.read(store.queue_specs)
+        if any(q.source is Source.KEPT for q in specs):  # gone once their last job ended
+            await self.ctx.db(store.sweep_kept_queues)
+            specs = await self.ctx.read(store.queue_specs)
         pool = await self.ctx.db(store.pool)
         systems, memoryx = pool_size(pool)
         quotas = resolve_quotas(specs, systems, memoryx, strict=False)
@@ -171,9 +173,12 @@ class QueueService:
         check_may_submit_to(by, spec)
         return spec
 
-    async def check_can_run(self, name: str, plan: ReplicaPlan) -> None:
+    async def check_can_run(self, queue: QueueSpec, plan: ReplicaPlan) -> None:
         """InvalidSpec unless the queue's limits (quota and borrowing limit) let a job of
-        `plan` ever run in it."""
+        `plan` ever run in it (a queue without a borrowing limit always may)."""
+        if queue.borrow_systems is None and queue.borrow_memoryx_bytes is None:
+            return
+        name = queue.name
         specs = await self.ctx.read(self.ctx.store.queue_specs)
         pool = self.ctx.store.cached_pool()
         if pool is None:
