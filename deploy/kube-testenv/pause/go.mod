@@ -1,0 +1,4 @@
+// The pause binary of the test node's local pause image.
+module github.com/appliance/kube-testenv/pause
+
+go 1.24.0
