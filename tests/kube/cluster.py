@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -289,3 +290,10 @@ if __name__ == "__main__":
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(3600)
+
+
+def cannot_run(message: str, require_env: str) -> None:
+    """Skip, saying why; with `require_env`=1 in the environment (CI), fail instead."""
+    if os.environ.get(require_env) == "1":
+        pytest.fail(f"{require_env}=1 but {message}", pytrace=False)
+    pytest.skip(message)

@@ -8,7 +8,6 @@ reports it cannot run here; with APPLIANCE_REQUIRE_KUBE=1 (CI) that is a failure
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ import pytest
 
 from appliance.client import ApplianceClient
 from tests.integration.coordinator.harness import RunningCoordinator, serving
-from tests.kube.cluster import ADMIN_TOKEN, NAMESPACE, REPO, CannotRun, KubeCluster
+from tests.kube.cluster import ADMIN_TOKEN, NAMESPACE, REPO, CannotRun, KubeCluster, cannot_run
 from tests.kube.helm import fetch_helm, helm_env
 
 IMAGE = "appliance:dev"
@@ -26,11 +25,7 @@ RELEASE = "appliance"
 SERVICE_ACCOUNT = "appliance"  # the chart's fullname for release "appliance"
 PARAMS = REPO / "examples" / "params_fc_mnist.yaml"
 
-
-def _cannot(message: str) -> None:
-    if os.environ.get("APPLIANCE_REQUIRE_KUBE") == "1":
-        pytest.fail(f"APPLIANCE_REQUIRE_KUBE=1 but {message}", pytrace=False)
-    pytest.skip(message)
+REQUIRE = "APPLIANCE_REQUIRE_KUBE"
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +35,7 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
         cluster.start()
     except CannotRun as e:
         cluster.stop()
-        _cannot(f"no Kubernetes API server: {e}")
+        cannot_run(f"no Kubernetes API server: {e}", REQUIRE)
     try:
         yield cluster
     finally:
@@ -52,7 +47,7 @@ def helm_bin() -> Path:
     try:
         return fetch_helm()
     except CannotRun as e:
-        _cannot(str(e))
+        cannot_run(str(e), REQUIRE)
         raise
 
 
