@@ -32,6 +32,7 @@ SERVICE_CIDR=10.96.0.0/16
 DNS_IP=10.96.0.10
 NODE_NAME=appliance-node
 GUARD=APPLNODE-GUARD
+VOLUMES=8
 PAUSE_IMAGE=registry.appliance.local/pause:3.10
 COREDNS_IMAGE=registry.appliance.local/coredns:1.14.7
 SYSCTLS="net.ipv4.ip_forward vm.overcommit_memory kernel.panic kernel.panic_on_oops
@@ -308,12 +309,26 @@ EOF
 
 # --- cluster add-ons ----------------------------------------------------------------------
 start_addons() {
+  # hostPath volumes, world-writable as local-path-provisioner makes them (fsGroup does not
+  # apply to hostPath, and the appliance runs as a non-root user).
   local i
-  for i in 0 1 2 3; do
+  for i in $(seq 0 $((VOLUMES - 1))); do
     mkdir -p "$dir/volumes/pv$i"
     chmod 0777 "$dir/volumes/pv$i"
-  done
-  sed -e "s|@DIR@|$dir|g" -e "s|@DNS_IP@|$DNS_IP|g" -e "s|@COREDNS_IMAGE@|$COREDNS_IMAGE|g" \
+    cat <<EOF
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: local-pv$i}
+spec:
+  capacity: {storage: 20Gi}
+  accessModes: [ReadWriteOnce, ReadWriteMany]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: local
+  hostPath: {path: "$dir/volumes/pv$i", type: Directory}
+EOF
+  done | kubectl_ apply -f - >/dev/null
+  sed -e "s|@DNS_IP@|$DNS_IP|g" -e "s|@COREDNS_IMAGE@|$COREDNS_IMAGE|g" \
     "$here/node-addons.yaml" | kubectl_ apply -f - >/dev/null
   wait_for 90 CoreDNS kubectl_ -n kube-system wait --for=condition=Available \
     deployment/coredns --timeout=1s

@@ -269,6 +269,49 @@ def test_pool_names_can_be_given_or_counted(helm: Helm, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("args", "claim", "made"),
+    [
+        ([], "", False),
+        (["--set", "modelDirs.persistence.enabled=true"], f"{RELEASE}-model-dirs", True),
+        (
+            [
+                "--set",
+                "modelDirs.persistence.enabled=true",
+                "--set",
+                "modelDirs.persistence.existingClaim=shared-ckpts",
+            ],
+            "shared-ckpts",
+            False,
+        ),
+    ],
+    ids=["off", "made", "existing"],
+)
+def test_model_dirs_are_one_claim_for_the_coordinator_and_the_replicas(
+    helm: Helm, args: list[str], claim: str, made: bool
+) -> None:
+    objects = [o for o in yaml.safe_load_all(helm.template(*args)) if o]
+    claims = [o["metadata"]["name"] for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    assert (f"{RELEASE}-model-dirs" in claims) is made
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {v["name"]: v.get("value") for v in container["env"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    if not claim:
+        assert "APPLIANCE_KUBE_MODEL_DIRS_CLAIM" not in env
+        assert "/var/lib/appliance/model_dirs" not in mounts
+        return
+    # The replicas mount the claim the coordinator names, where the coordinator mounts it.
+    assert env["APPLIANCE_KUBE_MODEL_DIRS_CLAIM"] == claim
+    volume = volumes[mounts["/var/lib/appliance/model_dirs"]]
+    assert volume["persistentVolumeClaim"] == {"claimName": claim}
+    (settings,) = [o for o in objects if o["metadata"]["name"].endswith("-settings")]
+    data_dir = Path(settings["data"]["APPLIANCE_DATA_DIR"])
+    assert Settings(data_dir=data_dir).model_dirs == Path("/var/lib/appliance/model_dirs")
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--set", "cleanPodPolicy=bogus"], "value must be one of 'all', 'keep-failed'"),

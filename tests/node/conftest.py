@@ -64,8 +64,12 @@ def install(node: RealNode, namespace: str, *values: str) -> None:
 
 @pytest.fixture(scope="session")
 def release(node: RealNode, namespace: str) -> str:
-    """The chart installed with small replica requests (the node has 2 CPUs); the admin token."""
-    install(node, namespace)
+    """The chart installed as the README says, model dirs on a volume; the admin token."""
+    # Checkpoints on a volume: ReadWriteOnce is enough on one node, as on kind.
+    install(
+        node, namespace, "--set", "modelDirs.persistence.enabled=true",
+        "--set-json", 'modelDirs.persistence.accessModes=["ReadWriteOnce"]',
+    )  # fmt: skip
     secret = node.kubectl_json("-n", namespace, "get", "secret", "appliance-auth")
     return base64.b64decode(secret["data"]["admin-token"]).decode()
 

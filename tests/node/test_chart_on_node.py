@@ -96,6 +96,11 @@ def test_a_job_from_this_machine_runs_as_real_containers_and_succeeds(
             assert all(c.startswith("containerd://") for c in containers)
             done = job.wait(timeout=300)
             assert done.phase == Phase.SUCCEEDED, done.reason
+        # Its checkpoints are on the model dirs' volume, where the chart puts it.
+        claim = node.kubectl_json("-n", namespace, "get", "pvc", "appliance-model-dirs")
+        volume = node.kubectl_json("get", "pv", claim["spec"]["volumeName"])
+        root = Path(volume["spec"]["hostPath"]["path"])
+        assert list(root.glob(f"users/*/{job.id}/checkpoint_*.npz")), list(root.rglob("*"))
         logs = _csctl(grpc_port, release, "logs", job.id, "--replica", "chief-0")
         assert logs.returncode == 0, logs.stderr
         assert "finished (exit 0)" in logs.stdout

@@ -74,6 +74,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
+The model dirs' claim: the existing one named, or <fullname>-model-dirs; empty when off.
+*/}}
+{{- define "appliance.modelDirsClaim" -}}
+{{- with .Values.modelDirs.persistence }}
+{{- if .enabled }}
+{{- default (printf "%s-model-dirs" (include "appliance.fullname" $)) .existingClaim }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 Node names of one pool group: the names given, or <prefix>-01.. for a count.
 Call with (list "cs2" .Values.pool.systems); returns a YAML list.
 */}}
