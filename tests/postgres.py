@@ -121,13 +121,15 @@ def find_bindir() -> Path | None:
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
+def postgres_server(also_on: tuple[str, str] | None = None) -> Iterator[PostgresServer]:
     """An external server when URL_ENV is set, else a throwaway local one.
 
-    Raises PostgresUnavailable when neither can be had.
+    `also_on` = (address, network): a local server listens on that address too (a bridge of
+    this machine) and lets clients of that network (e.g. pods on it) in. Raises
+    PostgresUnavailable when no server can be had.
     """
     external = os.environ.get(URL_ENV, "").strip()
-    if external:
+    if external and also_on is None:
         server = PostgresServer(make_url(external))
         try:
             yield server
@@ -137,12 +139,12 @@ def postgres_server() -> Iterator[PostgresServer]:
     bindir = find_bindir()
     if bindir is None:
         raise PostgresUnavailable(NOT_FOUND)
-    with _local_server(bindir) as server:
+    with _local_server(bindir, also_on) as server:
         yield server
 
 
 @contextlib.contextmanager
-def _local_server(bindir: Path) -> Iterator[PostgresServer]:
+def _local_server(bindir: Path, also_on: tuple[str, str] | None) -> Iterator[PostgresServer]:
     started = time.monotonic()
     as_root = os.geteuid() == 0
     base = Path(tempfile.mkdtemp(prefix="appliance-pg-"))
@@ -165,7 +167,12 @@ def _local_server(bindir: Path) -> Iterator[PostgresServer]:
             ["initdb", "-D", str(data), "-U", SUPERUSER, "--auth=trust", "--no-locale"],
             ["-E", "UTF8", "--no-sync"],
         )
-        port = _start(bindir, as_root, base, data, log)
+        listen = "127.0.0.1"
+        if also_on:
+            listen = f"127.0.0.1,{also_on[0]}"
+            with (data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {also_on[1]} trust\n")
+        port = _start(bindir, as_root, base, data, log, listen)
         try:
             admin = URL.create(
                 "postgresql+psycopg",
@@ -181,12 +188,12 @@ def _local_server(bindir: Path) -> Iterator[PostgresServer]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _start(bindir: Path, as_root: bool, base: Path, data: Path, log: Path) -> int:
+def _start(bindir: Path, as_root: bool, base: Path, data: Path, log: Path, listen: str) -> int:
     """Start on a free port; another process may take the port first, so try a few."""
     for attempt in range(1, _START_ATTEMPTS + 1):
         port = _free_port()
         options = (
-            f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={base} "
+            f"-c listen_addresses={listen} -c port={port} -c unix_socket_directories={base} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             "-c max_connections=200"
         )
