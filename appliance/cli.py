@@ -36,12 +36,15 @@ def _settings(data_dir: Path | None, grpc_port: int | None, http_port: int | Non
         first = exc.errors()[0]
         if not first["loc"]:  # a rule across settings: its message names them
             raise click.ClickException(first["msg"].removeprefix("Value error, ")) from None
-        name = "_".join(str(part) for part in first["loc"]).upper()
+        name, *inside = (str(part) for part in first["loc"])
+        where = f" ({'.'.join(inside)})" if inside else ""  # a key inside a JSON setting
         raise click.ClickException(
-            f"setting APPLIANCE_{name}: {first['msg']} (got {first.get('input')!r})"
+            f"setting APPLIANCE_{name.upper()}{where}: {first['msg']} (got {first.get('input')!r})"
         ) from None
     except SettingsError as exc:  # not parseable at all (a list setting is JSON)
-        raise click.ClickException(f'{exc}; a list is JSON, e.g. ["/scratch"]') from None
+        raise click.ClickException(
+            f'{exc}; a list or a table is JSON, e.g. ["/scratch"] or {{"cs2": {{"cpu": "1"}}}}'
+        ) from None
 
 
 _server_options = [

@@ -141,6 +141,15 @@ class Kubelet:
                 headers={"Content-Type": "application/merge-patch+json"},
             )
             r.raise_for_status()
+            # The API server's TaintNodesByCondition admission taints a new node not-ready
+            # (NoSchedule); the node lifecycle controller lifts it once the node is Ready. No
+            # controller manager runs here: do what it would.
+            r = await self.http.patch(
+                f"/api/v1/nodes/{name}",
+                content=json.dumps({"spec": {"taints": None}}),
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            r.raise_for_status()
 
         await asyncio.gather(*(register(n) for n in self.nodes))
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from appliance.backends.base import ReplicaEvent, ReplicaEventKind, no_secrets
 from appliance.backends.kubernetes import manifests as m
+from appliance.backends.kubernetes.capacity import fit_problem
 from appliance.backends.kubernetes.client import (
     KubeApi,
     KubeError,
@@ -33,6 +34,7 @@ from appliance.backends.kubernetes.client import (
     WatchExpired,
 )
 from appliance.backends.kubernetes.status import PodState, PodView, view_of
+from appliance.domain.inventory import Node
 from appliance.domain.job import Job, Replica
 
 log = logging.getLogger(__name__)
@@ -245,6 +247,18 @@ class KubernetesBackend:
         data = text.encode()[offset:]
         complete = data[: data.rfind(b"\n") + 1]
         return complete.decode(errors="replace"), offset + len(complete)
+
+    async def fit_problem(self, pool: Sequence[Node]) -> str | None:
+        """None when the pool's largest job fits the nodes' allocatable room (capacity.py);
+        else why not, or why it could not be checked."""
+        try:
+            nodes = await self.api.list_nodes()
+        except (KubeError, KubeUnavailable) as e:
+            return (
+                f"cannot check that the pool's largest job fits the nodes: listing nodes "
+                f"failed ({e}); the chart's rbac.readNodes lets the coordinator list them"
+            )
+        return fit_problem(pool, self.template.requests_of, nodes)
 
     def health(self) -> str | None:
         if self.api.last_error:

@@ -124,6 +124,12 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
     (tight,) = m.replica_pod(JOB, replica, small, "uid-1", 1)["spec"]["containers"]
     assert tight["resources"]["requests"]["memory"] == "256Mi"  # never above the limit
     assert tight["resources"]["limits"] == {"memory": "256Mi"}
+    # Requests per role come from the settings (APPLIANCE_KUBE_REPLICA_RESOURCES).
+    sized = dataclasses.replace(
+        template, requests={**template.requests, Role.CS2: m.Resources("50m", "300Mi")}
+    )
+    (light,) = m.replica_pod(JOB, replica, sized, "uid-1", 1)["spec"]["containers"]
+    assert light["resources"]["requests"] == {"cpu": "50m", "memory": "300Mi"}
     # The model dirs are writable on the read-only root: an emptyDir unless a claim is given.
     mounts = {v["mountPath"]: v["name"] for v in c["volumeMounts"]}
     assert mounts["/var/lib/appliance/model_dirs"] == "model-dirs"
