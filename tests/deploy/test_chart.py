@@ -116,6 +116,15 @@ def test_service_and_labels(rendered: dict[str, Rendered], values: str) -> None:
         ("grpc", 50051, "grpc"),
         ("http", 8080, "http"),
     }
+    # A NodePort Service may pin its node ports (a kind cluster maps them to the host); a
+    # node port left null is Kubernetes' to pick, and a ClusterIP Service has none.
+    node_ports = {p["name"]: p.get("nodePort") for p in service["spec"]["ports"]}
+    if values == "default":
+        assert service["spec"]["type"] == "ClusterIP"
+        assert node_ports == {"grpc": None, "http": None}
+    else:
+        assert service["spec"]["type"] == "NodePort"
+        assert node_ports == {"grpc": 30051, "http": None}
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
     # The coordinator's selector must never match the replica pods it creates.
@@ -300,6 +309,7 @@ def test_pool_names_can_be_given_or_counted(helm: Helm, tmp_path: Path) -> None:
         (["--set", "replicaResources.cs2.cpu=lots"], "/replicaResources/cs2/cpu"),
         (["--set", "replicaResources.cs3.cpu=1"], "'cs3' not allowed"),
         (["--set", "replicaResources.chief.memory=1e9"], "/replicaResources/chief/memory"),
+        (["--set", "service.grpcNodePort=80"], "/service/grpcNodePort"),
     ],
     ids=[
         "enum",
@@ -313,6 +323,7 @@ def test_pool_names_can_be_given_or_counted(helm: Helm, tmp_path: Path) -> None:
         "replica-cpu",
         "replica-role-typo",
         "replica-memory",
+        "node-port-range",
     ],
 )
 def test_bad_values_are_rejected_with_a_reason(helm: Helm, args: list[str], message: str) -> None:
@@ -338,7 +349,12 @@ def test_notes_say_how_to_connect(helm: Helm, values: str) -> None:
     assert f"kubectl --namespace {NAMESPACE} port-forward svc/appliance 50051:50051 8080:8080" in (
         notes
     )
+    # A port-forward ends with the coordinator's pod: the notes loop it.
+    assert "while true; do kubectl --namespace ml port-forward svc/appliance" in notes
     assert "csctl --server 127.0.0.1:50051 get jobs" in notes
+    assert ("get svc appliance -o jsonpath='{.spec.ports[*].nodePort}'" in notes) == (
+        values != "default"  # the CI values make the Service a NodePort
+    )
     assert "app.kubernetes.io/name=appliance,appliance.io/job-id=" in notes
     assert "export CSCTL_TOKEN=" in notes
     if values == "default":  # how to read the admin token the chart made
