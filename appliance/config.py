@@ -73,7 +73,10 @@ class Settings(BaseSettings):
         default=5.0, ge=0, description="SIGTERM to SIGKILL grace when replicas are stopped."
     )
     init_timeout_seconds: float = Field(
-        default=120.0, gt=0, description="A job not RUNNING this long after SCHEDULED fails."
+        default=120.0,
+        gt=0,
+        description="A job not RUNNING this long after SCHEDULED fails (on Kubernetes, this "
+        "long after kube_pending_timeout_seconds, which its pods may take to start).",
     )
     worker_orphan_timeout: float = Field(
         default=60.0, gt=0, description="Replicas exit when the coordinator is gone this long."
@@ -235,6 +238,13 @@ class Settings(BaseSettings):
                     f"root {root} and the data dir"
                 )
         return self
+
+    @property
+    def replica_start_timeout(self) -> float:
+        """How long a replica may wait to start before its backend fails it, which a job's
+        init timeout adds to: a pod's pending timeout (waiting for a node, an image) on
+        Kubernetes; local processes start at once."""
+        return self.kube_pending_timeout_seconds if self.backend == "kubernetes" else 0.0
 
     @property
     def model_dirs(self) -> Path:

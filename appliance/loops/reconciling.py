@@ -145,21 +145,21 @@ class Reconciler:
                 f"client lease expired: no heartbeat{holder} for {job.lease.lease_seconds:.0f} s"
             )
             await self.ctx.set_phase(job.id, Phase.CANCELLED, reason, expected=job.phase)
+        # Replicas may wait to start as long as the backend lets them (a pod pending for a
+        # node): the backend fails such a job first, with its own reason, not this timeout.
+        limit = self.ctx.settings.init_timeout_seconds + self.ctx.settings.replica_start_timeout
         for job in await self.ctx.db(store.jobs_in, [Phase.INITIALIZING]):
             if job.id in stopping or job.id in self._restarts:
                 continue  # being requeued: its replicas are going, not late
             # After a restart the clock starts again: replicas could not register meanwhile.
             since = max(job.updated_at, self._recovered_at)
-            if now - since > self.ctx.settings.init_timeout_seconds:
+            if now - since > limit:
                 waiting = [
                     r.name
                     for r in await self.ctx.db(store.replicas, job.id)
                     if r.phase is not ReplicaPhase.READY
                 ]
-                reason = (
-                    f"replicas not ready after {self.ctx.settings.init_timeout_seconds:.0f}"
-                    f" s: {', '.join(waiting)}"
-                )
+                reason = f"replicas not ready after {limit:.0f} s: {', '.join(waiting)}"
                 await self.ctx.set_phase(job.id, Phase.FAILED, reason, expected=Phase.INITIALIZING)
 
     async def _launch(self, job_id: str) -> None:

@@ -33,7 +33,7 @@ from appliance.backends.kubernetes.client import (
     KubeUnavailable,
     WatchExpired,
 )
-from appliance.backends.kubernetes.status import PodState, PodView, view_of
+from appliance.backends.kubernetes.status import UNSCHEDULABLE, PodState, PodView, view_of
 from appliance.domain.inventory import Node
 from appliance.domain.job import Job, Replica
 
@@ -367,7 +367,8 @@ class KubernetesBackend:
         )  # fmt: skip
 
     async def _check_stuck(self) -> None:
-        """A pod that cannot start (image not pullable, bad config) fails after the timeout."""
+        """A pod that cannot start (unschedulable, image not pullable, bad config) fails after
+        the timeout."""
         period = min(5.0, self.pending_timeout / 4)
         while True:
             await asyncio.sleep(period)
@@ -377,11 +378,12 @@ class KubernetesBackend:
                 if view is None or not view.stuck or now - since < self.pending_timeout:
                     continue
                 self._waiting_since.pop(name, None)
-                self._announce_exit(
-                    view,
-                    None,
-                    f"pod never started: {view.describe()} (waited {now - since:.0f} s)",
-                )
+                waited = f"(waited {now - since:.0f} s)"
+                if view.reason == UNSCHEDULABLE:  # the scheduler's own words
+                    message = f"pod unschedulable: {view.message or view.reason} {waited}"
+                else:
+                    message = f"pod never started: {view.describe()} {waited}"
+                self._announce_exit(view, None, message)
 
     async def _notify(self) -> None:
         async with self._changed:

@@ -185,6 +185,28 @@ async def test_timed_sweeps_cancel_expired_leases_and_fail_stuck_starts(
     )
 
 
+async def test_on_kubernetes_pods_may_wait_the_pending_timeout_before_the_init_timeout(
+    ctx: Context, backend: RecordingBackend, clock: Clock
+) -> None:
+    """A pod waiting for a node fails its job after the pending timeout, with the scheduler's
+    reason (the backend says it); the init timeout must not end the job first."""
+    settings = ctx.settings.model_copy(
+        update={"backend": "kubernetes", "kube_pending_timeout_seconds": 300.0}
+    )
+    kube = dataclasses.replace(ctx, settings=settings)
+    ctx.store.create_jobs(new_jobs([JOB]), NOW)
+    assert await SchedulerLoop(kube).run_once() == 1
+    reconciler = Reconciler(kube, backend, ReplicaService(kube))
+    await reconciler.sweep(timed=False)  # INITIALIZING, its pods pending
+    clock.now += settings.init_timeout_seconds + 1
+    await reconciler.sweep(timed=True)
+    assert ctx.store.get_job(JOB).phase is Phase.INITIALIZING
+    clock.now += 300
+    await reconciler.sweep(timed=True)
+    assert ctx.store.get_job(JOB).phase is Phase.FAILED
+    assert _last_reason(ctx).startswith("replicas not ready after 420 s: ")
+
+
 @pytest.mark.parametrize(
     ("codes", "phase", "reason"),
     [
