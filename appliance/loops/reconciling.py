@@ -126,7 +126,7 @@ class Reconciler:
             # restart): they go too, before any next attempt is launched.
             requeued = phase is Phase.QUEUED and job_id not in self._restarts
             if phase.terminal or requeued:
-                self._start_teardown(job_id)
+                self._start_teardown(job_id, failed=phase is Phase.FAILED)
         # Jobs scheduled together start together (a backend bounds its own API concurrency).
         # Not one whose earlier attempt is still being torn down, nor one being requeued: that
         # teardown would stop the new replicas, or the requeue strand them.
@@ -209,13 +209,13 @@ class Reconciler:
         if pending:
             await asyncio.wait(pending, timeout=wait_seconds)
 
-    def _start_teardown(self, job_id: str) -> None:
+    def _start_teardown(self, job_id: str, *, failed: bool) -> None:
         if job_id in self._teardowns:
             return
 
         async def teardown() -> None:
             try:
-                await self.backend.teardown(job_id)
+                await self.backend.teardown(job_id, failed=failed)
                 self.active.discard(job_id)
             except Exception as exc:  # the job stays active: the next sweep tries again
                 log.warning("tearing down %s failed: %s; retrying", job_id, exc)

@@ -357,6 +357,9 @@ def test_notes_say_how_to_connect(helm: Helm, values: str) -> None:
     )
     assert "app.kubernetes.io/name=appliance,appliance.io/job-id=" in notes
     assert "export CSCTL_TOKEN=" in notes
+    # The CI values keep failed jobs' pods: the notes say how to delete them.
+    delete_kept = f"kubectl --namespace {NAMESPACE} delete configmap,pod -l appliance.io/job-id="
+    assert (delete_kept in notes) == (values != "default")
     if values == "default":  # how to read the admin token the chart made
         assert "get secret appliance-auth -o jsonpath='{.data.admin-token}'" in notes
 

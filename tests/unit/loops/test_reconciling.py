@@ -35,6 +35,7 @@ class RecordingBackend:
         self.replica_secrets: Callable[[str, int], Mapping[str, str]] = no_secrets
         self.launched: list[tuple[str, list[str]]] = []
         self.torn_down: list[str] = []
+        self.failed_torn_down: list[str] = []  # ... those torn down as FAILED
         self.unavailable: str = ""  # launches raise BackendUnavailable with this while set
         self.live: dict[str, set[str]] = {}
         self.codes: dict[str, dict[str, int]] = {}
@@ -48,8 +49,9 @@ class RecordingBackend:
         return
         yield  # pragma: no cover
 
-    async def teardown(self, job_id: str) -> None:
+    async def teardown(self, job_id: str, *, failed: bool = False) -> None:
         self.torn_down.append(job_id)
+        self.failed_torn_down += [job_id] if failed else []
 
     async def adopt(self) -> dict[str, set[str]]:
         return {job_id: set(names) for job_id, names in self.live.items()}
@@ -139,6 +141,7 @@ async def test_a_replica_that_exits_non_zero_fails_the_job_and_it_is_torn_down(
     await reconciler.sweep(timed=False)
     await reconciler.drain(10)
     assert backend.torn_down == [JOB] and JOB not in reconciler.active
+    assert backend.failed_torn_down == [JOB]  # a keep-failed backend keeps its pods
 
 
 @pytest.mark.parametrize(
