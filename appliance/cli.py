@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -36,12 +37,15 @@ def _settings(data_dir: Path | None, grpc_port: int | None, http_port: int | Non
         first = exc.errors()[0]
         if not first["loc"]:  # a rule across settings: its message names them
             raise click.ClickException(first["msg"].removeprefix("Value error, ")) from None
-        name = "_".join(str(part) for part in first["loc"]).upper()
+        name, *inside = (str(part) for part in first["loc"])
+        where = f" ({'.'.join(inside)})" if inside else ""  # a key inside a JSON setting
         raise click.ClickException(
-            f"setting APPLIANCE_{name}: {first['msg']} (got {first.get('input')!r})"
+            f"setting APPLIANCE_{name.upper()}{where}: {first['msg']} (got {first.get('input')!r})"
         ) from None
     except SettingsError as exc:  # not parseable at all (a list setting is JSON)
-        raise click.ClickException(f'{exc}; a list is JSON, e.g. ["/scratch"]') from None
+        raise click.ClickException(
+            f'{exc}; a list or a table is JSON, e.g. ["/scratch"] or {{"cs2": {{"cpu": "1"}}}}'
+        ) from None
 
 
 _server_options = [
@@ -190,23 +194,50 @@ async def _serve(
     # the load made. Measured under 50 REST submitters: full collections of 60-110 ms were
     # the tail of GET latency; after freezing ~126k objects they take 8-25 ms.
     gc.freeze()
-    click.echo(
-        f"appliance {coordinator.address} (gRPC), http://{settings.host}:"
-        f"{coordinator.http_port} (HTTP), data in {settings.data_dir.resolve()}"
-    )
-    click.echo(f"try: csctl --server {coordinator.address} get jobs -a")
+    # Before the lines below: whoever reads them may stop the coordinator at once.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, coordinator.auth.reload)  # the tokens file again
+    grpc_address = dial_address(settings.host, coordinator.grpc_port)
+    http_address = dial_address(settings.host, coordinator.http_port)
+    click.echo(
+        f"appliance {grpc_address} (gRPC), http://{http_address} (HTTP), data in "
+        f"{settings.data_dir.resolve()}"
+        + (f"; listening on every address ({settings.host})" if _wildcard(settings.host) else "")
+    )
+    click.echo(try_hint(grpc_address, in_pod="KUBERNETES_SERVICE_HOST" in os.environ))
     if demo:
         threading.Thread(
-            target=_run_demo_job, args=(coordinator.address, num_csx, num_steps), daemon=True
+            target=_run_demo_job, args=(grpc_address, num_csx, num_steps), daemon=True
         ).start()
     await stop.wait()
     click.echo("stopping: draining servers (running replicas are left to finish)")
     await coordinator.stop()
+
+
+def _wildcard(host: str) -> bool:
+    return host in ("", "0.0.0.0", "::", "[::]")
+
+
+def dial_address(host: str, port: int) -> str:
+    """HOST:PORT a user on this machine can dial for a server bound to `host`: a wildcard bind
+    (0.0.0.0, ::) is not an address to dial; loopback reaches it."""
+    if _wildcard(host):
+        return f"127.0.0.1:{port}"
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def try_hint(grpc_address: str, *, in_pod: bool) -> str:
+    """The line telling a user how to reach the coordinator. In a Kubernetes pod its own
+    addresses mean nothing to the user: they come in through the Service."""
+    if in_pod:
+        return (
+            "try, from your machine: kubectl port-forward svc/<release> 50051 8080 (the chart "
+            "prints the exact command), then: csctl --server 127.0.0.1:50051 get jobs -a"
+        )
+    return f"try: csctl --server {grpc_address} get jobs -a"
 
 
 def _run_demo_job(address: str, num_csx: int, num_steps: int) -> None:

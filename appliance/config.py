@@ -15,6 +15,36 @@ DEFAULT_GRPC_PORT = 50051
 DEFAULT_HTTP_PORT = 8080
 
 
+# Kubernetes quantities as the settings accept them (a bounded number of digits).
+CPU_QUANTITY = r"^([0-9]{1,7}m|[0-9]{1,4}(\.[0-9]{1,3})?)$"
+MEMORY_QUANTITY = r"^[0-9]{1,12}(\.[0-9]{1,3})?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
+
+
+class RoleResources(BaseModel):
+    """What one replica pod of a role requests; an unset key keeps the backend's default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu: str | None = Field(
+        default=None, pattern=CPU_QUANTITY, description="CPU request, e.g. 250m or 1.5."
+    )
+    memory: str | None = Field(
+        default=None, pattern=MEMORY_QUANTITY, description="Memory request, e.g. 512Mi."
+    )
+
+
+class ReplicaResources(BaseModel):
+    """Requests of the replica pods, by role (the Kubernetes backend's defaults where unset:
+    chief 100m/256Mi, cs2 500m/512Mi, memoryx 250m/512Mi, swarmx 250m/256Mi)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chief: RoleResources = RoleResources()
+    cs2: RoleResources = RoleResources()
+    memoryx: RoleResources = RoleResources()
+    swarmx: RoleResources = RoleResources()
+
+
 class Settings(BaseSettings):
     """Coordinator settings. Every field can be set as APPLIANCE_<FIELD> in the environment."""
 
@@ -43,7 +73,10 @@ class Settings(BaseSettings):
         default=5.0, ge=0, description="SIGTERM to SIGKILL grace when replicas are stopped."
     )
     init_timeout_seconds: float = Field(
-        default=120.0, gt=0, description="A job not RUNNING this long after SCHEDULED fails."
+        default=120.0,
+        gt=0,
+        description="A job not RUNNING this long after SCHEDULED fails (on Kubernetes, this "
+        "long after kube_pending_timeout_seconds, which its pods may take to start).",
     )
     worker_orphan_timeout: float = Field(
         default=60.0, gt=0, description="Replicas exit when the coordinator is gone this long."
@@ -136,8 +169,14 @@ class Settings(BaseSettings):
     )
     kube_replica_memory_limit: str = Field(
         default="4Gi",
-        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$",
+        pattern=MEMORY_QUANTITY,
         description="Memory limit of every replica pod's container (a Kubernetes quantity).",
+    )
+    kube_replica_resources: ReplicaResources = Field(
+        default=ReplicaResources(),
+        description="JSON of the replica pods' requests by role, e.g. "
+        '{"cs2": {"cpu": "250m", "memory": "512Mi"}}; a job is scheduled only when the nodes '
+        "have them free, and the coordinator warns at start when its largest job cannot fit.",
     )
     kube_watch_timeout_seconds: int = Field(
         default=300,
@@ -199,6 +238,13 @@ class Settings(BaseSettings):
                     f"root {root} and the data dir"
                 )
         return self
+
+    @property
+    def replica_start_timeout(self) -> float:
+        """How long a replica may wait to start before its backend fails it, which a job's
+        init timeout adds to: a pod's pending timeout (waiting for a node, an image) on
+        Kubernetes; local processes start at once."""
+        return self.kube_pending_timeout_seconds if self.backend == "kubernetes" else 0.0
 
     @property
     def model_dirs(self) -> Path:

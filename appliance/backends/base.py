@@ -56,8 +56,9 @@ class Backend(Protocol):
     def observe(self) -> AsyncIterator[ReplicaEvent]:
         """Replica state changes, for as long as the backend is open."""
 
-    async def teardown(self, job_id: str) -> None:
-        """Stop every replica of the job: SIGTERM (or pod delete), then force after a grace."""
+    async def teardown(self, job_id: str, *, failed: bool = False) -> None:
+        """Stop every replica of the job: SIGTERM (or pod delete), then force after a grace.
+        `failed`: the job ended FAILED (a backend may keep its objects for debugging)."""
 
     async def adopt(self) -> dict[str, set[str]]:
         """After a restart: the replicas still running, by job id, now watched again."""

@@ -40,6 +40,11 @@ class Unavailable(ApplianceError):
     """A dependency (database, backend) cannot be reached right now; retry later."""
 
 
+class DeadlineExceeded(ApplianceError):
+    """A bounded wait ended before what it waited for happened, which may still happen: the
+    same call may succeed when made again (a long poll's "not yet")."""
+
+
 def job_not_found(job_id: str) -> NotFound:
     """The one sentence for a job id that names no job, whichever layer finds out. It names the
     `job_id` field, so a door can say how its users list the jobs that do exist."""

@@ -126,7 +126,7 @@ class Reconciler:
             # restart): they go too, before any next attempt is launched.
             requeued = phase is Phase.QUEUED and job_id not in self._restarts
             if phase.terminal or requeued:
-                self._start_teardown(job_id)
+                self._start_teardown(job_id, failed=phase is Phase.FAILED)
         # Jobs scheduled together start together (a backend bounds its own API concurrency).
         # Not one whose earlier attempt is still being torn down, nor one being requeued: that
         # teardown would stop the new replicas, or the requeue strand them.
@@ -145,21 +145,21 @@ class Reconciler:
                 f"client lease expired: no heartbeat{holder} for {job.lease.lease_seconds:.0f} s"
             )
             await self.ctx.set_phase(job.id, Phase.CANCELLED, reason, expected=job.phase)
+        # Replicas may wait to start as long as the backend lets them (a pod pending for a
+        # node): the backend fails such a job first, with its own reason, not this timeout.
+        limit = self.ctx.settings.init_timeout_seconds + self.ctx.settings.replica_start_timeout
         for job in await self.ctx.db(store.jobs_in, [Phase.INITIALIZING]):
             if job.id in stopping or job.id in self._restarts:
                 continue  # being requeued: its replicas are going, not late
             # After a restart the clock starts again: replicas could not register meanwhile.
             since = max(job.updated_at, self._recovered_at)
-            if now - since > self.ctx.settings.init_timeout_seconds:
+            if now - since > limit:
                 waiting = [
                     r.name
                     for r in await self.ctx.db(store.replicas, job.id)
                     if r.phase is not ReplicaPhase.READY
                 ]
-                reason = (
-                    f"replicas not ready after {self.ctx.settings.init_timeout_seconds:.0f}"
-                    f" s: {', '.join(waiting)}"
-                )
+                reason = f"replicas not ready after {limit:.0f} s: {', '.join(waiting)}"
                 await self.ctx.set_phase(job.id, Phase.FAILED, reason, expected=Phase.INITIALIZING)
 
     async def _launch(self, job_id: str) -> None:
@@ -209,13 +209,13 @@ class Reconciler:
         if pending:
             await asyncio.wait(pending, timeout=wait_seconds)
 
-    def _start_teardown(self, job_id: str) -> None:
+    def _start_teardown(self, job_id: str, *, failed: bool) -> None:
         if job_id in self._teardowns:
             return
 
         async def teardown() -> None:
             try:
-                await self.backend.teardown(job_id)
+                await self.backend.teardown(job_id, failed=failed)
                 self.active.discard(job_id)
             except Exception as exc:  # the job stays active: the next sweep tries again
                 log.warning("tearing down %s failed: %s; retrying", job_id, exc)

@@ -16,6 +16,7 @@ TO_CODE: tuple[tuple[type[errors.ApplianceError], grpc.StatusCode], ...] = (
     (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (errors.DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
 )
 _FROM_CODE = {code: cls for cls, code in TO_CODE}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -19,6 +20,7 @@ from appliance.backends.base import Backend, BackendUnavailable
 from appliance.backends.local import LocalBackend
 from appliance.config import InventoryError, Settings
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.inventory import Node
 from appliance.domain.queues import resolve_quotas
 from appliance.loops.reconciling import Reconciler
 from appliance.loops.scheduling import SchedulerLoop
@@ -119,9 +121,11 @@ class Coordinator:
         self._spawn(self.reconciler.run_sweeps())
         self.ctx.bus.wake_scheduler()
 
-        rest = create_app(
-            self.jobs, Readiness(self.ctx, self.backend), self.auth, s.http_max_body_bytes
-        )
+        warnings = await capacity_warnings(s, self.backend, store.pool())
+        for warning in warnings:
+            log.warning("%s", warning)
+        readiness = Readiness(self.ctx, self.backend, warnings)
+        rest = create_app(self.jobs, readiness, self.auth, s.http_max_body_bytes)
         config = uvicorn.Config(
             rest, host=s.host, port=s.http_port, log_level="warning", lifespan="off"
         )
@@ -176,10 +180,12 @@ async def make_backend(s: Settings) -> Backend:
     """Local processes, or pods through the Kubernetes API (imported only when chosen)."""
     if s.backend == "kubernetes":
         from appliance.backends.kubernetes import (
+            ROLE_REQUESTS,
             KubeApi,
             KubeConfigError,
             KubernetesBackend,
             PodTemplate,
+            Resources,
         )
 
         try:
@@ -190,6 +196,14 @@ async def make_backend(s: Settings) -> Backend:
             )
         except KubeConfigError as exc:
             raise StartupError(str(exc)) from None
+        defaults, chosen = ROLE_REQUESTS, s.kube_replica_resources
+        requests = {
+            role: Resources(
+                getattr(chosen, role.value).cpu or default.cpu,
+                getattr(chosen, role.value).memory or default.memory,
+            )
+            for role, default in defaults.items()
+        }
         template = PodTemplate(
             namespace=api.namespace,
             image=s.kube_image,
@@ -200,6 +214,7 @@ async def make_backend(s: Settings) -> Backend:
             model_dirs=str(s.model_dirs.resolve()),
             model_dirs_claim=s.kube_model_dirs_claim,
             memory_limit=s.kube_replica_memory_limit,
+            requests=requests,
         )
         return KubernetesBackend(
             api,
@@ -215,6 +230,18 @@ async def make_backend(s: Settings) -> Backend:
         grace_seconds=s.cancel_grace_seconds,
         orphan_timeout=s.worker_orphan_timeout,
     )
+
+
+async def capacity_warnings(s: Settings, backend: Backend, pool: Sequence[Node]) -> list[str]:
+    """What the coordinator warns of at start: on Kubernetes, a pool whose largest job cannot
+    fit the nodes (its pods would wait for the pending timeout, then fail the job)."""
+    if s.backend != "kubernetes":
+        return []
+    from appliance.backends.kubernetes import KubernetesBackend
+
+    assert isinstance(backend, KubernetesBackend)
+    problem = await backend.fit_problem(pool)
+    return [problem] if problem else []
 
 
 def listen_tcp(host: str, port: int) -> socket.socket:

@@ -3,6 +3,8 @@ start and watch replicas), and if not, why, in a sentence."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from appliance.backends.base import Backend
 from appliance.services.context import Context
 
@@ -13,9 +15,11 @@ class Readiness:
     """What /readyz answers: a probe of the store on its writer (where submits wait) and the
     backend's own health."""
 
-    def __init__(self, ctx: Context, backend: Backend) -> None:
+    def __init__(self, ctx: Context, backend: Backend, warnings: Sequence[str] = ()) -> None:
         self.ctx = ctx
         self.backend = backend
+        # Found at start; they do not make the coordinator unready.
+        self.warnings = tuple(warnings)
 
     async def problem(self) -> str | None:
         """None when ready; else what is wrong (the store first, then the backend)."""

@@ -11,7 +11,13 @@ import asyncio
 import contextlib
 import dataclasses
 
-from appliance.domain.errors import Conflict, NotFound, job_not_found, stale_attempt
+from appliance.domain.errors import (
+    Conflict,
+    DeadlineExceeded,
+    NotFound,
+    job_not_found,
+    stale_attempt,
+)
 from appliance.domain.job import EventKind, Job, JobEvent, Progress, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.services.context import Context
@@ -49,7 +55,13 @@ class ReplicaService:
 
     async def await_running(self, job_id: str, attempt: int, wait_seconds: float) -> Job:
         """Block until `attempt` of the job is RUNNING (every replica registered); then its
-        full status."""
+        full status.
+
+        Conflict once the job is over (or on another attempt): the caller stops. A job still
+        starting after `wait_seconds` is DeadlineExceeded, "not yet": replicas may take as long
+        as the backend lets them (a pod pending up to its pending timeout), and the job's own
+        timeouts end the wait, so the caller asks again.
+        """
         deadline = asyncio.get_running_loop().time() + wait_seconds
         with self.ctx.bus.subscribe(job_id) as changes:
             while True:
@@ -62,7 +74,10 @@ class ReplicaService:
                     raise Conflict(f"job {job_id} is {job.phase.value}: {job.reason}")
                 remaining = deadline - asyncio.get_running_loop().time()
                 if remaining <= 0:
-                    raise Conflict(f"job {job_id} not running after {wait_seconds:.0f} s")
+                    raise DeadlineExceeded(
+                        f"job {job_id} not running after {wait_seconds:.0f} s "
+                        f"({job.phase.value}); ask again"
+                    )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changes.get(), remaining)
 

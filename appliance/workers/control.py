@@ -70,7 +70,12 @@ class ControlPlane:
         log.info("registered %s of %s at %s", self.replica, self.job_id, address)
 
     async def await_peers(self) -> control_pb2.Topology:
-        """Block until every replica of the job registered; returns the job's topology."""
+        """Block until every replica of the job registered; returns the job's topology.
+
+        The coordinator answers each window of AWAIT_PEERS_WINDOW seconds with DEADLINE_EXCEEDED
+        while the job is still starting (a peer's pod may wait for a node for as long as the
+        backend's pending timeout) and FAILED_PRECONDITION once it is over; so this waits for as
+        long as the job starts, and raises when it ended."""
         request = control_pb2.AwaitPeersRequest(
             job_id=self.job_id,
             replica=self.replica,
@@ -139,7 +144,8 @@ class ControlPlane:
         """Retry `call` while the coordinator is unreachable, up to the orphan timeout.
 
         `orphan_clock=False` is for long polls (AwaitPeers) whose DEADLINE_EXCEEDED only means
-        "not yet": those retries do not count as the coordinator being unreachable.
+        "not yet" (the coordinator ends each window with it while the job starts): those
+        retries do not count as the coordinator being unreachable.
         """
         attempt = 0
         while True:
@@ -151,6 +157,7 @@ class ControlPlane:
                     raise
                 waiting_on_peers = code is grpc.StatusCode.DEADLINE_EXCEEDED and not orphan_clock
                 if waiting_on_peers:
+                    log.info("%s: %s", what, err.details())
                     self._last_contact = time.monotonic()
                     continue
                 silent_for = time.monotonic() - self._last_contact

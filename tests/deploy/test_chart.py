@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from appliance.config import Settings, read_inventory
+from appliance.backends.kubernetes.manifests import ROLE_REQUESTS
+from appliance.config import RoleResources, Settings, read_inventory
 from appliance.domain.inventory import Node, NodeKind
+from appliance.domain.plan import Role
 from appliance.domain.queues import parse_queues_document, resolve_quotas
 from tests.deploy.chart import (
     CHART,
@@ -114,6 +116,15 @@ def test_service_and_labels(rendered: dict[str, Rendered], values: str) -> None:
         ("grpc", 50051, "grpc"),
         ("http", 8080, "http"),
     }
+    # A NodePort Service may pin its node ports (a kind cluster maps them to the host); a
+    # node port left null is Kubernetes' to pick, and a ClusterIP Service has none.
+    node_ports = {p["name"]: p.get("nodePort") for p in service["spec"]["ports"]}
+    if values == "default":
+        assert service["spec"]["type"] == "ClusterIP"
+        assert node_ports == {"grpc": None, "http": None}
+    else:
+        assert service["spec"]["type"] == "NodePort"
+        assert node_ports == {"grpc": 30051, "http": None}
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
     # The coordinator's selector must never match the replica pods it creates.
@@ -125,13 +136,22 @@ def test_service_and_labels(rendered: dict[str, Rendered], values: str) -> None:
         assert labels["app.kubernetes.io/name"] == "appliance", obj["kind"]
         assert labels["app.kubernetes.io/instance"] == RELEASE, obj["kind"]
         assert labels["app.kubernetes.io/managed-by"] == "Helm", obj["kind"]
-        assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):  # not namespaced
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
 
 
 @pytest.mark.parametrize("values", VALUES)
 def test_role_is_namespaced_and_minimal(rendered: dict[str, Rendered], values: str) -> None:
     r = rendered[values]
-    assert "ClusterRole" not in r.kinds() and "ClusterRoleBinding" not in r.kinds()
+    # Cluster-wide, only reading nodes (the start-up check that the pool fits them).
+    assert r.one("ClusterRole")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+    ]
+    cluster_binding = r.one("ClusterRoleBinding")
+    assert cluster_binding["roleRef"]["name"] == r.one("ClusterRole")["metadata"]["name"]
+    assert cluster_binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": r.pod["serviceAccountName"], "namespace": NAMESPACE}
+    ]
     rules: dict[str, set[str]] = {}
     for rule in r.one("Role")["rules"]:
         (group,) = rule["apiGroups"]
@@ -237,7 +257,13 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
     _check_queues(r, env, sources, pool, values)
     by_kind = [[n.name for n in pool if n.kind is kind] for kind in NodeKind]
     assert tuple(len(names) for names in by_kind) == counts
+    requests = {role: getattr(settings.kube_replica_resources, role.value) for role in Role}
     if values == "default":
+        # The chart's replicaResources are the backend's own defaults, spelt out.
+        assert requests == {
+            role: RoleResources(cpu=default.cpu, memory=default.memory)
+            for role, default in ROLE_REQUESTS.items()
+        }
         assert settings.kube_clean_pod_policy == "all"
         assert by_kind == [
             ["cs2-01", "cs2-02", "cs2-03", "cs2-04"],
@@ -250,6 +276,7 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
         assert settings.auth_tokens_file == Path("/etc/appliance/tokens.yaml")
         assert settings.memoryx_bytes == 128 << 30 and settings.swarmx_ports == 16
         assert settings.scheduler_interval == 0.5 and settings.log_tail_lines == 50
+        assert requests[Role.CS2] == RoleResources(cpu="2", memory="2Gi")
         assert by_kind[0][-1] == "cs2-64" and by_kind[1][0] == "memx-rack1-a"
 
 
@@ -322,6 +349,10 @@ def test_model_dirs_are_one_claim_for_the_coordinator_and_the_replicas(
         (["--set", "settings.schedulerIntervl=1"], "'schedulerIntervl' not allowed"),
         (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
         (["--set-json", 'pool.memoryx=["cs2-01"]'], 'node name "cs2-01" is used twice'),
+        (["--set", "replicaResources.cs2.cpu=lots"], "/replicaResources/cs2/cpu"),
+        (["--set", "replicaResources.cs3.cpu=1"], "'cs3' not allowed"),
+        (["--set", "replicaResources.chief.memory=1e9"], "/replicaResources/chief/memory"),
+        (["--set", "service.grpcNodePort=80"], "/service/grpcNodePort"),
     ],
     ids=[
         "enum",
@@ -332,12 +363,24 @@ def test_model_dirs_are_one_claim_for_the_coordinator_and_the_replicas(
         "settings-typo",
         "pull-policy",
         "duplicate-name",
+        "replica-cpu",
+        "replica-role-typo",
+        "replica-memory",
+        "node-port-range",
     ],
 )
 def test_bad_values_are_rejected_with_a_reason(helm: Helm, args: list[str], message: str) -> None:
     done = helm.run("template", RELEASE, str(CHART), *args)
     assert done.returncode != 0
     assert message in done.stderr, done.stderr
+
+
+def test_reading_nodes_can_be_left_out(helm: Helm) -> None:
+    """rbac.readNodes=false: nothing cluster-scoped at all (the coordinator then warns that it
+    cannot check the pool against the nodes)."""
+    objects = [o for o in yaml.safe_load_all(helm.template("--set", "rbac.readNodes=false")) if o]
+    kinds = {o["kind"] for o in objects}
+    assert "Role" in kinds and not kinds & {"ClusterRole", "ClusterRoleBinding"}
 
 
 @pytest.mark.parametrize("values", VALUES)
@@ -349,9 +392,17 @@ def test_notes_say_how_to_connect(helm: Helm, values: str) -> None:
     assert f"kubectl --namespace {NAMESPACE} port-forward svc/appliance 50051:50051 8080:8080" in (
         notes
     )
+    # A port-forward ends with the coordinator's pod: the notes loop it.
+    assert "while true; do kubectl --namespace ml port-forward svc/appliance" in notes
     assert "csctl --server 127.0.0.1:50051 get jobs" in notes
+    assert ("get svc appliance -o jsonpath='{.spec.ports[*].nodePort}'" in notes) == (
+        values != "default"  # the CI values make the Service a NodePort
+    )
     assert "app.kubernetes.io/name=appliance,appliance.io/job-id=" in notes
     assert "export CSCTL_TOKEN=" in notes
+    # The CI values keep failed jobs' pods: the notes say how to delete them.
+    delete_kept = f"kubectl --namespace {NAMESPACE} delete configmap,pod -l appliance.io/job-id="
+    assert (delete_kept in notes) == (values != "default")
     if values == "default":  # how to read the admin token the chart made
         assert "get secret appliance-auth -o jsonpath='{.data.admin-token}'" in notes
 

@@ -86,6 +86,15 @@ def test_unreachable_api_server_at_start(tmp_path: Path) -> None:
         ({"APPLIANCE_MODEL_DIRS_ALLOWED": '["/"]'}, ["model_dirs_allowed: '/'"]),
         ({"APPLIANCE_MODEL_DIRS_ALLOWED": '["shared"]'}, ["'shared' must be an absolute"]),
         ({"APPLIANCE_KUBE_REPLICA_MEMORY_LIMIT": "lots"}, ["KUBE_REPLICA_MEMORY_LIMIT"]),
+        (
+            {"APPLIANCE_KUBE_REPLICA_RESOURCES": '{"cs2": {"cpu": "lots"}}'},
+            ["setting APPLIANCE_KUBE_REPLICA_RESOURCES (cs2.cpu)", "pattern", "'lots'"],
+        ),
+        (
+            {"APPLIANCE_KUBE_REPLICA_RESOURCES": '{"cs3": {"cpu": "1"}}'},
+            ["setting APPLIANCE_KUBE_REPLICA_RESOURCES (cs3)", "Extra inputs"],
+        ),
+        ({"APPLIANCE_KUBE_REPLICA_RESOURCES": "cs2=1"}, ["kube_replica_resources", "JSON"]),
     ],
 )
 def test_a_bad_setting_is_named(tmp_path: Path, env: dict[str, str], needles: list[str]) -> None:

@@ -1,12 +1,14 @@
 """A stand-in kubelet (and binder) for tests against a real kube-apiserver with no nodes.
 
 It registers fake nodes, binds unscheduled pods of its namespace to them round-robin (the
-kube-scheduler's job), and for every pod bound to one of its nodes it does what a kubelet
-does: runs the container's command as a local process with the pod's env (fieldRefs and
-envFrom Secrets resolved; the pod IP is 127.0.0.1), writes the pod status back through the API
-(Running, then Succeeded/Failed with the exit code), serves the container log to the API server's
-`pods/log` proxy over HTTPS, and on deletion sends SIGTERM, waits the grace period, SIGKILLs,
-then removes the pod. Images not in --image are "not pullable" (ErrImagePull).
+kube-scheduler's job; a pod requesting more than a node holds stays unbound, marked
+Unschedulable as kube-scheduler would), and for every pod bound to one of its nodes it does
+what a kubelet does: runs the container's command as a local process with the pod's env
+(fieldRefs and envFrom Secrets resolved; the pod IP is 127.0.0.1), writes the pod status back
+through the API (Running, then Succeeded/Failed with the exit code), serves the container log
+to the API server's `pods/log` proxy over HTTPS (kubelet_logs.py), and on deletion sends
+SIGTERM, waits the grace period, SIGKILLs, then removes the pod. Images not in --image are "not
+pullable" (ErrImagePull).
 
 With --simulate, containers are not run (KWOK-style): pods go Running at once and stay
 there, for benchmarks with thousands of pods.
@@ -21,71 +23,39 @@ import asyncio
 import base64
 import contextlib
 import datetime as dt
-import http.server
 import itertools
 import json
 import os
 import signal
-import ssl
-import subprocess
 import sys
 import tempfile
-import threading
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from appliance.backends.kubernetes.quantities import cpu_millis, memory_bytes
+from tests.kube.kubelet_logs import LogServer
+
 CONTAINER = "replica"
+# What each fake node can hold. A pod requesting more than this (of either) is unschedulable.
+NODE_ROOM = {"cpu": "64", "memory": "256Gi"}
+
+
+def unfit(pod: dict[str, Any]) -> str:
+    """The resource ("cpu", "memory") a pod requests more of than any node holds, or ""."""
+    requests = [
+        (c.get("resources") or {}).get("requests") or {} for c in pod["spec"]["containers"]
+    ]
+    cpu = sum(cpu_millis(str(r.get("cpu", "0"))) for r in requests)
+    memory = sum(memory_bytes(str(r.get("memory", "0"))) for r in requests)
+    if cpu > cpu_millis(NODE_ROOM["cpu"]):
+        return "cpu"
+    return "memory" if memory > memory_bytes(NODE_ROOM["memory"]) else ""
 
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class LogServer:
-    """The kubelet's /containerLogs endpoint, over HTTPS with a self-signed certificate."""
-
-    def __init__(self, log_dir: Path, workdir: Path) -> None:
-        cert, key = workdir / "kubelet.crt", workdir / "kubelet.key"
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-             "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        log_dir_ = log_dir
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # /containerLogs/{ns}/{pod}/{container}
-                url = urllib.parse.urlparse(self.path)
-                parts = url.path.strip("/").split("/")
-                if len(parts) != 4 or parts[0] != "containerLogs":
-                    self.send_error(404)
-                    return
-                query = urllib.parse.parse_qs(url.query)
-                path = log_dir_ / f"{parts[1]}_{parts[2]}.log"
-                data = path.read_bytes() if path.exists() else b""
-                if "tailLines" in query:
-                    lines = data.splitlines(keepends=True)
-                    data = b"".join(lines[-int(query["tailLines"][0]) :])
-                if "limitBytes" in query:
-                    data = data[: int(query["limitBytes"][0])]
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 class Kubelet:
@@ -126,8 +96,8 @@ class Kubelet:
                 "status": {
                     "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
                     "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
-                    "capacity": {"cpu": "64", "memory": "256Gi", "pods": "500"},
-                    "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "500"},
+                    "capacity": {**NODE_ROOM, "pods": "500"},
+                    "allocatable": {**NODE_ROOM, "pods": "500"},
                     "conditions": [
                         {"type": "Ready", "status": "True", "reason": "KubeletReady",
                          "message": "stand-in kubelet", "lastHeartbeatTime": now(),
@@ -138,6 +108,15 @@ class Kubelet:
             r = await self.http.patch(
                 f"/api/v1/nodes/{name}/status",
                 content=json.dumps(status),
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            r.raise_for_status()
+            # The API server's TaintNodesByCondition admission taints a new node not-ready
+            # (NoSchedule); the node lifecycle controller lifts it once the node is Ready. No
+            # controller manager runs here: do what it would.
+            r = await self.http.patch(
+                f"/api/v1/nodes/{name}",
+                content=json.dumps({"spec": {"taints": None}}),
                 headers={"Content-Type": "application/merge-patch+json"},
             )
             r.raise_for_status()
@@ -212,6 +191,24 @@ class Kubelet:
 
     async def bind(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
+        too_big = unfit(pod)
+        if too_big:  # what kube-scheduler says of a pod no node can hold; it stays unbound
+            message = (
+                f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} Insufficient "
+                f"{too_big}. preemption: 0/{len(self.nodes)} nodes are available: "
+                f"{len(self.nodes)} No preemption victims found for incoming pod."
+            )
+            status = {"status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": message, "lastTransitionTime": now()},
+            ]}}  # fmt: skip
+            await self.send(
+                "PATCH",
+                f"/api/v1/namespaces/{self.ns}/pods/{name}/status",
+                content=json.dumps(status),
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            return
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -240,6 +237,8 @@ class Kubelet:
             await self.patch_status(pod, "Running", {"running": {"startedAt": now()}})
             return
         env = {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        if "PYTHONPATH" in os.environ:  # the image's code is the checkout under test
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         for source in container.get("envFrom") or []:
             env.update(await self.secret_env(meta["namespace"], source["secretRef"]["name"]))
         for item in container.get("env") or []:

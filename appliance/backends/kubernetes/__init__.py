@@ -7,13 +7,15 @@ from appliance.backends.kubernetes.client import (
     KubeError,
     KubeUnavailable,
 )
-from appliance.backends.kubernetes.manifests import PodTemplate
+from appliance.backends.kubernetes.manifests import ROLE_REQUESTS, PodTemplate, Resources
 
 __all__ = [
+    "ROLE_REQUESTS",
     "KubeApi",
     "KubeConfigError",
     "KubeError",
     "KubeUnavailable",
     "KubernetesBackend",
     "PodTemplate",
+    "Resources",
 ]

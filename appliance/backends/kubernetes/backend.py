@@ -26,13 +26,15 @@ from typing import Any
 
 from appliance.backends.base import ReplicaEvent, ReplicaEventKind, no_secrets
 from appliance.backends.kubernetes import manifests as m
+from appliance.backends.kubernetes.capacity import fit_problem
 from appliance.backends.kubernetes.client import (
     KubeApi,
     KubeError,
     KubeUnavailable,
     WatchExpired,
 )
-from appliance.backends.kubernetes.status import PodState, PodView, view_of
+from appliance.backends.kubernetes.status import UNSCHEDULABLE, PodState, PodView, view_of
+from appliance.domain.inventory import Node
 from appliance.domain.job import Job, Replica
 
 log = logging.getLogger(__name__)
@@ -122,35 +124,32 @@ class KubernetesBackend:
         while True:
             yield await self._events.get()
 
-    async def teardown(self, job_id: str) -> None:
+    async def teardown(self, job_id: str, *, failed: bool = False) -> None:
         """Delete the job's pods (with the grace period), its Service, credentials Secret,
         NetworkPolicy and ConfigMap.
 
-        With the keep-failed policy, pods of replicas that failed stay (and so does the
-        ConfigMap that owns them) for `kubectl logs`; deleting the ConfigMap removes them.
+        With the keep-failed policy, a failed job's pods all stay (and so does the ConfigMap
+        that owns them) for `kubectl logs` and `kubectl describe`; replicas still running stop
+        by themselves (their heartbeat says the job is over). Deleting the ConfigMap removes
+        them (`kubectl delete configmap,pod -l appliance.io/job-id=<job>`).
         """
         pods = [v for v in self._views.values() if v.job_id == job_id]
         await asyncio.gather(*(self._archive_log(v) for v in pods))
-        keep = set()
-        if self.clean_pod_policy == "keep-failed":
-            keep = {v.name for v in pods if v.state is PodState.ENDED and v.exit_code != 0}
+        keep = failed and self.clean_pod_policy == "keep-failed"
         grace = int(self.template.grace_seconds + 0.999)
         async with self._slots:
-            if keep:
-                for v in pods:
-                    if v.name not in keep:
-                        await self.api.delete("Pod", v.name, grace)
-            else:
+            if not keep:
                 await self.api.delete_collection("Pod", m.selector_of_job(job_id), grace)
             await self.api.delete("Service", m.service_name(job_id))
-            # Failed pods kept for `kubectl logs` have ended: they need no credentials.
+            # Kept pods got their credentials when their containers started; a kept pod that
+            # never started cannot start without them (nor should it, for an ended job).
             await self.api.delete("Secret", m.secret_name(job_id))
             await self.api.delete("NetworkPolicy", m.network_policy_name(job_id))
             if not keep:
                 await self.api.delete("ConfigMap", m.config_map_name(job_id))
 
         def gone() -> bool:
-            return not any(v.job_id == job_id and v.name not in keep for v in self._views.values())
+            return keep or not any(v.job_id == job_id for v in self._views.values())
 
         try:
             async with asyncio.timeout(self.template.grace_seconds + TEARDOWN_EXTRA_SECONDS):
@@ -245,6 +244,18 @@ class KubernetesBackend:
         data = text.encode()[offset:]
         complete = data[: data.rfind(b"\n") + 1]
         return complete.decode(errors="replace"), offset + len(complete)
+
+    async def fit_problem(self, pool: Sequence[Node]) -> str | None:
+        """None when the pool's largest job fits the nodes' allocatable room (capacity.py);
+        else why not, or why it could not be checked."""
+        try:
+            nodes = await self.api.list_nodes()
+        except (KubeError, KubeUnavailable) as e:
+            return (
+                f"cannot check that the pool's largest job fits the nodes: listing nodes "
+                f"failed ({e}); the chart's rbac.readNodes lets the coordinator list them"
+            )
+        return fit_problem(pool, self.template.requests_of, nodes)
 
     def health(self) -> str | None:
         if self.api.last_error:
@@ -353,7 +364,8 @@ class KubernetesBackend:
         )  # fmt: skip
 
     async def _check_stuck(self) -> None:
-        """A pod that cannot start (image not pullable, bad config) fails after the timeout."""
+        """A pod that cannot start (unschedulable, image not pullable, bad config) fails after
+        the timeout."""
         period = min(5.0, self.pending_timeout / 4)
         while True:
             await asyncio.sleep(period)
@@ -363,18 +375,21 @@ class KubernetesBackend:
                 if view is None or not view.stuck or now - since < self.pending_timeout:
                     continue
                 self._waiting_since.pop(name, None)
-                self._announce_exit(
-                    view,
-                    None,
-                    f"pod never started: {view.describe()} (waited {now - since:.0f} s)",
-                )
+                waited = f"(waited {now - since:.0f} s)"
+                if view.reason == UNSCHEDULABLE:  # the scheduler's own words
+                    message = f"pod unschedulable: {view.message or view.reason} {waited}"
+                else:
+                    message = f"pod never started: {view.describe()} {waited}"
+                self._announce_exit(view, None, message)
 
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
 
     def _forget(self, job_id: str) -> None:
-        prefix = f"{job_id}-"  # kept (failed) pods stay known, so they announce nothing again
+        # Kept pods (of a failed job) stay known: each announces only what it has not (the end
+        # of a replica that was still stopping).
+        prefix = f"{job_id}-"
         for names in (self._started, self._exited):
             names.difference_update(
                 {n for n in names if n.startswith(prefix) and n not in self._views}

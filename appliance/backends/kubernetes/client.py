@@ -148,19 +148,29 @@ class KubeApi:
             body={"gracePeriodSeconds": grace_seconds, "propagationPolicy": "Background"},
         )
 
-    async def list(
-        self, kind: str, selector: str, namespace: str = ""
-    ) -> tuple[list[dict[str, Any]], str]:
-        """Every object matching the selector, and the resourceVersion to watch from."""
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node of the cluster (cluster-scoped: the chart's rbac.readNodes lets the
+        coordinator list them; a 403 KubeError otherwise)."""
+        items, _ = await self._pages("/api/v1/nodes", {})
+        return items
+
+    async def _pages(self, path: str, query: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         items: list[dict[str, Any]] = []
-        query: dict[str, Any] = {"labelSelector": selector, "limit": 500}
+        query = {**query, "limit": 500}
         while True:
-            page = await self._json("GET", self._path(kind, namespace=namespace), query=query)
+            page = await self._json("GET", path, query=query)
             items += page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items, str(page["metadata"]["resourceVersion"])
             query = {**query, "continue": token}
+
+    async def list(
+        self, kind: str, selector: str, namespace: str = ""
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every object matching the selector, and the resourceVersion to watch from."""
+        path = self._path(kind, namespace=namespace)
+        return await self._pages(path, {"labelSelector": selector})
 
     async def watch(
         self, kind: str, selector: str, resource_version: str, timeout_seconds: int

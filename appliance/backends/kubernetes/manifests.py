@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from appliance.backends.kubernetes.quantities import memory_bytes as _bytes
 from appliance.domain.auth import ATTEMPT_ENV
 from appliance.domain.job import Job, Replica
 from appliance.domain.plan import Role
@@ -41,11 +42,15 @@ REPLICA_SELECTOR = f"{LABEL_NAME}={APP},{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 @dataclasses.dataclass(frozen=True)
 class Resources:
+    """A pod's requests, as Kubernetes quantities (capacity.py reads them as numbers)."""
+
     cpu: str
     memory: str
 
 
-# Requests per role: an emulated CS-2 does the arithmetic; the others relay and store.
+# Default requests per role (APPLIANCE_KUBE_REPLICA_RESOURCES changes them): an emulated CS-2
+# does the arithmetic; the others relay and store. A 4-CS-2 job of the default pool asks 3.35
+# CPU in all.
 ROLE_REQUESTS: Mapping[Role, Resources] = {
     Role.CHIEF: Resources("100m", "256Mi"),
     Role.CS2: Resources("500m", "512Mi"),
@@ -72,6 +77,17 @@ class PodTemplate:
     python: str = "python"
     # Memory limit of every replica container (a Kubernetes quantity).
     memory_limit: str = "4Gi"
+    # What each role's pods request.
+    requests: Mapping[Role, Resources] = dataclasses.field(
+        default_factory=lambda: dict(ROLE_REQUESTS)
+    )
+
+    def requests_of(self, role: Role) -> dict[str, str]:
+        """The container requests of a `role` replica. A limit set below a role's request
+        lowers the request with it (the API server refuses a pod that requests more than its
+        limit)."""
+        wanted = self.requests[role]
+        return {"cpu": wanted.cpu, "memory": min(wanted.memory, self.memory_limit, key=_bytes)}
 
 
 def selector_of_job(job_id: str) -> str:
@@ -205,7 +221,6 @@ def replica_pod(
     job_id: str, replica: Replica, template: PodTemplate, owner_uid: str, attempt: int
 ) -> dict[str, Any]:
     """One replica as a pod: the worker command of the local backend, identity in env."""
-    requests = ROLE_REQUESTS[replica.role]
     command = [
         template.python, "-m", "appliance.workers", replica.role.value,
         "--job-id", job_id, "--replica", replica.name,
@@ -262,12 +277,7 @@ def replica_pod(
                     # The job's tokens: how its replicas prove they are the job's.
                     "envFrom": [{"secretRef": {"name": secret_name(job_id)}}],
                     "resources": {
-                        # A limit set below a role's request lowers the request with it (the
-                        # API server refuses a pod that requests more than its limit).
-                        "requests": {
-                            "cpu": requests.cpu,
-                            "memory": min(requests.memory, template.memory_limit, key=_bytes),
-                        },
+                        "requests": template.requests_of(replica.role),
                         # One job's replica cannot take the node's memory from the others.
                         "limits": {"memory": template.memory_limit},
                     },
@@ -285,16 +295,6 @@ def replica_pod(
             "volumes": [{"name": "tmp", "emptyDir": {}}, _model_dirs_volume(template)],
         },
     }
-
-
-_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-          "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}  # fmt: skip
-
-
-def _bytes(quantity: str) -> float:
-    """A memory quantity (as APPLIANCE_KUBE_REPLICA_MEMORY_LIMIT allows: 512Mi, 4Gi, 1e9 no)."""
-    number = quantity.rstrip("kKMGTi")
-    return float(number) * _UNITS[quantity[len(number) :]]
 
 
 def _from_field(name: str, path: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from appliance.backends.kubernetes.manifests import (
     LABEL_REPLICA,
 )
 
+UNSCHEDULABLE = "Unschedulable"
 # Waiting reasons that will not fix themselves; after the pending timeout the replica fails.
 STUCK_REASONS = frozenset(
     {
@@ -30,6 +31,10 @@ STUCK_REASONS = frozenset(
         "CreateContainerConfigError",
         "CreateContainerError",
         "RunContainerError",
+        # No node can hold the pod now (kube-scheduler's PodScheduled=False condition, e.g.
+        # "0/1 nodes are available: 1 Insufficient cpu"); pods ending elsewhere may free room
+        # before the timeout.
+        UNSCHEDULABLE,
     }
 )
 
@@ -104,10 +109,12 @@ def view_of(pod: dict[str, Any]) -> PodView | None:
     if "running" in state:
         return PodView(**base, state=PodState.RUNNING, deleting=deleting)
     waiting = state.get("waiting") or {}
+    if not waiting.get("reason"):  # not on a node yet: the scheduler's condition says why
+        waiting = _unscheduled(status)
     return PodView(
         **base,
         state=PodState.WAITING,
-        reason=waiting.get("reason") or _unschedulable(status),
+        reason=waiting.get("reason") or "",
         message=_short(waiting.get("message")),
         deleting=deleting,
     )
@@ -120,11 +127,17 @@ def _container_status(status: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _unschedulable(status: dict[str, Any]) -> str:
+def _unscheduled(status: dict[str, Any]) -> dict[str, str]:
+    """The reason and message of a PodScheduled=False condition (none: {}). The message loses
+    its "preemption: ..." tail, which says only that preempting would not help."""
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("reason") or "Unschedulable")
-    return ""
+            message = str(condition.get("message") or "").split(" preemption: ", 1)[0]
+            return {
+                "reason": str(condition.get("reason") or UNSCHEDULABLE),
+                "message": message.strip().removesuffix("."),
+            }
+    return {}
 
 
 def _short(text: object, limit: int = 300) -> str:

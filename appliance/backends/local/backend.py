@@ -149,7 +149,8 @@ class LocalBackend:
         while True:
             yield await self._events.get()
 
-    async def teardown(self, job_id: str) -> None:
+    async def teardown(self, job_id: str, *, failed: bool = False) -> None:
+        """Stop the job's processes (their logs stay under the data dir, failed or not)."""
         victims = [r for (j, _), r in list(self._running.items()) if j == job_id]
         if not victims:
             return

@@ -18,7 +18,7 @@ from appliance.server.rest.errors import install_error_handlers
 from appliance.server.rest.guard import RequestGuard
 from appliance.server.rest.jobs import jobs_router
 from appliance.server.rest.metrics import LatencyMiddleware, RestMetrics
-from appliance.server.rest.models import StatusOut
+from appliance.server.rest.models import ReadyOut, StatusOut
 from appliance.server.rest.nodes import nodes_router
 from appliance.server.rest.queues import queues_router
 from appliance.services.health import Readiness
@@ -58,21 +58,23 @@ def create_app(
     @app.get(
         "/readyz",
         tags=["health"],
-        response_model=StatusOut,
+        response_model=ReadyOut,
         responses={
             503: {
-                "model": StatusOut,
+                "model": ReadyOut,
                 "description": "The store or the backend (the Kubernetes API) cannot be reached.",
             }
         },
     )
-    async def readyz(response: Response) -> StatusOut:
-        """The store answers queries and the backend can start replicas."""
+    async def readyz(response: Response) -> ReadyOut:
+        """The store answers queries and the backend can start replicas. `warnings`: what was
+        found at start that will fail jobs later (the pool's largest job cannot fit the nodes)."""
         problem = await readiness.problem()
+        warnings = list(readiness.warnings)
         if problem:
             response.status_code = 503
-            return StatusOut(status="unavailable", reason=problem)
-        return StatusOut(status="ok")
+            return ReadyOut(status="unavailable", reason=problem, warnings=warnings)
+        return ReadyOut(status="ok", warnings=warnings)
 
     @app.get(
         "/metrics",

@@ -32,6 +32,7 @@ TO_STATUS: tuple[tuple[type[errors.ApplianceError], int, str], ...] = (
     (errors.Unauthenticated, 401, "unauthenticated"),
     (errors.Conflict, 409, "conflict"),
     (errors.Unavailable, 503, "unavailable"),
+    (errors.DeadlineExceeded, 504, "deadline_exceeded"),
 )
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 

@@ -240,6 +240,12 @@ class StatusOut(_Out):
     reason: str | None = None
 
 
+class ReadyOut(StatusOut):
+    # Found at start, not making the coordinator unready, but failing jobs later: e.g. a pool
+    # whose largest job the cluster's nodes cannot hold.
+    warnings: list[str] = []
+
+
 def progress_out(p: Progress) -> ProgressOut:
     return ProgressOut(
         step=p.step,

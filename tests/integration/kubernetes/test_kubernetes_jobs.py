@@ -127,7 +127,7 @@ def test_cancel_deletes_pods_and_service_and_frees_the_systems(
     assert job.status.phase is Phase.CANCELLED
 
 
-def test_keep_failed_policy_keeps_failed_pods_for_debugging(
+def test_keep_failed_policy_keeps_a_failed_jobs_pods_for_debugging(
     tmp_path: Path, kube: KubeCluster, kube_settings: dict[str, object]
 ) -> None:
     settings = {**kube_settings, "kube_clean_pod_policy": "keep-failed"}
@@ -137,28 +137,32 @@ def test_keep_failed_policy_keeps_failed_pods_for_debugging(
     ):
         job = client.submit(params=PARAMS, num_csx=2, num_steps=100_000)
         wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
+        names = {f"{job.id}-a1-{r.name}" for r in job.status.replicas}
         (victim,) = [p for p in worker_processes(job.id) if "cs2-1" in p.cmdline()]
         os.killpg(victim.pid, signal.SIGKILL)
         list(job.watch(timeout=30))
         assert job.status.phase is Phase.FAILED
 
-        def only_failed_pods_left() -> bool:
-            pods = pods_of(kube, job.id)
-            return bool(pods) and all(_exit_code(p) not in (None, 0) for p in pods)
+        def all_pods_ended() -> bool:  # the others stop by themselves: the job is over
+            return all(_exit_code(p) is not None for p in pods_of(kube, job.id))
 
-        wait_until(only_failed_pods_left, 30, "the running pods to be deleted")
-        kept = {p["metadata"]["name"] for p in pods_of(kube, job.id)}
-        assert f"{job.id}-a1-cs2-1" in kept
+        wait_until(all_pods_ended, 30, "the job's other replicas to stop")
+        # Every pod of the failed job stays, not only the failed replica's.
+        assert {p["metadata"]["name"] for p in pods_of(kube, job.id)} == names
+        codes = {p["metadata"]["name"]: _exit_code(p) for p in pods_of(kube, job.id)}
+        assert codes[f"{job.id}-a1-cs2-1"] == 137
         # The ConfigMap that owns the kept pods stays (deleting it removes them); the Service
-        # goes.
+        # and the credentials go.
         ns = f"/api/v1/namespaces/{NAMESPACE}"
         assert kube.request("GET", f"{ns}/configmaps/{job.id}").is_success
         assert kube.request("GET", f"{ns}/services/{job.id}").status_code == 404
-        # What the garbage collector would do once the ConfigMap is deleted (no controller
-        # manager runs here):
-        for name in kept:
-            kube.request("DELETE", f"{ns}/pods/{name}", {"gracePeriodSeconds": 0})
-        kube.request("DELETE", f"{ns}/configmaps/{job.id}")
+        assert kube.request("GET", f"{ns}/secrets/{job.id}-credentials").status_code == 404
+        # What the README and NOTES say to run when done with them:
+        #   kubectl delete configmap,pod -l appliance.io/job-id=<job>
+        # (no garbage collector runs here, so the pods are deleted by the selector too).
+        selector = {"labelSelector": f"appliance.io/job-id={job.id}"}
+        for kind in ("configmaps", "pods"):
+            kube.request("DELETE", f"{ns}/{kind}", params=selector).raise_for_status()
         wait_until(lambda: job_objects_gone(kube, job.id), 30, "the kept objects to be deleted")
 
 

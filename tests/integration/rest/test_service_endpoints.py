@@ -7,7 +7,7 @@ from tests.integration.rest.conftest import Rest
 
 def test_health_and_readiness(parked: Rest) -> None:
     assert parked.http.get("/healthz").json() == {"status": "ok", "reason": None}
-    assert parked.http.get("/readyz").json() == {"status": "ok", "reason": None}
+    assert parked.http.get("/readyz").json() == {"status": "ok", "reason": None, "warnings": []}
 
 
 def test_metrics_count_submits_phases_and_latency(parked: Rest) -> None:

@@ -70,12 +70,22 @@ def test_an_evicted_pod_was_lost_and_a_pod_says_its_attempt() -> None:
     assert view_of(junk).attempt == 0  # type: ignore[union-attr]
 
 
-def test_only_image_and_config_errors_are_stuck() -> None:
+def test_only_unschedulable_image_and_config_errors_are_stuck() -> None:
     pulling = view_of(pod(container({"waiting": {"reason": "ErrImagePull"}})))
     creating = view_of(pod(container({"waiting": {"reason": "ContainerCreating"}})))
     assert pulling is not None and pulling.stuck
     assert creating is not None and not creating.stuck
     assert pulling.describe() == "ErrImagePull"
+    # kube-scheduler's condition on a pod no node can hold (as a 2-CPU node said it).
+    message = (
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: "
+        "1 No preemption victims found for incoming pod."
+    )
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": message}  # fmt: skip
+    pending = view_of(pod({"phase": "Pending", "conditions": [condition]}))
+    assert pending is not None and pending.stuck
+    assert pending.message == "0/1 nodes are available: 1 Insufficient cpu"
 
 
 def test_pod_without_our_labels_is_ignored() -> None:
@@ -124,6 +134,12 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
     (tight,) = m.replica_pod(JOB, replica, small, "uid-1", 1)["spec"]["containers"]
     assert tight["resources"]["requests"]["memory"] == "256Mi"  # never above the limit
     assert tight["resources"]["limits"] == {"memory": "256Mi"}
+    # Requests per role come from the settings (APPLIANCE_KUBE_REPLICA_RESOURCES).
+    sized = dataclasses.replace(
+        template, requests={**template.requests, Role.CS2: m.Resources("50m", "300Mi")}
+    )
+    (light,) = m.replica_pod(JOB, replica, sized, "uid-1", 1)["spec"]["containers"]
+    assert light["resources"]["requests"] == {"cpu": "50m", "memory": "300Mi"}
     # The model dirs are writable on the read-only root: an emptyDir unless a claim is given.
     mounts = {v["mountPath"]: v["name"] for v in c["volumeMounts"]}
     assert mounts["/var/lib/appliance/model_dirs"] == "model-dirs"

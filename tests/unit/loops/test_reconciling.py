@@ -35,6 +35,7 @@ class RecordingBackend:
         self.replica_secrets: Callable[[str, int], Mapping[str, str]] = no_secrets
         self.launched: list[tuple[str, list[str]]] = []
         self.torn_down: list[str] = []
+        self.failed_torn_down: list[str] = []  # ... those torn down as FAILED
         self.unavailable: str = ""  # launches raise BackendUnavailable with this while set
         self.live: dict[str, set[str]] = {}
         self.codes: dict[str, dict[str, int]] = {}
@@ -48,8 +49,9 @@ class RecordingBackend:
         return
         yield  # pragma: no cover
 
-    async def teardown(self, job_id: str) -> None:
+    async def teardown(self, job_id: str, *, failed: bool = False) -> None:
         self.torn_down.append(job_id)
+        self.failed_torn_down += [job_id] if failed else []
 
     async def adopt(self) -> dict[str, set[str]]:
         return {job_id: set(names) for job_id, names in self.live.items()}
@@ -139,6 +141,7 @@ async def test_a_replica_that_exits_non_zero_fails_the_job_and_it_is_torn_down(
     await reconciler.sweep(timed=False)
     await reconciler.drain(10)
     assert backend.torn_down == [JOB] and JOB not in reconciler.active
+    assert backend.failed_torn_down == [JOB]  # a keep-failed backend keeps its pods
 
 
 @pytest.mark.parametrize(
@@ -183,6 +186,28 @@ async def test_timed_sweeps_cancel_expired_leases_and_fail_stuck_starts(
     assert ctx.store.events(leased.id)[-1].reason == (
         "client lease expired: no heartbeat for 30 s"
     )
+
+
+async def test_on_kubernetes_pods_may_wait_the_pending_timeout_before_the_init_timeout(
+    ctx: Context, backend: RecordingBackend, clock: Clock
+) -> None:
+    """A pod waiting for a node fails its job after the pending timeout, with the scheduler's
+    reason (the backend says it); the init timeout must not end the job first."""
+    settings = ctx.settings.model_copy(
+        update={"backend": "kubernetes", "kube_pending_timeout_seconds": 300.0}
+    )
+    kube = dataclasses.replace(ctx, settings=settings)
+    ctx.store.create_jobs(new_jobs([JOB]), NOW)
+    assert await SchedulerLoop(kube).run_once() == 1
+    reconciler = Reconciler(kube, backend, ReplicaService(kube))
+    await reconciler.sweep(timed=False)  # INITIALIZING, its pods pending
+    clock.now += settings.init_timeout_seconds + 1
+    await reconciler.sweep(timed=True)
+    assert ctx.store.get_job(JOB).phase is Phase.INITIALIZING
+    clock.now += 300
+    await reconciler.sweep(timed=True)
+    assert ctx.store.get_job(JOB).phase is Phase.FAILED
+    assert _last_reason(ctx).startswith("replicas not ready after 420 s: ")
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from appliance.domain.errors import Conflict, NotFound
+from appliance.domain.errors import Conflict, DeadlineExceeded, NotFound
 from appliance.domain.job import Progress
 from appliance.domain.phases import Phase
 from appliance.loops.scheduling import SchedulerLoop
@@ -42,6 +42,18 @@ async def test_the_job_runs_when_its_last_replica_registers(
     assert {r.address for r in running.replicas} == {"127.0.0.1:2"}
     with pytest.raises(NotFound, match="has no replica cs2-9"):
         await replicas.register(JOB, 1, "cs2-9", "127.0.0.1:2", 42)
+
+
+async def test_a_job_still_starting_after_the_wait_is_not_yet_not_a_conflict(
+    ctx: Context, replicas: ReplicaService
+) -> None:
+    """A "not yet" (the caller asks again) is not an "over" (the caller stops): a chief whose
+    peers' pods wait for a node longer than one window must keep waiting."""
+    with pytest.raises(DeadlineExceeded, match=r"not running after 0 s \(INITIALIZING\)"):
+        await replicas.await_running(JOB, 1, 0.01)
+    await ctx.set_phase(JOB, Phase.FAILED, "pods unschedulable")
+    with pytest.raises(Conflict, match="is FAILED: pods unschedulable"):
+        await replicas.await_running(JOB, 1, 0.01)
 
 
 async def test_a_replica_registers_once_and_a_second_address_is_refused(

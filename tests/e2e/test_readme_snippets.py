@@ -1,0 +1,55 @@
+"""The README's Python snippets, run as a user runs them, against `appliance serve`."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from appliance.client import ApplianceClient
+from appliance.domain.phases import Phase
+from tests.e2e.conftest import Served
+from tests.integration.coordinator.harness import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def heredoc_snippet(readme: str, needle: str) -> str:
+    """The `python - <<'EOF'` block of the README that contains `needle`."""
+    blocks = re.findall(r"python - <<'EOF'\n(.*?)\nEOF\n", readme, flags=re.DOTALL)
+    (block,) = [b for b in blocks if needle in b]
+    return str(block)
+
+
+def test_ctrl_c_in_the_kubernetes_client_snippet_cancels_the_job_at_once(
+    serving: Served,
+) -> None:
+    """The README says Ctrl-C cancels the job; without the snippet's own cancel it would only
+    let the lease lapse (cancelled 60 s later, "client lease expired")."""
+    snippet = heredoc_snippet((REPO / "README.md").read_text(), "except KeyboardInterrupt")
+    assert '"127.0.0.1:50051"' in snippet  # the port-forwarded coordinator
+    snippet = snippet.replace('"127.0.0.1:50051"', repr(serving.address))
+    snippet = snippet.replace("num_steps=200", "num_steps=1_000_000")  # still running at Ctrl-C
+    proc = subprocess.Popen(
+        [sys.executable, "-c", snippet], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    try:
+        submitted = proc.stdout.readline()
+        assert submitted.startswith("submitted wsjob-"), submitted
+        job_id = submitted.split()[1]
+        with ApplianceClient(serving.address) as client:
+            job = client.job(job_id)
+            wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
+            proc.send_signal(signal.SIGINT)  # Ctrl-C
+            out, _ = proc.communicate(timeout=30)
+            assert f"cancelled {job_id}" in out, out
+            final = job.status
+            assert final.phase is Phase.CANCELLED
+            assert "Ctrl-C in the client" in final.reason, final.reason
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
