@@ -77,6 +77,9 @@ def test_coordinator_pod_is_ready_non_root_read_only_with_its_store_on_the_volum
     assert claim["status"]["phase"] == "Bound"
     volume = node.kubectl_json("get", "pv", claim["spec"]["volumeName"])
     assert (Path(volume["spec"]["hostPath"]["path"]) / "appliance.db").is_file()
+    # What it prints for a user to try names the way in, not the address it binds.
+    log = node.kubectl("-n", namespace, "logs", name)
+    assert "kubectl port-forward" in log and "--server 0.0.0.0" not in log, log
 
 
 def test_a_job_from_this_machine_runs_as_real_containers_and_succeeds(
@@ -123,6 +126,9 @@ def test_a_replica_killed_by_the_runtime_fails_or_restarts_its_job(
             for p in _job_pods(node, namespace, job.id)
             if p["metadata"]["name"].endswith("-cs2-0")  # type: ignore[index]
         )
+        # The runtime applies the RuntimeDefault seccomp profile to replicas too.
+        seccomp = _exec(node, namespace, pod, "grep", "^Seccomp:", "/proc/1/status").stdout
+        assert seccomp.split() == ["Seccomp:", "2"]
         node.kill_container(namespace, pod)
         if max_restarts == 0:
             with pytest.raises(JobFailed) as failed:
