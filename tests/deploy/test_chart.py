@@ -38,6 +38,7 @@ ROLE_RULES = {
     "secrets": {"create", "get", "delete"},  # a job's credentials, never list or watch
     "networking.k8s.io/networkpolicies": {"create", "get", "delete"},
     "events": {"create", "patch", "get", "list", "watch"},
+    "coordination.k8s.io/leases": {"get", "create", "update"},  # the leader's Lease
 }
 
 
@@ -87,7 +88,7 @@ def test_kubernetes_validate_catches_a_misspelt_field(
 def test_coordinator_pod_is_locked_down(rendered: dict[str, Rendered], values: str) -> None:
     r = rendered[values]
     deployment = r.one("Deployment")
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["replicas"] == (2 if values == "postgres-auth-large" else 1)
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert r.pod["securityContext"]["runAsNonRoot"] is True
     assert r.pod["securityContext"]["runAsUser"] == 10001
@@ -239,6 +240,7 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
     assert tuple(len(names) for names in by_kind) == counts
     if values == "default":
         assert settings.kube_clean_pod_policy == "all"
+        assert r.one("Deployment")["spec"]["replicas"] == 1 and settings.election == "off"
         assert by_kind == [
             ["cs2-01", "cs2-02", "cs2-03", "cs2-04"],
             ["memx-01", "memx-02", "memx-03", "memx-04"],
@@ -250,6 +252,9 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
         assert settings.auth_tokens_file == Path("/etc/appliance/tokens.yaml")
         assert settings.memoryx_bytes == 128 << 30 and settings.swarmx_ports == 16
         assert settings.scheduler_interval == 0.5 and settings.log_tail_lines == 50
+        # Two coordinators on PostgreSQL elect a leader by the Lease the Role allows.
+        assert settings.election == "kubernetes" and settings.lease_name == "appliance-leader"
+        assert settings.lease_timing.duration == 10
         assert by_kind[0][-1] == "cs2-64" and by_kind[1][0] == "memx-rack1-a"
 
 
@@ -273,7 +278,8 @@ def test_pool_names_can_be_given_or_counted(helm: Helm, tmp_path: Path) -> None:
     [
         (["--set", "cleanPodPolicy=bogus"], "value must be one of 'all', 'keep-failed'"),
         (["--set", "pool.sytems=3"], "'sytems' not allowed"),
-        (["--set", "replicas=2"], "'replicas' not allowed"),
+        (["--set", "replica=2"], "'replica' not allowed"),
+        (["--set", "replicas=2"], "replicas: 2 needs PostgreSQL: set database.existingSecret"),
         (["--set", "pool.systems=0"], "/pool/systems"),
         (["--set-json", 'pool.memoryx=["Bad_Name"]'], "does not match pattern"),
         (["--set", "settings.schedulerIntervl=1"], "'schedulerIntervl' not allowed"),
@@ -284,6 +290,7 @@ def test_pool_names_can_be_given_or_counted(helm: Helm, tmp_path: Path) -> None:
         "enum",
         "nested-typo",
         "top-level-typo",
+        "two-coordinators-on-sqlite",
         "zero-systems",
         "bad-node-name",
         "settings-typo",
