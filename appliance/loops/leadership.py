@@ -58,6 +58,8 @@ class LeaderElector:
             self.epoch,
         )
         if not ours:
+            if self.epoch is not None:  # someone else took it: stop acting now
+                self.leadership.step_down()
             self.epoch = None
             if not record.released and began < self._observed_at + record.duration:
                 self.leadership.saw(record.holder, record.epoch)
@@ -68,6 +70,8 @@ class LeaderElector:
 
     def _won(self, record: LeaseRecord | None, began: float) -> bool:
         if record is None:  # someone else wrote first
+            if self.epoch is not None:  # it was ours: stop acting now, not at the deadline
+                self.leadership.step_down()
             self.epoch = None
             return False
         if self.epoch != record.epoch:
@@ -83,6 +87,9 @@ class LeaderElector:
         as soon as it is lost. Never returns while it is held."""
         won = False
         while True:
+            if won and not self.holding():  # e.g. paused past the deadline: no round first
+                log.error("lost the %s (epoch %s)", self.lock.description, self._last_epoch)
+                return
             limit = self._valid_until - self.clock() if won else self.timing.renew_deadline
             try:
                 await asyncio.wait_for(self.try_acquire_or_renew(), max(limit, 0.01))
@@ -90,14 +97,12 @@ class LeaderElector:
                 log.warning("leader election round failed: %s", str(exc) or type(exc).__name__)
                 if not won:
                     self.epoch = None
-            if won and not self.holding():
-                log.error("lost the %s (epoch %s)", self.lock.description, self._last_epoch)
-                return
             if not won and self.holding():
                 won = True
                 self._last_epoch = self.epoch
                 elected(self._last_epoch or 0)
-            await asyncio.sleep(self.timing.retry_period)
+            if not won or self.holding():
+                await asyncio.sleep(self.timing.retry_period)
 
     async def release(self) -> None:
         """Give the lease up (on a clean stop) so a standby takes over at once."""
