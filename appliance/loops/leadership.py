@@ -82,10 +82,13 @@ class LeaderElector:
         self.leadership.renewed(record.epoch, self._valid_until)
         return True
 
-    async def run(self, elected: Callable[[int], None]) -> None:
+    async def run(self, elected: Callable[[int], None], *, won: bool = False) -> None:
         """Campaign until elected (then call `elected(epoch)` once), keep the lease, and return
-        as soon as it is lost. Never returns while it is held."""
-        won = False
+        as soon as it is lost. Never returns while it is held. `won`: elected already (by a
+        round of the caller's), so keep the lease."""
+        if won:
+            self._last_epoch = self.epoch
+            await asyncio.sleep(self.timing.retry_period)
         while True:
             if won and not self.holding():  # e.g. paused past the deadline: no round first
                 log.error("lost the %s (epoch %s)", self.lock.description, self._last_epoch)

@@ -155,7 +155,13 @@ class Coordinator:
             self.leadership.identity = self._identity()
             lock = await self._lease_lock(election)
             self.elector = LeaderElector(lock, self.leadership, s.lease_timing)
-            self._election = asyncio.get_running_loop().create_task(self._campaign())
+            # A first round before serving: a lone coordinator (or one whose lease is free)
+            # adopts before any call, as without election; others serve as standbys.
+            won = await self._first_round()
+            if won and not await self._take_office(self.elector.epoch or 0):
+                await self.backend.close()
+                raise StartupError("elected, but could not take office; see the log")
+            self._election = asyncio.get_running_loop().create_task(self._campaign(won))
             log.info("standing by for the %s as %s", lock.description, self.leadership.identity)
         else:
             try:  # before serving: no call acts on a job not yet adopted
@@ -213,39 +219,49 @@ class Coordinator:
             api = await connect_kube(s)
         return KubeLeaseLock(api, s.lease_name)
 
-    async def _campaign(self) -> None:
+    async def _first_round(self) -> bool:
+        assert self.elector is not None
+        try:
+            timeout = self.settings.lease_timing.renew_deadline
+            return await asyncio.wait_for(self.elector.try_acquire_or_renew(), timeout)
+        except Exception as exc:
+            log.warning("first leader election round failed: %s", exc)
+            return False
+
+    async def _campaign(self, won: bool) -> None:
         """Stand by until elected, take office, lead; on losing the lease stop acting at once."""
         assert self.elector is not None
         try:
-            await self.elector.run(self._elected)
+            await self.elector.run(self._elected, won=won)
         except Exception:
             log.exception("leader election failed")
-        self.leadership.step_down()
-        for task in self._tasks:
-            task.cancel()
-        self.stepped_down.set()
+        finally:  # lost, failed, or cancelled because taking office failed
+            self.leadership.step_down()
+            for task in self._tasks:
+                task.cancel()
+            self.stepped_down.set()
 
     def _elected(self, epoch: int) -> None:
         self._spawn(self._take_office(epoch))
 
-    async def _take_office(self, epoch: int) -> None:
+    async def _take_office(self, epoch: int) -> bool:
         """Raise the fence to `epoch`, adopt what runs, then schedule and reconcile."""
         ctx = self.ctx
         identity = self.leadership.identity
-        if not await ctx.db(ctx.store.take_office, epoch, identity, ctx.clock()):
-            log.error("epoch %d is not the newest in the store: not taking office", epoch)
-            return  # the lease is lost at the next renewal (a newer leader wrote it)
-        self.leadership.take_office()
         try:
+            if not await ctx.db(ctx.store.take_office, epoch, identity, ctx.clock()):
+                raise RuntimeError(f"epoch {epoch} is not the newest in the store")
+            self.leadership.take_office()
             await self.reconciler.recover()
-        except BackendUnavailable as exc:
-            log.error("cannot adopt the running replicas (%s): stepping down", exc)
+        except Exception as exc:  # e.g. the backend cannot list what runs: let another lead
+            log.error("cannot take office under epoch %d (%s): stepping down", epoch, exc)
             if self._election is not None:
                 self._election.cancel()
-            return
+            return False
         self._run_loops()
         self.leadership.serve()
         log.info("leading under epoch %d: scheduling and reconciling", epoch)
+        return True
 
     def _apply_queues(self, store: JobStore) -> None:
         """Apply the queues file if it changed (refusing to start on one the pool cannot

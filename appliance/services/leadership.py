@@ -60,6 +60,8 @@ class Leadership:
             return None
         if self.role is Role.TAKING_OFFICE and self.acting():
             return "this coordinator was just elected and is adopting replicas; retry shortly"
+        if self.role is Role.STANDBY and self.leader == self.identity:
+            return "this coordinator was just elected and is taking office; retry shortly"
         if self.role in (Role.LEADING, Role.STEPPED_DOWN):
             return (
                 "this coordinator lost its leadership lease and is stepping down; retry "
