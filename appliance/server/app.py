@@ -152,7 +152,7 @@ class Coordinator:
         self.backend.coordinator_address = s.coordinator_address or f"127.0.0.1:{self.grpc_port}"
         self.reconciler = Reconciler(self.ctx, self.backend, replicas)
         if self.leadership.elected:
-            self.leadership.identity = self._identity()
+            self.leadership.identity = identity = self._identity()
             lock = await self._lease_lock(election)
             self.elector = LeaderElector(lock, self.leadership, s.lease_timing)
             # A first round before serving: a lone coordinator (or one whose lease is free)
@@ -162,7 +162,8 @@ class Coordinator:
                 await self.backend.close()
                 raise StartupError("elected, but could not take office; see the log")
             self._election = asyncio.get_running_loop().create_task(self._campaign(won))
-            log.info("standing by for the %s as %s", lock.description, self.leadership.identity)
+            if not won:
+                log.info("standing by for the %s as %s", lock.description, identity)
         else:
             try:  # before serving: no call acts on a job not yet adopted
                 await self.reconciler.recover()
