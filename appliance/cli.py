@@ -212,7 +212,17 @@ async def _serve(
         threading.Thread(
             target=_run_demo_job, args=(grpc_address, num_csx, num_steps), daemon=True
         ).start()
-    await stop.wait()
+    stopping = asyncio.create_task(stop.wait())
+    stepped_down = asyncio.create_task(coordinator.stepped_down.wait())
+    await asyncio.wait({stopping, stepped_down}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if stepped_down.done():
+        await coordinator.stop()
+        raise click.ClickException(
+            "lost the leadership lease (another coordinator leads now, or the lease could not "
+            "be renewed in time): stopped acting and exits; start it again to stand by"
+        )
+    stepped_down.cancel()
     click.echo("stopping: draining servers (running replicas are left to finish)")
     await coordinator.stop()
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from appliance.domain.inventory import Node, default_pool, named_pool
+from appliance.domain.leadership import LeaseTiming
 
 DEFAULT_GRPC_PORT = 50051
 DEFAULT_HTTP_PORT = 8080
@@ -132,7 +133,45 @@ class Settings(BaseSettings):
     coordinator_address: str = Field(
         default="",
         description="HOST:PORT replicas use to reach the coordinator's gRPC server; empty means "
-        "127.0.0.1:<grpc port> (right for local processes, not for pods).",
+        "127.0.0.1:<grpc port> (right for local processes, not for pods). Several, comma "
+        "separated, for coordinators without a Service in front (two local ones): a replica "
+        "calls the first that answers as leader.",
+    )
+    leader_election: Literal["auto", "off", "database", "kubernetes"] = Field(
+        default="auto",
+        description="How coordinators sharing a PostgreSQL store elect the one that acts: "
+        "kubernetes (a coordination.k8s.io Lease), database (a lease row in PostgreSQL), auto "
+        "(kubernetes with the kubernetes backend, database with PostgreSQL, off with SQLite), "
+        "off (one coordinator, nothing fenced). SQLite allows one coordinator only.",
+    )
+    lease_name: str = Field(
+        default="appliance-leader",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        description="Name of the election lease (the Lease object, or the lease row).",
+    )
+    lease_duration_seconds: float = Field(
+        default=8.0,
+        gt=0,
+        le=300,
+        description="A standby takes over a lease left unrenewed this long: with "
+        "lease_retry_period_seconds, the longest time without a leader after one dies.",
+    )
+    lease_renew_deadline_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="A leader that could not renew for this long stops acting (and exits); "
+        "shorter than the lease duration, so it stops before a standby may start.",
+    )
+    lease_retry_period_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often the leader renews and a standby looks at the lease.",
+    )
+    coordinator_id: str = Field(
+        default="",
+        max_length=200,
+        description="This coordinator's name in the election lease; empty = hostname and pid "
+        "(the pod name in a cluster).",
     )
     kube_namespace: str = Field(
         default="",
@@ -222,6 +261,12 @@ class Settings(BaseSettings):
     )
 
     @model_validator(mode="after")
+    def _lease_timing_is_safe(self) -> Settings:
+        """A leader must stop acting before a standby may start (domain/leadership.py)."""
+        self.lease_timing  # noqa: B018  (raises ValueError naming the rule)
+        return self
+
+    @model_validator(mode="after")
     def _allowed_dirs_are_apart(self) -> Settings:
         """An allowed directory shared by everyone must not take in anyone's own ones."""
         root = self.model_dirs.resolve()
@@ -245,6 +290,23 @@ class Settings(BaseSettings):
         init timeout adds to: a pod's pending timeout (waiting for a node, an image) on
         Kubernetes; local processes start at once."""
         return self.kube_pending_timeout_seconds if self.backend == "kubernetes" else 0.0
+
+    @property
+    def lease_timing(self) -> LeaseTiming:
+        return LeaseTiming(
+            self.lease_duration_seconds,
+            self.lease_renew_deadline_seconds,
+            self.lease_retry_period_seconds,
+        )
+
+    @property
+    def election(self) -> Literal["off", "database", "kubernetes"]:
+        """The election `leader_election` comes to with this store and backend."""
+        if self.leader_election != "auto":
+            return self.leader_election
+        if not self.sqlalchemy_url.startswith("postgresql"):
+            return "off"
+        return "kubernetes" if self.backend == "kubernetes" else "database"
 
     @property
     def model_dirs(self) -> Path:

@@ -86,13 +86,18 @@ class CoordinatorProcess:
         *,
         extra_env: dict[str, str] | None = None,
         profile: Path | None = None,
+        ports: tuple[int, int] = (0, 0),
+        log_name: str = "coordinator.log",
     ) -> None:
+        """`ports`: gRPC and HTTP (0: free ones); `log_name`: its stderr, in the data dir."""
         self.data_dir = data_dir
-        self.log_path = data_dir / "coordinator.log"
+        self.log_path = data_dir / log_name
         env = {**os.environ, **(extra_env or {})}
         self._log = self.log_path.open("ab")
         self.started = time.perf_counter()
-        serve = ["serve", "--data-dir", str(data_dir), "--grpc-port", "0", "--http-port", "0"]
+        grpc_port, http_port = (str(p) for p in ports)
+        serve = ["serve", "--data-dir", str(data_dir), "--grpc-port", grpc_port,
+                 "--http-port", http_port]  # fmt: skip
         if profile is None:
             command = [str(APPLIANCE), *serve]
         else:

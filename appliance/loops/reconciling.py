@@ -164,6 +164,9 @@ class Reconciler:
 
     async def _launch(self, job_id: str) -> None:
         job = await self.ctx.db(self.ctx.store.get_job, job_id)
+        if not self.ctx.leadership.acting():  # paused past the lease: another leader launches
+            log.warning("not launching %s: this coordinator no longer leads", job_id)
+            return
         self.active.add(job_id)
         try:
             await self.backend.launch(job, job.replicas)
@@ -215,6 +218,8 @@ class Reconciler:
 
         async def teardown() -> None:
             try:
+                if not self.ctx.leadership.acting():
+                    return  # the leader tears down; this coordinator stopped leading
                 await self.backend.teardown(job_id, failed=failed)
                 self.active.discard(job_id)
             except Exception as exc:  # the job stays active: the next sweep tries again
@@ -313,6 +318,8 @@ class Reconciler:
             state = await self.ctx.db(self.ctx.store.stop_state, job_id)
             if state is None or state.attempt != attempt or not state.stopping:
                 return  # done meanwhile (or cancelled): nothing of this attempt to stop
+            if not self.ctx.leadership.acting():
+                return  # the leader carries the requeue out
             await self.backend.teardown(job_id)
             if backoff:
                 await asyncio.sleep(backoff)

@@ -2,15 +2,24 @@
 
 Stopping drains the servers and stops the loops but leaves replicas running: a restarted
 coordinator adopts them (see Reconciler.recover).
+
+Several coordinators on one PostgreSQL store elect a leader (loops/leadership.py): each serves
+its doors at once, refusing callers while it stands by (server/grpc/standby.py,
+server/rest/standby.py); the one elected raises the store's fence to its epoch, adopts the
+replicas, and only then schedules and reconciles. One that loses its lease stops its loops at
+once and `stepped_down` is set: the process exits, and starts again as a standby. SQLite
+allows one coordinator: a second on the same file is refused at start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import IO, TYPE_CHECKING
 
 import grpc
 import uvicorn
@@ -21,24 +30,33 @@ from appliance.backends.local import LocalBackend
 from appliance.config import InventoryError, Settings
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import Node
+from appliance.domain.leadership import LeaseLock
 from appliance.domain.queues import resolve_quotas
+from appliance.loops.leadership import LeaderElector
 from appliance.loops.reconciling import Reconciler
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.server.auth import Authenticator
 from appliance.server.grpc.authn import Authentication
 from appliance.server.grpc.cluster import ClusterServicer
 from appliance.server.grpc.control import ReplicaControlServicer
+from appliance.server.grpc.standby import StandbyRefusal
 from appliance.server.replica_tokens import ReplicaTokens
 from appliance.server.rest.app import create_app
 from appliance.services.bus import JobBus
 from appliance.services.context import Context
 from appliance.services.health import Readiness
 from appliance.services.jobs import JobService
+from appliance.services.leadership import Leadership
 from appliance.services.logs import LogService
 from appliance.services.queues import apply_queues_file, pool_size
 from appliance.services.replicas import ReplicaService
-from appliance.store.engine import make_engine, migrate
+from appliance.store.engine import StoreInUse, claim_sqlite, make_engine, migrate
+from appliance.store.fence import Fence
 from appliance.store.jobs import JobStore
+from appliance.store.leadership import SqlLeaseLock
+
+if TYPE_CHECKING:
+    from appliance.backends.kubernetes import KubeApi
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +75,11 @@ class Coordinator:
         self._tasks: list[asyncio.Task[None]] = []
         self._grpc: grpc.aio.Server | None = None
         self._http: uvicorn.Server | None = None
+        self._store_claim: IO[str] | None = None
+        self._election: asyncio.Task[None] | None = None
+        self.elector: LeaderElector | None = None
+        # Set when this coordinator lost its leadership lease: its owner ends the process.
+        self.stepped_down = asyncio.Event()
 
     @property
     def address(self) -> str:
@@ -65,9 +88,23 @@ class Coordinator:
     async def start(self) -> None:
         s = self.settings
         s.data_dir.mkdir(parents=True, exist_ok=True)
+        election = s.election
+        if election != "off" and not s.sqlalchemy_url.startswith("postgresql"):
+            raise StartupError(
+                f"leader election ({election}) needs PostgreSQL as the store; set "
+                "APPLIANCE_DATABASE_URL, or run one coordinator on SQLite"
+            )
         self.engine = make_engine(s.sqlalchemy_url)
+        try:  # SQLite: one coordinator per file
+            self._store_claim = claim_sqlite(self.engine)
+        except StoreInUse as exc:
+            self.engine.dispose()
+            raise StartupError(str(exc)) from None
         migrate(self.engine)
         store = JobStore(self.engine)
+        self.leadership = Leadership(elected=election != "off")
+        if self.leadership.elected:
+            store.fence = Fence(self.leadership.epoch)
         try:
             store.sync_pool(s.pool())
         except InventoryError as exc:
@@ -78,7 +115,12 @@ class Coordinator:
         # SQLite: one writer thread, and a reader thread that WAL lets run beside it.
         self.reader = ThreadPoolExecutor(1, thread_name_prefix="store-read") if sqlite else None
         self.ctx = Context(
-            settings=s, store=store, bus=JobBus(), executor=self.executor, reader=self.reader
+            settings=s,
+            store=store,
+            bus=JobBus(),
+            executor=self.executor,
+            reader=self.reader,
+            leadership=self.leadership,
         )
         self.jobs = JobService(self.ctx)
         replicas = ReplicaService(self.ctx)
@@ -96,7 +138,12 @@ class Coordinator:
             raise StartupError(f"cannot use the replica token key: {exc}") from None
         self.backend.replica_secrets = tokens.environment
         control_tokens = tokens if self.auth.enabled else None
-        self._grpc = grpc.aio.server(interceptors=[Authentication(self.auth, control_tokens)])
+        self._grpc = grpc.aio.server(
+            interceptors=[
+                StandbyRefusal(self.leadership.problem),
+                Authentication(self.auth, control_tokens),
+            ]
+        )
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(
             ClusterServicer(self.jobs, logs), self._grpc
         )
@@ -106,26 +153,41 @@ class Coordinator:
         self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
         self.backend.coordinator_address = s.coordinator_address or f"127.0.0.1:{self.grpc_port}"
         self.reconciler = Reconciler(self.ctx, self.backend, replicas)
-        try:  # before serving: no call acts on a job not yet adopted
-            await self.reconciler.recover()
-        except BackendUnavailable as exc:
-            await self.backend.close()
-            raise StartupError(
-                f"cannot find the replicas still running, so cannot start: {exc}; "
-                "start the coordinator again once the backend answers"
-            ) from None
+        if self.leadership.elected:
+            self.leadership.identity = identity = self._identity()
+            lock = await self._lease_lock(election)
+            self.elector = LeaderElector(lock, self.leadership, s.lease_timing)
+            # A first round before serving: a lone coordinator (or one whose lease is free)
+            # adopts before any call, as without election; others serve as standbys.
+            won = await self._first_round()
+            if won and not await self._take_office(self.elector.epoch or 0):
+                await self.backend.close()
+                raise StartupError("elected, but could not take office; see the log")
+            self._election = asyncio.get_running_loop().create_task(self._campaign(won))
+            if not won:
+                log.info("standing by for the %s as %s", lock.description, identity)
+        else:
+            try:  # before serving: no call acts on a job not yet adopted
+                await self.reconciler.recover()
+            except BackendUnavailable as exc:
+                await self.backend.close()
+                raise StartupError(
+                    f"cannot find the replicas still running, so cannot start: {exc}; "
+                    "start the coordinator again once the backend answers"
+                ) from None
+            self._run_loops()
         await self._grpc.start()
-        scheduler = SchedulerLoop(self.ctx)
-        self._spawn(scheduler.run())
-        self._spawn(self.reconciler.run_events())
-        self._spawn(self.reconciler.run_sweeps())
-        self.ctx.bus.wake_scheduler()
 
         warnings = await capacity_warnings(s, self.backend, store.pool())
         for warning in warnings:
             log.warning("%s", warning)
-        readiness = Readiness(self.ctx, self.backend, warnings)
-        rest = create_app(self.jobs, readiness, self.auth, s.http_max_body_bytes)
+        rest = create_app(
+            self.jobs,
+            Readiness(self.ctx, self.backend, warnings),
+            self.auth,
+            s.http_max_body_bytes,
+            standby=self.leadership.problem,
+        )
         config = uvicorn.Config(
             rest, host=s.host, port=s.http_port, log_level="warning", lifespan="off"
         )
@@ -133,6 +195,79 @@ class Coordinator:
         sock = listen_tcp(s.host, s.http_port)
         self.http_port = sock.getsockname()[1]
         self._spawn(self._http.serve(sockets=[sock]))
+
+    def _run_loops(self) -> None:
+        self._spawn(SchedulerLoop(self.ctx).run())
+        self._spawn(self.reconciler.run_events())
+        self._spawn(self.reconciler.run_sweeps())
+        self.ctx.bus.wake_scheduler()
+
+    # ---- leader election ----------------------------------------------------------------------
+
+    def _identity(self) -> str:
+        """This coordinator's name in the lease: the pod name in a cluster; with the gRPC
+        address when it listens on one (what a caller that reached a standby may dial)."""
+        s = self.settings
+        name = s.coordinator_id or f"{socket.gethostname()}-{os.getpid()}"
+        if s.host in ("0.0.0.0", "::", ""):
+            return name
+        return f"{name} at {s.host}:{self.grpc_port}"
+
+    async def _lease_lock(self, election: str) -> LeaseLock:
+        """The lease in the cluster (through the Kubernetes client module) or the database."""
+        s = self.settings
+        if election != "kubernetes":
+            return SqlLeaseLock(self.engine, s.lease_name)
+        from appliance.backends.kubernetes.lease import KubeLeaseLock
+
+        api = getattr(self.backend, "api", None)
+        if api is None:  # replicas are local processes: a client for the lease alone
+            api = await connect_kube(s)
+        return KubeLeaseLock(api, s.lease_name)
+
+    async def _first_round(self) -> bool:
+        assert self.elector is not None
+        try:
+            timeout = self.settings.lease_timing.renew_deadline
+            return await asyncio.wait_for(self.elector.try_acquire_or_renew(), timeout)
+        except Exception as exc:
+            log.warning("first leader election round failed: %s", exc)
+            return False
+
+    async def _campaign(self, won: bool) -> None:
+        """Stand by until elected, take office, lead; on losing the lease stop acting at once."""
+        assert self.elector is not None
+        try:
+            await self.elector.run(self._elected, won=won)
+        except Exception:
+            log.exception("leader election failed")
+        finally:  # lost, failed, or cancelled because taking office failed
+            self.leadership.step_down()
+            for task in self._tasks:
+                task.cancel()
+            self.stepped_down.set()
+
+    def _elected(self, epoch: int) -> None:
+        self._spawn(self._take_office(epoch))
+
+    async def _take_office(self, epoch: int) -> bool:
+        """Raise the fence to `epoch`, adopt what runs, then schedule and reconcile."""
+        ctx = self.ctx
+        identity = self.leadership.identity
+        try:
+            if not await ctx.db(ctx.store.take_office, epoch, identity, ctx.clock()):
+                raise RuntimeError(f"epoch {epoch} is not the newest in the store")
+            self.leadership.take_office()
+            await self.reconciler.recover()
+        except Exception as exc:  # e.g. the backend cannot list what runs: let another lead
+            log.error("cannot take office under epoch %d (%s): stepping down", epoch, exc)
+            if self._election is not None:
+                self._election.cancel()
+            return False
+        self._run_loops()
+        self.leadership.serve()
+        log.info("leading under epoch %d: scheduling and reconciling", epoch)
+        return True
 
     def _apply_queues(self, store: JobStore) -> None:
         """Apply the queues file if it changed (refusing to start on one the pool cannot
@@ -168,12 +303,19 @@ class Coordinator:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._election is not None:
+            self._election.cancel()
+            await asyncio.gather(self._election, return_exceptions=True)
+            assert self.elector is not None
+            await self.elector.release()  # the loops are stopped: a standby may take over now
         await self.backend.close()
         self.jobs.close()
         self.executor.shutdown(wait=True)
         if self.reader is not None:
             self.reader.shutdown(wait=True)
         self.engine.dispose()
+        if self._store_claim is not None:
+            self._store_claim.close()
 
 
 async def make_backend(s: Settings) -> Backend:
@@ -181,21 +323,12 @@ async def make_backend(s: Settings) -> Backend:
     if s.backend == "kubernetes":
         from appliance.backends.kubernetes import (
             ROLE_REQUESTS,
-            KubeApi,
-            KubeConfigError,
             KubernetesBackend,
             PodTemplate,
             Resources,
         )
 
-        try:
-            api = await KubeApi.connect(
-                kubeconfig=s.kube_config,
-                namespace=s.kube_namespace,
-                request_timeout=s.kube_request_timeout_seconds,
-            )
-        except KubeConfigError as exc:
-            raise StartupError(str(exc)) from None
+        api = await connect_kube(s)
         defaults, chosen = ROLE_REQUESTS, s.kube_replica_resources
         requests = {
             role: Resources(
@@ -242,6 +375,20 @@ async def capacity_warnings(s: Settings, backend: Backend, pool: Sequence[Node])
     assert isinstance(backend, KubernetesBackend)
     problem = await backend.fit_problem(pool)
     return [problem] if problem else []
+
+
+async def connect_kube(s: Settings) -> KubeApi:
+    """A client of the Kubernetes API from the settings (StartupError when not configured)."""
+    from appliance.backends.kubernetes import KubeApi, KubeConfigError
+
+    try:
+        return await KubeApi.connect(
+            kubeconfig=s.kube_config,
+            namespace=s.kube_namespace,
+            request_timeout=s.kube_request_timeout_seconds,
+        )
+    except KubeConfigError as exc:
+        raise StartupError(str(exc)) from None
 
 
 def listen_tcp(host: str, port: int) -> socket.socket:

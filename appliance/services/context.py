@@ -23,6 +23,7 @@ from appliance.domain.errors import Unavailable
 from appliance.domain.phases import HOLDS_RESOURCES, Phase
 from appliance.domain.queue import Placement
 from appliance.services.bus import JobBus
+from appliance.services.leadership import Leadership
 from appliance.store.jobs import JobStore, PhaseChange
 
 P = ParamSpec("P")
@@ -41,6 +42,8 @@ class Context:
     # readers on their own connections never wait for it, so a GET does not queue behind a
     # group commit or a scheduler pass. None: reads share `executor` (PostgreSQL's pool).
     reader: ThreadPoolExecutor | None = None
+    # Whether this coordinator acts (the only one, or the leader within its renew deadline).
+    leadership: Leadership = dataclasses.field(default_factory=Leadership)
 
     async def db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call on the store's threads, never on the event loop.

@@ -22,7 +22,11 @@ class Readiness:
         self.warnings = tuple(warnings)
 
     async def problem(self) -> str | None:
-        """None when ready; else what is wrong (the store first, then the backend)."""
+        """None when ready; else what is wrong (a standby is never ready, so a Service
+        sends its traffic to the leader; then the store, then the backend)."""
+        standby = self.ctx.leadership.problem()
+        if standby is not None:
+            return standby
         try:
             await self.ctx.db(self.ctx.store.phase_of, "wsjob-readinessprobe")
         except Exception as exc:  # the store is down: not ready, and say why

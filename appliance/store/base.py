@@ -8,6 +8,8 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.orm import sessionmaker
 
+from appliance.store.fence import Fence
+
 IN_LIST_SIZE = 500  # SQLite and PostgreSQL both cap bound parameters per statement
 
 
@@ -18,6 +20,9 @@ class StoreBase:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        # Checked by every phase write (store/fence.py); the composition root arms it when
+        # coordinators elect a leader.
+        self.fence = Fence()
 
     def _driver_rows(self, stmt: Any) -> list[Any]:
         """Run a select of plain columns (no type conversions) and return the driver's tuples."""

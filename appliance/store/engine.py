@@ -1,9 +1,12 @@
-"""Engine construction and schema migration (Alembic, applied on start)."""
+"""Engine construction, schema migration (Alembic, applied on start), and the claim one
+coordinator lays on a SQLite store."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from alembic import command
 from alembic.config import Config
@@ -38,12 +41,57 @@ def alembic_config(engine: Engine) -> Config:
     return cfg
 
 
+# Two coordinators starting together on one PostgreSQL database migrate one after the other.
+MIGRATION_LOCK = 0x6170706C  # "appl"
+
+
+class StoreInUse(Exception):
+    """Another coordinator uses this SQLite store; the message says what to do."""
+
+
+def claim_sqlite(engine: Engine) -> IO[str] | None:
+    """For a SQLite store: an exclusive lock (flock, released when the process ends, even by
+    SIGKILL) on `<database>.coordinator`, held until the returned file is closed. None for
+    other databases. Raises StoreInUse when another coordinator holds it: SQLite has one
+    writer and no leader election, so two coordinators would both schedule."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        return None
+    path = Path(f"{database}.coordinator")
+    claim = path.open("a+")
+    try:
+        fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        claim.seek(0)
+        holder = claim.read().strip() or "unknown"
+        claim.close()
+        raise StoreInUse(
+            f"another coordinator (pid {holder}) uses the SQLite store {database}; SQLite "
+            "allows one coordinator: stop that one, or use PostgreSQL "
+            "(APPLIANCE_DATABASE_URL) to run two"
+        ) from None
+    claim.truncate(0)
+    claim.write(f"{os.getpid()}\n")
+    claim.flush()
+    return claim
+
+
 def migrate(engine: Engine) -> None:
     """Bring the schema to the newest revision (idempotent), then refresh planner statistics.
 
     SQLite's planner picks the partial indexes (active view, queue order) only with statistics;
-    a bounded ANALYZE keeps this to a fraction of a second on large stores.
+    a bounded ANALYZE keeps this to a fraction of a second on large stores. On PostgreSQL an
+    advisory lock makes coordinators starting together migrate one at a time.
     """
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f"SELECT pg_advisory_lock({MIGRATION_LOCK})")
+            try:
+                command.upgrade(alembic_config(engine), "head")
+            finally:
+                conn.exec_driver_sql(f"SELECT pg_advisory_unlock({MIGRATION_LOCK})")
+                conn.commit()
+        return
     command.upgrade(alembic_config(engine), "head")
     if engine.dialect.name == "sqlite":
         with engine.begin() as conn:

@@ -26,6 +26,7 @@ from appliance.domain.spec import JobSpec, Priority, validate_labels
 from appliance.store.attempts import AttemptStore
 from appliance.store.base import in_chunks
 from appliance.store.dependencies import DependencyStore
+from appliance.store.leadership import LeadershipStore
 from appliance.store.listing import JobOwner as JobOwner
 from appliance.store.listing import ListingStore
 from appliance.store.phase_writes import PhaseChange as PhaseChange
@@ -90,6 +91,7 @@ class JobStore(
     QueueDefStore,
     DependencyStore,
     UsageStore,
+    LeadershipStore,
 ):
     """The store of jobs: this part holds jobs, phases (the one writer), replicas, priority,
     labels, leases and events."""
@@ -248,7 +250,7 @@ class JobStore(
         """
         with self._sessions.begin() as s:
             move = PhaseMove(job_id, target, reason, expected)
-            return _found(write_phases(s.connection(), [move], now))
+            return _found(write_phases(s.connection(), [move], now, fence=self.fence))
 
     def set_phases(self, moves: Sequence[PhaseMove], now: float) -> list[PhaseChange | NotFound]:
         """set_phase for several jobs in one transaction (group commit of cancels).
@@ -258,7 +260,7 @@ class JobStore(
         named twice sees the effect of its earlier move.
         """
         with self._sessions.begin() as s:
-            return write_phases(s.connection(), moves, now)
+            return write_phases(s.connection(), moves, now, fence=self.fence)
 
     def schedule(self, job_id: str, placements: Sequence[Placement], now: float) -> PhaseChange:
         """QUEUED -> SCHEDULED with the job's placements and replica rows, all or nothing."""
@@ -267,7 +269,7 @@ class JobStore(
         with self._sessions.begin() as s:
             move = PhaseMove(job_id, Phase.SCHEDULED, reason, Phase.QUEUED)
             extra = {"systems": ",".join(systems)}
-            change = _found(write_phases(s.connection(), [move], now, extra))
+            change = _found(write_phases(s.connection(), [move], now, extra, fence=self.fence))
             if not change.applied:
                 return change
             s.add_all(

@@ -36,6 +36,7 @@ from appliance.domain.inventory import NodeKind
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Outcome, Phase, check_move
 from appliance.store.base import in_chunks
+from appliance.store.fence import Fence
 from appliance.store.tables import (
     AttemptRow,
     JobEventRow,
@@ -118,10 +119,14 @@ def write_phases(
     moves: Sequence[PhaseMove],
     now: float,
     extra: Mapping[str, str] | None = None,
+    *,
+    fence: Fence,
 ) -> list[PhaseChange | NotFound]:
     """Apply `moves` in order, each checked on its own (`extra`: more columns written with
     each phase). An unknown job is a NotFound in its place; a job named twice sees the effect
-    of its earlier move."""
+    of its earlier move. Raises NotLeader, writing nothing, unless `fence` lets this
+    coordinator write (store/fence.py)."""
+    fence.check(conn)
     changes: list[PhaseChange | NotFound] = []
     for run in _distinct_runs(moves):
         changes += _write_distinct(conn, run, now, extra or {})

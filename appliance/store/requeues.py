@@ -77,6 +77,7 @@ class RequeueStore(StoreBase):
         Asking for a checkpoint first (the requeue then waits for it) records an event, the job
         staying in its phase. Returns whether it was written, and that event if any."""
         with self._sessions.begin() as s:
+            self.fence.check(s.connection())  # asks for replicas to stop: the leader's alone
             written = s.execute(
                 update(JobRow)
                 .where(
@@ -167,7 +168,7 @@ class RequeueStore(StoreBase):
             if row is None:
                 return []
             move = PhaseMove(job_id, Phase.QUEUED, reason, Phase(row.phase))
-            return write_phases(s.connection(), [move], now)
+            return write_phases(s.connection(), [move], now, fence=self.fence)
 
     def give_up_checkpoint(self, job_id: str, attempt: int, why: str) -> bool:
         """The checkpoint asked of `attempt` cannot come (a replica of the gang died): the

@@ -278,3 +278,28 @@ class PlacementRow(Base):
     replica: Mapped[str] = mapped_column(String(64), primary_key=True)
     node: Mapped[str] = mapped_column(String(253), ForeignKey("nodes.name"), index=True)
     amount: Mapped[int] = mapped_column(BigInteger)
+
+
+class CoordinatorLeaseRow(Base):
+    """The leader-election lease when there is no Kubernetes cluster (store/leadership.py):
+    who holds it, under which epoch, and a counter every write bumps (compare-and-set)."""
+
+    __tablename__ = "coordinator_leases"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(253))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    duration_seconds: Mapped[float] = mapped_column(Float)
+    version: Mapped[int] = mapped_column(BigInteger)
+    renewed_at: Mapped[float] = mapped_column(Float)  # wall time, for people reading it
+
+
+class LeaderFenceRow(Base):
+    """The newest epoch a leader took office under; phase writes under any other are refused."""
+
+    __tablename__ = "leader_fence"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    holder: Mapped[str] = mapped_column(String(253))
+    since: Mapped[float] = mapped_column(Float)

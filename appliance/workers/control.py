@@ -3,6 +3,10 @@
 Registration, AwaitPeers and heartbeats retry on a backoff ladder while the coordinator is
 unreachable (it may be restarting). If no call has succeeded for longer than the orphan timeout,
 the replica gives up with exit code 3, so no replica outlives a dead control plane.
+
+Given several coordinator addresses (coordinators without a Service in front), a replica keeps
+calling the one that answered last; when it is unreachable or a standby (UNAVAILABLE), the next
+call goes to the next address, and the backoff starts only after every address failed.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import grpc
@@ -35,12 +39,13 @@ class ControlPlane:
 
     def __init__(
         self,
-        channel: grpc.aio.Channel,
+        channels: Sequence[grpc.aio.Channel],
         job_id: str,
         replica: str,
         orphan_timeout: float,
     ) -> None:
-        self._stub = control_pb2_grpc.ReplicaControlStub(channel)
+        self._stubs = [control_pb2_grpc.ReplicaControlStub(c) for c in channels]
+        self._current = 0  # the coordinator that answered last
         # With authentication on, the coordinator gave this replica its job's token.
         token = os.environ.get(REPLICA_TOKEN_ENV)
         self._metadata = (bearer_metadata(token),) if token else None
@@ -51,6 +56,15 @@ class ControlPlane:
         self.replica = replica
         self._orphan_timeout = orphan_timeout
         self._last_contact = time.monotonic()
+
+    @property
+    def _stub(self) -> control_pb2_grpc.ReplicaControlStub:
+        return self._stubs[self._current]
+
+    def _next_coordinator(self) -> bool:
+        """Call the next address from now on; True once every address was tried in turn."""
+        self._current = (self._current + 1) % len(self._stubs)
+        return self._current == 0
 
     async def register(self, address: str, pid: int) -> None:
         """Announce that this replica serves at `address`."""
@@ -111,12 +125,19 @@ class ControlPlane:
                 ),
             )
             return directive
-        try:
-            directive = await self._stub.ReportProgress(
-                request, timeout=CALL_TIMEOUT, metadata=self._metadata
-            )
-        except grpc.aio.AioRpcError as err:
-            log.warning("progress report at step %d failed: %s", progress.step, err.code())
+        for _ in self._stubs:
+            try:
+                directive = await self._stub.ReportProgress(
+                    request, timeout=CALL_TIMEOUT, metadata=self._metadata
+                )
+                break
+            except grpc.aio.AioRpcError as err:
+                if err.code() not in RETRYABLE or len(self._stubs) == 1:
+                    log.warning("progress report at step %d failed: %s", progress.step, err.code())
+                    return None
+                self._next_coordinator()
+        else:
+            log.warning("progress report at step %d failed: no coordinator leads", progress.step)
             return None
         self._last_contact = time.monotonic()
         return directive
@@ -159,7 +180,11 @@ class ControlPlane:
                 if waiting_on_peers:
                     log.info("%s: %s", what, err.details())
                     self._last_contact = time.monotonic()
+                    if len(self._stubs) > 1:  # or a leader paused: ask the others too
+                        self._next_coordinator()
                     continue
+                if len(self._stubs) > 1 and not self._next_coordinator():
+                    continue  # the next address at once; the backoff after a full round
                 silent_for = time.monotonic() - self._last_contact
                 if silent_for > self._orphan_timeout:
                     raise ReplicaExit(

@@ -93,8 +93,10 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole) -> int:
         "%s of %s serving on %s (pid %d)", options.replica, options.job_id, address, os.getpid()
     )
 
-    channel = grpc.aio.insecure_channel(options.coordinator)
-    control = ControlPlane(channel, options.job_id, options.replica, options.orphan_timeout)
+    # Several addresses: coordinators without a Service in front (workers/control.py).
+    addresses = [a.strip() for a in options.coordinator.split(",") if a.strip()]
+    channels = [grpc.aio.insecure_channel(address) for address in addresses]
+    control = ControlPlane(channels, options.job_id, options.replica, options.orphan_timeout)
     main = asyncio.create_task(_register_and_run(options, role, control, stop, address))
     stopped = asyncio.create_task(stop.wait())
     try:
@@ -106,7 +108,8 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole) -> int:
         await asyncio.gather(main, stopped, return_exceptions=True)
         await server.stop(SERVER_GRACE_SECONDS)
         await role.close()
-        await channel.close()
+        for channel in channels:
+            await channel.close()
     return code
 
 

@@ -40,6 +40,7 @@ ROLE_RULES = {
     "secrets": {"create", "get", "delete"},  # a job's credentials, never list or watch
     "networking.k8s.io/networkpolicies": {"create", "get", "delete"},
     "events": {"create", "patch", "get", "list", "watch"},
+    "coordination.k8s.io/leases": {"get", "create", "update"},  # the leader's Lease
 }
 
 
@@ -89,7 +90,7 @@ def test_kubernetes_validate_catches_a_misspelt_field(
 def test_coordinator_pod_is_locked_down(rendered: dict[str, Rendered], values: str) -> None:
     r = rendered[values]
     deployment = r.one("Deployment")
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["replicas"] == (2 if values == "postgres-auth-large" else 1)
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert r.pod["securityContext"]["runAsNonRoot"] is True
     assert r.pod["securityContext"]["runAsUser"] == 10001
@@ -265,6 +266,7 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
             for role, default in ROLE_REQUESTS.items()
         }
         assert settings.kube_clean_pod_policy == "all"
+        assert r.one("Deployment")["spec"]["replicas"] == 1 and settings.election == "off"
         assert by_kind == [
             ["cs2-01", "cs2-02", "cs2-03", "cs2-04"],
             ["memx-01", "memx-02", "memx-03", "memx-04"],
@@ -277,6 +279,9 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
         assert settings.memoryx_bytes == 128 << 30 and settings.swarmx_ports == 16
         assert settings.scheduler_interval == 0.5 and settings.log_tail_lines == 50
         assert requests[Role.CS2] == RoleResources(cpu="2", memory="2Gi")
+        # Two coordinators on PostgreSQL elect a leader by the Lease the Role allows.
+        assert settings.election == "kubernetes" and settings.lease_name == "appliance-leader"
+        assert settings.lease_timing.duration == 10
         assert by_kind[0][-1] == "cs2-64" and by_kind[1][0] == "memx-rack1-a"
 
 
@@ -343,7 +348,8 @@ def test_model_dirs_are_one_claim_for_the_coordinator_and_the_replicas(
     [
         (["--set", "cleanPodPolicy=bogus"], "value must be one of 'all', 'keep-failed'"),
         (["--set", "pool.sytems=3"], "'sytems' not allowed"),
-        (["--set", "replicas=2"], "'replicas' not allowed"),
+        (["--set", "replica=2"], "'replica' not allowed"),
+        (["--set", "replicas=2"], "replicas: 2 needs PostgreSQL: set database.existingSecret"),
         (["--set", "pool.systems=0"], "/pool/systems"),
         (["--set-json", 'pool.memoryx=["Bad_Name"]'], "does not match pattern"),
         (["--set", "settings.schedulerIntervl=1"], "'schedulerIntervl' not allowed"),
@@ -358,6 +364,7 @@ def test_model_dirs_are_one_claim_for_the_coordinator_and_the_replicas(
         "enum",
         "nested-typo",
         "top-level-typo",
+        "two-coordinators-on-sqlite",
         "zero-systems",
         "bad-node-name",
         "settings-typo",

@@ -33,6 +33,7 @@ _PLURAL = {
     "ConfigMap": ("/api/v1", "configmaps"),
     "Secret": ("/api/v1", "secrets"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
 }
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -125,6 +126,36 @@ class KubeApi:
             if e.status != 409:
                 raise
         return await self._json("GET", self._path(kind, manifest["metadata"]["name"]))
+
+    async def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        """One namespaced object, or None if there is none."""
+        try:
+            return await self._json("GET", self._path(kind, name))
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def create_new(self, kind: str, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        """Create a namespaced object; None if one of that name exists already."""
+        try:
+            return await self._json("POST", self._path(kind), body=manifest)
+        except KubeError as e:
+            if e.status == 409:
+                return None
+            raise
+
+    async def replace(self, kind: str, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        """Replace an object if its metadata.resourceVersion is still the stored one (PUT);
+        None on a conflict (it changed meanwhile) or when it is gone."""
+        try:
+            return await self._json(
+                "PUT", self._path(kind, manifest["metadata"]["name"]), body=manifest
+            )
+        except KubeError as e:
+            if e.status in (404, 409):
+                return None
+            raise
 
     async def delete(self, kind: str, name: str, grace_seconds: int | None = None) -> bool:
         """Delete one object (dependents in the background); False when it was already gone."""

@@ -7,6 +7,7 @@ HTTP once, in appliance.server.rest.errors.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from fastapi import FastAPI, Response
 
@@ -21,6 +22,7 @@ from appliance.server.rest.metrics import LatencyMiddleware, RestMetrics
 from appliance.server.rest.models import ReadyOut, StatusOut
 from appliance.server.rest.nodes import nodes_router
 from appliance.server.rest.queues import queues_router
+from appliance.server.rest.standby import StandbyRefusal
 from appliance.services.health import Readiness
 from appliance.services.jobs import JobService
 
@@ -35,8 +37,10 @@ def create_app(
     readiness: Readiness,
     auth: Authenticator | None = None,
     max_body_bytes: int = 4 << 20,
+    standby: Callable[[], str | None] = lambda: None,
 ) -> FastAPI:
-    """Build the app over the coordinator's services (shared with gRPC)."""
+    """Build the app over the coordinator's services (shared with gRPC); `standby` says why
+    this coordinator does not serve the API now (server/rest/standby.py), None while it does."""
     app = FastAPI(title="appliance", version=appliance.__version__, description=DESCRIPTION)
     metrics = RestMetrics()
     auth = auth or Authenticator(None)
@@ -45,6 +49,7 @@ def create_app(
     # Added last, so it runs first: nothing reads a body the guard refuses.
     app.add_middleware(LatencyMiddleware, metrics=metrics, clock=time.perf_counter)
     app.add_middleware(RequestGuard, auth=auth, max_body_bytes=max_body_bytes)
+    app.add_middleware(StandbyRefusal, problem=standby)
     app.include_router(jobs_router(jobs, metrics, caller))
     app.include_router(controls_router(jobs, caller))
     app.include_router(nodes_router(jobs, caller))
@@ -62,13 +67,15 @@ def create_app(
         responses={
             503: {
                 "model": ReadyOut,
-                "description": "The store or the backend (the Kubernetes API) cannot be reached.",
+                "description": "A standby coordinator (another one leads), or the store or the "
+                "backend (the Kubernetes API) cannot be reached.",
             }
         },
     )
     async def readyz(response: Response) -> ReadyOut:
-        """The store answers queries and the backend can start replicas. `warnings`: what was
-        found at start that will fail jobs later (the pool's largest job cannot fit the nodes)."""
+        """This coordinator leads (or is the only one), the store answers queries and the
+        backend can start replicas. `warnings`: what was found at start that will fail jobs
+        later (the pool's largest job cannot fit the nodes)."""
         problem = await readiness.problem()
         warnings = list(readiness.warnings)
         if problem:

@@ -20,6 +20,7 @@ from appliance.domain.phases import Phase
 from appliance.loops.reconciling import CHIEF, Reconciler
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
+from appliance.services.leadership import Leadership
 from appliance.services.replicas import ReplicaService
 from tests.unit.harness import NOW, Clock, new_jobs
 
@@ -316,3 +317,15 @@ async def test_a_retryable_failure_while_the_coordinator_was_away_restarts_too(
     assert _last_reason(ctx).startswith(
         "replica cs2-0 exited with exit code 143 while the coordinator was away; restarting"
     )
+
+
+async def test_a_coordinator_that_stopped_leading_launches_and_tears_down_nothing(
+    ctx: Context, reconciler: Reconciler, backend: RecordingBackend
+) -> None:
+    ctx.leadership = Leadership("old leader", elected=True)  # a standby, or past its deadline
+    await reconciler.sweep(timed=False)
+    assert backend.launched == [] and ctx.store.get_job(JOB).phase is Phase.SCHEDULED
+    reconciler.active.add("wsjob-ended0000000001")
+    reconciler._start_teardown("wsjob-ended0000000001", failed=False)
+    await reconciler.drain(10)
+    assert backend.torn_down == []

@@ -67,7 +67,7 @@ async def served(
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
-        yield servicer, ControlPlane(channel, JOB, "chief-0", orphan_timeout=60)
+        yield servicer, ControlPlane([channel], JOB, "chief-0", orphan_timeout=60)
     finally:
         await channel.close()
         await server.stop(None)

@@ -1,0 +1,71 @@
+"""Leadership in the store, on SQLite and PostgreSQL: the lease row keeps the LeaseLock
+contract, and the fence refuses every phase write under an epoch that is not the newest."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import Engine
+
+from appliance.domain.leadership import LeaseLock, NotLeader
+from appliance.domain.phases import Phase
+from appliance.store.fence import Fence
+from appliance.store.jobs import JobStore
+from appliance.store.leadership import SqlLeaseLock
+from tests.integration.lease_contract import LeaseLockContract
+from tests.unit.harness import NOW, new_jobs
+
+
+class TestSqlLeaseLock(LeaseLockContract):
+    @pytest.fixture
+    def handle(self, engine: Engine) -> Callable[[], LeaseLock]:
+        return lambda: SqlLeaseLock(engine, "appliance-leader")
+
+
+class Held:
+    """The epoch a coordinator holds now (what Leadership.epoch answers)."""
+
+    def __init__(self, epoch: int | None) -> None:
+        self.epoch = epoch
+
+    def __call__(self) -> int | None:
+        return self.epoch
+
+
+def coordinator(engine: Engine, held: Held) -> JobStore:
+    store = JobStore(engine)
+    store.fence = Fence(held)
+    return store
+
+
+def test_only_the_newest_epoch_moves_phases(engine: Engine, store: JobStore) -> None:
+    [job] = store.create_jobs(new_jobs(["wsjob-fence0000000001"]), NOW)
+    old_epoch, new_epoch = Held(1), Held(None)
+    old, new = coordinator(engine, old_epoch), coordinator(engine, new_epoch)
+    with pytest.raises(NotLeader):  # elected, not in office: the fence is still at 0
+        old.set_phase(job.id, Phase.CANCELLED, "by the old leader", NOW)
+    assert old.take_office(1, "old", NOW)
+    assert old.request_requeue(job.id, job.attempt, "x", NOW)[0] is False  # not holding: no-op
+    # A standby holds no epoch: it writes nothing.
+    with pytest.raises(NotLeader):
+        new.set_phase(job.id, Phase.CANCELLED, "by a standby", NOW)
+    # The new leader takes office under epoch 2; the old one (paused meanwhile) wakes up.
+    new_epoch.epoch = 2
+    assert new.take_office(2, "new", NOW)
+    assert not old.take_office(2, "old", NOW) and not old.take_office(1, "old", NOW)
+    with pytest.raises(NotLeader, match="epoch 1 is over"):
+        old.set_phase(job.id, Phase.CANCELLED, "by the old leader", NOW)
+    with pytest.raises(NotLeader):
+        old.set_phases([], NOW)
+    with pytest.raises(NotLeader):
+        old.request_requeue(job.id, job.attempt, "stop it", NOW)
+    assert store.phase_of(job.id) is Phase.QUEUED  # nothing of the old leader's was written
+    assert new.set_phase(job.id, Phase.CANCELLED, "by the new leader", NOW).applied
+    assert store.leader_in_office() == ("new", 2)
+
+
+def test_one_coordinator_is_not_fenced(store: JobStore) -> None:
+    [job] = store.create_jobs(new_jobs(["wsjob-fence0000000001"]), NOW)
+    assert store.leader_in_office() == ("", 0)
+    assert store.set_phase(job.id, Phase.CANCELLED, "no election", NOW).applied
