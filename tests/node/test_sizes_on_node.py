@@ -11,7 +11,7 @@ of a failed job until the documented command deletes them.
 from __future__ import annotations
 
 import base64
-import json
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -20,14 +20,16 @@ import pytest
 from appliance.client import ApplianceClient
 from appliance.client.errors import JobFailed
 from appliance.domain.phases import Phase
-from tests.kube.cluster import RESTRICTED
+from tests.kube.cluster import REPO, RESTRICTED
 from tests.kube.node import RealNode, wait_for
 from tests.node.conftest import install
 from tests.node.test_chart_on_node import PARAMS, _all_running, _job_pods
 
+README = REPO / "README.md"
 NAMESPACE = "appliance-sizes"
 PENDING_TIMEOUT = 8
-SMALL = json.dumps({role: {"cpu": "50m"} for role in ("chief", "cs2", "memoryx", "swarmx")})
+# The README's sizes for a 2-CPU node, as a user would paste them from its table.
+(README_2CPU,) = re.findall(r"\| 2 CPU, 4 GiB .*?replicaResources=(\{.*?\})'", README.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def test_with_the_readme_sizes_for_two_cpus_the_job_runs_and_keep_failed_keeps_i
     node: RealNode, sized: str
 ) -> None:
     install(
-        node, NAMESPACE, "--reuse-values", "--set-json", f"replicaResources={SMALL}",
+        node, NAMESPACE, "--reuse-values", "--set-json", f"replicaResources={README_2CPU}",
         "--set", "cleanPodPolicy=keep-failed",
     )  # fmt: skip
     with node.port_forward(NAMESPACE, "svc/appliance", 50051, 8080) as (grpc_port, http_port):
