@@ -17,5 +17,6 @@ done
 for d in /var/lib/kubelet /var/lib/cni /var/log/pods /var/log/containers; do
   [ -e "$d" ] && echo "dir $d"
 done
+ls -d /sys/fs/cgroup/*/k8s.io 2>/dev/null | sed 's/^/cgroup /'
 ps -eo comm= | grep -E '^(kubelet|kube-|etcd|containerd$|containerd-shim|coredns|pause)' | sort
 exit 0

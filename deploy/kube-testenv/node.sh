@@ -21,7 +21,7 @@
 # made (KUBE-*, CNI-*, APPLNODE-*), the bridge, the pods' network namespaces and mounts, the
 # state the kubelet and CNI write outside DIR when it was not there before, and restores the
 # sysctls the kubelet, kube-proxy and the bridge plugin change.
-set -euo pipefail
+set -Eeuo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -144,6 +144,7 @@ EOF
 # --- network ------------------------------------------------------------------------------
 make_network() {
   ip link add "$BRIDGE" type bridge
+  touch "$dir/bridge.made"
   ip addr add "$NODE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   local ipt
@@ -339,7 +340,8 @@ stop_pid() {
   local pidfile="$dir/pids/$1" pid
   [ -e "$pidfile" ] || return 0
   pid="$(cat "$pidfile")"
-  if kill -0 "$pid" 2>/dev/null; then
+  # Still ours? Every component's command line names DIR (a reused pid would not).
+  if kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "$dir/"; then
     kill -TERM "$pid" 2>/dev/null || true
     local deadline=$((SECONDS + ${2:-15}))
     while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
@@ -348,29 +350,39 @@ stop_pid() {
   rm -f "$pidfile"
 }
 
-# drop_chains <iptables|ip6tables>: remove the jumps to, then the chains named KUBE-*, CNI-*
-# and ours, table by table; every other chain (Docker's) stays.
-drop_chains() {
-  local ipt="$1" table rule chain
+# chains <iptables|ip6tables>: "table chain" for every chain of the node's prefixes.
+chains() {
+  local ipt="$1" table
   command -v "$ipt" >/dev/null || return 0
   for table in filter nat mangle raw; do
-    "$ipt" -t "$table" -S >/dev/null 2>&1 || continue
-    "$ipt" -t "$table" -S | grep -E -- "^-A [A-Z]+ .*-j (KUBE-|CNI-|APPLNODE-)" |
-      while read -r rule; do
-        # shellcheck disable=SC2086  # a rule is words
-        "$ipt" -t "$table" -D ${rule#-A } 2>/dev/null || true
-      done
-    for chain in $("$ipt" -t "$table" -S | awk '$1 == "-N" && $2 ~ /^(KUBE-|CNI-|APPLNODE-)/ {print $2}'); do
-      "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
-    done
-    for chain in $("$ipt" -t "$table" -S | awk '$1 == "-N" && $2 ~ /^(KUBE-|CNI-|APPLNODE-)/ {print $2}'); do
-      "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
-    done
+    "$ipt" -t "$table" -S 2>/dev/null |
+      awk -v t="$table" '$1 == "-N" && $2 ~ /^(KUBE-|CNI-|APPLNODE-)/ {print t, $2}'
   done
+}
+
+# drop_chains <iptables|ip6tables>: remove the chains (KUBE-*, CNI-*, ours) that were not
+# there before `up`, the jumps to them first; every other chain and rule (Docker's) stays.
+drop_chains() {
+  local ipt="$1" table chain rule
+  command -v "$ipt" >/dev/null || return 0
+  chains "$ipt" | grep -vxF -f "$dir/chains.$ipt.before" >"$dir/chains.$ipt.drop"
+  while read -r table chain; do
+    "$ipt" -t "$table" -S | grep -E -- "^-A [^ ]+ .*-j $chain( |\$)" |
+      while read -r rule; do
+        # `-S` quotes what needs it (comments): eval reads the rule back as iptables wrote it.
+        eval "\"\$ipt\" -t \"\$table\" -D ${rule#-A }" 2>/dev/null
+      done
+  done <"$dir/chains.$ipt.drop"
+  while read -r table chain; do "$ipt" -t "$table" -F "$chain" 2>/dev/null; done \
+    <"$dir/chains.$ipt.drop"
+  while read -r table chain; do "$ipt" -t "$table" -X "$chain" 2>/dev/null; done \
+    <"$dir/chains.$ipt.drop"
 }
 
 down() {
   set +e
+  # Only what an `up` of this DIR made: it wrote the marker before making anything.
+  [ -e "$dir/.node-sh" ] || die "$dir was not made by \`$0 up\`; nothing to tear down"
   if [ -e "$dir/pids/kube-apiserver" ] && [ -e "$dir/pids/kubelet" ]; then
     # The kubelet stops every pod's containers and sandbox (CNI DEL, the netns removed).
     stop_pid kube-controller-manager
@@ -398,22 +410,28 @@ down() {
   # Mounts under DIR (pod volumes, container root filesystems), deepest first.
   awk -v prefix="$dir/" 'index($2, prefix) == 1 {print $2}' /proc/self/mounts | sort -r |
     xargs -r -n1 umount -l 2>/dev/null
-  # Network namespaces the pods left (named by the CRI), then the bridge and the chains.
+  # Network namespaces the pods left (cni-*, named by the CRI), then the bridge and chains.
   local ns
-  for ns in $(ls /run/netns 2>/dev/null); do
-    grep -qxF "$ns" "$dir/netns.before" 2>/dev/null && continue
+  for ns in $(ls /run/netns 2>/dev/null | grep '^cni-'); do
+    grep -qxF "$ns" "$dir/netns.before" && continue
     umount -l "/run/netns/$ns" 2>/dev/null
     rm -f "/run/netns/$ns"
   done
-  ip link del "$BRIDGE" 2>/dev/null
+  [ -e "$dir/bridge.made" ] && ip link del "$BRIDGE" 2>/dev/null
   drop_chains iptables
   drop_chains ip6tables
+  # The containers' cgroups (containerd's CRI puts them under k8s.io), deepest first.
+  local cg
+  for cg in /sys/fs/cgroup/*/k8s.io; do
+    grep -qxF "$cg" "$dir/cgroups.before" && continue
+    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
   # The sysctls as they were, and what the kubelet and CNI wrote outside DIR.
   local line
   while read -r line; do sysctl -qw "$line" 2>/dev/null; done <"$dir/sysctl.before" 2>/dev/null
   local path
   for path in $OUTSIDE_STATE; do
-    grep -qxF "$path" "$dir/outside.before" 2>/dev/null && continue
+    grep -qxF "$path" "$dir/outside.before" && continue
     [ -e "$path" ] && { awk -v p="$path/" 'index($2, p) == 1 {print $2}' /proc/self/mounts |
       sort -r | xargs -r -n1 umount -l 2>/dev/null; rm -rf --one-file-system "$path"; }
   done
@@ -437,13 +455,21 @@ iptables conntrack containernetworking-plugins docker.io)"
   . "$envfile"
   [ -x "${KUBELET:-}" ] && [ -x "${COREDNS:-}" ] || die "build.sh node did not build the node"
   mkdir -p "$dir/pids" "$dir/logs"
-  trap 'log "up failed; tearing down"; down' ERR
+  # What was there before, then the marker `down` needs: from here on a failure (any
+  # command, a `die`, a signal) tears down what was made.
   local name
   for name in $SYSCTLS; do
     [ -e "/proc/sys/${name//.//}" ] && echo "$name=$(sysctl -n "$name")"
   done >"$dir/sysctl.before"
   for name in $OUTSIDE_STATE; do [ -e "$name" ] && echo "$name"; done >"$dir/outside.before"
   ls /run/netns 2>/dev/null >"$dir/netns.before" || : >"$dir/netns.before"
+  chains iptables >"$dir/chains.iptables.before"
+  chains ip6tables >"$dir/chains.ip6tables.before"
+  ls -d /sys/fs/cgroup/*/k8s.io 2>/dev/null >"$dir/cgroups.before" || : >"$dir/cgroups.before"
+  touch "$dir/.node-sh"
+  up_done=false
+  trap '$up_done || { trap - EXIT; log "up failed; tearing down"; down; }' EXIT
+  trap 'exit 1' INT TERM HUP
   api_port="$(free_port)"
   started=$SECONDS
   make_network
@@ -457,7 +483,7 @@ iptables conntrack containernetworking-plugins docker.io)"
   log "node $NODE_NAME Ready after $((SECONDS - started)) s"
   start_addons
   log "CoreDNS ready after $((SECONDS - started)) s"
-  trap - ERR
+  up_done=true
   {
     echo "KUBECONFIG=$dir/admin.kubeconfig"
     echo "KUBE_SERVER=https://$NODE_IP:$api_port"

@@ -50,10 +50,14 @@ class RealNode:
     @classmethod
     def up(cls, workdir: Path, images: list[str]) -> RealNode:
         node = cls(workdir)
-        done = subprocess.run(
-            ["bash", str(NODE_SCRIPT), "up", str(workdir), *images],
-            capture_output=True, text=True, timeout=900, check=False,
-        )  # fmt: skip
+        try:
+            done = subprocess.run(
+                ["bash", str(NODE_SCRIPT), "up", str(workdir), *images],
+                capture_output=True, text=True, timeout=900, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            node.down()  # what it made so far (node.sh wrote its marker before making any)
+            raise
         if done.returncode != 0:
             node.down()
             raise RuntimeError(f"node.sh up failed:\n{done.stderr[-4000:]}")

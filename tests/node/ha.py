@@ -2,7 +2,7 @@
 
 The PostgreSQL server is a throwaway one on this machine (tests/postgres.py) that also listens
 on the node's bridge address, so the coordinator pods reach it from the pod network. Shared
-by tests/node/test_ha_on_node.py and bench/node_startup.py's failover measure.
+by tests/node/test_ha_on_node.py and bench/real_node.py's failover measure.
 """
 
 from __future__ import annotations
