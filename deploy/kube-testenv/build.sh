@@ -66,7 +66,11 @@ if $node; then
   for component in kubelet kube-controller-manager kube-scheduler kube-proxy; do
     go_build "$here" "k8s.io/kubernetes/cmd/$component" "$cache/$component"
   done
-  go_build "$here/coredns" . "$cache/coredns"
+  # Keyed by CoreDNS's own version too: a change of coredns/go.mod builds it again.
+  coredns_version="$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' \
+    "$here/coredns/go.mod")"
+  go_build "$here/coredns" . "$cache/coredns-$coredns_version"
+  ln -sf "coredns-$coredns_version" "$cache/coredns"
   go_build "$here/pause" . "$cache/pause"
 fi
 
