@@ -6,7 +6,14 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from appliance.domain.inventory import Node, default_pool, named_pool
@@ -32,6 +39,17 @@ class RoleResources(BaseModel):
     memory: str | None = Field(
         default=None, pattern=MEMORY_QUANTITY, description="Memory request, e.g. 512Mi."
     )
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cores_as_text(cls, value: object) -> object:
+        """`--set replicaResources.cs2.cpu=1` arrives as a number: cores, as Kubernetes reads
+        it (then checked against the pattern like any other)."""
+        if isinstance(value, bool):
+            return value  # refused by the str type, not taken for 1 core
+        if isinstance(value, int | float):
+            return f"{value:.3f}".rstrip("0").rstrip(".")
+        return value
 
 
 class ReplicaResources(BaseModel):

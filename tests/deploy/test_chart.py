@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from appliance.backends.kubernetes.manifests import ROLE_REQUESTS
-from appliance.config import RoleResources, Settings, read_inventory
+from appliance.config import ReplicaResources, RoleResources, Settings, read_inventory
 from appliance.domain.inventory import Node, NodeKind
 from appliance.domain.plan import Role
 from appliance.domain.queues import parse_queues_document, resolve_quotas
@@ -438,3 +438,21 @@ def _check_queues(
     )  # fmt: skip
     assert quotas["vision"].memoryx_bytes == 256 << 30 and not quotas["vision"].lend
     assert quotas["vision"].borrow_systems == 8 and quotas["nlp"].weight == 2
+
+
+def test_cpu_given_as_a_number_is_cores(helm: Helm) -> None:
+    """`--set replicaResources.cs2.cpu=1` (a number to helm) is 1 core, as a user means it."""
+    text = helm.template(
+        "--set", "replicaResources.cs2.cpu=1", "--set", "replicaResources.chief.cpu=0.25"
+    )
+    (settings,) = [
+        o for o in yaml.safe_load_all(text) if o and o["metadata"]["name"].endswith("-settings")
+    ]
+    chosen = ReplicaResources.model_validate_json(
+        settings["data"]["APPLIANCE_KUBE_REPLICA_RESOURCES"]
+    )
+    assert (chosen.cs2.cpu, chosen.chief.cpu) == ("1", "0.25")
+    with pytest.raises(ValueError, match="cpu"):
+        ReplicaResources.model_validate({"cs2": {"cpu": True}})
+    with pytest.raises(ValueError, match="pattern"):
+        ReplicaResources.model_validate({"cs2": {"cpu": 1e20}})
