@@ -7,6 +7,10 @@ produces without recursion and which stops at the first event over a bound: nest
 scalar length, and aliases (an alias of a mapping or list can expand exponentially when the
 result is walked; an alias of a plain value cannot). Only then is it loaded, and any failure
 of the load is the caller's mistake, named as its field, never an internal error.
+
+libyaml from 0.2.6 (bundled in PyYAML 6.0.4's wheels) has a nesting limit of its own (1,000),
+and its scanner, reading ahead, can reach it before the parser has sent the event at our
+depth 65: that error is the same refusal, said the same way.
 """
 
 from __future__ import annotations
@@ -49,6 +53,19 @@ def load_bounded(text: str, field: str) -> Any:
 
 
 def _check_shape(text: str, field: str) -> None:
+    try:
+        _walk_events(text, field)
+    except yaml.MarkedYAMLError as exc:
+        if "maximum nesting depth" in (exc.problem or ""):
+            raise _too_deep(field) from None
+        raise
+
+
+def _too_deep(field: str) -> InvalidSpec:
+    return InvalidSpec(f"{field} nests deeper than {MAX_DEPTH} levels", field=field)
+
+
+def _walk_events(text: str, field: str) -> None:
     depth = 0
     anchors: dict[str, bool] = {}  # anchor -> names a plain value
     for event in yaml.parse(text, Loader=_LOADER):
@@ -57,7 +74,7 @@ def _check_shape(text: str, field: str) -> None:
             if event.anchor is not None:
                 anchors[event.anchor] = False
             if depth > MAX_DEPTH:
-                raise InvalidSpec(f"{field} nests deeper than {MAX_DEPTH} levels", field=field)
+                raise _too_deep(field)
         elif isinstance(event, _CLOSES):
             depth -= 1
         elif isinstance(event, yaml.ScalarEvent):
@@ -96,7 +113,7 @@ def check_nesting(value: Any, field: str) -> None:
         item, depth = stack.pop()
         if isinstance(item, dict | list):
             if depth > MAX_DEPTH:
-                raise InvalidSpec(f"{field} nests deeper than {MAX_DEPTH} levels", field=field)
+                raise _too_deep(field)
             children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
         elif isinstance(item, str):
