@@ -7,6 +7,7 @@
 #
 #   deploy/kube-testenv/node.sh up DIR [IMAGE...]   # start; print DIR/env (KUBECONFIG=...) last
 #   deploy/kube-testenv/node.sh down DIR            # stop and remove everything `up` made
+#   deploy/kube-testenv/node.sh purge               # what a node whose `down` never ran left
 #
 # Runs as root (it makes a bridge, iptables chains and mounts). Only one node at a time: the
 # bridge, the pod range and the guard chain have fixed names. Addresses:
@@ -21,6 +22,11 @@
 # made (KUBE-*, CNI-*, APPLNODE-*), the bridge, the pods' network namespaces and mounts, the
 # state the kubelet and CNI write outside DIR when it was not there before, and restores the
 # sysctls the kubelet, kube-proxy and the bridge plugin change.
+#
+# `purge` is for a host where a node's programs were killed before `down` could run (a session
+# or a CI job stopped mid-test): the kernel keeps its chains, bridge, netns and cgroups. With no
+# kubelet, kube-proxy or kube-apiserver running on the host, it removes every chain of the
+# node's prefixes, the bridge, the cni-* network namespaces and the empty k8s.io cgroups.
 set -Eeuo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -43,13 +49,16 @@ tools_dir="${HOME}/.cache/appliance-tools/kubectl-layer-2.2.2/bin"
 
 log() { printf 'node.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-usage() { sed -n '2,12p' "$0" >&2; exit 2; }
+usage() { sed -n '2,13p' "$0" >&2; exit 2; }
 
-[ $# -ge 2 ] || usage
+[ $# -ge 1 ] || usage
 cmd="$1"
-dir="$(mkdir -p "$2" && cd "$2" && pwd)"
-shift 2
 [ "$(id -u)" = 0 ] || die "run as root: the node makes a bridge, iptables chains and mounts"
+if [ "$cmd" != purge ]; then
+  [ $# -ge 2 ] || usage
+  dir="$(mkdir -p "$2" && cd "$2" && pwd)"
+  shift 2
+fi
 
 kubectl_() { "$tools_dir/kubectl" --kubeconfig "$dir/admin.kubeconfig" "$@"; }
 ctr_() { ctr --address "$dir/containerd/containerd.sock" -n k8s.io "$@"; }
@@ -360,23 +369,43 @@ chains() {
   done
 }
 
-# drop_chains <iptables|ip6tables>: remove the chains (KUBE-*, CNI-*, ours) that were not
-# there before `up`, the jumps to them first; every other chain and rule (Docker's) stays.
+# drop_chains <iptables|ip6tables> <file of chains to keep> <scratch file>: remove the chains
+# (KUBE-*, CNI-*, ours) not listed as kept, the jumps to them first; every other chain and
+# rule (Docker's) stays.
 drop_chains() {
-  local ipt="$1" table chain rule
+  local ipt="$1" keep="$2" drop="$3" table chain rule
   command -v "$ipt" >/dev/null || return 0
-  chains "$ipt" | grep -vxF -f "$dir/chains.$ipt.before" >"$dir/chains.$ipt.drop"
+  chains "$ipt" | grep -vxF -f "$keep" >"$drop"
   while read -r table chain; do
     "$ipt" -t "$table" -S | grep -E -- "^-A [^ ]+ .*-j $chain( |\$)" |
       while read -r rule; do
         # `-S` quotes what needs it (comments): eval reads the rule back as iptables wrote it.
         eval "\"\$ipt\" -t \"\$table\" -D ${rule#-A }" 2>/dev/null
       done
-  done <"$dir/chains.$ipt.drop"
-  while read -r table chain; do "$ipt" -t "$table" -F "$chain" 2>/dev/null; done \
-    <"$dir/chains.$ipt.drop"
-  while read -r table chain; do "$ipt" -t "$table" -X "$chain" 2>/dev/null; done \
-    <"$dir/chains.$ipt.drop"
+  done <"$drop"
+  while read -r table chain; do "$ipt" -t "$table" -F "$chain" 2>/dev/null; done <"$drop"
+  while read -r table chain; do "$ipt" -t "$table" -X "$chain" 2>/dev/null; done <"$drop"
+}
+
+# drop_cgroups <file of cgroups to keep>: the containers' cgroups (containerd's CRI puts them
+# under k8s.io), deepest first; rmdir leaves any that still hold a process.
+drop_cgroups() {
+  local cg
+  for cg in /sys/fs/cgroup/*/k8s.io; do
+    [ -d "$cg" ] || continue
+    grep -qxF "$cg" "$1" && continue
+    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+}
+
+# drop_netns <file of names to keep>: network namespaces the pods left (cni-*, named by the CRI).
+drop_netns() {
+  local ns
+  for ns in $(ls /run/netns 2>/dev/null | grep '^cni-'); do
+    grep -qxF "$ns" "$1" && continue
+    umount -l "/run/netns/$ns" 2>/dev/null
+    rm -f "/run/netns/$ns"
+  done
 }
 
 down() {
@@ -410,22 +439,11 @@ down() {
   # Mounts under DIR (pod volumes, container root filesystems), deepest first.
   awk -v prefix="$dir/" 'index($2, prefix) == 1 {print $2}' /proc/self/mounts | sort -r |
     xargs -r -n1 umount -l 2>/dev/null
-  # Network namespaces the pods left (cni-*, named by the CRI), then the bridge and chains.
-  local ns
-  for ns in $(ls /run/netns 2>/dev/null | grep '^cni-'); do
-    grep -qxF "$ns" "$dir/netns.before" && continue
-    umount -l "/run/netns/$ns" 2>/dev/null
-    rm -f "/run/netns/$ns"
-  done
+  drop_netns "$dir/netns.before"
   [ -e "$dir/bridge.made" ] && ip link del "$BRIDGE" 2>/dev/null
-  drop_chains iptables
-  drop_chains ip6tables
-  # The containers' cgroups (containerd's CRI puts them under k8s.io), deepest first.
-  local cg
-  for cg in /sys/fs/cgroup/*/k8s.io; do
-    grep -qxF "$cg" "$dir/cgroups.before" && continue
-    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
-  done
+  drop_chains iptables "$dir/chains.iptables.before" "$dir/chains.iptables.drop"
+  drop_chains ip6tables "$dir/chains.ip6tables.before" "$dir/chains.ip6tables.drop"
+  drop_cgroups "$dir/cgroups.before"
   # The sysctls as they were, and what the kubelet and CNI wrote outside DIR.
   local line
   while read -r line; do sysctl -qw "$line" 2>/dev/null; done <"$dir/sysctl.before" 2>/dev/null
@@ -438,6 +456,32 @@ down() {
   rm -f /var/lib/cni/results/appliance-pods-* 2>/dev/null
   rm -rf --one-file-system "$dir"
   log "down: $dir removed"
+}
+
+purge() {
+  local running scratch
+  running="$(ps -eo pid=,comm= |
+    awk '$2 ~ /^(kubelet|kube-proxy|kube-apiserver)$/ {printf "%s ", $1}')"
+  [ -z "$running" ] || die "a node is running (pids $running): \`$0 down DIR\` stops it"
+  set +e  # as in down: list and remove all that can be, whatever one command says
+  scratch="$(mktemp -d)"
+  : >"$scratch/none"
+  {
+    chains iptables
+    chains ip6tables
+    ip link show "$BRIDGE" >/dev/null 2>&1 && echo "bridge $BRIDGE"
+    ls -d /sys/fs/cgroup/*/k8s.io 2>/dev/null
+    ls /run/netns 2>/dev/null | grep '^cni-'
+  } >"$scratch/found"
+  if [ -s "$scratch/found" ]; then
+    log "purge: a node's leftovers, its programs gone: $(wc -l <"$scratch/found") items"
+    drop_netns "$scratch/none"
+    ip link del "$BRIDGE" 2>/dev/null
+    drop_chains iptables "$scratch/none" "$scratch/drop"
+    drop_chains ip6tables "$scratch/none" "$scratch/drop"
+    drop_cgroups "$scratch/none"
+  fi
+  rm -rf "$scratch"
 }
 
 up() {
@@ -501,5 +545,6 @@ iptables conntrack containernetworking-plugins docker.io)"
 case "$cmd" in
 up) up "$@" ;;
 down) down ;;
+purge) purge ;;
 *) usage ;;
 esac
