@@ -113,6 +113,13 @@ class Settings(BaseSettings):
         description="JSON list of replica exit codes that are retryable besides a replica "
         "killed by a signal (128 + N), e.g. [3]; a params or model error (exit 1) never is.",
     )
+    peer_failure_settle_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        description="How long a replica that ended because a replica it called failed (exit "
+        "4) waits for that replica's own end, which then says why the job failed.",
+    )
     restart_backoff_seconds: float = Field(
         default=1.0,
         ge=0,

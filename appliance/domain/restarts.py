@@ -9,11 +9,20 @@ again, or undo what someone asked for. So is a system an admin sets to error or 
 under a job. A job may be restarted `max_restarts` times (its spec's, else the cluster's);
 each restart is a new attempt resuming from its newest checkpoint. Preemptions are not
 failures: they never count against `max_restarts`.
+
+A replica that ends because another replica of its job failed (the chief whose call to a
+killed CS-2 broke) exits with EXIT_PEER_FAILED: a consequence, not a cause. The coordinator
+waits a moment for the cause (the CS-2's own end, exit 137) to be reported and judges the
+failure by that; only when no cause comes is the consequence itself the reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+
+# The exit code of a replica that ended because a replica it called failed (workers and
+# coordinator agree on it here).
+EXIT_PEER_FAILED = 4
 
 
 def retryable(exit_code: int | None, extra_codes: Collection[int], lost: bool = False) -> bool:

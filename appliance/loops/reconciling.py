@@ -16,7 +16,14 @@ from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, R
 from appliance.domain.job import ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
-from appliance.domain.restarts import restart_limit, restart_or_fail, resume_point, retryable
+from appliance.domain.restarts import (
+    EXIT_PEER_FAILED,
+    restart_limit,
+    restart_or_fail,
+    resume_point,
+    retryable,
+)
+from appliance.loops.settling import ConsequentFailures
 from appliance.services.context import Context
 from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
@@ -39,6 +46,7 @@ class Reconciler:
         # Jobs whose attempt is being torn down to run again (store/requeues.py).
         self._restarts: dict[str, asyncio.Task[None]] = {}
         self._recovered_at = 0.0
+        self._consequences = ConsequentFailures(ctx.settings.peer_failure_settle_seconds)
 
     # ---- restart ----------------------------------------------------------------------------
 
@@ -71,10 +79,11 @@ class Reconciler:
         codes = self.backend.exit_codes(job_id)
         failed = {name: code for name, code in codes.items() if code != 0}
         if failed:
-            name, code = sorted(failed.items())[0]
+            # A cause before its consequences (the chief ended because a CS-2 did).
+            name, code = min(failed.items(), key=lambda f: (f[1] == EXIT_PEER_FAILED, f[0]))
             reason = f"replica {name} exited with exit code {code} while the coordinator was away"
             ended = ReplicaEvent(job_id, name, ReplicaEventKind.EXITED, exit_code=code)
-            final = await self._restart_if_allowed(ended, phase, reason)
+            final = await self._restart_if_allowed(ended, reason)
             if final is not None:
                 await self.ctx.set_phase(job_id, Phase.FAILED, final, expected=phase)
         elif codes.get(CHIEF) == 0 and phase is Phase.RUNNING:
@@ -137,6 +146,8 @@ class Reconciler:
         now = self.ctx.clock()
         if not timed:
             return
+        for held in self._consequences.due(now):
+            await self._fail_or_restart(held.event, held.reason)
         await self.nodes.take_away_stranded()
         for job in await self.ctx.db(store.expired_leases, now):
             assert job.lease is not None
@@ -265,9 +276,7 @@ class Reconciler:
             self.ctx.bus.wake_reconciler()
         return True
 
-    async def _restart_if_allowed(
-        self, event: ReplicaEvent, phase: Phase, reason: str
-    ) -> str | None:
+    async def _restart_if_allowed(self, event: ReplicaEvent, reason: str) -> str | None:
         """Restart the job after `reason` if its policy allows (None), else the reason to fail
         it with."""
         settings = self.ctx.settings
@@ -283,6 +292,16 @@ class Reconciler:
                 event.job_id, job.attempt, requeue, settings.restart_backoff_seconds
             )
         return None  # a requeue asked for already, or an attempt that is over: nothing to do
+
+    async def _fail_or_restart(self, event: ReplicaEvent, reason: str) -> None:
+        """The job's current attempt failed with `reason`: restart it if its policy allows,
+        else fail it (unless it has moved on meanwhile)."""
+        found = await self.ctx.db(self.ctx.store.stop_state, event.job_id)
+        if found is None or found.phase.terminal or self._stale(event, found):
+            return
+        failed = await self._restart_if_allowed(event, reason)
+        if failed is not None:
+            await self.ctx.set_phase(event.job_id, Phase.FAILED, failed)
 
     def _requeue_when_ready(self, requests: Sequence[RequeueRequest], now: float) -> None:
         """Carry out the requeues asked for: at once, or once the checkpoint asked of the chief
@@ -380,9 +399,11 @@ class Reconciler:
             else:
                 what = f"exit code {code}" if code is not None else "an unknown exit code"
                 reason = f"replica {event.replica} exited with {what}{detail}"
-            failed = await self._restart_if_allowed(event, phase, reason)
-            if failed is not None:
-                await self.ctx.set_phase(event.job_id, Phase.FAILED, failed)
+            if code == EXIT_PEER_FAILED and not event.lost:
+                self._consequences.hold(event, reason, self.ctx.clock())  # loops/settling.py
+                return
+            self._consequences.drop(event.job_id)
+            await self._fail_or_restart(event, reason)
         elif event.replica == CHIEF:
             if phase is Phase.RUNNING:
                 await self.ctx.set_phase(

@@ -4,6 +4,8 @@ Exit codes (what the backend sees):
 - 0   finished (chief), told to stop (Shutdown RPC or heartbeat keep_running=false)
 - 1   failed; the reason is logged
 - 3   orphaned: the coordinator was unreachable for longer than the orphan timeout
+- 4   a replica it called failed (the chief's call to a killed CS-2): the cause is elsewhere,
+      and the coordinator waits a moment for it (domain/restarts.py)
 - 143 stopped by SIGTERM (128 + 15, the shell convention)
 """
 
@@ -16,6 +18,7 @@ from collections.abc import Callable
 import grpc
 
 from appliance._proto.v1 import control_pb2, dataplane_pb2, dataplane_pb2_grpc
+from appliance.domain.restarts import EXIT_PEER_FAILED as EXIT_PEER_FAILED
 from appliance.workers.topology import JobLayout, job_layout
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,7 @@
 """The chief's data-plane calls to the other replicas of its job.
 
-A failed or late call raises ReplicaExit(EXIT_FAILED) naming the replica, which fails the job.
+A failed or late call raises ReplicaExit(EXIT_PEER_FAILED) naming the replica: the chief ends,
+and the coordinator judges the job by that replica's own end when it comes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import grpc
 
 from appliance._proto.v1 import control_pb2, dataplane_pb2_grpc
 from appliance._proto.v1 import dataplane_pb2 as pb
-from appliance.workers.lifecycle import EXIT_FAILED, ReplicaExit
+from appliance.workers.lifecycle import EXIT_PEER_FAILED, ReplicaExit
 from appliance.workers.models.model import Tensors
 from appliance.workers.step_trace import TRACE
 from appliance.workers.topology import JobLayout, PeerAddress
@@ -151,5 +152,5 @@ class PeerCalls:
 
 def _failure(peer: PeerAddress, what: str, err: grpc.aio.AioRpcError) -> ReplicaExit:
     return ReplicaExit(
-        EXIT_FAILED, f"{what} failed on {peer.name}: {err.code().name}: {err.details()}"
+        EXIT_PEER_FAILED, f"{what} failed on {peer.name}: {err.code().name}: {err.details()}"
     )

@@ -305,6 +305,55 @@ async def test_a_plain_failure_is_never_retried(ctx: Context, restarting: Reconc
     assert _last_reason(ctx) == "replica chief-0 exited with exit code 1"
 
 
+@pytest.mark.parametrize("chief_first", [True, False], ids=["chief-first", "cs2-first"])
+async def test_a_chief_that_ended_because_a_cs2_did_waits_for_the_cs2s_own_end(
+    ctx: Context, restarting: Reconciler, clock: Clock, chief_first: bool
+) -> None:
+    """On Kubernetes both pods' ends come in one relist, in either order: the job is judged by
+    the killed CS-2 (retryable), not by the chief's consequent exit 4 (which alone is not)."""
+    await _running(ctx, restarting)
+    chief = ReplicaEvent(JOB, CHIEF, ReplicaEventKind.EXITED, exit_code=4, attempt=1)
+    killed = ReplicaEvent(JOB, "cs2-0", ReplicaEventKind.EXITED, exit_code=137, attempt=1)
+    if chief_first:
+        await restarting.on_replica_event(chief)
+        await restarting.sweep()
+        assert ctx.store.get_job(JOB).phase is Phase.RUNNING  # held: waiting for the cause
+    await restarting.on_replica_event(killed)
+    await restarting.on_replica_event(chief)  # again, or late: an ending attempt's
+    clock.now += restarting.ctx.settings.peer_failure_settle_seconds + 1
+    await restarting.sweep()
+    await restarting.drain(10)
+    assert ctx.store.get_job(JOB).phase is Phase.QUEUED
+    assert _last_reason(ctx).startswith("replica cs2-0 exited with exit code 137; restarting")
+
+
+async def test_a_consequence_nobody_explains_decides_by_itself_after_the_window(
+    ctx: Context, restarting: Reconciler, clock: Clock
+) -> None:
+    await _running(ctx, restarting)
+    await restarting.on_replica_event(
+        ReplicaEvent(JOB, CHIEF, ReplicaEventKind.EXITED, exit_code=4, attempt=1)
+    )
+    await restarting.sweep()
+    assert ctx.store.get_job(JOB).phase is Phase.RUNNING  # waiting for a cause
+    clock.now += restarting.ctx.settings.peer_failure_settle_seconds
+    await restarting.sweep()
+    assert ctx.store.get_job(JOB).phase is Phase.FAILED  # exit 4 alone is no retryable end
+    assert _last_reason(ctx) == "replica chief-0 exited with exit code 4"
+
+
+async def test_away_the_cause_is_chosen_over_its_consequence(
+    ctx: Context, restarting: Reconciler, backend: RecordingBackend
+) -> None:
+    await _running(ctx, restarting)
+    backend.codes[JOB] = {"chief-0": 4, "cs2-0": 137}
+    restarted = Reconciler(restarting.ctx, backend, ReplicaService(restarting.ctx))
+    await restarted.recover()
+    await restarted.drain(10)
+    assert ctx.store.get_job(JOB).phase is Phase.QUEUED
+    assert _last_reason(ctx).startswith("replica cs2-0 exited with exit code 137 while")
+
+
 async def test_a_retryable_failure_while_the_coordinator_was_away_restarts_too(
     ctx: Context, restarting: Reconciler, backend: RecordingBackend
 ) -> None:
