@@ -10,24 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
 
 from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, ReplicaEventKind
 from appliance.domain.job import ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
-from appliance.domain.restarts import (
-    EXIT_PEER_FAILED,
-    restart_limit,
-    restart_or_fail,
-    resume_point,
-    retryable,
-)
+from appliance.domain.restarts import EXIT_PEER_FAILED
+from appliance.loops.requeuing import Requeuer
 from appliance.loops.settling import ConsequentFailures
 from appliance.services.context import Context
 from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
-from appliance.store.requeues import RequeueRequest, StopState
+from appliance.store.requeues import StopState
 
 log = logging.getLogger(__name__)
 SWEEP_INTERVAL = 1.0
@@ -44,7 +38,7 @@ class Reconciler:
         self.active: set[str] = set()
         self._teardowns: dict[str, asyncio.Task[None]] = {}
         # Jobs whose attempt is being torn down to run again (store/requeues.py).
-        self._restarts: dict[str, asyncio.Task[None]] = {}
+        self.requeues = Requeuer(ctx, backend, self.active)
         self._recovered_at = 0.0
         self._consequences = ConsequentFailures(ctx.settings.peer_failure_settle_seconds)
 
@@ -83,7 +77,7 @@ class Reconciler:
             name, code = min(failed.items(), key=lambda f: (f[1] == EXIT_PEER_FAILED, f[0]))
             reason = f"replica {name} exited with exit code {code} while the coordinator was away"
             ended = ReplicaEvent(job_id, name, ReplicaEventKind.EXITED, exit_code=code)
-            final = await self._restart_if_allowed(ended, reason)
+            final = await self.requeues.restart_if_allowed(ended, reason)
             if final is not None:
                 await self.ctx.set_phase(job_id, Phase.FAILED, final, expected=phase)
         elif codes.get(CHIEF) == 0 and phase is Phase.RUNNING:
@@ -128,12 +122,12 @@ class Reconciler:
         for withdrawn in await self.ctx.db(store.withdraw_moot_preemptions, self.ctx.clock()):
             self.ctx.bus.publish(withdrawn)
         requests = await self.ctx.db(store.requeue_requests)
-        self._requeue_when_ready(requests, now=self.ctx.clock())
+        self.requeues.when_ready(requests, now=self.ctx.clock())
         phases = await self.ctx.db(store.phases_of, list(self.active))
         for job_id, phase in phases.items():
             # Replicas of a job back in the queue are an earlier attempt's (found after a
             # restart): they go too, before any next attempt is launched.
-            requeued = phase is Phase.QUEUED and job_id not in self._restarts
+            requeued = phase is Phase.QUEUED and job_id not in self.requeues.tasks
             if phase.terminal or requeued:
                 self._start_teardown(job_id, failed=phase is Phase.FAILED)
         # Jobs scheduled together start together (a backend bounds its own API concurrency).
@@ -141,7 +135,7 @@ class Reconciler:
         # teardown would stop the new replicas, or the requeue strand them.
         stopping = {r.job_id for r in requests}
         scheduled = await self.ctx.db(store.jobs_in, [Phase.SCHEDULED])
-        busy = self._teardowns.keys() | self._restarts.keys() | stopping
+        busy = self._teardowns.keys() | self.requeues.tasks.keys() | stopping
         await asyncio.gather(*(self._launch(job.id) for job in scheduled if job.id not in busy))
         now = self.ctx.clock()
         if not timed:
@@ -160,7 +154,7 @@ class Reconciler:
         # node): the backend fails such a job first, with its own reason, not this timeout.
         limit = self.ctx.settings.init_timeout_seconds + self.ctx.settings.replica_start_timeout
         for job in await self.ctx.db(store.jobs_in, [Phase.INITIALIZING]):
-            if job.id in stopping or job.id in self._restarts:
+            if job.id in stopping or job.id in self.requeues.tasks:
                 continue  # being requeued: its replicas are going, not late
             # After a restart the clock starts again: replicas could not register meanwhile.
             since = max(job.updated_at, self._recovered_at)
@@ -219,7 +213,7 @@ class Reconciler:
     async def drain(self, wait_seconds: float) -> None:
         """Wait for teardowns and restarts under way (a coordinator stopping lets them
         finish)."""
-        pending = [*self._teardowns.values(), *self._restarts.values()]
+        pending = [*self._teardowns.values(), *self.requeues.tasks.values()]
         if pending:
             await asyncio.wait(pending, timeout=wait_seconds)
 
@@ -245,7 +239,7 @@ class Reconciler:
     def _stale(self, event: ReplicaEvent, state: StopState) -> bool:
         """An end that says nothing about the job's current attempt: a replica of an attempt
         being torn down to run again, of a requeued job, or of an earlier attempt."""
-        if event.job_id in self._restarts or state.stopping or state.phase is Phase.QUEUED:
+        if event.job_id in self.requeues.tasks or state.stopping or state.phase is Phase.QUEUED:
             return True
         return not state.is_current(event.attempt)
 
@@ -276,82 +270,15 @@ class Reconciler:
             self.ctx.bus.wake_reconciler()
         return True
 
-    async def _restart_if_allowed(self, event: ReplicaEvent, reason: str) -> str | None:
-        """Restart the job after `reason` if its policy allows (None), else the reason to fail
-        it with."""
-        settings = self.ctx.settings
-        if not retryable(event.exit_code, settings.restart_exit_codes, event.lost):
-            return reason
-        job = await self.ctx.db(self.ctx.store.get_job, event.job_id, with_replicas=False)
-        limit = restart_limit(job.spec.max_restarts, settings.restart_max_restarts)
-        requeue, failed = restart_or_fail(reason, limit, job.retries, job.progress.checkpoint_step)
-        if requeue is None:
-            return failed
-        if await self.ctx.request_requeue(event.job_id, job.attempt, requeue, retry=True):
-            self._start_requeue(
-                event.job_id, job.attempt, requeue, settings.restart_backoff_seconds
-            )
-        return None  # a requeue asked for already, or an attempt that is over: nothing to do
-
     async def _fail_or_restart(self, event: ReplicaEvent, reason: str) -> None:
         """The job's current attempt failed with `reason`: restart it if its policy allows,
         else fail it (unless it has moved on meanwhile)."""
         found = await self.ctx.db(self.ctx.store.stop_state, event.job_id)
         if found is None or found.phase.terminal or self._stale(event, found):
             return
-        failed = await self._restart_if_allowed(event, reason)
+        failed = await self.requeues.restart_if_allowed(event, reason)
         if failed is not None:
             await self.ctx.set_phase(event.job_id, Phase.FAILED, failed)
-
-    def _requeue_when_ready(self, requests: Sequence[RequeueRequest], now: float) -> None:
-        """Carry out the requeues asked for: at once, or once the checkpoint asked of the chief
-        arrived or its deadline passed (then from the newest complete checkpoint)."""
-        for request in requests:
-            if request.job_id in self._restarts:
-                continue
-            reason = request.reason
-            if request.checkpoint_by:
-                if request.checkpoint_step is not None:
-                    reason += f"; checkpointed at step {request.checkpoint_step}"
-                elif now >= request.checkpoint_by:
-                    where = resume_point(request.newest_checkpoint)
-                    grace = self.ctx.settings.preemption_grace_seconds
-                    reason += f"; no checkpoint within {grace:.0f} s: resumes from {where}"
-                else:
-                    continue
-            self._start_requeue(request.job_id, request.attempt, reason, backoff=0.0)
-
-    def _start_requeue(self, job_id: str, attempt: int, reason: str, backoff: float) -> None:
-        if job_id in self._restarts:
-            return  # one requeue of a job at a time
-        task = asyncio.get_running_loop().create_task(
-            self._requeue(job_id, attempt, reason, backoff)
-        )
-        self._restarts[job_id] = task
-
-    async def _requeue(self, job_id: str, attempt: int, reason: str, backoff: float) -> None:
-        """Tear the whole gang down, wait `backoff`, then queue the job again: its next
-        attempt is scheduled like any queued job, in its place (its submit time orders it).
-        A teardown that fails leaves the request for the next sweep to try again."""
-        try:
-            state = await self.ctx.db(self.ctx.store.stop_state, job_id)
-            if state is None or state.attempt != attempt or not state.stopping:
-                return  # done meanwhile (or cancelled): nothing of this attempt to stop
-            if not self.ctx.leadership.acting():
-                return  # the leader carries the requeue out
-            await self.backend.teardown(job_id)
-            if backoff:
-                await asyncio.sleep(backoff)
-            position = await self.ctx.db(self.ctx.store.position_on_requeue, job_id)
-            reason = f"{reason}; requeued at position {position}"
-            await self.ctx.write_phases(
-                self.ctx.store.requeue_now, job_id, attempt, reason, self.ctx.clock()
-            )
-            self.active.discard(job_id)
-        except Exception as exc:
-            log.warning("requeueing %s: %s; the next sweep tries again", job_id, exc)
-        finally:
-            self._restarts.pop(job_id, None)
 
     # ---- replica events -----------------------------------------------------------------------
 
