@@ -62,6 +62,16 @@ def resume_point(newest_checkpoint: int) -> str:
     return f"step {newest_checkpoint}" if newest_checkpoint else "the start (no checkpoint yet)"
 
 
+def restate_resume_point(reason: str, was: int, newest: int) -> str:
+    """`reason`, made by restart_or_fail when the newest checkpoint was `was`, naming `newest`
+    instead: one the chief reported after the decision, before its gang was stopped."""
+    if newest <= was:
+        return reason
+    return reason.replace(
+        f"restarting from {resume_point(was)}", f"restarting from {resume_point(newest)}", 1
+    )
+
+
 def restart_limit(spec_limit: int | None, cluster_default: int) -> int:
     """The job's max_restarts, else the cluster's (APPLIANCE_RESTART_MAX_RESTARTS)."""
     return cluster_default if spec_limit is None else spec_limit

@@ -87,9 +87,8 @@ class ReplicaService:
         """Record the progress of the chief of `attempt` and tell watchers (`checkpointed`: it
         wrote the checkpoint asked of it, at progress.step); returns what it should do next."""
         directive = await self.directive(job_id, attempt)
-        if directive.keep_running and await self.ctx.db(
-            self.ctx.store.set_progress, job_id, attempt, progress
-        ):
+        # Written even when told to stop (store/replicas.py set_progress says when).
+        if await self.ctx.db(self.ctx.store.set_progress, job_id, attempt, progress):
             self.ctx.bus.publish(
                 JobEvent(job_id, EventKind.PROGRESS, self.ctx.clock(), progress=progress)
             )

@@ -11,9 +11,10 @@ from sqlalchemy import select, update
 
 from appliance.domain.errors import stale_attempt
 from appliance.domain.job import Progress, Replica, ReplicaPhase
+from appliance.domain.phases import HOLDS_RESOURCES
 from appliance.store.base import StoreBase
 from appliance.store.rows import replica_from_row, sorted_replicas
-from appliance.store.tables import ACTIVE_PHASES_SQL, JobRow, ReplicaRow
+from appliance.store.tables import JobRow, ReplicaRow
 
 
 class ReplicaStore(StoreBase):
@@ -74,12 +75,18 @@ class ReplicaStore(StoreBase):
             return list(sorted_replicas(tuple(replica_from_row(r) for r in rows)))
 
     def set_progress(self, job_id: str, attempt: int, progress: Progress) -> bool:
-        """Record the progress the chief of `attempt` reports; False (nothing written) once
-        that attempt is over or the job is terminal."""
+        """Record the progress the chief of `attempt` reports, while that attempt holds its
+        systems (also while it is being stopped: a checkpoint it reports then is the one its
+        next attempt resumes from); False (nothing written) once the attempt is over: queued
+        again, or the job terminal."""
         with self._sessions.begin() as s:
             result = s.execute(
                 update(JobRow)
-                .where(JobRow.id == job_id, JobRow.attempt == attempt, ACTIVE_PHASES_SQL)
+                .where(
+                    JobRow.id == job_id,
+                    JobRow.attempt == attempt,
+                    JobRow.phase.in_([p.value for p in HOLDS_RESOURCES]),
+                )
                 .values(
                     progress=dataclasses.asdict(progress),
                     resumed_from=progress.resumed_from_step,

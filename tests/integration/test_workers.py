@@ -29,6 +29,7 @@ import yaml
 from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
 from appliance.domain.auth import DATAPLANE_TOKEN_ENV
 from appliance.domain.params import parse_params
+from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.workers.models.reference import ReferenceTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,7 +268,7 @@ async def test_killed_cs2_fails_the_chief_promptly(tmp_path: Path) -> None:
         await job.fake.wait_until(lambda: any(p.step >= 2 for p in job.fake.progress), within=30)
         job.processes["cs2-1"].send_signal(signal.SIGKILL)
         code = await job.exit_code("chief-0", within=5)
-        assert code == 1, job.logs()
+        assert code == EXIT_PEER_FAILED, job.logs()  # the cause is cs2-1
         assert "cs2-1" in (job.log_dir / "chief-0.log").read_text()
 
 

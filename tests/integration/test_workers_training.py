@@ -15,6 +15,7 @@ import pytest
 
 from appliance._proto.v1 import common_pb2
 from appliance.domain.params import parse_params
+from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.workers import checkpoints
 from appliance.workers.models.model import backward_units, forward_units
 from appliance.workers.models.reference import ReferenceTrainer
@@ -144,7 +145,7 @@ async def test_killed_cs2_leaves_the_last_checkpoint_intact_and_resumable(tmp_pa
     async with run_job(first, 2, 1, 1, 1_000_000, params, model_dir=first / "model") as job:
         await job.fake.wait_until(lambda: any(p.step >= 8 for p in job.fake.progress), within=60)
         job.processes["cs2-1"].send_signal(signal.SIGKILL)
-        assert await job.exit_code("chief-0", within=10) == 1
+        assert await job.exit_code("chief-0", within=10) == EXIT_PEER_FAILED
     latest = checkpoints.latest_checkpoint(first / "model")
     assert latest is not None
     saved = checkpoints.read_checkpoint(latest)
@@ -218,5 +219,5 @@ async def test_resuming_with_another_model_fails_the_job(tmp_path: Path) -> None
     async with run_job(
         tmp_path / "b", 1, 1, 1, 4, other, model_dir=tmp_path / "b" / "model"
     ) as job:
-        assert await job.exit_code("chief-0", within=60) == 1
+        assert await job.exit_code("chief-0", within=60) == EXIT_PEER_FAILED
         assert "different `model` section" in job.logs()

@@ -92,10 +92,14 @@ class TrainingLoop:
             evaluate = runconfig.eval_steps and done % runconfig.eval_steps == 0
             if layout.mode == "train_and_eval" and evaluate and not final:
                 metrics.update(await self._evaluate(done))
+            checkpointed = False
             if runconfig.checkpoint_steps and done % runconfig.checkpoint_steps == 0 and not final:
                 await self._checkpoint(done)
+                checkpointed = True
             now = time.monotonic()
-            if now - rate.since >= PROGRESS_INTERVAL or final:
+            # A checkpoint is reported at once: a restart decided meanwhile names it, and
+            # preemption weighs the work since it.
+            if now - rate.since >= PROGRESS_INTERVAL or final or checkpointed:
                 steps_per_second = (done - rate.step) / max(now - rate.since, 1e-9)
                 rate = _Rate(now, done)
                 if not await self._report(done, loss, steps_per_second, final):

@@ -77,6 +77,23 @@ def test_a_job_never_scheduled_has_no_attempt_and_a_finished_one_is_never_requeu
     assert store.get_job("wsjob-a").phase is Phase.CANCELLED
 
 
+def test_an_attempt_being_stopped_still_records_its_progress_and_a_requeued_one_no_longer(
+    store: JobStore,
+) -> None:
+    """A checkpoint the chief reports after a restart was decided is the one the next attempt
+    resumes from; once queued again, a late report of that attempt writes nothing."""
+    submit(store, "wsjob-a", num_csx=1)
+    _schedule(store, "wsjob-a", T0 + 1)
+    for step in PATH_TO[Phase.RUNNING][1:]:
+        assert store.set_phase("wsjob-a", step, "on", T0 + 2).applied
+    assert store.request_requeue("wsjob-a", 1, "cs2-0 exited", T0 + 3, retry=True)[0]
+    assert store.set_progress("wsjob-a", 1, Progress(step=201, num_steps=900, checkpoint_step=200))
+    assert store.get_job("wsjob-a").progress.checkpoint_step == 200
+    assert store.requeue_now("wsjob-a", 1, "cs2-0 exited; requeued", T0 + 4)
+    assert not store.set_progress("wsjob-a", 1, Progress(step=260, num_steps=900))
+    assert store.get_job("wsjob-a").progress.step == 201
+
+
 def test_a_requeue_request_is_bound_to_its_attempt_and_cleared_by_the_requeue(
     store: JobStore,
 ) -> None:

@@ -15,7 +15,7 @@ from appliance.backends.base import (
     ReplicaEventKind,
     no_secrets,
 )
-from appliance.domain.job import Job, Replica
+from appliance.domain.job import Job, Progress, Replica
 from appliance.domain.phases import Phase
 from appliance.loops.reconciling import CHIEF, Reconciler
 from appliance.loops.scheduling import SchedulerLoop
@@ -294,6 +294,26 @@ async def test_a_retryable_failure_tears_the_gang_down_and_requeues_the_job(
     await restarting.on_replica_event(again)
     assert ctx.store.get_job(JOB).phase is Phase.FAILED
     assert _last_reason(ctx).endswith("(no restarts left: 1 of 1 used)")
+
+
+async def test_a_checkpoint_reported_after_the_decision_is_the_one_the_reason_names(
+    ctx: Context, restarting: Reconciler
+) -> None:
+    """The chief wrote a checkpoint just before its CS-2 was killed and reported it just after:
+    the next attempt resumes from that one (the newest on disk), so the requeue says so."""
+    await _running(ctx, restarting)
+    replicas = ReplicaService(ctx)
+    await replicas.report_progress(JOB, 1, Progress(step=170, num_steps=5, checkpoint_step=150))
+    await restarting.on_replica_event(
+        ReplicaEvent(JOB, "cs2-0", ReplicaEventKind.EXITED, exit_code=137, attempt=1)
+    )
+    await replicas.report_progress(JOB, 1, Progress(step=201, num_steps=5, checkpoint_step=200))
+    await restarting.drain(10)
+    assert ctx.store.get_job(JOB).phase is Phase.QUEUED
+    assert _last_reason(ctx) == (
+        "replica cs2-0 exited with exit code 137; restarting from step 200 (restart 1 of 1); "
+        "requeued at position 1"
+    )
 
 
 async def test_a_plain_failure_is_never_retried(ctx: Context, restarting: Reconciler) -> None:
