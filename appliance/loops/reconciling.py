@@ -15,7 +15,7 @@ from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, R
 from appliance.domain.job import ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
-from appliance.domain.restarts import EXIT_PEER_FAILED
+from appliance.domain.restarts import EXIT_PEER_FAILED, resume_point
 from appliance.loops.requeuing import Requeuer
 from appliance.loops.settling import ConsequentFailures
 from appliance.services.context import Context
@@ -265,7 +265,9 @@ class Reconciler:
         if not (state.checkpoint_wanted and current and event.exit_code != 0):
             return False
         code = "an unknown exit code" if event.exit_code is None else event.exit_code
-        why = f"{event.replica} exited ({code}) before the checkpoint; resumes from the newest"
+        job = await self.ctx.db(self.ctx.store.get_job, event.job_id, with_replicas=False)
+        where = resume_point(job.progress.checkpoint_step)
+        why = f"{event.replica} exited ({code}) before the checkpoint; resumes from {where}"
         if await self.ctx.db(self.ctx.store.give_up_checkpoint, event.job_id, state.attempt, why):
             self.ctx.bus.wake_reconciler()
         return True

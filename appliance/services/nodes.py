@@ -4,8 +4,10 @@ Only admins may (anyone, while authentication is off). A drained node takes no n
 keeps what runs on it. A node set to error or maintenance is taken from the jobs on it: each
 is requeued from its checkpoint if its restart policy (domain/restarts.py) has a restart left,
 else FAILED naming the node; for maintenance (the node itself is sound) the chief is first
-asked for a checkpoint, as a preemption does. Every change is a node event, and each job it
-touches gets an event saying so.
+asked for a checkpoint, as a preemption does. A job already leaving (preempted, reclaimed,
+restarting) is requeued as it was to be; if it was waiting for a checkpoint and the node went to
+error, it waits no longer. Every change is a node event, and each job it touches gets an event
+saying so.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from appliance.domain.auth import Principal
 from appliance.domain.errors import InvalidSpec, NotFound, PermissionDenied
 from appliance.domain.inventory import Node, NodeEvent, NodeState, NodeUsage
 from appliance.domain.phases import Phase
-from appliance.domain.restarts import restart_limit, restart_or_fail
+from appliance.domain.restarts import restart_limit, restart_or_fail, resume_point
 from appliance.domain.spec import MAX_REASON, validate_text
 from appliance.services.context import Context
 
@@ -85,11 +87,24 @@ class NodeService:
         """Requeue the job from its checkpoint if its policy allows (from one it writes now
         when the node is in maintenance, i.e. sound), else fail it naming the node."""
         state = await self.ctx.db(self.ctx.store.stop_state, job_id)
-        if state is None or state.phase.terminal or state.attempt != attempt or state.stopping:
-            return  # ended, a later attempt, or already leaving (a requeue is under way)
+        if state is None or state.phase.terminal or state.attempt != attempt:
+            return  # ended, or a later attempt
         job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
         why = f"{_LABELS.get(node.kind.value, 'node')} {node.name} went to {node.state.value}"
         why += f": {node.reason}" if node.reason else ""
+        if state.stopping:
+            # Already leaving (preempted, reclaimed, or restarting): it is requeued anyway. A
+            # checkpoint it was asked for may never come from a node in error, so the requeue
+            # goes ahead now, from its newest checkpoint, saying why.
+            if state.checkpoint_wanted and node.state is NodeState.ERROR:
+                where = resume_point(job.progress.checkpoint_step)
+                given_up = await self.ctx.db(
+                    self.ctx.store.give_up_checkpoint, job_id, attempt,
+                    f"{why}: no checkpoint awaited; resumes from {where}",
+                )  # fmt: skip
+                if given_up:
+                    self.ctx.bus.wake_reconciler()
+            return
         limit = restart_limit(job.spec.max_restarts, self.ctx.settings.restart_max_restarts)
         asked = (
             node.state is NodeState.MAINTENANCE

@@ -17,6 +17,7 @@ from appliance.domain.spec import Priority
 from appliance.loops.reconciling import Reconciler
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
+from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
 from tests.unit.harness import NOW, Clock, new_jobs
 from tests.unit.loops.test_reconciling import RecordingBackend
@@ -241,7 +242,25 @@ async def test_a_replica_dying_before_the_checkpoint_requeues_at_once(
     await preempting.drain(10)
     assert ctx.store.get_job(VICTIM).pending_reason == (
         f"preempted by {URGENT} (P1); cs2-0 exited (137) before the checkpoint; resumes from "
-        "the newest; requeued at position 2"
+        "step 50; requeued at position 2"
+    )
+
+
+async def test_a_node_in_error_under_a_victim_cuts_its_checkpoint_wait_short(
+    ctx: Context, preempting: Reconciler
+) -> None:
+    """It was leaving anyway: requeued at once from its newest checkpoint, naming the node,
+    though its policy allows no restart (max_restarts 0): a preemption is not a failure."""
+    await SchedulerLoop(ctx).run_once()
+    assert (await ReplicaService(ctx).directive(VICTIM, 1)).checkpoint_now
+    await NodeService(ctx).set_state("cs2-04", NodeState.ERROR, "fan", None)
+    await preempting.sweep(timed=False)  # not at the end of the grace period: now
+    await preempting.drain(10)
+    victim = ctx.store.get_job(VICTIM)
+    assert (victim.phase, victim.retries) == (Phase.QUEUED, 0)
+    assert victim.pending_reason == (
+        f"preempted by {URGENT} (P1); system cs2-04 went to error: fan: no checkpoint "
+        "awaited; resumes from step 50; requeued at position 2"
     )
 
 
