@@ -91,15 +91,24 @@ def events(session: Session, name: str, output: str) -> None:
         say(render.format_table(EVENT_COLUMNS, rows))
 
 
+_STATE_WORDS = {
+    NodeState.OK: "ok",
+    NodeState.DRAIN: "draining",
+    NodeState.ERROR: "in error",
+    NodeState.MAINTENANCE: "in maintenance",
+}
+
+
 def _change(session: Session, name: str, state: NodeState, reason: str) -> None:
     """Change the state, then say what it did to each job that was on the node."""
     client = session.client()
     before = {node.name: node.jobs for node in client.nodes()}.get(name, ())
     node = client.set_node_state(name, state, reason)
-    line = f"{node.kind.value} {node.name} is {node.state.value}"
+    line = f"{node.kind.value} {node.name} is {_STATE_WORDS[node.state]}"
     if state is NodeState.DRAIN:
         line += ": no new job lands on it"
-        line += f"; {', '.join(before)} run(s) on until it ends" if before else ""
+        if before:
+            line += f"; {', '.join(before)} {'runs' if len(before) == 1 else 'run'} on to the end"
     elif state.takes_jobs_away and before:
         fates = []
         for job_id in before:
@@ -108,7 +117,7 @@ def _change(session: Session, name: str, state: NodeState, reason: str) -> None:
                 fates.append(f"{job_id} FAILED ({job.reason})")
             elif job.phase.terminal:
                 fates.append(f"{job_id} had ended ({job.phase.value})")
-            else:
-                fates.append(f"{job_id} is being requeued by its restart policy")
+            else:  # a restart left, or it was leaving anyway (preempted): queued again
+                fates.append(f"{job_id} is being requeued")
         line += "; " + "; ".join(fates)
     say(line)

@@ -182,6 +182,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return _submit_and_follow(args, params, labels, out)
     except KeyboardInterrupt:  # before the job was known: nothing to cancel
         return _error("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:  # whoever read the output went away (`| head -1`): stop quietly
+        if out is sys.stdout:  # and let the exit's flush go nowhere instead of failing again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
 
 
 def _compile(

@@ -37,11 +37,13 @@ class Priority(enum.IntEnum):
 
     @classmethod
     def parse(cls, text: str) -> Priority:
+        """p0..p3 (any case); InvalidSpec naming `priority` for anything else, of any type."""
         try:
             return cls[text.strip().upper()]
-        except KeyError:
+        except (KeyError, AttributeError):
+            shown = repr(text)[:32]
             raise InvalidSpec(
-                f"priority {text!r} is not one of p0, p1, p2, p3", field="priority"
+                f"priority {shown} is not one of p0, p1, p2, p3", field="priority"
             ) from None
 
 

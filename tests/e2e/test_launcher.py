@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -57,6 +58,24 @@ def test_a_short_job_exits_0(coordinator: RunningCoordinator, tmp_path: Path) ->
         job = client.get_job(match.group(1))
     assert (job.phase, dict(job.spec.labels)) == (Phase.SUCCEEDED, {"e2e": "launcher"})
     assert job.spec.model_dir == str(tmp_path / "out")
+
+
+def test_output_cut_short_by_its_reader_ends_quietly(
+    coordinator: RunningCoordinator, tmp_path: Path
+) -> None:
+    """`| head -1`: the launcher stops when its reader goes away, with no traceback. Here the
+    reader is gone before the first line: a pipe whose read end is already closed."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [*_launcher(coordinator.address, tmp_path / "out", 10), "--detach"],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
 
 
 def test_ctrl_c_cancels_the_job_and_leaves_no_replica(

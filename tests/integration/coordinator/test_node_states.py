@@ -37,9 +37,7 @@ def test_a_system_in_error_requeues_its_job_and_takes_no_new_one_until_ok(
         wait_until(lambda: job.status.progress.step >= 100, 60, "a checkpoint to be written")
         assert job.status.systems == ("cs2-01", "cs2-02")
         said = csctl(address, "system", "set-state", "cs2-02", "error", "--reason", "fan")
-        assert said.strip() == (
-            f"system cs2-02 is error; {job.id} is being requeued by its restart policy"
-        )
+        assert said.strip() == (f"system cs2-02 is in error; {job.id} is being requeued")
 
         final = job.wait(timeout=120)
         assert final.phase is Phase.SUCCEEDED, final.reason
@@ -71,7 +69,7 @@ def test_without_a_restart_left_the_job_fails_naming_the_system(
         said = csctl(coordinator.address, "node", "set-state", "memx-01", "maintenance",
                      "--reason", "DIMM swap")  # fmt: skip
         reason = "MemoryX node memx-01 went to maintenance: DIMM swap"
-        assert said.strip() == f"memoryx memx-01 is maintenance; {job.id} FAILED ({reason})"
+        assert said.strip() == f"memoryx memx-01 is in maintenance; {job.id} FAILED ({reason})"
         assert (job.status.phase, job.status.reason) == (Phase.FAILED, reason)
 
 
@@ -83,7 +81,10 @@ def test_a_drained_system_lets_its_job_finish_and_takes_no_new_one(
         job = client.submit(params=PARAMS, num_csx=1, num_steps=400)
         wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
         (system,) = job.status.systems
-        csctl(address, "system", "drain", system, "--reason", "window")
+        said = csctl(address, "system", "drain", system, "--reason", "window")
+        assert said.strip() == (
+            f"system {system} is draining: no new job lands on it; {job.id} runs on to the end"
+        )
         assert job.wait(timeout=120).phase is Phase.SUCCEEDED
         assert job.status.attempt == 1
         later = client.submit(params=PARAMS, num_csx=1, num_steps=10)

@@ -124,9 +124,11 @@ def test_each_bad_field_is_named(overrides: dict[str, Any], field: str, says: st
 def test_priority_parse_accepts_names_and_names_the_field_otherwise() -> None:
     assert Priority.parse(" p1 ") is Priority.P1
     assert Priority.parse("P3") is Priority.P3
-    with pytest.raises(InvalidSpec) as raised:
-        Priority.parse("p9")
-    assert raised.value.field == "priority"
+    for bad in ("p9", 1, None, ["p1"]):  # the Python client passes what it is given
+        with pytest.raises(InvalidSpec) as raised:
+            Priority.parse(bad)  # type: ignore[arg-type]
+        assert raised.value.field == "priority"
+        assert raised.value.message.endswith("is not one of p0, p1, p2, p3")
 
 
 def test_label_selector_parses_pairs_and_validates_them() -> None:
