@@ -19,10 +19,11 @@ from sqlalchemy.orm import Session
 from appliance.domain.errors import Conflict, NotFound
 from appliance.domain.fair_share import Usage, held
 from appliance.domain.inventory import NodeKind
-from appliance.domain.phases import HOLDS_RESOURCES, Phase
+from appliance.domain.phases import Phase
 from appliance.domain.queues import DEFAULT_QUEUE, QueueSpec, Source, builtin_default
 from appliance.store.base import IN_LIST_SIZE, StoreBase
 from appliance.store.tables import (
+    HOLDING_PHASES,
     AttemptRow,
     ClusterMetaRow,
     JobRow,
@@ -33,8 +34,7 @@ from appliance.store.tables import (
 )
 
 QUEUES_FILE_DIGEST = "queues_file_digest"
-_HOLDING = [p.value for p in HOLDS_RESOURCES]
-_WAITING_OR_HOLDING = [Phase.QUEUED.value, *_HOLDING]
+_WAITING_OR_HOLDING = [Phase.QUEUED.value, *HOLDING_PHASES]
 # How many ended attempts one fold takes in (the rest on the next pass).
 FOLD_BATCH = 5_000
 

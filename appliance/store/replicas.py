@@ -11,10 +11,9 @@ from sqlalchemy import select, update
 
 from appliance.domain.errors import stale_attempt
 from appliance.domain.job import Progress, Replica, ReplicaPhase
-from appliance.domain.phases import HOLDS_RESOURCES
 from appliance.store.base import StoreBase
 from appliance.store.rows import replica_from_row, sorted_replicas
-from appliance.store.tables import JobRow, ReplicaRow
+from appliance.store.tables import HOLDING_PHASES, JobRow, ReplicaRow
 
 
 class ReplicaStore(StoreBase):
@@ -85,7 +84,7 @@ class ReplicaStore(StoreBase):
                 .where(
                     JobRow.id == job_id,
                     JobRow.attempt == attempt,
-                    JobRow.phase.in_([p.value for p in HOLDS_RESOURCES]),
+                    JobRow.phase.in_(HOLDING_PHASES),
                 )
                 .values(
                     progress=dataclasses.asdict(progress),

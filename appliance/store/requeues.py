@@ -18,14 +18,12 @@ from sqlalchemy.orm import Session, aliased
 
 from appliance.domain.errors import NotFound
 from appliance.domain.job import EventKind, JobEvent
-from appliance.domain.phases import HOLDS_RESOURCES, Phase
+from appliance.domain.phases import Phase
 from appliance.domain.queue import RunningJob
 from appliance.domain.spec import Priority
 from appliance.store.base import StoreBase
 from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
-from appliance.store.tables import JobEventRow, JobRow, PlacementRow
-
-_HOLDING = [p.value for p in HOLDS_RESOURCES]
+from appliance.store.tables import HOLDING_PHASES, JobEventRow, JobRow, PlacementRow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +81,7 @@ class RequeueStore(StoreBase):
                 .where(
                     JobRow.id == job_id,
                     JobRow.attempt == attempt,
-                    JobRow.phase.in_(_HOLDING),
+                    JobRow.phase.in_(HOLDING_PHASES),
                     JobRow.stop_reason == "",
                 )
                 .values(
@@ -118,7 +116,8 @@ class RequeueStore(StoreBase):
             )
             .join(preemptor, preemptor.id == victim.preempted_by, isouter=True)
             .where(
-                victim.phase.in_(_HOLDING), victim.stop_reason != "", victim.preempted_by != "",
+                victim.phase.in_(HOLDING_PHASES), victim.stop_reason != "",
+                victim.preempted_by != "",
                 victim.checkpoint_by > 0, victim.checkpoint_step.is_(None),
             )
         )  # fmt: skip
@@ -160,7 +159,7 @@ class RequeueStore(StoreBase):
                 .where(
                     JobRow.id == job_id,
                     JobRow.attempt == attempt,
-                    JobRow.phase.in_(_HOLDING),
+                    JobRow.phase.in_(HOLDING_PHASES),
                     JobRow.stop_reason != "",
                 )
                 .with_for_update()
@@ -224,7 +223,7 @@ class RequeueStore(StoreBase):
         stmt = select(
             JobRow.id, JobRow.phase, JobRow.attempt, JobRow.stop_reason, JobRow.checkpoint_by,
             JobRow.checkpoint_step, JobRow.progress, JobRow.preempted_by,
-        ).where(JobRow.phase.in_(_HOLDING), JobRow.stop_reason != "")  # fmt: skip
+        ).where(JobRow.phase.in_(HOLDING_PHASES), JobRow.stop_reason != "")  # fmt: skip
         with self._sessions() as s:
             return [
                 RequeueRequest(
@@ -261,7 +260,7 @@ class RequeueStore(StoreBase):
             JobRow.attempt,
             JobRow.started_at, JobRow.scheduled_at, JobRow.progress, JobRow.stop_reason,
             JobRow.preempted_by, JobRow.model_dir, JobRow.queue, JobRow.created_at,
-        ).where(JobRow.phase.in_(_HOLDING))  # fmt: skip
+        ).where(JobRow.phase.in_(HOLDING_PHASES))  # fmt: skip
         holdings: dict[str, list[tuple[str, int]]] = {}
         with self._sessions() as s:
             rows = s.execute(jobs).all()
@@ -303,7 +302,7 @@ def _awaiting_checkpoint(job_id: str, attempt: int) -> tuple[ColumnElement[bool]
     return (
         JobRow.id == job_id,
         JobRow.attempt == attempt,
-        JobRow.phase.in_(_HOLDING),
+        JobRow.phase.in_(HOLDING_PHASES),
         JobRow.checkpoint_by > 0,
         JobRow.checkpoint_step.is_(None),
     )

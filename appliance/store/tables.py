@@ -20,7 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from appliance.domain.phases import ACTIVE, Phase
+from appliance.domain.phases import ACTIVE, HOLDS_RESOURCES, Phase
 
 
 class Base(DeclarativeBase):
@@ -34,6 +34,8 @@ ACTIVE_PHASES_SQL = text(
     "phase IN (" + ", ".join(f"'{p.value}'" for p in Phase if p in ACTIVE) + ")"
 )
 QUEUED_SQL = text(f"phase = '{Phase.QUEUED.value}'")
+# The phases of a job holding systems and nodes, for `JobRow.phase.in_(...)`.
+HOLDING_PHASES = sorted(p.value for p in HOLDS_RESOURCES)
 
 
 class JobRow(Base):

@@ -52,16 +52,15 @@ from sqlalchemy import (
 )
 
 from appliance.domain.inventory import NodeKind
-from appliance.domain.phases import HOLDS_RESOURCES, Phase
+from appliance.domain.phases import Phase
 from appliance.domain.usage import UsageBy, UsageQuery, UsageRow
 from appliance.store.base import StoreBase
-from appliance.store.tables import AttemptRow, JobRow, NodeRow, PlacementRow
+from appliance.store.tables import HOLDING_PHASES, AttemptRow, JobRow, NodeRow, PlacementRow
 
 NO_GROUP = "-"
 _Time = SQLColumnExpression[float]  # seconds since the epoch
 _Number = ColumnElement[Any]  # a sum's term: seconds, amount x seconds, a count
 _Rows = Select[*tuple[Any, ...]]
-_HOLDING = sorted(p.value for p in HOLDS_RESOURCES)
 _SINCE = bindparam("since", type_=Float)
 _UNTIL = bindparam("until", type_=Float)
 _NOW = bindparam("now", type_=Float)
@@ -233,7 +232,9 @@ def _current_attempts(by: UsageBy) -> _Rows:
         )
         .select_from(JobRow)
         .join(held, held.c.job_id == JobRow.id, isouter=True)
-        .where(JobRow.phase.in_(_HOLDING), JobRow.scheduled_at > 0, JobRow.scheduled_at < _UNTIL)
+        .where(
+            JobRow.phase.in_(HOLDING_PHASES), JobRow.scheduled_at > 0, JobRow.scheduled_at < _UNTIL
+        )
     )
 
 
