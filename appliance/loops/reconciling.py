@@ -141,7 +141,13 @@ class Reconciler:
         if not timed:
             return
         for held in self._consequences.due(now):
-            await self._fail_or_restart(held.event, held.reason)
+            found = await self.ctx.db(store.stop_state, held.event.job_id)
+            if (
+                found is not None
+                and not found.phase.terminal
+                and not self._stale(held.event, found)
+            ):
+                await self._fail_or_restart(held.event, held.reason)
         await self.nodes.take_away_stranded()
         for job in await self.ctx.db(store.expired_leases, now):
             assert job.lease is not None
@@ -274,10 +280,7 @@ class Reconciler:
 
     async def _fail_or_restart(self, event: ReplicaEvent, reason: str) -> None:
         """The job's current attempt failed with `reason`: restart it if its policy allows,
-        else fail it (unless it has moved on meanwhile)."""
-        found = await self.ctx.db(self.ctx.store.stop_state, event.job_id)
-        if found is None or found.phase.terminal or self._stale(event, found):
-            return
+        else fail it."""
         failed = await self.requeues.restart_if_allowed(event, reason)
         if failed is not None:
             await self.ctx.set_phase(event.job_id, Phase.FAILED, failed)

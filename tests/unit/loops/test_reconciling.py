@@ -17,6 +17,7 @@ from appliance.backends.base import (
 )
 from appliance.domain.job import Job, Progress, Replica
 from appliance.domain.phases import Phase
+from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.loops.reconciling import CHIEF, Reconciler
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
@@ -332,7 +333,9 @@ async def test_a_chief_that_ended_because_a_cs2_did_waits_for_the_cs2s_own_end(
     """On Kubernetes both pods' ends come in one relist, in either order: the job is judged by
     the killed CS-2 (retryable), not by the chief's consequent exit 4 (which alone is not)."""
     await _running(ctx, restarting)
-    chief = ReplicaEvent(JOB, CHIEF, ReplicaEventKind.EXITED, exit_code=4, attempt=1)
+    chief = ReplicaEvent(
+        JOB, CHIEF, ReplicaEventKind.EXITED, exit_code=EXIT_PEER_FAILED, attempt=1
+    )
     killed = ReplicaEvent(JOB, "cs2-0", ReplicaEventKind.EXITED, exit_code=137, attempt=1)
     if chief_first:
         await restarting.on_replica_event(chief)
@@ -352,7 +355,7 @@ async def test_a_consequence_nobody_explains_decides_by_itself_after_the_window(
 ) -> None:
     await _running(ctx, restarting)
     await restarting.on_replica_event(
-        ReplicaEvent(JOB, CHIEF, ReplicaEventKind.EXITED, exit_code=4, attempt=1)
+        ReplicaEvent(JOB, CHIEF, ReplicaEventKind.EXITED, exit_code=EXIT_PEER_FAILED, attempt=1)
     )
     await restarting.sweep()
     assert ctx.store.get_job(JOB).phase is Phase.RUNNING  # waiting for a cause
@@ -362,14 +365,21 @@ async def test_a_consequence_nobody_explains_decides_by_itself_after_the_window(
     assert _last_reason(ctx) == "replica chief-0 exited with exit code 4"
 
 
+async def _recovered_after(
+    restarting: Reconciler, backend: RecordingBackend, codes: dict[str, int]
+) -> None:
+    """A coordinator restarted after JOB's replicas ended with `codes`, its recovery done."""
+    backend.codes[JOB] = codes
+    restarted = Reconciler(restarting.ctx, backend, ReplicaService(restarting.ctx))
+    await restarted.recover()
+    await restarted.drain(10)
+
+
 async def test_away_the_cause_is_chosen_over_its_consequence(
     ctx: Context, restarting: Reconciler, backend: RecordingBackend
 ) -> None:
     await _running(ctx, restarting)
-    backend.codes[JOB] = {"chief-0": 4, "cs2-0": 137}
-    restarted = Reconciler(restarting.ctx, backend, ReplicaService(restarting.ctx))
-    await restarted.recover()
-    await restarted.drain(10)
+    await _recovered_after(restarting, backend, {"chief-0": EXIT_PEER_FAILED, "cs2-0": 137})
     assert ctx.store.get_job(JOB).phase is Phase.QUEUED
     assert _last_reason(ctx).startswith("replica cs2-0 exited with exit code 137 while")
 
@@ -378,10 +388,7 @@ async def test_a_retryable_failure_while_the_coordinator_was_away_restarts_too(
     ctx: Context, restarting: Reconciler, backend: RecordingBackend
 ) -> None:
     await _running(ctx, restarting)
-    backend.codes[JOB] = {"cs2-0": 143}
-    restarted = Reconciler(restarting.ctx, backend, ReplicaService(restarting.ctx))
-    await restarted.recover()
-    await restarted.drain(10)
+    await _recovered_after(restarting, backend, {"cs2-0": 143})
     assert ctx.store.get_job(JOB).phase is Phase.QUEUED
     assert _last_reason(ctx).startswith(
         "replica cs2-0 exited with exit code 143 while the coordinator was away; restarting"
