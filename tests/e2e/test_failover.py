@@ -17,7 +17,6 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from appliance.client import ApplianceClient, JobHandle
@@ -71,11 +70,11 @@ def _processes(job: JobHandle) -> dict[str, int]:
     """The job's live replica processes by replica name (a name twice would be a double)."""
     found: dict[str, int] = {}
     for proc in worker_processes(job.id):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            cmdline = proc.cmdline()
-            name = cmdline[cmdline.index("--replica") + 1]
-            assert name not in found, f"{job.id}/{name} runs twice"
-            found[name] = proc.pid
+        # The command line worker_processes read: read again, an exiting process's is empty.
+        cmdline = proc.info["cmdline"]
+        name = cmdline[cmdline.index("--replica") + 1]
+        assert name not in found, f"{job.id}/{name} runs twice"
+        found[name] = proc.pid
     return found
 
 
