@@ -18,6 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from appliance.domain.inventory import Node, default_pool, named_pool
 from appliance.domain.leadership import LeaseTiming
+from appliance.domain.simulation import FailAt, parse_fail_at
+from appliance.domain.spec import MAX_SIM_STEP_SECONDS, SIM_STEP_SECONDS_LABEL
 
 DEFAULT_GRPC_PORT = 50051
 DEFAULT_HTTP_PORT = 8080
@@ -151,9 +153,39 @@ class Settings(BaseSettings):
         ge=64 << 10,
         description="Largest REST request body; larger ones get 413 before they are read.",
     )
-    backend: Literal["local", "kubernetes"] = Field(
+    backend: Literal["local", "kubernetes", "sim"] = Field(
         default="local",
-        description="Where replicas run: local processes, or pods through the Kubernetes API.",
+        description="Where replicas run: local processes, pods through the Kubernetes API, or "
+        "nowhere (sim: simulated replicas that start at once and run for num_steps x the sim "
+        "step time, to try the scheduler and the restart and preemption rules at scale).",
+    )
+    sim_step_seconds: float = Field(
+        default=0.01,
+        ge=0,
+        le=MAX_SIM_STEP_SECONDS,
+        description="With the sim backend: seconds one simulated step takes (a job runs "
+        "num_steps x this; 0: it ends as soon as it runs). A job's label "
+        f"{SIM_STEP_SECONDS_LABEL} overrides it.",
+    )
+    sim_failure_rate: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="With the sim backend: the probability that a replica is killed (exit 137) "
+        "during an attempt, at a step drawn uniformly from the steps the attempt has left; "
+        "drawn anew for every attempt, so the restart policy decides what follows.",
+    )
+    sim_fail_at: str = Field(
+        default="",
+        max_length=4096,
+        description="With the sim backend: REPLICA@STEP[,...], e.g. cs2-0@150: in every job "
+        "with that replica, kill it (exit 137) once the job has done STEP steps, on the "
+        "job's first attempt only (so a restart then succeeds).",
+    )
+    sim_seed: int | None = Field(
+        default=None,
+        description="With the sim backend: seed of the injected failures (the same seed fails "
+        "the same replicas of the same jobs at the same steps); unset: a new one each start.",
     )
     coordinator_address: str = Field(
         default="",
@@ -285,6 +317,12 @@ class Settings(BaseSettings):
         description="YAML file of hashed tokens (`appliance token create`); unset = auth off.",
     )
 
+    @field_validator("sim_fail_at")
+    @classmethod
+    def _fail_at_parses(cls, value: str) -> str:
+        parse_fail_at(value)  # ValueError saying which entry is wrong
+        return value
+
     @model_validator(mode="after")
     def _lease_timing_is_safe(self) -> Settings:
         """A leader must stop acting before a standby may start (domain/leadership.py)."""
@@ -315,6 +353,11 @@ class Settings(BaseSettings):
         init timeout adds to: a pod's pending timeout (waiting for a node, an image) on
         Kubernetes; local processes start at once."""
         return self.kube_pending_timeout_seconds if self.backend == "kubernetes" else 0.0
+
+    @property
+    def sim_failures(self) -> tuple[FailAt, ...]:
+        """APPLIANCE_SIM_FAIL_AT, parsed."""
+        return parse_fail_at(self.sim_fail_at)
 
     @property
     def lease_timing(self) -> LeaseTiming:

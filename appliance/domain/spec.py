@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
@@ -54,6 +55,10 @@ MAX_LABELS = 64
 MAX_MODEL_DIR = 4096
 MAX_RESTARTS = 100
 MAX_USER = 253
+# The simulated backend's step time for one job (backends/sim), in seconds; checked at submit
+# whatever the backend, so a job moved to a simulated appliance never fails on it later.
+SIM_STEP_SECONDS_LABEL = "appliance.io/sim-step-seconds"
+MAX_SIM_STEP_SECONDS = 3600.0
 
 _LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _LABEL_NAME_RE = re.compile(rf"^{_LABEL_NAME}$")
@@ -123,6 +128,7 @@ def validate_spec(
     parsed_mode = parse_mode(mode)
     params = validate_params(params_yaml)
     clean_labels = validate_labels(labels or {})
+    sim_step_seconds(clean_labels)
     if len(model_dir) > MAX_MODEL_DIR or hidden_character(model_dir) is not None:
         raise InvalidSpec(
             f"model_dir must be a path of at most {MAX_MODEL_DIR} characters, on one line "
@@ -236,6 +242,26 @@ def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:
                 field="labels",
             )
     return dict(labels)
+
+
+def sim_step_seconds(labels: Mapping[str, str]) -> float | None:
+    """The step time the label `appliance.io/sim-step-seconds` asks of the simulated backend,
+    None without the label. InvalidSpec naming the label unless it is a number of seconds from
+    0 to MAX_SIM_STEP_SECONDS (0: the job ends as soon as it runs)."""
+    text = labels.get(SIM_STEP_SECONDS_LABEL)
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_SIM_STEP_SECONDS:  # NaN and infinities fail too
+        raise InvalidSpec(
+            f"label {SIM_STEP_SECONDS_LABEL} must be a number of seconds from 0 to "
+            f"{MAX_SIM_STEP_SECONDS:g}, got {text!r}",
+            field="labels",
+        )
+    return seconds
 
 
 def _check_label_key(key: str) -> None:

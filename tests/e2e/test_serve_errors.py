@@ -106,3 +106,16 @@ def test_a_short_replica_token_key_is_refused(tmp_path: Path) -> None:
     key.write_bytes(b"short")
     done = serve(tmp_path, APPLIANCE_REPLICA_TOKEN_KEY_FILE=str(key))
     assert_one_line_error(done, "replica token key", "holds 5 bytes")
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"APPLIANCE_SIM_FAIL_AT": "cs2-0@soon"}, "'cs2-0@soon' is not REPLICA@STEP"),
+        ({"APPLIANCE_SIM_STEP_SECONDS": "-1"}, "greater than or equal to 0"),
+        ({"APPLIANCE_SIM_FAILURE_RATE": "2"}, "less than or equal to 1"),
+    ],
+)
+def test_bad_sim_setting(tmp_path: Path, env: dict[str, str], needle: str) -> None:
+    done = serve(tmp_path, APPLIANCE_BACKEND="sim", **env)
+    assert_one_line_error(done, f"setting {next(iter(env))}", needle)
