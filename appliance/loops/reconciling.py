@@ -72,20 +72,23 @@ class Reconciler:
         """Replicas ended while no coordinator watched: decide from the exit codes they left."""
         codes = self.backend.exit_codes(job_id)
         failed = {name: code for name, code in codes.items() if code != 0}
+        if not failed and codes.get(CHIEF) == 0 and phase is Phase.RUNNING:
+            reason = "chief finished all steps while the coordinator was away"
+            await self.ctx.set_phase(job_id, Phase.SUCCEEDED, reason, expected=phase)
+            return
         if failed:
             # A cause before its consequences (the chief ended because a CS-2 did).
             name, code = min(failed.items(), key=lambda f: (f[1] == EXIT_PEER_FAILED, f[0]))
             reason = f"replica {name} exited with exit code {code} while the coordinator was away"
             ended = ReplicaEvent(job_id, name, ReplicaEventKind.EXITED, exit_code=code)
-            final = await self.requeues.restart_if_allowed(ended, reason)
-            if final is not None:
-                await self.ctx.set_phase(job_id, Phase.FAILED, final, expected=phase)
-        elif codes.get(CHIEF) == 0 and phase is Phase.RUNNING:
-            reason = "chief finished all steps while the coordinator was away"
-            await self.ctx.set_phase(job_id, Phase.SUCCEEDED, reason, expected=phase)
         else:
+            # Gone without a trace: killed with their host, or (sim backend) with the
+            # coordinator's process. Lost, then: retryable, as a pod lost with its node is.
             reason = "replicas gone after a coordinator restart: " + ", ".join(missing)
-            await self.ctx.set_phase(job_id, Phase.FAILED, reason, expected=phase)
+            ended = ReplicaEvent(job_id, missing[0], ReplicaEventKind.EXITED, lost=True)
+        final = await self.requeues.restart_if_allowed(ended, reason)
+        if final is not None:
+            await self.ctx.set_phase(job_id, Phase.FAILED, final, expected=phase)
 
     # ---- loops ------------------------------------------------------------------------------
 

@@ -297,6 +297,22 @@ async def test_a_retryable_failure_tears_the_gang_down_and_requeues_the_job(
     assert _last_reason(ctx).endswith("(no restarts left: 1 of 1 used)")
 
 
+async def test_replicas_gone_without_a_trace_after_a_restart_are_lost_and_retried(
+    ctx: Context, restarting: Reconciler, backend: RecordingBackend
+) -> None:
+    """Nothing adopted and no exit code left (the sim backend's replicas die with the
+    coordinator; local ones killed with their host): the job is restarted as its policy says,
+    not left holding its systems nor failed when it may run again."""
+    await _running(ctx, restarting)
+    restarted = Reconciler(restarting.ctx, backend, ReplicaService(restarting.ctx))
+    await restarted.recover()
+    await restarted.drain(10)
+    job = ctx.store.get_job(JOB)
+    assert (job.phase, job.restarts, job.retries) == (Phase.QUEUED, 1, 1)
+    assert _last_reason(ctx).startswith("replicas gone after a coordinator restart: chief-0, ")
+    assert "restarting from the start (no checkpoint yet) (restart 1 of 1)" in _last_reason(ctx)
+
+
 async def test_a_checkpoint_reported_after_the_decision_is_the_one_the_reason_names(
     ctx: Context, restarting: Reconciler
 ) -> None:
