@@ -19,6 +19,7 @@ from appliance.domain.job import Job, Replica
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.domain.spec import JobSpec
+from tests.integration.backends.contract import BackendContract
 from tests.integration.coordinator.harness import wait_until
 
 JOB_ID = "wsjob-backendtest0001"
@@ -126,3 +127,16 @@ async def test_a_replica_gets_only_what_it_needs_of_the_coordinators_environment
     assert "s3cret" not in json.dumps(seen)
     assert seen["PATH"] == os.environ["PATH"] and seen["LC_ALL"] == "C.UTF-8"
     assert seen["APPLIANCE_JOB_ID"] == JOB_ID and seen["APPLIANCE_REPLICA_TOKEN"] == f"t-{JOB_ID}"
+
+
+class TestLocalBackendContract(BackendContract):
+    """The backend contract with stand-in workers: `sys.exit(0)`, or sleeping until stopped."""
+
+    survives_restart = True
+
+    def backend(self, tmp_path: Path, *, finishing: bool) -> LocalBackend:
+        body = "sys.exit(0)" if finishing else "time.sleep(600)"
+        return LocalBackend(tmp_path, "127.0.0.1:1", python=_fake_worker(tmp_path, body))
+
+    def restarted(self, tmp_path: Path) -> LocalBackend:
+        return LocalBackend(tmp_path, "127.0.0.1:1", python=str(tmp_path / "fake-python"))
