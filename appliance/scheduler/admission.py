@@ -12,26 +12,33 @@ fits within its quota; then, in the same order, queues borrow idle capacity beyo
 quota while the cohort can lend it. A queue whose next job may not borrow stops there. With
 no queues defined there is one, `default`, owning the pool: the rules above reduce to one
 priority queue.
+
+What a pass costs grows with what it admits, not with the queue. Behind a head, whether a
+job can start depends only on its plan's shape (and the pass's state), so the pass asks
+which shapes of the queue would fit now and jumps to the first job of one of them
+(scheduler/queue_index.py) instead of walking every job in between. The jobs it steps over
+wait, each for a reason that follows from its shape and the state the pass had then: the
+pass keeps that state (a few counts per stretch) and says the reason when it is asked
+(`Admission.reason`), instead of writing one for every queued job.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
-from appliance.domain.plan import ReplicaPlan, Role
+from appliance.domain.inventory import NodeUsage
+from appliance.domain.plan import Role
 from appliance.domain.queue import Placement, QueuedJob
 from appliance.domain.queues import DEFAULT_QUEUE, Quota
-from appliance.scheduler.quotas import Need, QuotaBook, never_fits
+from appliance.scheduler.placement import KIND_OF_ROLE, Counts, FreeCapacity, Shape
+from appliance.scheduler.queue_index import Order, QueueIndex
+from appliance.scheduler.quotas import NOTHING, Need, QuotaBook, never_fits
 
-_KIND_OF_ROLE = {
-    Role.CS2: NodeKind.SYSTEM,
-    Role.MEMORYX: NodeKind.MEMORYX,
-    Role.SWARMX: NodeKind.SWARMX,
-}
 _UNLIMITED = Quota(1 << 62, 1 << 62)
+_FIRST: Order = (-(1 << 62), -math.inf, "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,18 +56,54 @@ class Head:
     within_quota: bool
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
+class _Stretch:
+    """Jobs of a queue after `start` and before `end` (None: to the end) that the pass stepped
+    over behind the queue's head, with the state it had then. `borrowing`: stepped over while
+    the queue borrowed (its jobs there wait behind the head, whatever they need)."""
+
+    start: Order
+    end: Order | None
+    head: Head
+    borrowing: bool
+    counts: Counts
+    used: dict[str, Need]
+    said: dict[Shape, str] = dataclasses.field(default_factory=dict)
+
+
 class Admission:
-    admitted: list[Decision]
-    # Every job left in the queue, with why it waits.
-    pending: dict[str, str]
-    # Each queue's head, in the order the queues were served.
-    heads: tuple[Head, ...] = ()
+    """What one pass decided: the jobs admitted, each queue's head, and why every other job of
+    the queue it decided on waits (asked job by job: `reason`; all at once: `pending`)."""
+
+    def __init__(self, state: _Pass) -> None:
+        self.admitted: list[Decision] = state.admitted
+        # Each queue's head, in the order the queues were served.
+        self.heads: tuple[Head, ...] = tuple(state.heads_in_order)
+        # It stopped at its limit of admissions: the next pass goes on from there.
+        self.capped = state.capped
+        self._state = state
 
     @property
     def head(self) -> QueuedJob | None:
         """The first head (with one queue: the one a preemption may make room for)."""
         return self.heads[0].job if self.heads else None
+
+    def reason(self, job_id: str) -> str | None:
+        """Why a job left in the queue waits (None: admitted, not queued then, or not reached
+        by a pass that stopped at its limit)."""
+        return self._state.reason(job_id)
+
+    @property
+    def pending(self) -> dict[str, str]:
+        """Every job left in the queue, with why it waits (as many strings as jobs: for
+        small queues and tests; the scheduler asks `reason` for the jobs someone reads)."""
+        state = self._state
+        return {
+            job.job_id: reason
+            for name in state.index.queues()
+            for job in state.index.in_order(name)
+            if job.job_id not in state.skip and (reason := state.reason(job.job_id)) is not None
+        }
 
 
 def admit(
@@ -71,100 +114,183 @@ def admit(
 ) -> Admission:
     """Decide on `queue` (any order) over `pool`. `book`: the queues' quotas and holdings
     (None: one default queue owning the pool); `shares`: each queue's weighted fair share."""
-    by_queue: dict[str, list[QueuedJob]] = {}
-    for job in sorted(queue, key=lambda j: j.order):
-        by_queue.setdefault(job.queue, []).append(job)
+    return admit_queue(QueueIndex(queue), pool, book, shares)
+
+
+def admit_queue(
+    index: QueueIndex,
+    pool: Sequence[NodeUsage],
+    book: QuotaBook | None = None,
+    shares: Mapping[str, float] | None = None,
+    skip: Collection[str] = frozenset(),
+    limit: int | None = None,
+) -> Admission:
+    """`admit` on the queue as the index holds it, leaving out the jobs in `skip` (those
+    waiting for other jobs); stopping once it admitted `limit` jobs (None: no limit), like
+    Slurm's main scheduler stops at its queue depth, so that no pass runs long."""
     if book is None:
         book = QuotaBook({DEFAULT_QUEUE: _UNLIMITED}, {})
-    for name in by_queue:
+    names = _with_jobs(index, skip)
+    for name in names:
         book.quotas.setdefault(name, Quota(0, 0))  # a queue since deleted: borrows only
-        book.used.setdefault(name, Need(0, 0))
+        book.used.setdefault(name, NOTHING)
     shares = shares or {}
     # A queue without a share (one deleted while a job was submitted to it) goes last.
-    order = sorted(by_queue, key=lambda name: (shares.get(name, math.inf), name))
-    state = _Pass(pool, book)
-    waiting: dict[str, int] = {}  # queue -> index of its first job that must borrow
+    order = sorted(names, key=lambda name: (shares.get(name, math.inf), name))
+    state = _Pass(index, pool, book, skip, limit)
+    waiting: dict[str, Order] = {}  # queue -> order of the job before its first to borrow
     for name in order:
-        jobs = by_queue[name]
-        for index, job in enumerate(jobs):
-            need = Need.of(job.plan)
-            if state.never(job, need):
-                continue
-            if state.heads.get(name) is not None or book.within(name, need):
-                state.try_within(job, need)
-            elif name not in waiting:
-                waiting[name] = index
-                break
+        if not state.capped:
+            state.within_quota(name, waiting)
     for name in order:
-        if name not in waiting:
-            continue
-        for job in by_queue[name][waiting[name] :]:
-            state.try_borrowing(job, Need.of(job.plan))
-    return Admission(state.admitted, state.pending, tuple(state.heads_in_order))
+        if name in waiting and not state.capped:
+            state.borrowing(name, waiting[name])
+    return Admission(state)
+
+
+def _with_jobs(index: QueueIndex, skip: Collection[str]) -> list[str]:
+    """The queues with a job to decide on (a queue whose jobs all wait for others has none)."""
+    skipped: dict[str, int] = {}
+    for job_id in skip:
+        job = index.get(job_id)
+        if job is not None:
+            skipped[job.queue] = skipped.get(job.queue, 0) + 1
+    return [name for name in index.queues() if index.count(name) > skipped.get(name, 0)]
 
 
 class _Pass:
     """The free capacity, quota book and outcomes of one admission pass."""
 
-    def __init__(self, pool: Sequence[NodeUsage], book: QuotaBook) -> None:
-        self.free = {u.node.name: u.free for u in pool}
-        self.kinds = {u.node.name: u.node.kind for u in pool}
-        self.usable = {
-            u.node.name: u.node.capacity if u.node.state is NodeState.OK else 0 for u in pool
+    def __init__(
+        self,
+        index: QueueIndex,
+        pool: Sequence[NodeUsage],
+        book: QuotaBook,
+        skip: Collection[str],
+        limit: int | None = None,
+    ) -> None:
+        self.index, self.book, self.skip, self.limit = index, book, skip, limit
+        demands = {
+            (kind, demand)
+            for name in index.queues()
+            for shape in index.shapes(name)
+            for role, _, demand in shape
+            if (kind := KIND_OF_ROLE.get(Role(role))) is not None
         }
-        self.book = book
+        self.capacity = FreeCapacity(pool, demands)
         self.admitted: list[Decision] = []
-        self.pending: dict[str, str] = {}
-        self.heads: dict[str, Head | None] = {}
+        self.said: dict[str, str] = {}  # reasons of the jobs the pass looked at one by one
+        self.stretches: dict[str, list[_Stretch]] = {}
+        self.heads: dict[str, Head] = {}
         self.heads_in_order: list[Head] = []
-        # While `free` is unchanged, jobs with the same plan shape fit (or not) the same way: a
-        # queue of thousands of like jobs costs one fit per shape, not one per job.
-        self._tried: dict[tuple[tuple[str, int, int], ...], tuple[list[Placement], str]] = {}
+        self._needs: dict[Shape, Need] = {}
+        self._admitted: set[str] = set()
+        self._starts: dict[str, list[Order]] = {}  # of each queue's stretches, once decided
 
-    def try_within(self, job: QueuedJob, need: Need) -> None:
-        """A job that would run within its queue's quota (or stands behind its queue's head)."""
-        head = self.heads.get(job.queue)
-        if head is not None and not self.book.within(job.queue, need):
-            self.pending[job.job_id] = self._behind(head, "")
-            return
-        placements, reason = self._fit(job.plan)
-        if not reason:
-            self._admit(job, need, placements)
-        elif head is None:
-            self._block(job, need, placements, reason, within_quota=True)
-        else:
-            self.pending[job.job_id] = self._behind(head, reason)
+    # ---- the walk --------------------------------------------------------------------------
 
-    def try_borrowing(self, job: QueuedJob, need: Need) -> None:
-        """A job of a queue that reached its quota: it runs on what the cohort lends, or it
-        is its queue's head and the queue stops here."""
-        head = self.heads.get(job.queue)
-        if self.never(job, need):
-            return
-        if head is not None:
-            self.pending[job.job_id] = self._behind(head, "")
-            return
-        within = self.book.within(job.queue, need)
-        why = "" if within else self.book.why_not_borrow(job.queue, need)
-        placements, reason = self._fit(job.plan) if not why else ([], why)
-        if not reason:
-            self._admit(job, need, placements)
-        else:
+    def within_quota(self, name: str, waiting: dict[str, Order]) -> None:
+        """The queue's jobs in order while they run within its quota, until its head; then
+        only those that fit behind it. A job that would have to borrow ends this part."""
+        before = _FIRST
+        for job in self.index.in_order(name):
+            if job.job_id in self.skip:
+                continue
+            need = self.need(job.plan.shape)
+            if not self.never(job, need):
+                if not self.book.within(name, need):
+                    waiting[name] = before
+                    return
+                placements, complete = self.capacity.place(job.plan)
+                if complete:
+                    self._admit(job, need, placements)
+                    if self.capped:
+                        return
+                else:
+                    reason = self.capacity.shortfall(job.plan.shape)
+                    self._block(job, need, placements, reason, within_quota=True)
+                    self._backfill(name, job.order)
+                    return
+            before = job.order
+
+    def _backfill(self, name: str, after: Order) -> None:
+        """Behind the queue's head: admit, in order, each job whose shape fits now."""
+        head = self.heads[name]
+        while True:
+            admissible = [s for s in self.index.shapes(name) if self._fits_behind(name, s)]
+            found = [self._next_of_shape(name, shape, after) for shape in admissible]
+            following = min((order for order in found if order is not None), default=None)
+            self._stretch(name, after, following, head, borrowing=False)
+            if following is None:
+                return
+            job = self.index.at(name, following)
+            placements, _ = self.capacity.place(job.plan)
+            self._admit(job, self.need(job.plan.shape), placements)
+            if self.capped:
+                return
+            after = following
+
+    def borrowing(self, name: str, after: Order) -> None:
+        """The queue's jobs from its first that must borrow: each runs on what the cohort
+        lends, or is the queue's head and the queue stops there."""
+        for job in self.index.in_order(name, None if after == _FIRST else after):
+            if job.job_id in self.skip:
+                continue
+            need = self.need(job.plan.shape)
+            if self.never(job, need):
+                continue
+            within = self.book.within(name, need)
+            why = "" if within else self.book.why_not_borrow(name, need)
+            placements, complete = self.capacity.place(job.plan) if not why else ([], False)
+            if complete:
+                self._admit(job, need, placements)
+                if self.capped:
+                    return
+                continue
+            reason = why or self.capacity.shortfall(job.plan.shape)
             self._block(job, need, placements, reason, within_quota=within, holds=not why)
+            self._stretch(name, job.order, None, self.heads[name], borrowing=True)
+            return
+
+    @property
+    def capped(self) -> bool:
+        return self.limit is not None and len(self.admitted) >= self.limit
 
     def never(self, job: QueuedJob, need: Need) -> bool:
         """A job its queue's limits can never let run (they changed since it was submitted)
         waits saying so, and holds nothing back: the jobs behind it go on."""
         why = never_fits(job.queue, self.book.quotas[job.queue], need)
         if why:
-            self.pending[job.job_id] = f"can never run: {why}"
+            self.said[job.job_id] = f"can never run: {why}"
         return bool(why)
 
+    def need(self, shape: Shape) -> Need:
+        need = self._needs.get(shape)
+        if need is None:
+            systems = sum(count for role, count, _ in shape if role == Role.CS2.value)
+            memoryx = sum(c * d for role, c, d in shape if role == Role.MEMORYX.value)
+            need = self._needs[shape] = Need(systems, memoryx)
+        return need
+
+    def _fits_behind(self, name: str, shape: Shape) -> bool:
+        need = self.need(shape)
+        return (
+            not never_fits(name, self.book.quotas[name], need)
+            and self.book.within(name, need)
+            and self.capacity.fits(shape)
+        )
+
+    def _next_of_shape(self, name: str, shape: Shape, after: Order) -> Order | None:
+        order = self.index.next_of_shape(name, shape, after)
+        while order is not None and self.index.at(name, order).job_id in self.skip:
+            order = self.index.next_of_shape(name, shape, order)
+        return order
+
     def _admit(self, job: QueuedJob, need: Need, placements: list[Placement]) -> None:
-        _take(self.free, placements)
-        self._tried.clear()
+        self.capacity.take(placements)
         self.book.add(job.queue, need)
         self.admitted.append(Decision(job.job_id, tuple(placements)))
+        self._admitted.add(job.job_id)
 
     def _block(
         self,
@@ -179,109 +305,64 @@ class _Pass:
         """`job` is its queue's head: it holds what it can already get (capacity, and its
         quota when it runs within it) so that nothing behind it delays it."""
         if holds:
-            _take(self.free, placements)
-            _hold_for(job.plan, placements, self.free, self.kinds, self.usable)
-            self._tried.clear()
+            self.capacity.take(placements)
+            self.capacity.hold_for(job.plan, placements)
         if within_quota:
             self.book.add(job.queue, need)
         head = Head(job, within_quota)
         self.heads[job.queue] = head
         self.heads_in_order.append(head)
-        self.pending[job.job_id] = reason
+        self.said[job.job_id] = reason
+
+    def _stretch(
+        self, name: str, start: Order, end: Order | None, head: Head, *, borrowing: bool
+    ) -> None:
+        counts = self.capacity.counts()
+        used = dict(self.book.used)
+        stretch = _Stretch(start, end, head, borrowing, counts, used)
+        self.stretches.setdefault(name, []).append(stretch)
+
+    # ---- reasons, said when asked -----------------------------------------------------------
+
+    def reason(self, job_id: str) -> str | None:
+        said = self.said.get(job_id)
+        if said is not None:
+            return said
+        job = self.index.get(job_id)
+        if job is None or job_id in self._admitted:
+            return None
+        stretches = self.stretches.get(job.queue, [])
+        starts = self._starts.get(job.queue)
+        if starts is None:
+            starts = self._starts[job.queue] = [s.start for s in stretches]
+        at = bisect.bisect_left(starts, job.order) - 1
+        if at < 0:
+            return None
+        stretch = stretches[at]
+        if stretch.end is not None and job.order >= stretch.end:
+            return None
+        shape = job.plan.shape
+        reason = stretch.said.get(shape)
+        if reason is None:
+            reason = stretch.said[shape] = self._stepped_over(job.queue, shape, stretch)
+        return reason
+
+    def _stepped_over(self, name: str, shape: Shape, stretch: _Stretch) -> str:
+        """Why a job of that shape waited where the pass stepped over it."""
+        need = self.need(shape)
+        why = never_fits(name, self.book.quotas[name], need)
+        if why:
+            return f"can never run: {why}"
+        if stretch.borrowing or not QuotaBook(self.book.quotas, stretch.used).within(name, need):
+            return self._behind(stretch.head, "")
+        return self._behind(stretch.head, self.capacity.shortfall(shape, stretch.counts))
 
     def _behind(self, head: Head, reason: str) -> str:
         where = f" in queue {head.job.queue}" if self.book.shared else ""
         behind = f"behind {describe(head.job)}{where}"
         return f"{reason}; {behind}" if reason else behind
 
-    def _fit(self, plan: ReplicaPlan) -> tuple[list[Placement], str]:
-        key = plan.shape
-        if key not in self._tried:
-            placements, shortfall = fit(plan, self.free, self.kinds)
-            self._tried[key] = (placements, "; ".join(shortfall))
-        return self._tried[key]
-
 
 def describe(job: QueuedJob) -> str:
     systems = job.plan.group(Role.CS2).count
     return f"{job.job_id} ({job.priority.name}, {systems} system{'s' if systems != 1 else ''})"
-
-
-def fit(
-    plan: ReplicaPlan, free: dict[str, int], kinds: dict[str, NodeKind]
-) -> tuple[list[Placement], list[str]]:
-    """Place as much of the plan as fits; return the placements and what could not be placed."""
-    scratch = dict(free)
-    placements: list[Placement] = []
-    shortfall: list[str] = []
-    for group in plan.groups:
-        kind = _KIND_OF_ROLE.get(group.role)
-        if kind is None:
-            continue
-        candidates = sorted(n for n, k in kinds.items() if k is kind)
-        placed = 0
-        for index in range(group.count):
-            fitting = [n for n in candidates if scratch[n] >= group.demand]
-            if not fitting:
-                break
-            # Systems fill in name order; shared nodes go to the one with the most room.
-            node = fitting[0] if kind is NodeKind.SYSTEM else max(fitting, key=scratch.__getitem__)
-            scratch[node] -= group.demand
-            placements.append(Placement(f"{group.role}-{index}", group.role, node, group.demand))
-            placed += 1
-        if placed < group.count:
-            shortfall.append(_shortfall(group.role, group.count, group.demand, free, kinds, kind))
-    return placements, shortfall
-
-
-def _shortfall(
-    role: Role,
-    count: int,
-    demand: int,
-    free: dict[str, int],
-    kinds: dict[str, NodeKind],
-    kind: NodeKind,
-) -> str:
-    if kind is NodeKind.SYSTEM:
-        available = sum(1 for n, k in kinds.items() if k is kind and free[n] >= 1)
-        return f"needs {count} system{'s' if count != 1 else ''}, {available} free"
-    fits = sum(free[n] // demand for n, k in kinds.items() if k is kind and demand > 0)
-    unit = (
-        _gib(demand) if kind is NodeKind.MEMORYX else f"{demand} port{'s' if demand != 1 else ''}"
-    )
-    label = "MemoryX" if kind is NodeKind.MEMORYX else "SwarmX"
-    return f"needs {count} {label} x {unit}, room for {fits}"
-
-
-def _gib(num_bytes: int) -> str:
-    return f"{num_bytes / (1 << 30):.2f} GiB"
-
-
-def _hold_for(
-    plan: ReplicaPlan,
-    placements: Sequence[Placement],
-    free: dict[str, int],
-    kinds: dict[str, NodeKind],
-    usable: dict[str, int],
-) -> None:
-    """Keep backfill off whole shared nodes the head will need for what it could not place."""
-    for group in plan.groups:
-        kind = _KIND_OF_ROLE.get(group.role)
-        if kind is None or kind is NodeKind.SYSTEM:
-            continue  # busy systems are exclusive anyway; the head gets them first when freed
-        missing = group.count - sum(1 for p in placements if p.role is group.role)
-        candidates = sorted(
-            (
-                n
-                for n, k in kinds.items()
-                if k is kind and free[n] > 0 and usable[n] >= group.demand
-            ),
-            key=lambda n: (-free[n], n),
-        )
-        for node in candidates[:missing]:
-            free[node] = 0
-
-
-def _take(free: dict[str, int], placements: Sequence[Placement]) -> None:
-    for p in placements:
-        free[p.node] -= p.amount

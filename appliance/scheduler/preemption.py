@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
 from appliance.domain.queue import QueuedJob, RunningJob
-from appliance.scheduler.admission import fit
+from appliance.scheduler.placement import fit
 
 SEARCH_BUDGET = 2_000
 

@@ -1,0 +1,105 @@
+"""The queue in memory: queued jobs in queue order, by queue and by plan shape.
+
+The scheduler decides on this index instead of reading and sorting the whole queue on every
+pass; the doors read a job's queue position from it. Queue order is (priority, submit time,
+id); a position counts the jobs ahead in the job's own queue. Jobs of one queue with the
+same plan shape are also kept in order by shape, so that admission can jump to the next job
+of a shape that fits instead of walking every job between (scheduler/admission.py).
+
+The index holds no truth of its own: it is rebuilt from the store, and kept current by
+re-reading the jobs whose queue entry may have changed (services/queue_view.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from sortedcontainers import SortedDict, SortedList
+
+from appliance.domain.queue import QueuedJob
+
+Order = tuple[int, float, str]
+Shape = tuple[tuple[str, int, int], ...]
+
+
+class QueueIndex:
+    def __init__(self, jobs: Iterable[QueuedJob] = ()) -> None:
+        self._jobs: dict[str, QueuedJob] = {}
+        self._queues: dict[str, SortedDict[Order, QueuedJob]] = {}  # queue -> {order: job}
+        self._shapes: dict[str, dict[Shape, SortedList[Order]]] = {}  # queue -> shape -> orders
+        for job in jobs:
+            self.put(job)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs
+
+    def get(self, job_id: str) -> QueuedJob | None:
+        return self._jobs.get(job_id)
+
+    def put(self, job: QueuedJob) -> None:
+        """Add the job, or move it to its new place (its priority changed)."""
+        old = self._jobs.get(job.job_id)
+        if old is not None:
+            if old.order == job.order and old.queue == job.queue:
+                return
+            self.remove(job.job_id)
+        self._jobs[job.job_id] = job
+        self._queues.setdefault(job.queue, SortedDict())[job.order] = job
+        shapes = self._shapes.setdefault(job.queue, {})
+        shapes.setdefault(job.plan.shape, SortedList()).add(job.order)
+
+    def remove(self, job_id: str) -> None:
+        job = self._jobs.pop(job_id, None)
+        if job is None:
+            return
+        jobs = self._queues[job.queue]
+        del jobs[job.order]
+        shapes = self._shapes[job.queue]
+        orders = shapes[job.plan.shape]
+        orders.remove(job.order)
+        if not orders:
+            del shapes[job.plan.shape]
+        if not jobs:
+            del self._queues[job.queue]
+            del self._shapes[job.queue]
+
+    def count(self, queue: str) -> int:
+        return len(self._queues.get(queue, ()))
+
+    def queues(self) -> list[str]:
+        return list(self._queues)
+
+    def in_order(self, queue: str, after: Order | None = None) -> Iterator[QueuedJob]:
+        """The queue's jobs in queue order (those after `after` only, when given)."""
+        jobs = self._queues.get(queue)
+        if jobs is None:
+            return iter(())
+        if after is None:
+            return iter(jobs.values())
+        start = jobs.bisect_right(after)
+        return (jobs[key] for key in jobs.islice(start))
+
+    def shapes(self, queue: str) -> list[Shape]:
+        return list(self._shapes.get(queue, ()))
+
+    def next_of_shape(self, queue: str, shape: Shape, after: Order | None) -> Order | None:
+        """The order of the queue's first job of `shape` after `after` (None: none left)."""
+        orders = self._shapes.get(queue, {}).get(shape)
+        if not orders:
+            return None
+        index = 0 if after is None else orders.bisect_right(after)
+        return orders[index] if index < len(orders) else None
+
+    def at(self, queue: str, order: Order) -> QueuedJob:
+        job: QueuedJob = self._queues[queue][order]
+        return job
+
+    def position(self, job_id: str) -> int:
+        """1 + the jobs ahead of it in its queue; 0 when it is not queued."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return 0
+        return int(self._queues[job.queue].index(job.order)) + 1
