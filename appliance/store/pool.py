@@ -15,9 +15,18 @@ MAX_NODE_EVENTS = 500  # what one read of a node's history returns: its newest c
 
 
 class PoolStore(StoreBase):
-    """JobStore's part for the pool; its shape is cached until a change of it."""
+    """JobStore's part for the pool; its nodes (shape and states) are cached until a change of
+    them. A read that overlaps a change is not cached: each change counts, and a read keeps
+    what it read only if no change counted while it read."""
 
     _pool: list[Node] | None = None
+    _pool_changes = 0
+
+    def forget_pool(self) -> None:
+        """Read the pool again on next use (a change may have come from elsewhere, e.g. from
+        the coordinator that led before this one)."""
+        self._pool_changes += 1
+        self._pool = None
 
     def sync_pool(self, nodes: Sequence[Node]) -> None:
         """Make the stored pool match the configured one (names, kinds, capacities).
@@ -25,7 +34,7 @@ class PoolStore(StoreBase):
         A node removed from the configuration is kept while a job holds it, so nothing that
         runs loses its placement; states set by an admin are kept.
         """
-        self._pool = None
+        self.forget_pool()
         with self._sessions.begin() as s:
             existing = {r.name: r for r in s.scalars(select(NodeRow))}
             for node in nodes:
@@ -45,6 +54,7 @@ class PoolStore(StoreBase):
             for name, row in existing.items():
                 if name not in held:
                     s.delete(row)
+        self.forget_pool()
 
     def set_node_state(self, names: Iterable[str], state: NodeState) -> int:
         """Mark nodes ok, in error or in maintenance; returns how many exist."""
@@ -52,7 +62,7 @@ class PoolStore(StoreBase):
             result = s.execute(
                 update(NodeRow).where(NodeRow.name.in_(list(names))).values(state=state.value)
             )
-        self._pool = None
+        self.forget_pool()
         return int(result.rowcount)  # type: ignore[attr-defined]
 
     def change_node_state(
@@ -69,7 +79,7 @@ class PoolStore(StoreBase):
             s.add(NodeEventRow(node=name, time=now, state=state.value, reason=reason, by=by))
             holders = _holders(s, [name])
             node = Node(row.name, NodeKind(row.kind), row.capacity, state, reason, now)
-        self._pool = None
+        self.forget_pool()
         return node, [(job_id, attempt) for _, job_id, attempt in holders]
 
     def holders_of(self, names: Sequence[str]) -> list[tuple[str, str, int]]:
@@ -93,38 +103,36 @@ class PoolStore(StoreBase):
         return newest[::-1]
 
     def pool_usage(self) -> list[NodeUsage]:
+        """Every node (in name order) with what the jobs placed on it hold."""
+        nodes = self.pool()
+        stmt = select(PlacementRow.node, func.sum(PlacementRow.amount)).group_by(PlacementRow.node)
         with self._sessions() as s:
-            used = dict(
-                s.execute(
-                    select(PlacementRow.node, func.sum(PlacementRow.amount)).group_by(
-                        PlacementRow.node
-                    )
-                ).all()
-            )
-            return [
-                NodeUsage(
-                    Node(
-                        r.name,
-                        NodeKind(r.kind),
-                        r.capacity,
-                        NodeState(r.state),
-                        r.reason,
-                        r.since,
-                    ),
-                    int(used.get(r.name, 0)),
-                )
-                for r in s.scalars(select(NodeRow).order_by(NodeRow.name))
-            ]
+            used = dict(s.execute(stmt).all())
+        return [NodeUsage(node, int(used.get(node.name, 0))) for node in nodes]
 
     def cached_pool(self) -> list[Node] | None:
-        """The pool's shape if it is cached (no database access), else None."""
+        """The pool if it is cached (no database access), else None."""
         return self._pool
 
     def pool(self) -> list[Node]:
-        """The pool's shape (names, kinds, capacities, states), cached until it changes."""
-        if self._pool is None:
-            self._pool = [u.node for u in self.pool_usage()]
-        return self._pool
+        """The pool's nodes (names, kinds, capacities, states), cached until it changes."""
+        pool = self._pool
+        if pool is None:
+            changes = self._pool_changes
+            with self._sessions() as s:
+                rows = s.execute(
+                    select(
+                        NodeRow.name, NodeRow.kind, NodeRow.capacity, NodeRow.state,
+                        NodeRow.reason, NodeRow.since,
+                    ).order_by(NodeRow.name)
+                )  # fmt: skip
+                pool = [
+                    Node(name, NodeKind(kind), capacity, NodeState(state), reason, since)
+                    for name, kind, capacity, state, reason, since in rows
+                ]
+            if changes == self._pool_changes:
+                self._pool = pool
+        return pool
 
     def node_holders(self) -> dict[str, list[str]]:
         """Which jobs hold something on each node."""
