@@ -90,6 +90,19 @@ class Settings(BaseSettings):
     scheduler_interval: float = Field(
         default=2.0, gt=0, description="Seconds between scheduler passes when nothing wakes it."
     )
+    scheduler_max_admissions: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="Jobs one scheduler pass admits at most; the next pass follows at once and "
+        "goes on from there (so that no pass holds the coordinator long, like Slurm's "
+        "default_queue_depth).",
+    )
+    scheduler_trace: Path | None = Field(
+        default=None,
+        description="A file to append one JSON line per scheduler pass to (when it started, "
+        "its seconds, the jobs it admitted and the jobs queued): for benchmarks and tuning.",
+    )
     cancel_grace_seconds: float = Field(
         default=5.0, ge=0, description="SIGTERM to SIGKILL grace when replicas are stopped."
     )

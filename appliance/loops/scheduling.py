@@ -6,8 +6,9 @@ its queue of lower priority, or, when it would run within its queue's quota, rec
 other queues borrow (scheduler/reclaim.py).
 
 Passes are coalesced: wake-ups that arrive during a pass (a burst of submits) lead to one more
-pass, at most every MIN_PASS_GAP seconds. Plans are kept between passes (they never change) and
-only pending reasons that differ from the last ones written go to the store.
+pass, at most every MIN_PASS_GAP seconds. The queue is the in-memory index (services/
+queue_view.py), not a read of the store; a pass's decisions are written in one transaction,
+and the reasons jobs wait are published to the view, not written to every queued row.
 """
 
 from __future__ import annotations
@@ -15,72 +16,90 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from appliance.domain.dependencies import verdicts
 from appliance.domain.fair_share import Usage, weighted_share
 from appliance.domain.inventory import NodeKind, NodeUsage
 from appliance.domain.phases import Phase
-from appliance.domain.plan import ReplicaPlan
 from appliance.domain.queue import QueuedJob, RunningJob
 from appliance.domain.queues import Quota, Source, resolve_quotas
-from appliance.scheduler.admission import admit
+from appliance.scheduler.admission import Admission, admit_queue
 from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
+from appliance.scheduler.queue_index import QueueIndex
 from appliance.scheduler.quotas import QuotaBook
 from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
 from appliance.services.context import Context
 from appliance.services.queues import pool_size
+from appliance.store.jobs import PhaseChange
 
 log = logging.getLogger(__name__)
 MIN_PASS_GAP = 0.1
 # Links of a dependency chain one pass cancels, when a link breaks.
 MAX_CASCADE = 64
+_NOTHING = admit_queue(QueueIndex(), [])  # the decision on an empty queue
 
 
 class SchedulerLoop:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._plans: dict[str, ReplicaPlan] = {}
-        self._written: dict[str, str] = {}
+        self._capped = False
 
     async def run(self) -> None:
+        # E.g. taking office: the queue and the pool as the store has them now.
+        self.ctx.queue.forget()
+        self.ctx.store.forget_pool()
         wanted = self.ctx.bus.schedule_wanted
         loop = asyncio.get_running_loop()
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wanted.wait(), self.ctx.settings.scheduler_interval)
-            wanted.clear()
-            started = loop.time()
-            try:
-                await self.run_once()
-            except Exception:  # a failed pass is retried on the next wake-up
-                log.exception("scheduler pass failed")
-            await asyncio.sleep(max(0.0, started + MIN_PASS_GAP - loop.time()))
+        trace = _Trace(self.ctx.settings.scheduler_trace)
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wanted.wait(), self.ctx.settings.scheduler_interval)
+                wanted.clear()
+                started = loop.time()
+                try:
+                    admitted = await self.run_once()
+                except Exception:  # a failed pass is retried on the next wake-up
+                    log.exception("scheduler pass failed")
+                    admitted = 0
+                trace.write(started, loop.time() - started, admitted, len(self.ctx.queue))
+                if self._capped:
+                    wanted.set()  # it stopped at its limit: go on at once
+                    await asyncio.sleep(0)
+                else:
+                    await asyncio.sleep(max(0.0, started + MIN_PASS_GAP - loop.time()))
+        finally:
+            trace.close()
 
     async def run_once(self) -> int:
         """One pass; returns how many jobs were admitted."""
-        store = self.ctx.store
-        queue = await self.ctx.db(store.queued_jobs, self._plans)
-        self._plans = {job.job_id: job.plan for job in queue}
-        self._written = {j: r for j, r in self._written.items() if j in self._plans}
-        if not queue:
+        view = self.ctx.queue
+        index = await view.current()
+        generation = view.generation
+        if not len(index):
+            view.publish(_NOTHING, {}, generation)
             return 0
         pending, cancelled = await self._dependencies()
-        queue = [job for job in queue if job.job_id not in pending and job.job_id not in cancelled]
-        admitted = 0
-        if queue:
-            admitted = await self._admit(queue, pending)
-        changed = {j: r for j, r in pending.items() if self._written.get(j) != r}
-        if changed:
-            await self.ctx.db(store.set_pending_reasons, changed, self.ctx.clock())
-            self._written.update(changed)
-        return admitted
+        said = dict(pending)
+        skip = set(pending) | cancelled
+        decision = await self._admit(index, skip, said)
+        self._capped = decision.capped
+        view.publish(decision, said, generation)
+        if not decision.admitted:
+            return 0
+        changes = await self.ctx.schedule_many(
+            [(d.job_id, d.placements) for d in decision.admitted]
+        )
+        return sum(1 for c in changes if isinstance(c, PhaseChange) and c.applied)
 
-    async def _admit(self, queue: list[QueuedJob], pending: dict[str, str]) -> int:
-        """Decide on the jobs free to run, apply the decisions, and ask for the preemptions
-        and reclaims the heads need; `pending` gets every waiting job's reason."""
+    async def _admit(self, index: QueueIndex, skip: set[str], said: dict[str, str]) -> Admission:
+        """Decide on the jobs free to run, and ask for the preemptions and reclaims the heads
+        need; `said` gets the reasons of the heads that wait for them."""
         store, settings = self.ctx.store, self.ctx.settings
         now = self.ctx.clock()
         usage = await self.ctx.db(store.pool_usage)
@@ -96,31 +115,24 @@ class SchedulerLoop:
         shared = len(quotas) > 1
         book = QuotaBook(quotas, queue_holdings(running, kinds)) if shared else None
         shares = await self._shares(quotas, size, now) if shared else {}
-        decision = admit(queue, usage, book, shares)
-        pending.update(decision.pending)
+        limit = settings.scheduler_max_admissions
+        decision = admit_queue(index, usage, book, shares, skip, limit)
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
         # (the next pass, at most MIN_PASS_GAP later, sees what this one admitted).
-        if not decision.admitted and settings.preemption_policy != "never":
-            for head in decision.heads:
-                job = head.job
-                room = quota_room(job, running, quotas, kinds) if shared else anywhere
-                if head.within_quota and shared:
-                    candidates = borrowers(job, running, quotas, kinds, now)
-                    chosen = choose_victims(
-                        job, running, usage, now, candidates, room, fewest=False
-                    )
-                    if chosen is not None:
-                        pending[job.job_id] = await self._reclaim_for(job, chosen, running, kinds)
-                        continue
-                waits = pending[job.job_id]
-                pending[job.job_id] = await self._preempt_for(job, running, usage, waits, room)
-        admitted = 0
-        for d in decision.admitted:
-            change = await self.ctx.schedule(d.job_id, d.placements)
-            admitted += change.applied
-            self._plans.pop(d.job_id, None)
-            self._written.pop(d.job_id, None)
-        return admitted
+        if decision.admitted or settings.preemption_policy == "never":
+            return decision
+        for head in decision.heads:
+            job = head.job
+            room = quota_room(job, running, quotas, kinds) if shared else anywhere
+            if head.within_quota and shared:
+                candidates = borrowers(job, running, quotas, kinds, now)
+                chosen = choose_victims(job, running, usage, now, candidates, room, fewest=False)
+                if chosen is not None:
+                    said[job.job_id] = await self._reclaim_for(job, chosen, running, kinds)
+                    continue
+            waits = decision.reason(job.job_id) or ""
+            said[job.job_id] = await self._preempt_for(job, running, usage, waits, room)
+        return decision
 
     async def _shares(
         self, quotas: Mapping[str, Quota], size: tuple[int, int], now: float
@@ -239,3 +251,21 @@ def _why_exempt(job: RunningJob, now: float) -> str:
         return f"{job.job_id} (never preempted)"
     until = time.strftime("%H:%M:%S", time.localtime(job.protected_until))
     return f"{job.job_id} (preempted before: not until {until})"
+
+
+class _Trace:
+    """One JSON line per pass to APPLIANCE_SCHEDULER_TRACE, when it is set."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._file = path.open("a", buffering=1 << 16) if path is not None else None
+        self._epoch = time.time() - asyncio.get_running_loop().time()
+
+    def write(self, started: float, seconds: float, admitted: int, queued: int) -> None:
+        if self._file is not None:
+            at = round(self._epoch + started, 6)
+            line = {"at": at, "seconds": round(seconds, 6), "admitted": admitted, "queued": queued}
+            self._file.write(json.dumps(line) + "\n")
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()

@@ -3,7 +3,8 @@ and the one front door for phase changes.
 
 Every phase change goes through `set_phase`, `schedule` or `write_phases`: each writes through
 the store's one checked writer (appliance.store.phase_writes) and then announces every change
-it applied (the bus's watchers, and the loops that care). No caller announces by itself.
+it applied (the queue view, the bus's watchers, and the loops that care). No caller announces
+by itself.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from typing import ParamSpec, TypeVar
 from sqlalchemy.exc import OperationalError
 
 from appliance.config import Settings
-from appliance.domain.errors import Unavailable
+from appliance.domain.errors import NotFound, Unavailable
 from appliance.domain.phases import HOLDS_RESOURCES, Phase
 from appliance.domain.queue import Placement
 from appliance.services.bus import JobBus
 from appliance.services.leadership import Leadership
+from appliance.services.queue_view import QueueView
 from appliance.store.jobs import JobStore, PhaseChange
 
 P = ParamSpec("P")
@@ -44,6 +46,11 @@ class Context:
     reader: ThreadPoolExecutor | None = None
     # Whether this coordinator acts (the only one, or the leader within its renew deadline).
     leadership: Leadership = dataclasses.field(default_factory=Leadership)
+    # The queue in memory, and why each queued job waits (services/queue_view.py).
+    queue: QueueView = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.queue = QueueView(self.store, self.read)
 
     async def db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call on the store's threads, never on the event loop.
@@ -85,6 +92,16 @@ class Context:
         change = await self.db(self.store.schedule, job_id, placements, self.clock())
         self._announce(change)
         return change
+
+    async def schedule_many(
+        self, decisions: Sequence[tuple[str, Sequence[Placement]]]
+    ) -> list[PhaseChange | NotFound]:
+        """JobStore.schedule_many (a pass's decisions in one transaction), each announced."""
+        changes = await self.db(self.store.schedule_many, decisions, self.clock())
+        for change in changes:
+            if isinstance(change, PhaseChange):
+                self._announce(change)
+        return changes
 
     async def write_phases(
         self, write: Callable[P, list[R]], *args: P.args, **kwargs: P.kwargs
@@ -128,6 +145,8 @@ class Context:
         event = change.event
         if event is None:
             return
+        if Phase.QUEUED in (event.from_phase, event.to_phase):
+            self.queue.mark(event.job_id)
         self.bus.publish(event)
         if event.from_phase in HOLDS_RESOURCES and event.to_phase not in HOLDS_RESOURCES:
             self.bus.wake_scheduler()  # resources came back (and a requeued job waits)

@@ -105,6 +105,7 @@ class JobService:
         groups = by.groups if by is not None else ()
         new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups)
         job = await self._batcher.write(new)
+        self.ctx.queue.mark(job.id)
         self.ctx.bus.wake_scheduler()
         return job
 
@@ -154,13 +155,15 @@ class JobService:
         conversion)."""
         check_job_id(job_id)
         store = self.ctx.store
-        version, position = await self.ctx.read(store.job_version, job_id)
+        version, queued = await self.ctx.read(store.job_version, job_id)
+        position = await self.ctx.queue.position(job_id) if queued else 0
         cached = self._views.get(job_id, version, position)
         if cached is not None:
             job = cached
         else:
             job, version = await self.ctx.read(store.get_job_version, job_id)
             self._views.put(job_id, version, job)
+        job = self.ctx.queue.shown(job)
         return job if may_act_on(by, job.user, job.groups) else without_details(job)
 
     def listing(self, render: Callable[[Job], T], max_cached: int) -> JobListing[T]:
@@ -187,6 +190,7 @@ class JobService:
             await self._check_owner(job_id, by, "re-prioritise")
             check_may_use_priority(by, priority)
         job = await self.ctx.db(self.ctx.store.set_priority, job_id, priority, self.ctx.clock())
+        self.ctx.queue.mark(job_id)
         self.ctx.bus.wake_scheduler()
         return job
 

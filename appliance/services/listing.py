@@ -6,10 +6,10 @@ Renderings are cached under the summary's key (id, created, version): every writ
 what a summary shows bumps the job's version (JobStore), so a cached rendering is never stale,
 and listing a long history costs a key query instead of reading and rendering every summary.
 
-A queued job's queue position is the exception: it moves when other jobs enter, leave or
-overtake in the queue, without this job's version. So it is never part of a rendering: the
-positions of a page's queued jobs are read fresh on every call (one read of the queue, only
-when the page has queued jobs) and handed out beside the renderings.
+A queued job's queue position and pending reason are the exception: they move when other jobs
+enter, leave or overtake in the queue, without this job's version. So they are never part of
+a rendering: they are read on every call from the queue in memory (services/queue_view.py)
+and handed out beside the renderings.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ STREAM_PAGE = 20_000  # jobs read at a time by a stream that asked for no page s
 MAX_STREAM_PAGE = 50_000
 
 
-# One listed job: the door's rendering of its summary, and its fresh queue position (0 unless
-# the job is queued). A plain tuple: a stream of 100,000 jobs must cost no per-job object.
-Listed: TypeAlias = tuple[T, int]
+# One listed job: the door's rendering of its summary, its fresh queue position (0 unless the
+# job is queued) and why it waits as of the scheduler's last pass ("": as the rendering says).
+# A plain tuple: a stream of 100,000 jobs must cost no per-job object.
+Listed: TypeAlias = tuple[T, int, str]
 
 
 class JobListing(Generic[T]):
@@ -87,9 +88,13 @@ class JobListing(Generic[T]):
             found.append((key[0], *hit))
         queued = [job_id for job_id, _, is_queued in found if is_queued]
         if not queued:
-            return [(rendering, 0) for _, rendering, _ in found]
-        where = await self._ctx.read(store.queue_positions, queued)
-        return [(rendering, where.get(job_id, 0)) for job_id, rendering, _ in found]
+            return [(rendering, 0, "") for _, rendering, _ in found]
+        view = self._ctx.queue
+        where = await view.positions(queued)
+        return [
+            (rendering, where.get(job_id, 0), view.reason(job_id) or "" if is_queued else "")
+            for job_id, rendering, is_queued in found
+        ]
 
     def _put(self, key: JobKey, hit: tuple[T, bool]) -> None:
         self._cache[key] = hit

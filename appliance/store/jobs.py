@@ -216,22 +216,17 @@ class JobStore(
                     found.append(job_from_row(r, r.params_yaml, own, position))
         return found
 
-    def job_version(self, job_id: str) -> tuple[int, int]:
-        """(version, queue position) of a job: what a cached full view needs to be checked
-        against (the position moves with other jobs, without this job's version)."""
+    def job_version(self, job_id: str) -> tuple[int, bool]:
+        """(version, whether it is queued) of a job: what a cached full view needs to be checked
+        against (a queued job's position moves with other jobs, without this job's version)."""
         with self._sessions() as s:
             found = s.execute(
-                select(
-                    JobRow.version, JobRow.phase, JobRow.priority, JobRow.created_at, JobRow.queue
-                ).where(JobRow.id == job_id)
+                select(JobRow.version, JobRow.phase).where(JobRow.id == job_id)
             ).first()
             if found is None:
                 raise job_not_found(job_id)
-            version, phase, priority, created_at, queue = found
-            position = 0
-            if phase == Phase.QUEUED.value:
-                position = self._queue_position(s, priority, created_at, job_id, queue)
-            return int(version), position
+            version, phase = found
+            return int(version), phase == Phase.QUEUED.value
 
     def jobs_in(self, phases: Iterable[Phase]) -> list[Job]:
         with self._sessions() as s:
@@ -264,37 +259,50 @@ class JobStore(
 
     def schedule(self, job_id: str, placements: Sequence[Placement], now: float) -> PhaseChange:
         """QUEUED -> SCHEDULED with the job's placements and replica rows, all or nothing."""
-        systems = [p.node for p in placements if p.role is Role.CS2]
-        reason = "reserved " + ", ".join(systems) if systems else "reserved"
+        change = self.schedule_many([(job_id, placements)], now)[0]
+        if isinstance(change, NotFound):
+            raise change
+        return change
+
+    def schedule_many(
+        self, decisions: Sequence[tuple[str, Sequence[Placement]]], now: float
+    ) -> list[PhaseChange | NotFound]:
+        """`schedule` for each of the decisions of one scheduler pass, in one transaction (one
+        commit for the pass); each applies or not on its own, with its outcome in its place."""
+        outcomes: list[PhaseChange | NotFound] = []
         with self._sessions.begin() as s:
-            move = PhaseMove(job_id, Phase.SCHEDULED, reason, Phase.QUEUED)
-            extra = {"systems": ",".join(systems)}
-            change = _found(write_phases(s.connection(), [move], now, extra, fence=self.fence))
-            if not change.applied:
-                return change
-            s.add_all(
-                PlacementRow(job_id=job_id, replica=p.replica, node=p.node, amount=p.amount)
-                for p in placements
-            )
-            node_of = {p.replica: p.node for p in placements}
-            plan = plan_from_json(s.scalar(select(JobRow.plan).where(JobRow.id == job_id)))
-            s.add_all(
-                ReplicaRow(
-                    job_id=job_id,
-                    name=name,
-                    role=role.value,
-                    index=index,
-                    node=node_of.get(name, "mgmt"),
-                    phase=ReplicaPhase.PENDING.value,
-                    address="",
-                    pid=0,
-                    exit_code=None,
-                    message="",
-                    log_tail="",
+            conn = s.connection()
+            applied: list[tuple[str, Sequence[Placement]]] = []
+            for job_id, placements in decisions:
+                systems = [p.node for p in placements if p.role is Role.CS2]
+                reason = "reserved " + ", ".join(systems) if systems else "reserved"
+                move = PhaseMove(job_id, Phase.SCHEDULED, reason, Phase.QUEUED)
+                extra = {"systems": ",".join(systems)}
+                (change,) = write_phases(conn, [move], now, extra, fence=self.fence)
+                outcomes.append(change)
+                if isinstance(change, PhaseChange) and change.applied:
+                    applied.append((job_id, placements))
+            if not applied:
+                return outcomes
+            plans: dict[str, ReplicaPlan] = {}
+            for chunk in in_chunks([job_id for job_id, _ in applied]):
+                stmt = select(JobRow.id, JobRow.plan).where(JobRow.id.in_(chunk))
+                plans.update((i, plan_from_json(plan)) for i, plan in s.execute(stmt))
+            placement_rows: list[dict[str, object]] = []
+            replica_rows: list[dict[str, object]] = []
+            for job_id, placements in applied:
+                placement_rows += (
+                    {"job_id": job_id, "replica": p.replica, "node": p.node, "amount": p.amount}
+                    for p in placements
                 )
-                for name, role, index in plan.replica_names()
-            )
-            return change
+                node_of = {p.replica: p.node for p in placements}
+                replica_rows += (
+                    _pending_replica(job_id, name, role, index, node_of.get(name, "mgmt"))
+                    for name, role, index in plans[job_id].replica_names()
+                )
+            conn.execute(insert(PlacementRow), placement_rows)
+            conn.execute(insert(ReplicaRow), replica_rows)
+        return outcomes
 
     def set_condition(self, job_id: str, phase: Phase, text: str) -> bool:
         """Say why a job in `phase` is not moving on: written to its pending_reason, the field
@@ -397,6 +405,17 @@ class JobStore(
                 .order_by(JobEventRow.seq)
             )
             return [event_from_row(r) for r in rows]
+
+
+def _pending_replica(
+    job_id: str, name: str, role: Role, index: int, node: str
+) -> dict[str, object]:
+    """A replica's row as scheduling writes it: placed, not started."""
+    return {
+        "job_id": job_id, "name": name, "role": role.value, "index": index, "node": node,
+        "phase": ReplicaPhase.PENDING.value, "address": "", "pid": 0, "exit_code": None,
+        "message": "", "log_tail": "",
+    }  # fmt: skip
 
 
 def _found(changes: Sequence[PhaseChange | NotFound]) -> PhaseChange:

@@ -113,6 +113,27 @@ class QueueStore(StoreBase):
             if job_id in plans
         ]
 
+    def queue_entries(
+        self, job_ids: Iterable[str], known: Mapping[str, ReplicaPlan] | None = None
+    ) -> tuple[list[QueuedJob], list[str]]:
+        """The queue entries of those of the jobs that are QUEUED now, and the ids of the
+        others (gone from the queue, or never in it); plans in `known` are not read again."""
+        known = known or {}
+        entries: list[QueuedJob] = []
+        others = set(job_ids)
+        with self._sessions() as s:
+            for chunk in in_chunks(list(others)):
+                stmt = select(
+                    JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, JobRow.plan
+                ).where(JobRow.id.in_(chunk), QUEUED_SQL)
+                for job_id, priority, created, queue, plan in s.execute(stmt):
+                    decoded = known.get(job_id) or plan_from_json(plan)
+                    entries.append(
+                        QueuedJob(job_id, _PRIORITIES[priority], created, decoded, queue)
+                    )
+                    others.discard(job_id)
+        return entries, sorted(others)
+
     def set_pending_reasons(self, reasons: Mapping[str, str], now: float) -> int:
         """Write the reasons of queued jobs that changed; returns how many changed."""
         changed = []

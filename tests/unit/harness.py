@@ -12,6 +12,7 @@ from typing import Any
 
 from appliance.config import Settings
 from appliance.domain.inventory import default_pool
+from appliance.domain.job import Job
 from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import Priority, validate_spec
 from appliance.services.bus import JobBus
@@ -56,3 +57,17 @@ async def store_context(tmp_path: Path) -> AsyncIterator[Context]:
     finally:
         writer.shutdown(wait=True)
         engine.dispose()
+
+
+def shown(ctx: Context, job_id: str) -> Job:
+    """The job as the doors show it: a queued job with its position and its reason from the
+    scheduler's last pass (services/queue_view.py)."""
+    return ctx.queue.shown(ctx.store.get_job(job_id))
+
+
+def create(ctx: Context, jobs: Iterable[NewJob], now: float) -> None:
+    """Submit jobs straight to the store, marked in the queue view as the submit door does."""
+    jobs = list(jobs)
+    ctx.store.create_jobs(jobs, now)
+    for job in jobs:
+        ctx.queue.mark(job.job_id)

@@ -82,8 +82,8 @@ def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency
         )
         listed, token = await listing.page(query)
         found = [
-            out.model_copy(update={"queue_position": position}) if position else out
-            for out, position in listed
+            out.model_copy(update=_waiting(position, reason)) if position else out
+            for out, position, reason in listed
         ]
         return _json(JobListOut(jobs=found, next_page_token=token))
 
@@ -158,3 +158,12 @@ def _resume_seq(last_event_id: str | None) -> int:
     if not re.fullmatch(r"[0-9]{1,18}", last_event_id.strip()):
         raise InvalidSpec("Last-Event-ID must be a phase event's seq", field="Last-Event-ID")
     return int(last_event_id)
+
+
+def _waiting(position: int, reason: str) -> dict[str, object]:
+    """A listed queued job's fresh queue position, and its reason when the scheduler gave one."""
+    return (
+        {"queue_position": position, "pending_reason": reason}
+        if reason
+        else {"queue_position": position}
+    )

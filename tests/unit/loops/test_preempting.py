@@ -19,7 +19,7 @@ from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
 from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
-from tests.unit.harness import NOW, Clock, new_jobs
+from tests.unit.harness import NOW, Clock, create, new_jobs, shown
 from tests.unit.loops.test_reconciling import RecordingBackend
 
 VICTIM = "wsjob-victim0000000"
@@ -29,7 +29,7 @@ URGENT = "wsjob-urgent0000000"
 def _with_model_dir(ctx: Context, ids: list[str], priority: Priority, num_csx: int) -> None:
     jobs = new_jobs(ids, priority, num_csx)
     spec = dataclasses.replace(jobs[0].spec, model_dir="/models/x", num_steps=100)
-    ctx.store.create_jobs([dataclasses.replace(j, spec=spec) for j in jobs], NOW)
+    create(ctx, [dataclasses.replace(j, spec=spec) for j in jobs], NOW)
 
 
 async def _run_all(ctx: Context, reconciler: Reconciler) -> None:
@@ -56,7 +56,7 @@ async def preempting(ctx: Context, backend: RecordingBackend) -> Reconciler:
     await _run_all(ctx, reconciler)
     progress = Progress(step=70, num_steps=100, checkpoint_step=50)
     await ReplicaService(ctx).report_progress(VICTIM, 1, progress)
-    ctx.store.create_jobs(new_jobs([URGENT], Priority.P1, 2), NOW + 1)
+    create(ctx, new_jobs([URGENT], Priority.P1, 2), NOW + 1)
     return reconciler
 
 
@@ -65,7 +65,7 @@ async def test_the_victim_checkpoints_now_and_is_requeued_then_the_head_runs(
 ) -> None:
     scheduler, service = SchedulerLoop(ctx), ReplicaService(ctx)
     assert await scheduler.run_once() == 0
-    assert ctx.store.get_job(URGENT).pending_reason == (
+    assert shown(ctx, URGENT).pending_reason == (
         f"waiting to preempt {VICTIM} (P3): they checkpoint and stop"
     )
     asked = await service.directive(VICTIM, 1)
@@ -104,7 +104,7 @@ async def test_without_the_checkpoint_in_time_the_newest_one_is_used(
     clock.now += 2
     await preempting.sweep(timed=False)
     await preempting.drain(10)
-    assert ctx.store.get_job(VICTIM).pending_reason == (
+    assert shown(ctx, VICTIM).pending_reason == (
         f"preempted by {URGENT} (P1); no checkpoint within 30 s: resumes from step 50; "
         "requeued at position 2"
     )
@@ -140,9 +140,10 @@ async def test_policy_never_and_equal_priority_preempt_nothing(
     await SchedulerLoop(never).run_once()
     assert not ctx.store.requeue_requests()
     ctx.store.set_priority(URGENT, Priority.P3, NOW)
+    ctx.queue.mark(URGENT)  # as the priority door does
     await SchedulerLoop(ctx).run_once()
     assert not ctx.store.requeue_requests()
-    assert "waiting to preempt" not in ctx.store.get_job(URGENT).pending_reason
+    assert "waiting to preempt" not in shown(ctx, URGENT).pending_reason
 
 
 async def test_a_job_that_finished_as_it_was_asked_to_stop_succeeds(
@@ -165,11 +166,9 @@ async def test_a_stop_of_a_job_not_yet_running_needs_no_checkpoint_and_is_not_re
 ) -> None:
     _with_model_dir(ctx, [VICTIM], Priority.P3, 4)
     assert await SchedulerLoop(ctx).run_once() == 1  # SCHEDULED, not launched yet
-    ctx.store.create_jobs(new_jobs([URGENT], Priority.P1, 2), NOW + 1)
+    create(ctx, new_jobs([URGENT], Priority.P1, 2), NOW + 1)
     await SchedulerLoop(ctx).run_once()
-    assert ctx.store.get_job(URGENT).pending_reason == (
-        f"waiting to preempt {VICTIM} (P3): they stop"
-    )
+    assert shown(ctx, URGENT).pending_reason == (f"waiting to preempt {VICTIM} (P3): they stop")
     reconciler = Reconciler(ctx, backend, ReplicaService(ctx))
     await reconciler.sweep(timed=False)
     await reconciler.drain(10)
@@ -183,11 +182,11 @@ async def test_victims_are_chosen_only_on_a_pass_that_admitted_nothing(
     """On the pass that admits A the pool it read is stale; on the next, the head H (3
     systems) would not fit even with both P3 jobs stopped, as A holds 2: nothing is
     preempted."""
-    ctx.store.create_jobs(new_jobs(["wsjob-v0000000000000", "wsjob-w0000000000000"],
+    create(ctx, new_jobs(["wsjob-v0000000000000", "wsjob-w0000000000000"],
                                    Priority.P3, 1), NOW)  # fmt: skip
     assert await SchedulerLoop(ctx).run_once() == 2
-    ctx.store.create_jobs(new_jobs(["wsjob-a0000000000000"], Priority.P1, 2), NOW + 1)
-    ctx.store.create_jobs(new_jobs(["wsjob-h0000000000000"], Priority.P1, 3), NOW + 2)
+    create(ctx, new_jobs(["wsjob-a0000000000000"], Priority.P1, 2), NOW + 1)
+    create(ctx, new_jobs(["wsjob-h0000000000000"], Priority.P1, 3), NOW + 2)
     scheduler = SchedulerLoop(ctx)
     assert await scheduler.run_once() == 1
     assert await scheduler.run_once() == 0
@@ -240,7 +239,7 @@ async def test_a_replica_dying_before_the_checkpoint_requeues_at_once(
     await preempting.on_replica_event(killed)
     await preempting.sweep(timed=False)  # no need to wait out the grace period
     await preempting.drain(10)
-    assert ctx.store.get_job(VICTIM).pending_reason == (
+    assert shown(ctx, VICTIM).pending_reason == (
         f"preempted by {URGENT} (P1); cs2-0 exited (137) before the checkpoint; resumes from "
         "step 50; requeued at position 2"
     )
@@ -269,11 +268,11 @@ async def test_the_head_says_which_jobs_it_may_not_preempt(
 ) -> None:
     jobs = new_jobs([VICTIM], Priority.P3, 4)
     spec = dataclasses.replace(jobs[0].spec, preemptible=False)
-    ctx.store.create_jobs([dataclasses.replace(jobs[0], spec=spec)], NOW)
+    create(ctx, [dataclasses.replace(jobs[0], spec=spec)], NOW)
     assert await SchedulerLoop(ctx).run_once() == 1
-    ctx.store.create_jobs(new_jobs([URGENT], Priority.P1, 2), NOW + 1)
+    create(ctx, new_jobs([URGENT], Priority.P1, 2), NOW + 1)
     await SchedulerLoop(ctx).run_once()
     assert not ctx.store.requeue_requests()
-    assert ctx.store.get_job(URGENT).pending_reason == (
+    assert shown(ctx, URGENT).pending_reason == (
         f"needs 2 systems, 0 free; not preempting {VICTIM} (never preempted)"
     )

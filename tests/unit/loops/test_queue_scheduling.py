@@ -17,7 +17,7 @@ from appliance.domain.spec import Priority
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
 from appliance.services.queues import QueueService
-from tests.unit.harness import NOW, Clock, new_jobs, store_context
+from tests.unit.harness import NOW, Clock, create, new_jobs, shown, store_context
 
 MINUTES = 60.0
 
@@ -48,7 +48,7 @@ def _submit(
     spec = dataclasses.replace(
         job.spec, queue=queue, depends_on=depends_on, model_dir=model_dir, num_steps=100
     )
-    ctx.store.create_jobs([dataclasses.replace(job, spec=spec)], at)
+    create(ctx, [dataclasses.replace(job, spec=spec)], at)
 
 
 def _run(ctx: Context, job_id: str) -> None:
@@ -126,7 +126,7 @@ async def test_a_queue_below_its_quota_reclaims_what_another_borrows(ctx: Contex
     assert request.checkpoint_by > 0  # it has a model dir: checkpoint first
     # A reclaim does not go by priority (both are P2): it is not withdrawn as moot.
     assert ctx.store.withdraw_moot_preemptions(ctx.clock()) == []
-    assert ctx.store.get_job("wsjob-vision00000000").pending_reason == (
+    assert shown(ctx, "wsjob-vision00000000").pending_reason == (
         "waiting to reclaim 2 systems lent to queue nlp (wsjob-nlpsecond000000)"
     )
     assert ctx.store.events("wsjob-nlpsecond000000")[-1].reason.startswith(
@@ -134,10 +134,12 @@ async def test_a_queue_below_its_quota_reclaims_what_another_borrows(ctx: Contex
     )
     # The victim checkpoints and is requeued (the reconciler's part): then vision runs.
     assert ctx.store.record_checkpoint_now("wsjob-nlpsecond000000", 1, 40, ctx.clock())[0]
-    assert ctx.store.requeue_now("wsjob-nlpsecond000000", 1, "preempted", ctx.clock())
+    assert await ctx.write_phases(
+        ctx.store.requeue_now, "wsjob-nlpsecond000000", 1, "preempted", ctx.clock()
+    )
     assert await scheduler.run_once() == 1
     assert _scheduled(ctx) == ["wsjob-vision00000000"]
-    requeued = ctx.store.get_job("wsjob-nlpsecond000000")
+    requeued = shown(ctx, "wsjob-nlpsecond000000")
     assert (
         requeued.pending_reason == "queue nlp uses 2 of its 2 systems; cohort has 0 idle to lend"
     )
@@ -160,10 +162,8 @@ async def test_a_chain_waits_and_a_broken_link_cancels_the_rest_in_one_pass(
     scheduler = SchedulerLoop(ctx)
     assert await scheduler.run_once() == 1  # only compile: the others wait
     assert await scheduler.run_once() == 0  # (reasons are as of the start of a pass)
-    assert (
-        ctx.store.get_job(train).pending_reason == f"waiting for {compile_} (SCHEDULED) to succeed"
-    )
-    assert ctx.store.get_job(evaluate).pending_reason == f"waiting for {train} (QUEUED) to succeed"
+    assert shown(ctx, train).pending_reason == f"waiting for {compile_} (SCHEDULED) to succeed"
+    assert shown(ctx, evaluate).pending_reason == f"waiting for {train} (QUEUED) to succeed"
     assert ctx.store.set_phase(compile_, Phase.FAILED, "model error", ctx.clock()).applied
 
     await scheduler.run_once()
@@ -183,7 +183,7 @@ async def test_afterany_and_afternotok(ctx: Context) -> None:
     _submit(ctx, alert, "default", 1, at=NOW + 2,
             depends_on=(Dependency(first, Condition.AFTERNOTOK),))  # fmt: skip
     assert ctx.store.set_phase(first, Phase.SUCCEEDED, "done", ctx.clock()).applied is False
-    assert ctx.store.set_phase(first, Phase.CANCELLED, "stop", ctx.clock()).applied
+    assert (await ctx.set_phase(first, Phase.CANCELLED, "stop")).applied
     scheduler = SchedulerLoop(ctx)
     assert await scheduler.run_once() == 2
     assert _scheduled(ctx) == sorted([cleanup, alert])
@@ -194,15 +194,15 @@ async def test_a_job_cancelled_for_its_dependency_preempts_nobody(ctx: Context) 
     pass never becomes a head (that would preempt the running P3 job for nothing)."""
     low, gone, urgent = "wsjob-low0000000000", "wsjob-gone000000000", "wsjob-urgent0000000"
     [job] = new_jobs([low], Priority.P3, 4)
-    ctx.store.create_jobs([job], NOW)
+    create(ctx, [job], NOW)
     scheduler = SchedulerLoop(ctx)
     assert await scheduler.run_once() == 1
     _run(ctx, low)
     _submit(ctx, gone, "default", 1, at=NOW + 1)
-    assert ctx.store.set_phase(gone, Phase.CANCELLED, "no", ctx.clock()).applied
+    assert (await ctx.set_phase(gone, Phase.CANCELLED, "no")).applied
     [dependent] = new_jobs([urgent], Priority.P1, 4)
     spec = dataclasses.replace(dependent.spec, depends_on=(Dependency(gone),))
-    ctx.store.create_jobs([dataclasses.replace(dependent, spec=spec)], NOW + 2)
+    create(ctx, [dataclasses.replace(dependent, spec=spec)], NOW + 2)
 
     await scheduler.run_once()
     assert ctx.store.get_job(urgent).phase is Phase.CANCELLED
@@ -217,12 +217,12 @@ async def test_priority_preemption_within_a_queue_heeds_its_quota(ctx: Context) 
     ctx.store.put_queue("vision", lambda _current: vision, lambda _queues: None)
     scheduler = SchedulerLoop(ctx)
     [low] = new_jobs(["wsjob-nlplow000000000"], Priority.P3, 2)
-    ctx.store.create_jobs([dataclasses.replace(low, spec=dataclasses.replace(
+    create(ctx, [dataclasses.replace(low, spec=dataclasses.replace(
         low.spec, queue="nlp"))], NOW)  # fmt: skip
     assert await scheduler.run_once() == 1
     _run(ctx, "wsjob-nlplow000000000")
     [high] = new_jobs(["wsjob-nlphigh00000000"], Priority.P1, 2)
-    ctx.store.create_jobs([dataclasses.replace(high, spec=dataclasses.replace(
+    create(ctx, [dataclasses.replace(high, spec=dataclasses.replace(
         high.spec, queue="nlp"))], NOW + 1)  # fmt: skip
 
     assert await scheduler.run_once() == 0
@@ -230,6 +230,6 @@ async def test_priority_preemption_within_a_queue_heeds_its_quota(ctx: Context) 
     assert (request.job_id, request.preempted_by) == (
         "wsjob-nlplow000000000", "wsjob-nlphigh00000000",
     )  # fmt: skip
-    assert ctx.store.get_job("wsjob-nlphigh00000000").pending_reason.startswith(
+    assert shown(ctx, "wsjob-nlphigh00000000").pending_reason.startswith(
         "waiting to preempt wsjob-nlplow000000000 (P3)"
     )

@@ -23,7 +23,7 @@ from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
 from appliance.services.leadership import Leadership
 from appliance.services.replicas import ReplicaService
-from tests.unit.harness import NOW, Clock, new_jobs
+from tests.unit.harness import NOW, Clock, create, new_jobs
 
 JOB = "wsjob-reconcile00000"
 
@@ -82,7 +82,7 @@ def backend() -> RecordingBackend:
 @pytest.fixture
 async def reconciler(ctx: Context, backend: RecordingBackend) -> Reconciler:
     """A reconciler with one job, JOB (one CS-2 system), already SCHEDULED."""
-    ctx.store.create_jobs(new_jobs([JOB], lease_seconds=30.0), NOW)
+    create(ctx, new_jobs([JOB], lease_seconds=30.0), NOW)
     assert await SchedulerLoop(ctx).run_once() == 1
     return Reconciler(ctx, backend, ReplicaService(ctx))
 
@@ -180,7 +180,7 @@ async def test_timed_sweeps_cancel_expired_leases_and_fail_stuck_starts(
         f"replicas not ready after {ctx.settings.init_timeout_seconds:.0f} s: "
     )
 
-    ctx.store.create_jobs(new_jobs(["wsjob-reconcile00001"], lease_seconds=30.0), clock.now)
+    create(ctx, new_jobs(["wsjob-reconcile00001"], lease_seconds=30.0), clock.now)
     clock.now += 31
     await reconciler.sweep(timed=True)
     leased = ctx.store.get_job("wsjob-reconcile00001")
@@ -199,7 +199,7 @@ async def test_on_kubernetes_pods_may_wait_the_pending_timeout_before_the_init_t
         update={"backend": "kubernetes", "kube_pending_timeout_seconds": 300.0}
     )
     kube = dataclasses.replace(ctx, settings=settings)
-    ctx.store.create_jobs(new_jobs([JOB]), NOW)
+    create(ctx, new_jobs([JOB]), NOW)
     assert await SchedulerLoop(kube).run_once() == 1
     reconciler = Reconciler(kube, backend, ReplicaService(kube))
     await reconciler.sweep(timed=False)  # INITIALIZING, its pods pending
@@ -257,7 +257,7 @@ async def restarting(ctx: Context, backend: RecordingBackend) -> Reconciler:
     """JOB (allowed one restart) SCHEDULED, on a reconciler that requeues without a pause."""
     spec = dataclasses.replace(new_jobs([JOB])[0].spec, max_restarts=1)
     [job] = new_jobs([JOB], lease_seconds=30.0)
-    ctx.store.create_jobs([dataclasses.replace(job, spec=spec)], NOW)
+    create(ctx, [dataclasses.replace(job, spec=spec)], NOW)
     assert await SchedulerLoop(ctx).run_once() == 1
     quick = dataclasses.replace(
         ctx, settings=ctx.settings.model_copy(update={"restart_backoff_seconds": 0.0})

@@ -9,7 +9,7 @@ import pytest
 from appliance.domain.phases import Phase
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
-from tests.unit.harness import NOW, new_jobs
+from tests.unit.harness import NOW, create, new_jobs, shown
 
 # Three jobs of three systems each, on a pool of four: one runs, two wait.
 IDS = [f"wsjob-schedloop0000{i}" for i in range(3)]
@@ -17,7 +17,7 @@ IDS = [f"wsjob-schedloop0000{i}" for i in range(3)]
 
 @pytest.fixture
 def loop(ctx: Context) -> SchedulerLoop:
-    ctx.store.create_jobs(new_jobs(IDS, num_csx=3), NOW)
+    create(ctx, new_jobs(IDS, num_csx=3), NOW)
     return SchedulerLoop(ctx)
 
 
@@ -28,7 +28,7 @@ async def test_a_pass_schedules_what_fits_and_says_why_the_rest_waits(
         assert await loop.run_once() == 1
         assert events.get_nowait().to_phase is Phase.SCHEDULED  # announced
     assert ctx.bus.reconcile_wanted.is_set()  # the reconciler launches it
-    first, *waiting = (ctx.store.get_job(job_id) for job_id in IDS)
+    first, *waiting = (shown(ctx, job_id) for job_id in IDS)
     assert first.phase is Phase.SCHEDULED and len(first.systems) == 3
     assert [job.phase for job in waiting] == [Phase.QUEUED, Phase.QUEUED]
     assert waiting[0].pending_reason == "needs 3 systems, 1 free"

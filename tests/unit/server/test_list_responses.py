@@ -25,23 +25,28 @@ def _jobs(out: list[cluster_pb2.ListJobsResponse]) -> list[cluster_pb2.Job]:
     return [job for response in out for job in response.jobs]
 
 
-def test_a_position_appended_to_cached_bytes_reads_as_the_job_with_that_position() -> None:
+def test_a_position_and_reason_appended_to_cached_bytes_read_as_the_job_with_them() -> None:
     jobs = [_job("wsjob-a"), _job("wsjob-b"), _job("wsjob-c", Phase.RUNNING)]
-    listed = [(serialized(job), position) for job, position in zip(jobs, [2, 300, 0], strict=True)]
+    positions, reasons = (
+        [2, 300, 0],
+        ["needs 4 systems, 0 free; behind wsjob-x (P1, 4 systems)", "", ""],
+    )
+    listed = [(serialized(j), p, r) for j, p, r in zip(jobs, positions, reasons, strict=True)]
     [response] = responses(listed)
-    for job, position, got in zip(jobs, [2, 300, 0], response.jobs, strict=True):
+    for job, position, reason, got in zip(jobs, positions, reasons, response.jobs, strict=True):
         expected = convert.job_to_pb(job)
         expected.queue_position = position
+        expected.pending_reason = reason or job.pending_reason
         assert got == expected
 
 
 def test_responses_are_split_under_the_size_limit_in_order() -> None:
-    listed = [(serialized(_job(f"wsjob-{i:03}")), i) for i in range(50)]
+    listed = [(serialized(_job(f"wsjob-{i:03}")), i, "") for i in range(50)]
     one = len(listed[0][0])
     out = responses(listed, max_bytes=10 * one)
     assert len(out) > 1
     assert all(r.ByteSize() <= 10 * one + 10 * 16 for r in out)
     assert [j.id for j in _jobs(out)] == [f"wsjob-{i:03}" for i in range(50)]
     assert [j.queue_position for j in _jobs(out)] == list(range(50))
-    big = [(serialized(_job("wsjob-big")), 0)]
+    big = [(serialized(_job("wsjob-big")), 0, "")]
     assert len(responses(big, max_bytes=1)) == 1  # a single job larger than the limit

@@ -13,7 +13,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.spec import Priority
 from appliance.services.context import Context
 from appliance.services.listing import MAX_STREAM_PAGE, JobListing
-from tests.unit.harness import NOW, new_jobs
+from tests.unit.harness import NOW, create, new_jobs
 
 # Created in one batch: the same created_at, so newest first means the highest id first.
 IDS = [f"wsjob-listing00000{i}" for i in range(5)]
@@ -34,7 +34,7 @@ class Renders:
 
 @pytest.fixture
 def render(ctx: Context) -> Renders:
-    ctx.store.create_jobs(new_jobs(IDS), NOW)
+    create(ctx, new_jobs(IDS), NOW)
     return Renders()
 
 
@@ -47,7 +47,7 @@ async def test_renderings_are_cached_while_positions_are_read_fresh(
     assert [r[0][0] for r in first] == NEWEST_FIRST
     assert [r[1] for r in first] == [5, 4, 3, 2, 1]  # queue order: then by id
 
-    ctx.store.set_phase(IDS[0], Phase.CANCELLED, "cancelled", NOW + 1)
+    await ctx.set_phase(IDS[0], Phase.CANCELLED, "cancelled")
     second, _ = await listing.page(JobQuery(include_terminal=True))
     # Every job behind the cancelled one moved up, though none of their versions changed.
     assert [r[1] for r in second] == [4, 3, 2, 1, 0]
@@ -55,6 +55,7 @@ async def test_renderings_are_cached_while_positions_are_read_fresh(
     assert render.rendered == [*NEWEST_FIRST, IDS[0]]  # only the cancelled job rendered again
 
     ctx.store.set_priority(IDS[4], Priority.P0, NOW + 1)  # the newest jumps the queue
+    ctx.queue.mark(IDS[4])  # as the priority door does
     third, _ = await listing.page(JobQuery(include_terminal=True))
     assert [r[1] for r in third] == [1, 4, 3, 2, 0]
     assert render.rendered == [*NEWEST_FIRST, IDS[0], IDS[4]]

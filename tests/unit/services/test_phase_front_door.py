@@ -14,14 +14,14 @@ from appliance.domain.phases import Phase
 from appliance.scheduler.admission import admit
 from appliance.services.context import Context
 from appliance.store.jobs import PhaseMove
-from tests.unit.harness import NOW, new_jobs
+from tests.unit.harness import NOW, create, new_jobs
 
 IDS = [f"wsjob-frontdoor0000{i}" for i in range(3)]
 
 
 @pytest.fixture(autouse=True)
 def _three_queued_jobs(ctx: Context) -> None:
-    ctx.store.create_jobs(new_jobs(IDS), NOW)
+    create(ctx, new_jobs(IDS), NOW)
 
 
 async def test_schedule_set_phase_and_batches_are_all_announced(ctx: Context) -> None:

@@ -13,7 +13,7 @@ from appliance.domain.phases import Phase
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
 from appliance.services.replicas import Directive, ReplicaService
-from tests.unit.harness import NOW, new_jobs
+from tests.unit.harness import NOW, create, new_jobs
 
 JOB = "wsjob-replicas000000"
 
@@ -21,7 +21,7 @@ JOB = "wsjob-replicas000000"
 @pytest.fixture
 async def replicas(ctx: Context) -> ReplicaService:
     """JOB, scheduled and launched: INITIALIZING, no replica registered yet."""
-    ctx.store.create_jobs(new_jobs([JOB]), NOW)
+    create(ctx, new_jobs([JOB]), NOW)
     await SchedulerLoop(ctx).run_once()
     await ctx.set_phase(JOB, Phase.INITIALIZING, "started", expected=Phase.SCHEDULED)
     return ReplicaService(ctx)

@@ -23,7 +23,7 @@ from appliance.services.context import Context
 from appliance.services.replicas import ReplicaService
 from appliance.workers import control
 from appliance.workers.control import ControlPlane
-from tests.unit.harness import NOW, new_jobs
+from tests.unit.harness import NOW, create, new_jobs
 
 JOB = "wsjob-awaitpeers0000"
 WINDOW = 0.1  # seconds; the worker's window, made short (the server honours what it is asked)
@@ -57,7 +57,7 @@ async def served(
     """JOB initializing (no replica registered), the servicer on a port, a chief's view of it."""
     monkeypatch.setattr(control, "AWAIT_PEERS_WINDOW", WINDOW)
     monkeypatch.setenv(ATTEMPT_ENV, "1")  # what the backend tells a replica of attempt 1
-    ctx.store.create_jobs(new_jobs([JOB], num_csx=2), NOW)
+    create(ctx, new_jobs([JOB], num_csx=2), NOW)
     await SchedulerLoop(ctx).run_once()
     await ctx.set_phase(JOB, Phase.INITIALIZING, "started", expected=Phase.SCHEDULED)
     servicer = CountingServicer(ReplicaService(ctx))
