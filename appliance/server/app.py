@@ -126,7 +126,8 @@ class Coordinator:
         replicas = ReplicaService(self.ctx)
 
         # The replicas' coordinator address is completed once the gRPC port is known.
-        self.backend = await make_backend(s)  # StartupError when it cannot be configured
+        # StartupError when it cannot be configured; simulated replicas call `replicas`.
+        self.backend = await make_backend(s, replicas)
         logs = LogService(self.ctx, self.backend)
         self.auth = Authenticator.from_file(s.auth_tokens_file)
         # Replicas present their job's token to us with authentication on, and its data-plane
@@ -318,8 +319,16 @@ class Coordinator:
             self._store_claim.close()
 
 
-async def make_backend(s: Settings) -> Backend:
-    """Local processes, or pods through the Kubernetes API (imported only when chosen)."""
+async def make_backend(s: Settings, replicas: ReplicaService) -> Backend:
+    """Local processes, pods through the Kubernetes API, or simulated replicas calling
+    `replicas` in process (the last two imported only when chosen)."""
+    if s.backend == "sim":
+        from appliance.backends.sim import FailurePlan, SimBackend
+
+        failures = FailurePlan(s.sim_failure_rate, s.sim_failures, s.sim_seed)
+        return SimBackend(
+            replicas, step_seconds=s.sim_step_seconds, failures=failures, clock=replicas.ctx.clock
+        )
     if s.backend == "kubernetes":
         from appliance.backends.kubernetes import (
             ROLE_REQUESTS,
