@@ -29,9 +29,18 @@ CHIEF = f"{Role.CHIEF}-0"
 
 
 class Reconciler:
-    def __init__(self, ctx: Context, backend: Backend, replicas: ReplicaService) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        backend: Backend,
+        replicas: ReplicaService,
+        sweep_interval: float = SWEEP_INTERVAL,
+    ) -> None:
+        """`sweep_interval`: seconds between the timed checks of leases, timeouts and nodes
+        (a simulation on a virtual clock makes them rarer)."""
         self.ctx = ctx
         self.backend = backend
+        self.sweep_interval = sweep_interval
         self.replicas = replicas
         self.nodes = NodeService(ctx)
         # Jobs whose replicas this coordinator started or adopted and has not torn down.
@@ -105,11 +114,11 @@ class Reconciler:
         last_timed = loop.time()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wanted.wait(), SWEEP_INTERVAL)
+                await asyncio.wait_for(wanted.wait(), self.sweep_interval)
             wanted.clear()
             # Leases and timeouts are checked once a second, not on every wake-up: a burst of
             # phase changes (bulk cancel) must not scan every active job each time.
-            timed = loop.time() - last_timed >= SWEEP_INTERVAL
+            timed = loop.time() - last_timed >= self.sweep_interval
             if timed:
                 last_timed = loop.time()
             try:
