@@ -19,6 +19,7 @@ from pydantic_settings import SettingsError
 from appliance.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, Settings
 from appliance.domain.errors import ApplianceError
 from appliance.server.app import Coordinator, StartupError
+from appliance.simulation.command import simulate
 
 EXAMPLE_PARAMS = Path(__file__).parent / "examples" / "params_fc_mnist.yaml"
 
@@ -283,3 +284,6 @@ def _describe(event: object) -> str:
     before = event.from_phase.value if event.from_phase else "-"
     after = event.to_phase.value if event.to_phase else "-"
     return f"{before} -> {after}: {event.reason}"
+
+
+main.add_command(simulate)

@@ -1,0 +1,212 @@
+"""`appliance simulate`: the real scheduler, reconciler and store (a temporary SQLite file) with
+the simulated backend, on a virtual clock, over a workload, as fast as the CPU allows.
+
+Time is the event loop's (looptime): when nothing is ready to run, the clock jumps to the next
+timer instead of waiting for it, so an hour of jobs takes what their control-plane work takes.
+Nothing may wait on a thread meanwhile (the clock would run on while it waits): the store's
+calls run inline on the loop (InlineExecutor), and jobs are submitted to the store directly,
+as the submit door would persist them, not through it (its model-dir placement is a thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import looptime
+
+from appliance.backends.sim import SimBackend
+from appliance.config import Settings
+from appliance.domain.ids import new_job_id
+from appliance.domain.inventory import NodeKind
+from appliance.domain.job import Job
+from appliance.domain.phases import TERMINAL
+from appliance.domain.plan import plan_replicas
+from appliance.domain.spec import SIM_STEP_SECONDS_LABEL, validate_spec
+from appliance.loops.reconciling import Reconciler
+from appliance.loops.scheduling import SchedulerLoop
+from appliance.services.bus import JobBus
+from appliance.services.context import Context
+from appliance.services.queues import apply_queues_file
+from appliance.services.replicas import ReplicaService
+from appliance.simulation.workload import SimJob
+from appliance.store.engine import make_engine, migrate
+from appliance.store.jobs import JobStore, NewJob
+
+EPOCH = 1_700_000_000.0  # what the virtual clock reads at the start (stored times are real)
+PARAMS = "model: {name: fc_mnist, hidden_sizes: [64]}\nrunconfig: {checkpoint_steps: %d}\n"
+STEP_SECONDS = 60.0  # a simulated step; a job's duration sets its number of steps
+# The periodic passes and sweeps (both also run on every change that concerns them): leases,
+# timeouts and node states are checked this often on the virtual clock.
+PASS_SECONDS = 300.0
+SWEEP_SECONDS = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    at: float  # seconds since the start
+    queued: int
+    systems_in_use: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """Where the simulation ended: every job as the store has it, and the samples taken."""
+
+    jobs: list[tuple[SimJob, Job]]
+    samples: list[Sample]
+    systems: int
+    memoryx: int = 0
+    swarmx: int = 0
+
+
+class InlineExecutor(concurrent.futures.Executor):
+    """Runs each call at once on the caller's thread (the virtual clock's loop)."""
+
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to the awaiting caller, as a thread would
+            future.set_exception(exc)
+        return future
+
+
+def simulate(workload: Sequence[SimJob], settings: Settings, sample_every: float) -> Outcome:
+    """Run the workload to its end on a virtual clock; return every job and the samples."""
+    loop = looptime.new_event_loop(start=0.0)
+    try:
+        return loop.run_until_complete(_simulate(list(workload), settings, sample_every))
+    finally:
+        loop.close()
+
+
+async def _simulate(workload: list[SimJob], settings: Settings, sample_every: float) -> Outcome:
+    loop = asyncio.get_running_loop()
+    # Progress writes one every ~20% of the workload's typical job, at most 10 minutes apart;
+    # the chief hears a preemption's checkpoint request at its next one, so the grace covers two.
+    report = min(600.0, max(1.0, _median([j.duration for j in workload]) / 5))
+    with tempfile.TemporaryDirectory(prefix="appliance-simulate-") as work:
+        settings = settings.model_copy(
+            update={
+                "data_dir": Path(work),
+                "scheduler_interval": PASS_SECONDS,
+                "preemption_grace_seconds": max(settings.preemption_grace_seconds, 2 * report),
+            }
+        )
+        engine = make_engine(f"sqlite:///{Path(work) / 'appliance.db'}")
+        try:
+            migrate(engine)
+            store = JobStore(engine)
+            pool = settings.pool()
+            store.sync_pool(pool)
+            if settings.queues_file is not None:
+                apply_queues_file(store, settings.queues_file, pool)
+            ctx = Context(
+                settings, store, JobBus(), InlineExecutor(),  # type: ignore[arg-type]
+                clock=lambda: EPOCH + loop.time(),
+            )  # fmt: skip
+            replicas = ReplicaService(ctx)
+            backend = SimBackend(
+                replicas, step_seconds=STEP_SECONDS, clock=ctx.clock, report_interval=report
+            )
+            reconciler = Reconciler(ctx, backend, replicas, sweep_interval=SWEEP_SECONDS)
+            tasks = [
+                loop.create_task(SchedulerLoop(ctx).run()),
+                loop.create_task(reconciler.run_events()),
+                loop.create_task(reconciler.run_sweeps()),
+            ]
+            samples: list[Sample] = []
+            try:
+                ids = await _submit_and_sample(ctx, workload, sample_every, samples)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await backend.close()
+            jobs = [
+                (sim, store.get_job(job_id)) for sim, job_id in zip(workload, ids, strict=True)
+            ]
+            count = {kind: sum(1 for n in pool if n.kind is kind) for kind in NodeKind}
+            return Outcome(
+                jobs,
+                samples,
+                count[NodeKind.SYSTEM],
+                count[NodeKind.MEMORYX],
+                count[NodeKind.SWARMX],
+            )
+        finally:
+            engine.dispose()
+
+
+async def _submit_and_sample(
+    ctx: Context, workload: list[SimJob], every: float, samples: list[Sample]
+) -> list[str]:
+    """Submit each job at its time; sample the queue and the systems in use every `every`
+    seconds; return once every job has ended."""
+    loop = asyncio.get_running_loop()
+    pool = ctx.settings.pool()
+    ids = [new_job_id() for _ in workload]
+    order = sorted(range(len(workload)), key=lambda i: workload[i].submit_at)
+    submitted = 0
+    next_sample = 0.0
+    while True:
+        now = loop.time()
+        batch = []
+        while submitted < len(order) and workload[order[submitted]].submit_at <= now:
+            index = order[submitted]
+            batch.append(_new_job(ids[index], workload[index], pool))
+            submitted += 1
+        if batch:
+            ctx.store.create_jobs(batch, ctx.clock())
+            for new in batch:
+                ctx.queue.mark(new.job_id)
+            ctx.bus.wake_scheduler()
+        if now >= next_sample:
+            await ctx.queue.current()
+            usage = ctx.store.pool_usage()
+            used = sum(u.used for u in usage if u.node.kind is NodeKind.SYSTEM)
+            samples.append(Sample(now, len(ctx.queue), used))
+            next_sample = now + every
+            if submitted == len(order) and _all_ended(ctx):
+                return ids
+        wake = next_sample
+        if submitted < len(order):
+            wake = min(wake, workload[order[submitted]].submit_at)
+        # A millisecond at least: the virtual clock moves in steps of a microsecond, so a
+        # shorter sleep would not move it.
+        await asyncio.sleep(max(1e-3, wake - loop.time()))
+
+
+def _all_ended(ctx: Context) -> bool:
+    counts = ctx.store.count_by_phase()
+    return not any(count for phase, count in counts.items() if phase not in TERMINAL)
+
+
+def _new_job(job_id: str, job: SimJob, pool: list[Any]) -> NewJob:
+    """The job as a submit would persist it: its duration as steps of the simulated backend."""
+    steps = max(1, math.ceil(job.duration / STEP_SECONDS))
+    step = job.duration / steps
+    label = f"{step:.6f}".rstrip("0").rstrip(".") or "0"
+    spec = validate_spec(
+        params_yaml=PARAMS % max(1, steps // 10),
+        num_csx=job.num_csx,
+        num_steps=steps,
+        priority=job.priority,
+        queue=job.queue,
+        labels={SIM_STEP_SECONDS_LABEL: label},
+    )
+    return NewJob(job_id, job.user, spec, plan_replicas(spec, pool))
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0

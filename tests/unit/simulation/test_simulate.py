@@ -1,0 +1,82 @@
+"""`appliance simulate` end to end: the real scheduler, reconciler and a SQLite store on a
+virtual clock, with results checked against arithmetic; and the command as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from appliance.config import Settings
+from appliance.domain.phases import Phase
+from appliance.domain.spec import Priority
+from appliance.simulation import report
+from appliance.simulation.runner import simulate
+from appliance.simulation.workload import SimJob
+
+APPLIANCE = str(Path(sys.executable).parent / "appliance")
+ONE_SYSTEM = Settings(systems=1, memoryx_nodes=1, swarmx_nodes=1)
+
+
+def test_two_jobs_on_one_system_wait_and_run_as_arithmetic_says() -> None:
+    workload = [SimJob(0.0, 1, 600.0), SimJob(60.0, 1, 300.0)]
+    outcome = simulate(workload, ONE_SYSTEM, sample_every=30)
+    first, second = (job for _, job in outcome.jobs)
+    assert (first.phase, second.phase) == (Phase.SUCCEEDED, Phase.SUCCEEDED)
+    assert first.finished_at - first.created_at == pytest.approx(600, abs=1)
+    assert second.started_at - second.created_at == pytest.approx(540, abs=1)  # behind the first
+    assert second.finished_at - first.created_at == pytest.approx(900, abs=1)
+    summary = report.summarize(outcome)
+    assert summary["makespan_hours"] == pytest.approx(900 / 3600, abs=0.001)
+    assert summary["utilisation"] == pytest.approx(1.0, abs=0.01)  # never idle
+    assert summary["wait_seconds"]["all"]["p99"] == pytest.approx(540, abs=1)
+    # The samples saw the second job queued while the first ran, and the system in use.
+    assert max(s.queued for s in outcome.samples) == 1
+    assert max(s.systems_in_use for s in outcome.samples) == 1
+
+
+def test_a_p1_job_preempts_a_p3_job_which_resumes_and_finishes() -> None:
+    workload = [SimJob(0.0, 1, 3600.0, Priority.P3), SimJob(600.0, 1, 600.0, Priority.P1)]
+    outcome = simulate(workload, ONE_SYSTEM, sample_every=60)
+    low, high = (job for _, job in outcome.jobs)
+    assert (low.phase, high.phase) == (Phase.SUCCEEDED, Phase.SUCCEEDED)
+    assert report.summarize(outcome)["preemptions"] == 1
+    # The P1 job waits at most the checkpoint grace, not the P3 job's remaining 50 minutes.
+    assert high.started_at - high.created_at < 15 * 60
+    assert low.attempts[0].reason.startswith(f"preempted by {high.id}")
+    assert low.attempts[-1].resumed_from > 0  # from its checkpoint, not from the start
+
+
+def test_the_command_writes_a_summary_and_a_plot(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "submit_time,num_csx,duration,priority,queue,user\n"
+        + "".join(f"{i * 300},{1 + i % 2},1800,P{1 + i % 3},,user{i % 4}\n" for i in range(12))
+    )
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [APPLIANCE, "simulate", "--trace", str(trace),
+         "--systems", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "12 jobs on 4 systems (2 MemoryX, 1 SwarmX)" in done.stdout
+    assert "priority P1" in done.stdout and "Traceback" not in done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["phases"] == {"SUCCEEDED": 12} and 0 < summary["utilisation"] <= 1
+    assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_bad_trace_is_one_line_naming_the_row(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("submit_time,num_csx,duration\n0,1,60\n5,two,60\n")
+    done = subprocess.run(
+        [APPLIANCE, "simulate", "--trace", str(trace)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    said = "Error: trace line 3: num_csx 'two' is not a number of systems from 1 to 4096"
+    assert done.stderr.strip() == said
