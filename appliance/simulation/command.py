@@ -13,7 +13,7 @@ from appliance.config import Settings
 from appliance.domain.errors import ApplianceError, InsufficientCapacity
 from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import Priority, validate_spec
-from appliance.simulation.workload import Generator, SimJob, read_trace, weights
+from appliance.simulation.workload import Generator, SimJob, queue_name, read_trace, weights
 
 PARAMS_CHECK = "model: {name: fc_mnist, hidden_sizes: [64]}\n"  # the simulated jobs' model
 
@@ -164,9 +164,15 @@ def simulate(
         )
     logging.getLogger().setLevel(logging.WARNING)  # the loops' INFO lines, by the thousand
     started = time.perf_counter()
-    outcome = run(fits, settings, sample_every)
+    try:
+        out.mkdir(parents=True, exist_ok=True)  # before the run, not after it
+    except OSError as exc:
+        raise click.ClickException(f"--out {out}: {exc.strerror}") from None
+    try:
+        outcome = run(fits, settings, sample_every)
+    except ApplianceError as exc:  # e.g. a queues file the pool cannot hold
+        raise click.ClickException(exc.message) from None
     summary = report.summarize(outcome)
-    out.mkdir(parents=True, exist_ok=True)
     report.write_json(summary, out / "summary.json")
     report.plot(outcome, out / "plot.png")
     click.echo(report.text(summary))
@@ -193,7 +199,7 @@ def _generated(
         median_duration=median,
         duration_sigma=sigma,
         priorities=weights(priorities, "priorities", Priority.parse),
-        queues=weights(queue_mix, "queue_mix", str),
+        queues=weights(queue_mix, "queue_mix", queue_name),
         seed=seed,
     ).workload()
 

@@ -2,7 +2,8 @@
 restarts and makespan, as text, as a JSON summary, and as a PNG plot of the queue depth and
 the systems in use over time.
 
-A job's wait is from its submit to its first start (its first attempt getting resources);
+A job's wait is from its submit to its first start (its first attempt getting resources; a job
+that never started is counted apart);
 utilisation is the system-time the attempts held over the systems times the makespan (from
 the first submit to the last end).
 """
@@ -41,8 +42,10 @@ def summarize(outcome: Outcome) -> dict[str, Any]:
         "utilisation": round(held / (outcome.systems * makespan), 4) if makespan else 0.0,
         "preemptions": sum(_preemptions(job) for _, job in jobs),
         "restarts": sum(job.retries for _, job in jobs),
+        # Still queued when the simulation ended: nothing ran for a day and they could not.
+        "never_started": sum(1 for _, job in jobs if _wait(job) is None),
         "wait_seconds": {
-            "all": _percentiles(_wait(job) for _, job in jobs),
+            "all": _percentiles(w for _, job in jobs if (w := _wait(job)) is not None),
             "by_priority": _grouped(jobs, lambda sim: sim.priority.name),
             "by_queue": _grouped(jobs, lambda sim: sim.queue),
         },
@@ -56,7 +59,14 @@ def text(summary: dict[str, Any]) -> str:
         f"MemoryX, {summary['swarmx_nodes']} SwarmX): makespan "
         f"{summary['makespan_hours']:.2f} h, utilisation {100 * summary['utilisation']:.1f}%, "
         f"{summary['preemptions']} preemptions, {summary['restarts']} restarts",
-        "phases: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["phases"].items())),
+        "phases: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(summary["phases"].items()))
+        + (
+            f" ({summary['never_started']} never started: they could not run, and nothing "
+            "else did, for a simulated day)"
+            if summary["never_started"]
+            else ""
+        ),
         "",
         f"{'WAIT (minutes)':<22}{'JOBS':>6}" + "".join(f"{'p' + str(p):>10}" for p in PERCENTILES),
     ]
@@ -96,11 +106,11 @@ def plot(outcome: Outcome, path: Path) -> None:
     pyplot.close(figure)
 
 
-def _wait(job: Job) -> float:
-    if not job.attempts:
-        started = job.started_at or job.finished_at
-        return max(0.0, started - job.created_at) if started else 0.0
-    return max(0.0, job.attempts[0].scheduled_at - job.created_at)
+def _wait(job: Job) -> float | None:
+    """From submit to the first start; None for a job that never started."""
+    if job.attempts:
+        return max(0.0, job.attempts[0].scheduled_at - job.created_at)
+    return max(0.0, job.started_at - job.created_at) if job.started_at else None
 
 
 def _held(job: Job) -> float:
@@ -120,7 +130,9 @@ def _preemptions(job: Job) -> int:
 def _grouped(jobs: Sequence[tuple[SimJob, Job]], key: Any) -> dict[str, dict[str, float]]:
     groups: dict[str, list[float]] = {}
     for sim, job in jobs:
-        groups.setdefault(key(sim), []).append(_wait(job))
+        wait = _wait(job)
+        if wait is not None:
+            groups.setdefault(key(sim), []).append(wait)
     return {name: _percentiles(waits) for name, waits in groups.items()}
 
 

@@ -45,6 +45,9 @@ STEP_SECONDS = 60.0  # a simulated step; a job's duration sets its number of ste
 # The periodic passes and sweeps (both also run on every change that concerns them): leases,
 # timeouts and node states are checked this often on the virtual clock.
 PASS_SECONDS = 300.0
+# All submitted, nothing running and the queue unchanged this long: the simulation ends, and
+# the jobs left say QUEUED (with why, as the scheduler says it).
+STALL_SECONDS = 86400.0
 SWEEP_SECONDS = 60.0
 
 
@@ -178,12 +181,25 @@ async def _submit_and_sample(
             next_sample = now + every
             if submitted == len(order) and _all_ended(ctx):
                 return ids
+            if submitted == len(order) and _stalled(samples):
+                return ids  # what is left can never run (e.g. a queue's quota is too small)
         wake = next_sample
         if submitted < len(order):
             wake = min(wake, workload[order[submitted]].submit_at)
         # A millisecond at least: the virtual clock moves in steps of a microsecond, so a
         # shorter sleep would not move it.
         await asyncio.sleep(max(1e-3, wake - loop.time()))
+
+
+def _stalled(samples: list[Sample]) -> bool:
+    """Nothing ran and the queue did not move for STALL_SECONDS: the rest waits forever."""
+    last = samples[-1]
+    if last.systems_in_use or not last.queued:
+        return False
+    for sample in reversed(samples):
+        if sample.systems_in_use or sample.queued != last.queued:
+            return last.at - sample.at >= STALL_SECONDS
+    return last.at - samples[0].at >= STALL_SECONDS
 
 
 def _all_ended(ctx: Context) -> bool:

@@ -103,6 +103,8 @@ def weights(text: str, field: str, key: Callable[[str], K]) -> dict[K, float]:
     out: dict[K, float] = {}
     for part in text.split(","):
         name, sep, weight = part.strip().partition(":")
+        if not name.strip():
+            raise InvalidSpec(f"{field}: {part.strip()!r} is not NAME:WEIGHT", field=field)
         try:
             value = float(weight) if sep else 1.0
             parsed = key(name.strip())
@@ -116,6 +118,13 @@ def weights(text: str, field: str, key: Callable[[str], K]) -> dict[K, float]:
     if not out:
         raise InvalidSpec(f"{field} is empty", field=field)
     return out
+
+
+def queue_name(text: str) -> str:
+    """A queue's name as the generator's --queue-mix gives it (ValueError if it is not one)."""
+    if not _NAME.match(text):
+        raise ValueError(text)
+    return text
 
 
 def read_trace(path: Path) -> tuple[list[SimJob], int]:

@@ -50,6 +50,24 @@ def test_a_p1_job_preempts_a_p3_job_which_resumes_and_finishes() -> None:
     assert low.attempts[-1].resumed_from > 0  # from its checkpoint, not from the start
 
 
+def test_a_job_that_can_never_run_ends_the_simulation_and_is_counted_apart(
+    tmp_path: Path,
+) -> None:
+    queues = tmp_path / "queues.yaml"
+    queues.write_text(
+        "queues:\n  - {name: tiny, systems: 1, memoryx: 8GiB, borrow_systems: 0}\n"
+        "  - {name: big, systems: 3, memoryx: 24GiB}\n"
+    )
+    settings = Settings(systems=4, memoryx_nodes=2, swarmx_nodes=1, queues_file=queues)
+    workload = [SimJob(0.0, 1, 60.0, queue="tiny"), SimJob(10.0, 2, 60.0, queue="tiny")]
+    outcome = simulate(workload, settings, sample_every=600)
+    ran, stuck = (job for _, job in outcome.jobs)
+    assert (ran.phase, stuck.phase) == (Phase.SUCCEEDED, Phase.QUEUED)
+    summary = report.summarize(outcome)
+    assert summary["never_started"] == 1 and summary["wait_seconds"]["all"]["jobs"] == 1
+    assert "1 never started" in report.text(summary)
+
+
 def test_the_command_writes_a_summary_and_a_plot(tmp_path: Path) -> None:
     trace = tmp_path / "trace.csv"
     trace.write_text(

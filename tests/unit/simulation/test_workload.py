@@ -14,6 +14,7 @@ from appliance.simulation.workload import (
     Generator,
     SimJob,
     parse_trace,
+    queue_name,
     read_trace,
     weights,
 )
@@ -97,7 +98,11 @@ def test_the_generator_is_seeded_and_draws_by_weight() -> None:
 
 def test_weights_name_the_option_they_come_from() -> None:
     assert weights("P1:1,P3:2", "priorities", Priority.parse) == {Priority.P1: 1, Priority.P3: 2}
-    for bad in ("P1:x", "P9:1", "P1:0", "P1:-1", ""):
+    for bad in ("P1:x", "P9:1", "P1:0", "P1:-1", "", ",", ":3"):
         with pytest.raises(InvalidSpec) as refused:
             weights(bad, "priorities", Priority.parse)
         assert refused.value.field == "priorities"
+    for bad in ("a b:1", "-x:1", "ok:1,"):
+        with pytest.raises(InvalidSpec) as refused:
+            weights(bad, "queue_mix", queue_name)
+        assert refused.value.field == "queue_mix"
