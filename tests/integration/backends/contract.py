@@ -83,6 +83,10 @@ class BackendContract:
         """A backend as a coordinator restarted on `tmp_path` makes it."""
         raise NotImplementedError
 
+    def settled(self, backend: Backend) -> None:
+        """Return once the started replicas are what a restarted backend would find (a local
+        process is not its worker until it has exec'd it); nothing to wait for by default."""
+
     async def test_launch_starts_every_replica_of_the_attempt(self, tmp_path: Path) -> None:
         backend = self.backend(tmp_path, finishing=False)
         job, replicas = contract_job(attempt=3)
@@ -143,6 +147,7 @@ class BackendContract:
         job, replicas = contract_job()
         await first.launch(job, replicas)
         await collect(first.observe(), ReplicaEventKind.STARTED, len(NAMES))
+        self.settled(first)
         await first.close()  # the coordinator goes away
 
         second = self.restarted(tmp_path)

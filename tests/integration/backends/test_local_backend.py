@@ -13,12 +13,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from appliance.backends.base import ReplicaEvent, ReplicaEventKind
+from appliance.backends.base import Backend, ReplicaEvent, ReplicaEventKind
 from appliance.backends.local import LocalBackend
 from appliance.domain.job import Job, Replica
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.domain.spec import JobSpec
+from tests.integration.backends.contract import JOB_ID as CONTRACT_JOB_ID
 from tests.integration.backends.contract import BackendContract
 from tests.integration.coordinator.harness import wait_until
 
@@ -38,6 +39,12 @@ def _job(names: list[str]) -> tuple[Job, list[Replica]]:
     job = Job(id=JOB_ID, user="u", spec=spec, phase=Phase.SCHEDULED, created_at=0, updated_at=0)
     replicas = [Replica(JOB_ID, n, Role.CS2, i, "cs2-01") for i, n in enumerate(names)]
     return job, replicas
+
+
+def _exec_done(pids: list[int], job_id: str) -> None:
+    """Until each replica runs the worker program: a child between fork and exec still shows
+    the test's command line, and is not one to adopt (on a loaded machine it can be slow)."""
+    wait_until(lambda: all(job_id in " ".join(psutil.Process(p).cmdline()) for p in pids), 10)
 
 
 async def _next(events: object, kind: ReplicaEventKind) -> ReplicaEvent:
@@ -89,6 +96,7 @@ async def test_restarted_backend_adopts_live_replicas_and_can_stop_them(tmp_path
     job, replicas = _job(["cs2-0", "cs2-1"])
     await first.launch(job, replicas)
     pids = first.live_pids(JOB_ID)
+    _exec_done(pids, JOB_ID)
     await first.close()  # the coordinator goes away; the replicas stay
 
     second = LocalBackend(tmp_path, "127.0.0.1:1", python=python, grace_seconds=2)
@@ -140,3 +148,7 @@ class TestLocalBackendContract(BackendContract):
 
     def restarted(self, tmp_path: Path) -> LocalBackend:
         return LocalBackend(tmp_path, "127.0.0.1:1", python=str(tmp_path / "fake-python"))
+
+    def settled(self, backend: Backend) -> None:
+        assert isinstance(backend, LocalBackend)
+        _exec_done(backend.live_pids(CONTRACT_JOB_ID), CONTRACT_JOB_ID)
