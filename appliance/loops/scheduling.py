@@ -87,7 +87,7 @@ class SchedulerLoop:
         pending, cancelled = await self._dependencies()
         said = dict(pending)
         skip = set(pending) | cancelled
-        decision = await self._admit(index, skip, said)
+        decision = await self._admit(index, skip, said, generation)
         self._capped = decision.capped
         view.publish(decision, said, generation)
         if not decision.admitted:
@@ -97,9 +97,13 @@ class SchedulerLoop:
         )
         return sum(1 for c in changes if isinstance(c, PhaseChange) and c.applied)
 
-    async def _admit(self, index: QueueIndex, skip: set[str], said: dict[str, str]) -> Admission:
+    async def _admit(
+        self, index: QueueIndex, skip: set[str], said: dict[str, str], generation: int
+    ) -> Admission:
         """Decide on the jobs free to run, and ask for the preemptions and reclaims the heads
-        need; `said` gets the reasons of the heads that wait for them."""
+        need; `said` gets the reasons of the heads that wait for them. The index may have
+        changed while this pass read the store (a door brought it up to date): a job that
+        entered it after `generation` waits for the next pass, whose reads cover it."""
         store, settings = self.ctx.store, self.ctx.settings
         now = self.ctx.clock()
         usage = await self.ctx.db(store.pool_usage)
@@ -116,6 +120,7 @@ class SchedulerLoop:
         book = QuotaBook(quotas, queue_holdings(running, kinds)) if shared else None
         shares = await self._shares(quotas, size, now) if shared else {}
         limit = settings.scheduler_max_admissions
+        skip = skip | self.ctx.queue.entered_after(generation)
         decision = admit_queue(index, usage, book, shares, skip, limit)
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
         # (the next pass, at most MIN_PASS_GAP later, sees what this one admitted).

@@ -109,6 +109,12 @@ class QueueView:
     async def position(self, job_id: str) -> int:
         return (await self.current()).position(job_id)
 
+    def entered_after(self, generation: int) -> set[str]:
+        """The jobs that entered the index after `generation`: a pass that read the rest of
+        what it decides on (dependencies, the pool) after that generation leaves them to the
+        next pass, which will have read theirs."""
+        return {job_id for job_id, entered in self._entered.items() if entered > generation}
+
     def publish(self, decided: Decided, said: Mapping[str, str], generation: int) -> None:
         """The scheduler's last decision, on the index of `generation`, and the reasons it
         gave beyond it (waiting for a dependency, for a preemption) which come first."""

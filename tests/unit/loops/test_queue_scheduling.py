@@ -233,3 +233,30 @@ async def test_priority_preemption_within_a_queue_heeds_its_quota(ctx: Context) 
     assert shown(ctx, "wsjob-nlphigh00000000").pending_reason.startswith(
         "waiting to preempt wsjob-nlplow000000000 (P3)"
     )
+
+
+async def test_a_job_that_enters_the_queue_during_a_pass_waits_for_the_next(
+    ctx: Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A door may bring the queue index up to date while a pass reads the store: a job that
+    came in then was not in the pass's dependency read, so this pass leaves it alone (found
+    in a clean-clone CI run: an eval job that was to wait for its training started with it)."""
+    train, evaluate = "wsjob-train00000000", "wsjob-evaluate00000"
+    create(ctx, new_jobs([train], Priority.P2, 1), NOW)
+    scheduler = SchedulerLoop(ctx)
+    read_dependencies = scheduler._dependencies
+
+    async def a_submit_meanwhile() -> tuple[dict[str, str], set[str]]:
+        found = await read_dependencies()
+        [job] = new_jobs([evaluate], Priority.P2, 1)
+        spec = dataclasses.replace(job.spec, depends_on=(Dependency(train),))
+        create(ctx, [dataclasses.replace(job, spec=spec)], NOW + 1)
+        await ctx.queue.current()  # e.g. a GetJob of it, in the middle of the pass
+        return found
+
+    monkeypatch.setattr(scheduler, "_dependencies", a_submit_meanwhile)
+    assert await scheduler.run_once() == 1
+    assert _scheduled(ctx) == [train]
+    monkeypatch.undo()
+    assert await scheduler.run_once() == 0
+    assert shown(ctx, evaluate).pending_reason == f"waiting for {train} (SCHEDULED) to succeed"
