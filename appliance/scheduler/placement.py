@@ -53,18 +53,26 @@ def shortfall_of(
     group: ReplicaGroup, free: Mapping[str, int], kinds: Mapping[str, NodeKind], kind: NodeKind
 ) -> str:
     """What a group that cannot be placed on `free` needs, and what there is."""
-    count, demand = group.count, group.demand
     if kind is NodeKind.SYSTEM:
         available = sum(1 for n, k in kinds.items() if k is kind and free[n] >= 1)
-        return f"needs {count} system{'s' if count != 1 else ''}, {available} free"
+        return lacks(kind, group.count, group.demand, available)
+    demand = group.demand
     fits = sum(free[n] // demand for n, k in kinds.items() if k is kind and demand > 0)
+    return lacks(kind, group.count, demand, fits)
+
+
+def lacks(kind: NodeKind, count: int, demand: int, available: int) -> str:
+    """A group's shortfall as a user reads it: systems free, or replicas a shared kind has
+    room for."""
+    if kind is NodeKind.SYSTEM:
+        return f"needs {count} system{'s' if count != 1 else ''}, {available} free"
     unit = (
         f"{demand / (1 << 30):.2f} GiB"
         if kind is NodeKind.MEMORYX
         else f"{demand} port{'s' if demand != 1 else ''}"
     )
     label = "MemoryX" if kind is NodeKind.MEMORYX else "SwarmX"
-    return f"needs {count} {label} x {unit}, room for {fits}"
+    return f"needs {count} {label} x {unit}, room for {available}"
 
 
 Shape = tuple[tuple[str, int, int], ...]
@@ -142,20 +150,10 @@ class FreeCapacity:
         now), "; "-joined as `fit` says it ("" if it fits)."""
         counts = self.counts() if counts is None else counts
         free_systems, _ = counts
-        said = []
-        for kind, count, demand, room in self._lacking(shape, counts):
-            if kind is NodeKind.SYSTEM:
-                said.append(
-                    f"needs {count} system{'s' if count != 1 else ''}, {free_systems} free"
-                )
-                continue
-            unit = (
-                f"{demand / (1 << 30):.2f} GiB"
-                if kind is NodeKind.MEMORYX
-                else f"{demand} port{'s' if demand != 1 else ''}"
-            )
-            label = "MemoryX" if kind is NodeKind.MEMORYX else "SwarmX"
-            said.append(f"needs {count} {label} x {unit}, room for {room}")
+        said = [
+            lacks(kind, count, demand, free_systems if kind is NodeKind.SYSTEM else room)
+            for kind, count, demand, room in self._lacking(shape, counts)
+        ]
         return "; ".join(said)
 
     def _lacking(self, shape: Shape, counts: Counts) -> list[tuple[NodeKind, int, int, int]]:

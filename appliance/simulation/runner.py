@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import math
+import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -96,7 +97,7 @@ async def _simulate(workload: list[SimJob], settings: Settings, sample_every: fl
     loop = asyncio.get_running_loop()
     # Progress writes one every ~20% of the workload's typical job, at most 10 minutes apart;
     # the chief hears a preemption's checkpoint request at its next one, so the grace covers two.
-    report = min(600.0, max(1.0, _median([j.duration for j in workload]) / 5))
+    report = min(600.0, max(1.0, statistics.median(j.duration for j in workload) / 5))
     with tempfile.TemporaryDirectory(prefix="appliance-simulate-") as work:
         settings = settings.model_copy(
             update={
@@ -221,8 +222,3 @@ def _new_job(job_id: str, job: SimJob, pool: list[Any]) -> NewJob:
         labels={SIM_STEP_SECONDS_LABEL: label},
     )
     return NewJob(job_id, job.user, spec, plan_replicas(spec, pool))
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2] if ordered else 0.0
