@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from appliance.domain.dependencies import verdicts
 from appliance.domain.fair_share import Usage, weighted_share
@@ -259,17 +260,27 @@ def _why_exempt(job: RunningJob, now: float) -> str:
 
 
 class _Trace:
-    """One JSON line per pass to APPLIANCE_SCHEDULER_TRACE, when it is set."""
+    """One JSON line per pass to APPLIANCE_SCHEDULER_TRACE, when it is set. A diagnostic: a
+    trace that cannot be written is given up (said once in the log), never the scheduling."""
 
     def __init__(self, path: Path | None) -> None:
-        self._file = path.open("a", buffering=1 << 16) if path is not None else None
+        self._file: TextIO | None = None
+        if path is not None:
+            try:
+                self._file = path.open("a", buffering=1 << 16)
+            except OSError as exc:
+                log.error("scheduler trace %s: %s; passes go on untraced", path, exc.strerror)
         self._epoch = time.time() - asyncio.get_running_loop().time()
 
     def write(self, started: float, seconds: float, admitted: int, queued: int) -> None:
         if self._file is not None:
             at = round(self._epoch + started, 6)
             line = {"at": at, "seconds": round(seconds, 6), "admitted": admitted, "queued": queued}
-            self._file.write(json.dumps(line) + "\n")
+            try:
+                self._file.write(json.dumps(line) + "\n")
+            except OSError as exc:
+                log.error("scheduler trace: %s; passes go on untraced", exc.strerror)
+                self._file = None
 
     def close(self) -> None:
         if self._file is not None:

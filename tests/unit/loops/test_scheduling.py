@@ -4,6 +4,10 @@ Over a real SQLite store."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from pathlib import Path
+
 import pytest
 
 from appliance.domain.phases import Phase
@@ -54,3 +58,23 @@ async def test_freed_systems_admit_the_next_job_and_an_empty_queue_is_a_no_op(
     await ctx.set_phase(IDS[2], Phase.CANCELLED, "not needed")
     assert await loop.run_once() == 0  # nothing queued
     assert ctx.store.get_job(IDS[1]).phase is Phase.SCHEDULED
+
+
+async def test_a_trace_that_cannot_be_written_leaves_the_scheduler_running(
+    ctx: Context, loop: SchedulerLoop, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """APPLIANCE_SCHEDULER_TRACE is a diagnostic: a path it cannot open is said in the log and
+    the passes go on (before, the scheduler's task died with the OSError)."""
+    ctx.settings = ctx.settings.model_copy(
+        update={"scheduler_trace": tmp_path / "no-such-dir" / "passes.jsonl"}
+    )
+    task = asyncio.get_running_loop().create_task(loop.run())
+    try:
+        with ctx.bus.subscribe(IDS[0]) as events:
+            event = await asyncio.wait_for(events.get(), 10)  # the first pass schedules it
+        assert event.to_phase is Phase.SCHEDULED
+        assert "scheduler trace" in caplog.text and "passes go on untraced" in caplog.text
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
