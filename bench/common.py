@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import io
 import json
 import os
 import platform
@@ -17,6 +18,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -77,6 +79,26 @@ def checkpoint(data_dir: Path) -> None:
         conn.close()
 
 
+def code_tree(commit: str) -> Path | None:
+    """The code of `commit`, unpacked once from git with no worktree left behind (None for
+    HEAD: this checkout)."""
+    if commit == "HEAD":
+        return None
+    tree = WORK / f"landed-{commit}"
+    if not (tree / "appliance").is_dir():
+        data = subprocess.run(
+            ["git", "archive", commit], cwd=ROOT, capture_output=True, check=True
+        )
+        with tarfile.open(fileobj=io.BytesIO(data.stdout)) as archive:
+            archive.extractall(tree, filter="data")
+    return tree
+
+
+_TREE_MAIN = (
+    "import sys; from appliance.cli import main; main(sys.argv[1:], prog_name='appliance')"
+)
+
+
 class CoordinatorProcess:
     """`appliance serve` on free ports; `address` is parsed from its first stdout line."""
 
@@ -88,8 +110,10 @@ class CoordinatorProcess:
         profile: Path | None = None,
         ports: tuple[int, int] = (0, 0),
         log_name: str = "coordinator.log",
+        tree: Path | None = None,
     ) -> None:
-        """`ports`: gRPC and HTTP (0: free ones); `log_name`: its stderr, in the data dir."""
+        """`ports`: gRPC and HTTP (0: free ones); `log_name`: its stderr, in the data dir;
+        `tree`: run the coordinator of another code tree (one unpacked by `git archive`)."""
         self.data_dir = data_dir
         self.log_path = data_dir / log_name
         env = {**os.environ, **(extra_env or {})}
@@ -98,7 +122,10 @@ class CoordinatorProcess:
         grpc_port, http_port = (str(p) for p in ports)
         serve = ["serve", "--data-dir", str(data_dir), "--grpc-port", grpc_port,
                  "--http-port", http_port]  # fmt: skip
-        if profile is None:
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
+            command = [sys.executable, "-c", _TREE_MAIN, *serve]
+        elif profile is None:
             command = [str(APPLIANCE), *serve]
         else:
             command = [sys.executable, "-m", "bench._profiled_serve", str(profile), *serve]

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
 from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, ReplicaEventKind
-from appliance.domain.job import ReplicaPhase
+from appliance.domain.job import Job, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.domain.restarts import EXIT_PEER_FAILED, resume_point
@@ -21,6 +22,7 @@ from appliance.loops.settling import ConsequentFailures
 from appliance.services.context import Context
 from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
+from appliance.store.replica_batches import ReplicaExit, exit_phase
 from appliance.store.requeues import StopState
 
 log = logging.getLogger(__name__)
@@ -102,11 +104,37 @@ class Reconciler:
     # ---- loops ------------------------------------------------------------------------------
 
     async def run_events(self) -> None:
-        async for event in self.backend.observe():
-            try:
-                await self.on_replica_event(event)
-            except Exception:
-                log.exception("handling %s failed", event)
+        """Handle the backend's events: one job's in order, different jobs' concurrently, so
+        the writes of replicas of jobs that start or end together are group-committed."""
+        waiting: dict[str, list[ReplicaEvent]] = {}
+        workers: set[asyncio.Task[None]] = set()
+        try:
+            async for event in self.backend.observe():
+                queued = waiting.get(event.job_id)
+                if queued is not None:
+                    queued.append(event)  # its job's worker takes it next
+                    continue
+                waiting[event.job_id] = [event]
+                worker = asyncio.get_running_loop().create_task(
+                    self._job_events(event.job_id, waiting)
+                )
+                workers.add(worker)
+                worker.add_done_callback(workers.discard)
+        finally:
+            for worker in workers:
+                worker.cancel()
+
+    async def _job_events(self, job_id: str, waiting: dict[str, list[ReplicaEvent]]) -> None:
+        """Handle the events of `job_id` as they arrive, until none is waiting."""
+        try:
+            while events := waiting[job_id]:
+                waiting[job_id] = []
+                try:
+                    await self.on_replica_events(events)
+                except Exception:
+                    log.exception("handling the events of %s failed", job_id)
+        finally:
+            waiting.pop(job_id, None)
 
     async def run_sweeps(self) -> None:
         wanted = self.ctx.bus.reconcile_wanted
@@ -146,9 +174,12 @@ class Reconciler:
         # Not one whose earlier attempt is still being torn down, nor one being requeued: that
         # teardown would stop the new replicas, or the requeue strand them.
         stopping = {r.job_id for r in requests}
-        scheduled = await self.ctx.db(store.jobs_in, [Phase.SCHEDULED])
+        scheduled = await self.ctx.db(store.job_ids_in, [Phase.SCHEDULED])
         busy = self._teardowns.keys() | self.requeues.tasks.keys() | stopping
-        await asyncio.gather(*(self._launch(job.id) for job in scheduled if job.id not in busy))
+        launching = [job_id for job_id in scheduled if job_id not in busy]
+        if launching:
+            jobs = await self.ctx.db(store.get_jobs, launching)
+            await asyncio.gather(*(self._launch(job) for job in jobs))
         now = self.ctx.clock()
         if not timed:
             return
@@ -185,8 +216,8 @@ class Reconciler:
                 reason = f"replicas not ready after {limit:.0f} s: {', '.join(waiting)}"
                 await self.ctx.set_phase(job.id, Phase.FAILED, reason, expected=Phase.INITIALIZING)
 
-    async def _launch(self, job_id: str) -> None:
-        job = await self.ctx.db(self.ctx.store.get_job, job_id)
+    async def _launch(self, job: Job) -> None:
+        job_id = job.id
         if not self.ctx.leadership.acting():  # paused past the lease: another leader launches
             log.warning("not launching %s: this coordinator no longer leads", job_id)
             return
@@ -299,14 +330,50 @@ class Reconciler:
 
     # ---- replica events -----------------------------------------------------------------------
 
+    async def on_replica_events(self, events: Sequence[ReplicaEvent]) -> None:
+        """One job's events, in order. Starts are recorded together; so are exits while the
+        job's current attempt runs with no requeue asked for, up to the first that may end the
+        job (what follows it is decided after it). Anything else goes one event at a time."""
+        at = 0
+        while at < len(events):
+            event = events[at]
+            if event.kind is ReplicaEventKind.STARTED:
+                run = _run_of(events, at, ReplicaEventKind.STARTED)
+                await asyncio.gather(
+                    *(self.replicas.started(e.job_id, e.replica, e.pid) for e in run)
+                )
+                at += len(run)
+                continue
+            if event.job_id in self.requeues.tasks:
+                await self.on_replica_event(event)
+                at += 1
+                continue
+            run = _run_of(events, at, ReplicaEventKind.EXITED)
+            exits = [await self._exit_of(ended) for ended in run]
+            written = await self.replicas.record_exits(event.job_id, exits)
+            if not written.count or written.state is None:
+                await self.on_replica_event(event)  # stale, stopping or unknown: as before
+                at += 1
+                continue
+            last = run[written.count - 1]
+            if exits[written.count - 1].decisive:
+                await self._after_exit(last, written.state.phase)
+            at += written.count
+
+    async def _exit_of(self, event: ReplicaEvent) -> ReplicaExit:
+        tail = await self.backend.log_tail(
+            event.job_id, event.replica, self.ctx.settings.log_tail_lines
+        )
+        decisive = event.exit_code != 0 or event.replica == CHIEF
+        return ReplicaExit(
+            event.replica, event.attempt, event.exit_code, event.message, tail, decisive
+        )
+
     async def on_replica_event(self, event: ReplicaEvent) -> None:
         store = self.ctx.store
         if event.kind is ReplicaEventKind.STARTED:
             # The replica may have registered (READY) before this event is handled.
-            await self.ctx.db(
-                store.update_replica, event.job_id, event.replica, pid=event.pid,
-                only_from=ReplicaPhase.PENDING, phase=ReplicaPhase.STARTED,
-            )  # fmt: skip
+            await self.replicas.started(event.job_id, event.replica, event.pid)
             return
         found = await self.ctx.db(store.stop_state, event.job_id)
         if found is not None and await self._finished_while_stopping(event, found):
@@ -321,21 +388,23 @@ class Reconciler:
         tail = await self.backend.log_tail(
             event.job_id, event.replica, self.ctx.settings.log_tail_lines
         )
-        if phase is not None and phase.terminal and code != 0:
-            replica_phase = ReplicaPhase.STOPPED
-        else:
-            replica_phase = ReplicaPhase.SUCCEEDED if code == 0 else ReplicaPhase.FAILED
         await self.ctx.db(
             store.update_replica,
             event.job_id,
             event.replica,
-            phase=replica_phase,
+            phase=exit_phase(phase, code),
             exit_code=code,
             message=event.message,
             log_tail=tail,
         )
+        await self._after_exit(event, phase)
+
+    async def _after_exit(self, event: ReplicaEvent, phase: Phase | None) -> None:
+        """A replica's exit is recorded; the job was in `phase`: fail or restart it (a
+        failure), finish it (the chief's success), or nothing (it had ended already)."""
         if phase is None or phase.terminal:
             return
+        code = event.exit_code
         if code != 0:
             detail = f" ({event.message})" if event.message else ""
             if code is None and event.message:  # never ran, or lost: the message says why
@@ -360,3 +429,15 @@ class Reconciler:
                 await self.ctx.set_phase(
                     event.job_id, Phase.FAILED, f"chief exited while the job was {phase.value}"
                 )
+
+
+def _run_of(
+    events: Sequence[ReplicaEvent], start: int, kind: ReplicaEventKind
+) -> list[ReplicaEvent]:
+    """The events of `kind` from `start` on, up to the first of another kind."""
+    run = []
+    for event in events[start:]:
+        if event.kind is not kind:
+            break
+        run.append(event)
+    return run

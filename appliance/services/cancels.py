@@ -18,8 +18,8 @@ from appliance.domain.auth import Principal, check_may_act_on
 from appliance.domain.errors import ApplianceError, Conflict, NotFound, job_not_found
 from appliance.domain.job import Job
 from appliance.domain.phases import Outcome, Phase
-from appliance.services.batching import GroupCommit
 from appliance.services.context import Context
+from appliance.services.group_commit import GroupCommit
 from appliance.store.jobs import JobOwner, JobStore, PhaseChange, PhaseMove
 
 

@@ -24,9 +24,10 @@ from appliance.domain.errors import NotFound, Unavailable
 from appliance.domain.phases import HOLDS_RESOURCES, Phase
 from appliance.domain.queue import Placement
 from appliance.services.bus import JobBus
+from appliance.services.group_commit import GroupCommit
 from appliance.services.leadership import Leadership
 from appliance.services.queue_view import QueueView
-from appliance.store.jobs import JobStore, PhaseChange
+from appliance.store.jobs import JobStore, PhaseChange, PhaseMove
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -49,8 +50,12 @@ class Context:
     # The queue in memory, and why each queued job waits (services/queue_view.py).
     queue: QueueView = dataclasses.field(init=False)
 
+    # Phase changes asked for together, written together (one transaction per batch).
+    _moves: GroupCommit[PhaseMove, PhaseChange] = dataclasses.field(init=False, repr=False)
+
     def __post_init__(self) -> None:
         self.queue = QueueView(self.store, self.read)
+        self._moves = GroupCommit[PhaseMove, PhaseChange](self._write_moves)
 
     async def db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call on the store's threads, never on the event loop.
@@ -80,12 +85,18 @@ class Context:
     async def set_phase(
         self, job_id: str, target: Phase, reason: str, expected: Phase | None = None
     ) -> PhaseChange:
-        """JobStore.set_phase, then tell watchers and wake the loops that care."""
-        change = await self.db(
-            self.store.set_phase, job_id, target, reason, self.clock(), expected
-        )
+        """JobStore.set_phase, then tell watchers and wake the loops that care.
+
+        Phase changes asked for while others are being written are written together, each
+        checked on its own as JobStore.set_phases does (a job that starts, finishes and is
+        cancelled in the same few milliseconds as many others costs a share of a transaction).
+        """
+        change = await self._moves.write(PhaseMove(job_id, target, reason, expected))
         self._announce(change)
         return change
+
+    async def _write_moves(self, moves: list[PhaseMove]) -> list[PhaseChange | NotFound]:
+        return await self.db(self.store.set_phases, moves, self.clock())
 
     async def schedule(self, job_id: str, placements: Sequence[Placement]) -> PhaseChange:
         """JobStore.schedule (QUEUED -> SCHEDULED with the job's placements), then announced."""

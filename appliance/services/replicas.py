@@ -10,52 +10,100 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import Sequence
 
 from appliance.domain.errors import (
     Conflict,
     DeadlineExceeded,
-    NotFound,
     job_not_found,
     stale_attempt,
 )
-from appliance.domain.job import EventKind, Job, JobEvent, Progress, ReplicaPhase
+from appliance.domain.job import EventKind, Job, JobEvent, Progress
 from appliance.domain.phases import Phase
 from appliance.services.context import Context
+from appliance.services.group_commit import GroupCommit
+from appliance.store.replica_batches import ExitsWritten, Registered, Registration, ReplicaExit
+from appliance.store.requeues import StopState
+
+Started = tuple[str, str, int | None]  # job, replica, pid
+JobExits = tuple[str, Sequence[ReplicaExit]]
+Report = tuple[str, int, Progress]  # job, attempt, progress
+Reported = tuple[bool, StopState | None]  # written, the job's state before
 
 
 class ReplicaService:
+    """What replicas ask of the coordinator, and what the reconciler records of them.
+
+    The writes of many replicas (and many jobs) that arrive together are group-committed:
+    a short job's replicas start, register and exit within milliseconds of each other, and a
+    transaction each was most of what such a job cost (store/replica_batches.py).
+    """
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._registrations = GroupCommit[Registration, Registered](self._register_batch)
+        self._starts = GroupCommit[Started, None](self._start_batch)
+        self._exits = GroupCommit[JobExits, ExitsWritten](self._exit_batch)
+        self._progress = GroupCommit[Report, Reported](self._progress_batch)
 
     async def register(
         self, job_id: str, attempt: int, replica: str, address: str, pid: int
     ) -> None:
         """A replica serves at `address`; the job runs when all of its replicas have said so."""
-        try:
-            taken = await self.ctx.db(
-                self.ctx.store.register_replica, job_id, attempt, replica, address, pid
-            )
-        except KeyError:
-            raise NotFound(f"job {job_id} has no replica {replica}") from None
-        if taken is not None:
+        answer = await self._registrations.write(
+            Registration(job_id, attempt, replica, address, pid)
+        )
+        if answer.taken is not None:
             raise Conflict(
-                f"{replica} of {job_id} is already registered at {taken}; a replica registers once"
+                f"{replica} of {job_id} is already registered at {answer.taken}; "
+                "a replica registers once"
             )
-        await self.start_if_all_ready(job_id)
+        if answer.all_ready:
+            await self._run(job_id, answer.replicas)
+
+    async def started(self, job_id: str, replica: str, pid: int | None) -> None:
+        """The backend started `replica` (PENDING -> STARTED; its pid recorded)."""
+        await self._starts.write((job_id, replica, pid))
+
+    async def record_exits(self, job_id: str, exits: Sequence[ReplicaExit]) -> ExitsWritten:
+        """Record a job's replica exits, in order, as far as JobStore.record_exits may."""
+        return await self._exits.write((job_id, exits))
+
+    async def _register_batch(self, batch: list[Registration]) -> list[Registered | Exception]:
+        return await self.ctx.db(self.ctx.store.register_replicas, batch)
+
+    async def _start_batch(self, batch: list[Started]) -> list[None]:
+        await self.ctx.db(self.ctx.store.mark_started, batch)
+        return [None] * len(batch)
+
+    async def _progress_batch(self, batch: list[Report]) -> list[Reported]:
+        return await self.ctx.db(self.ctx.store.record_progress, batch)
+
+    async def _exit_batch(self, batch: list[JobExits]) -> list[ExitsWritten]:
+        return await self.ctx.db(self.ctx.store.record_exits, batch)
+
+    async def _run(self, job_id: str, replicas: int) -> None:
+        await self.ctx.set_phase(
+            job_id, Phase.RUNNING, f"all {replicas} replicas ready", expected=Phase.INITIALIZING
+        )
 
     async def start_if_all_ready(self, job_id: str) -> None:
-        replicas = await self.ctx.db(self.ctx.store.replicas, job_id)
-        if replicas and all(r.phase is ReplicaPhase.READY for r in replicas):
-            await self.ctx.set_phase(
-                job_id,
-                Phase.RUNNING,
-                f"all {len(replicas)} replicas ready",
-                expected=Phase.INITIALIZING,
-            )
+        ready, replicas = await self.ctx.db(self.ctx.store.replicas_ready, job_id)
+        if replicas and ready == replicas:
+            await self._run(job_id, replicas)
 
     async def await_running(self, job_id: str, attempt: int, wait_seconds: float) -> Job:
         """Block until `attempt` of the job is RUNNING (every replica registered); then its
-        full status.
+        full status. Raises as `wait_running` does."""
+        while True:
+            await self.wait_running(job_id, attempt, wait_seconds)
+            job = await self.ctx.db(self.ctx.store.get_job, job_id)
+            if job.attempt == attempt and job.phase is Phase.RUNNING:
+                return job
+            # It moved on between the two reads: wait_running says how.
+
+    async def wait_running(self, job_id: str, attempt: int, wait_seconds: float) -> None:
+        """Return once `attempt` of the job is RUNNING (every replica registered).
 
         Conflict once the job is over (or on another attempt): the caller stops. A job still
         starting after `wait_seconds` is DeadlineExceeded, "not yet": replicas may take as long
@@ -65,18 +113,21 @@ class ReplicaService:
         deadline = asyncio.get_running_loop().time() + wait_seconds
         with self.ctx.bus.subscribe(job_id) as changes:
             while True:
-                job = await self.ctx.db(self.ctx.store.get_job, job_id)
-                if job.attempt != attempt:
-                    raise stale_attempt(job_id, attempt, job.attempt)
-                if job.phase is Phase.RUNNING:
-                    return job
-                if job.phase.terminal:
+                state = await self.ctx.read(self.ctx.store.stop_state, job_id)
+                if state is None:
+                    raise job_not_found(job_id)
+                if state.attempt != attempt:
+                    raise stale_attempt(job_id, attempt, state.attempt)
+                if state.phase is Phase.RUNNING:
+                    return
+                if state.phase.terminal:
+                    job = await self.ctx.read(self.ctx.store.get_job, job_id, with_replicas=False)
                     raise Conflict(f"job {job_id} is {job.phase.value}: {job.reason}")
                 remaining = deadline - asyncio.get_running_loop().time()
                 if remaining <= 0:
                     raise DeadlineExceeded(
                         f"job {job_id} not running after {wait_seconds:.0f} s "
-                        f"({job.phase.value}); ask again"
+                        f"({state.phase.value}); ask again"
                     )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changes.get(), remaining)
@@ -86,9 +137,11 @@ class ReplicaService:
     ) -> Directive:
         """Record the progress of the chief of `attempt` and tell watchers (`checkpointed`: it
         wrote the checkpoint asked of it, at progress.step); returns what it should do next."""
-        directive = await self.directive(job_id, attempt)
-        # Written even when told to stop (store/replicas.py set_progress says when).
-        if await self.ctx.db(self.ctx.store.set_progress, job_id, attempt, progress):
+        # Written even when told to stop (JobStore.set_progress says when); the directive is
+        # from the job's state as it was before, read in the same transaction.
+        written, state = await self._progress.write((job_id, attempt, progress))
+        directive = directive_from(job_id, attempt, state)
+        if written:
             self.ctx.bus.publish(
                 JobEvent(job_id, EventKind.PROGRESS, self.ctx.clock(), progress=progress)
             )
@@ -107,13 +160,19 @@ class ReplicaService:
     async def directive(self, job_id: str, attempt: int) -> Directive:
         """What a replica of `attempt` should do: go on, checkpoint now (the chief of a job
         being preempted), or stop (the job ended, or this attempt is over)."""
-        state = await self.ctx.db(self.ctx.store.stop_state, job_id)
-        if state is None:
-            raise job_not_found(job_id)
-        current = state.attempt == attempt and not state.phase.terminal
-        if not current or (state.stopping and not state.checkpoint_wanted):
-            return Directive(False, state.phase)
-        return Directive(True, state.phase, checkpoint_now=state.checkpoint_wanted)
+        return directive_from(
+            job_id, attempt, await self.ctx.db(self.ctx.store.stop_state, job_id)
+        )
+
+
+def directive_from(job_id: str, attempt: int, state: StopState | None) -> Directive:
+    """What a replica of `attempt` should do, given its job's state (None: no such job)."""
+    if state is None:
+        raise job_not_found(job_id)
+    current = state.attempt == attempt and not state.phase.terminal
+    if not current or (state.stopping and not state.checkpoint_wanted):
+        return Directive(False, state.phase)
+    return Directive(True, state.phase, checkpoint_now=state.checkpoint_wanted)
 
 
 @dataclasses.dataclass(frozen=True)

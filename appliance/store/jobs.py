@@ -35,6 +35,7 @@ from appliance.store.phase_writes import write_phases
 from appliance.store.pool import PoolStore
 from appliance.store.queue import QueueStore
 from appliance.store.queue_defs import QueueDefStore
+from appliance.store.replica_batches import ReplicaBatchStore
 from appliance.store.replicas import ReplicaStore
 from appliance.store.requeues import RequeueStore
 from appliance.store.rows import (
@@ -88,6 +89,7 @@ class JobStore(
     AttemptStore,
     RequeueStore,
     ReplicaStore,
+    ReplicaBatchStore,
     QueueDefStore,
     DependencyStore,
     UsageStore,
@@ -227,6 +229,12 @@ class JobStore(
                 raise job_not_found(job_id)
             version, phase = found
             return int(version), phase == Phase.QUEUED.value
+
+    def job_ids_in(self, phases: Iterable[Phase]) -> list[str]:
+        """The ids of the jobs in `phases` (an index scan of ix_jobs_phase)."""
+        stmt = select(JobRow.id).where(JobRow.phase.in_([p.value for p in phases]))
+        with self._sessions() as s:
+            return list(s.scalars(stmt))
 
     def jobs_in(self, phases: Iterable[Phase]) -> list[Job]:
         with self._sessions() as s:

@@ -4,16 +4,15 @@ replicas are not the job's any more)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from appliance.domain.errors import stale_attempt
-from appliance.domain.job import Progress, Replica, ReplicaPhase
+from appliance.domain.job import Replica, ReplicaPhase
 from appliance.store.base import StoreBase
 from appliance.store.rows import replica_from_row, sorted_replicas
-from appliance.store.tables import HOLDING_PHASES, JobRow, ReplicaRow
+from appliance.store.tables import JobRow, ReplicaRow
 
 
 class ReplicaStore(StoreBase):
@@ -68,28 +67,15 @@ class ReplicaStore(StoreBase):
             s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
             return None
 
+    def replicas_ready(self, job_id: str) -> tuple[int, int]:
+        """(registered, all) replicas of the job."""
+        ready = func.count().filter(ReplicaRow.phase == ReplicaPhase.READY.value)
+        stmt = select(ready, func.count()).where(ReplicaRow.job_id == job_id)
+        with self._sessions() as s:
+            registered, total = s.execute(stmt).one()
+        return int(registered), int(total)
+
     def replicas(self, job_id: str) -> list[Replica]:
         with self._sessions() as s:
             rows = s.scalars(select(ReplicaRow).where(ReplicaRow.job_id == job_id))
             return list(sorted_replicas(tuple(replica_from_row(r) for r in rows)))
-
-    def set_progress(self, job_id: str, attempt: int, progress: Progress) -> bool:
-        """Record the progress the chief of `attempt` reports, while that attempt holds its
-        systems (also while it is being stopped: a checkpoint it reports then is the one its
-        next attempt resumes from); False (nothing written) once the attempt is over: queued
-        again, or the job terminal."""
-        with self._sessions.begin() as s:
-            result = s.execute(
-                update(JobRow)
-                .where(
-                    JobRow.id == job_id,
-                    JobRow.attempt == attempt,
-                    JobRow.phase.in_(HOLDING_PHASES),
-                )
-                .values(
-                    progress=dataclasses.asdict(progress),
-                    resumed_from=progress.resumed_from_step,
-                    version=JobRow.version + 1,
-                )
-            )
-        return bool(result.rowcount)  # type: ignore[attr-defined]

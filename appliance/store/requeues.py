@@ -12,6 +12,7 @@ it wrote is recorded here when its report arrives.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from sqlalchemy import ColumnElement, insert, select, update
 from sqlalchemy.orm import Session, aliased
@@ -65,6 +66,13 @@ class StopState:
     attempt: int
     stopping: bool  # a requeue is asked for: the current attempt is ending
     checkpoint_wanted: bool  # the chief is asked for a checkpoint now
+
+    @classmethod
+    def of_row(cls, row: Any) -> StopState:
+        """From a job row's phase, attempt, stop_reason, checkpoint_by and checkpoint_step."""
+        stopping = bool(row.stop_reason)
+        wanted = stopping and row.checkpoint_by > 0 and row.checkpoint_step is None
+        return cls(Phase(row.phase), row.attempt, stopping, wanted)
 
     def is_current(self, attempt: int) -> bool:
         """Whether something of `attempt` (0: not known, e.g. adopted) is of this one."""
@@ -250,11 +258,7 @@ class RequeueStore(StoreBase):
         ).where(JobRow.id == job_id)  # fmt: skip
         with self._sessions() as s:
             row = s.execute(stmt).first()
-        if row is None:
-            return None
-        stopping = bool(row.stop_reason)
-        wanted = stopping and row.checkpoint_by > 0 and row.checkpoint_step is None
-        return StopState(Phase(row.phase), row.attempt, stopping, wanted)
+        return None if row is None else StopState.of_row(row)
 
     def running_jobs(self, min_run_seconds: float) -> list[RunningJob]:
         """Every job holding resources, with what it holds, as preemption decides on it."""

@@ -31,7 +31,7 @@ class ReplicaCalls(Protocol):
     ) -> None:
         """The replica of `attempt` is ready; the job runs once all of its replicas are."""
 
-    async def await_running(self, job_id: str, attempt: int, wait_seconds: float) -> object:
+    async def wait_running(self, job_id: str, attempt: int, wait_seconds: float) -> None:
         """Return once `attempt` runs; DeadlineExceeded after `wait_seconds` (ask again),
         Conflict once the job is over or on another attempt."""
 

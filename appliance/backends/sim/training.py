@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -102,8 +103,13 @@ class SimulatedAttempt:
         """Register every replica, wait for the job to run, then train to the end (or until
         stopped, failed or cancelled by a teardown)."""
         try:
-            for name in sorted(self.alive):
-                await self._calls.register(self.job_id, self.attempt, name, f"sim:{name}", 0)
+            # Each replica registers on its own, as real ones (separate processes) do.
+            await asyncio.gather(
+                *(
+                    self._calls.register(self.job_id, self.attempt, name, f"sim:{name}", 0)
+                    for name in sorted(self.alive)
+                )
+            )
             if await self._running():
                 await self._train()
         except ApplianceError as exc:  # the attempt is over, or the store is away for long
@@ -113,7 +119,7 @@ class SimulatedAttempt:
     async def _running(self) -> bool:
         while True:
             try:
-                await self._calls.await_running(self.job_id, self.attempt, AWAIT_RUNNING_SECONDS)
+                await self._calls.wait_running(self.job_id, self.attempt, AWAIT_RUNNING_SECONDS)
                 return True
             except DeadlineExceeded:
                 continue  # still starting: ask again

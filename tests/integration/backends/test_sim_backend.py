@@ -82,7 +82,7 @@ class RecordingCalls:
     ) -> None:
         self.registered.append((job_id, attempt, replica))
 
-    async def await_running(self, job_id: str, attempt: int, wait_seconds: float) -> object:
+    async def wait_running(self, job_id: str, attempt: int, wait_seconds: float) -> None:
         return None
 
     async def report_progress(

@@ -1,0 +1,219 @@
+"""B3, the whole pipeline (#18): jobs taken from QUEUED to SUCCEEDED per second through
+`appliance serve` with the simulated backend, 10,000 queued behind.
+
+    python -m bench.pipeline [--queued 10000] [--measure 3000] [--trees HEAD,2d52993]
+
+The coordinator is its own process: APPLIANCE_BACKEND=sim with step time 0 (a job ends as
+soon as it runs), 64 systems, 32 MemoryX, 16 SwarmX. Every system starts in maintenance, so
+the `--queued` jobs (mixed 1-16-system gangs, P1-P3) are all queued first; then every system
+is put back in service, and the rate is taken from the store's events over the first
+`--measure` jobs to succeed (between 10% and 90% of them), with the rest still queued behind.
+Reported beside it: the time from SCHEDULED to SUCCEEDED per job (p50), the jobs in flight it
+implies, and the scheduler's pass p50/p99 (APPLIANCE_SCHEDULER_TRACE).
+
+While the jobs drain, a probe process of its own submits a job and makes the default
+ListJobs call (active jobs, the server's limit) every 100 ms, each timed: the issue's
+"submit p99 and ListJobs p99 <= 100 ms during B3".
+
+Each tree (`--trees`: commits unpacked with `git archive`, or HEAD for this checkout) runs on
+the same workload in the same run, so old and new are measured side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import multiprocessing.synchronize
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    EXAMPLE_PARAMS,
+    WORK,
+    CoordinatorProcess,
+    code_tree,
+    emit,
+    fresh_dir,
+    percentile,
+    prepare_store,
+)
+
+SIZES = [1, 1, 2, 2, 4, 4, 8, 16]
+PRIORITIES = ["P1", "P2", "P2", "P3"]
+POOL = {"APPLIANCE_SYSTEMS": "64", "APPLIANCE_MEMORYX_NODES": "32", "APPLIANCE_SWARMX_NODES": "16"}
+PROBE_INTERVAL = 0.1  # a submit and a listing every 100 ms: a few users at their terminals
+SYSTEM_NAMES = [f"cs2-{i:02d}" for i in range(1, 65)]
+
+
+def _probe(address: str, stop: multiprocessing.synchronize.Event, results: Any) -> None:
+    """Submit one job and list the default view, back to back, until told to stop."""
+    import grpc
+
+    from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+    from appliance.client import ApplianceClient
+
+    client = ApplianceClient(address)
+    stub = cluster_pb2_grpc.ClusterServiceStub(grpc.insecure_channel(address))
+    submits: list[float] = []
+    lists: list[float] = []
+    while not stop.wait(PROBE_INTERVAL):
+        began = time.perf_counter()
+        client.submit(EXAMPLE_PARAMS, num_csx=1, num_steps=1, detach=True)
+        submits.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        stub.ListJobs(cluster_pb2.ListJobsRequest())  # the default view, as csctl asks for it
+        lists.append(time.perf_counter() - began)
+    results.put({"submit": submits, "list": lists})
+
+
+def _fill(address: str, count: int) -> None:
+    """Queue `count` jobs from 8 threads (the queue is the benchmark's setup, not timed)."""
+    from appliance.client import ApplianceClient
+
+    client = ApplianceClient(address)
+
+    def one(i: int) -> None:
+        client.submit(
+            EXAMPLE_PARAMS, num_csx=SIZES[i % len(SIZES)], num_steps=1, detach=True,
+            priority=PRIORITIES[i % len(PRIORITIES)],
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(count)))
+    client.close()
+
+
+def run(
+    tree: Path | None,
+    queued: int,
+    measure: int,
+    profile: Path | None = None,
+    py_spy: Path | None = None,
+) -> dict[str, Any]:
+    """One tree's run; `profile`: cProfile the whole coordinator; `py_spy`: sample it with
+    py-spy while the jobs drain (collapsed stacks, every thread)."""
+    from appliance.client import ApplianceClient
+
+    data_dir = fresh_dir("pipeline")
+    trace = data_dir / "passes.jsonl"
+    env = {
+        **POOL, "APPLIANCE_BACKEND": "sim", "APPLIANCE_SIM_STEP_SECONDS": "0",
+        "APPLIANCE_SCHEDULER_TRACE": str(trace),
+    }  # fmt: skip
+    os.environ.update(POOL)  # prepare_store reads the same pool
+    prepare_store(data_dir, maintenance=SYSTEM_NAMES)
+    spawn = multiprocessing.get_context("spawn")
+    with CoordinatorProcess(data_dir, extra_env=env, tree=tree, profile=profile) as coordinator:
+        address = coordinator.wait_address()
+        _fill(address, queued)
+        stop, results = spawn.Event(), spawn.Queue()
+        probe = spawn.Process(target=_probe, args=(address, stop, results))
+        probe.start()
+        client = ApplianceClient(address)
+        spy = _py_spy(coordinator.pid, py_spy) if py_spy else None
+        cpu_before = coordinator.thread_cpu()
+        for name in SYSTEM_NAMES:
+            client.set_node_state(name, "ok")
+        db = sqlite3.connect(f"file:{data_dir / 'appliance.db'}?mode=ro", uri=True)
+        deadline = time.monotonic() + 120 + measure
+        done = 0
+        while time.monotonic() < deadline and done < measure:
+            time.sleep(0.25)  # polling the store from outside, not synchronising anything
+            done = db.execute("SELECT count(*) FROM jobs WHERE phase = 'SUCCEEDED'").fetchone()[0]
+        cpu = _cpu_per_job(cpu_before, coordinator.thread_cpu(), done)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
+        stop.set()
+        probed = results.get(timeout=60)
+        probe.join(30)
+        rss = coordinator.rss_bytes()
+        rows = db.execute(
+            "SELECT job_id, to_phase, time FROM job_events WHERE to_phase IN "
+            "('SCHEDULED', 'SUCCEEDED') ORDER BY time"
+        ).fetchall()
+        still_queued = db.execute("SELECT count(*) FROM jobs WHERE phase = 'QUEUED'").fetchone()
+        db.close()
+    ends = sorted(t for _, phase, t in rows if phase == "SUCCEEDED")[:measure]
+    scheduled = {j: t for j, phase, t in rows if phase == "SCHEDULED"}
+    finished = {j: t for j, phase, t in rows if phase == "SUCCEEDED"}
+    low, high = ends[len(ends) // 10], ends[(9 * len(ends)) // 10]
+    per_second = (len(ends) * 0.8) / (high - low) if high > low else None
+    per_job = [finished[j] - scheduled[j] for j in finished if j in scheduled]
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    busy = [p["seconds"] for p in lines if p.get("admitted")]
+    ms = [1000 * s for s in probed["submit"]], [1000 * s for s in probed["list"]]
+    return {
+        "code": "this checkout" if tree is None else tree.name.removeprefix("landed-"),
+        "queued": queued,
+        "measured_jobs": len(ends),
+        "queued_after": still_queued[0],
+        "queued_to_succeeded_per_second": round(per_second, 1) if per_second else None,
+        "scheduled_to_succeeded_ms_p50": round(1000 * percentile(per_job, 50), 1),
+        "in_flight_mean": round((per_second or 0) * sum(per_job) / len(per_job), 1),
+        "pass_ms_p50": round(1000 * percentile(busy, 50), 2) if busy else None,
+        "pass_ms_p99": round(1000 * percentile(busy, 99), 2) if busy else None,
+        "probe_submit_ms": _summary(ms[0]),
+        "probe_list_jobs_ms": _summary(ms[1]),
+        "coordinator_rss_mb": round(rss / 2**20, 1),
+        "cpu_ms_per_job_by_thread": cpu,
+        "goals": ">= 500 jobs/s (B3); probe submit and ListJobs p99 <= 100 ms",
+    }
+
+
+def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    spy_bin = str(Path(sys.executable).parent / "py-spy")
+    command = [spy_bin, "record", "--pid", str(pid), "--rate", "250", "--threads",
+               "--format", "raw", "--output", str(out)]  # fmt: skip
+    spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches before the systems come back (not synchronising)
+    return spy
+
+
+def _cpu_per_job(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, float]:
+    """CPU ms per job done, by thread name (tids folded), busiest first."""
+    by_name: dict[str, float] = {}
+    for thread, seconds in after.items():
+        name = thread.split("/")[0]
+        by_name[name] = by_name.get(name, 0.0) + seconds - before.get(thread, 0.0)
+    per_job = {name: round(1000 * s / max(jobs, 1), 2) for name, s in by_name.items() if s > 0}
+    return dict(sorted(per_job.items(), key=lambda item: -item[1]))
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "p50": round(percentile(values, 50), 2),
+            "p99": round(percentile(values, 99), 2)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queued", type=int, default=10_000)
+    parser.add_argument("--measure", type=int, default=3_000)
+    parser.add_argument("--trees", default="HEAD", help="commits to run, comma-separated")
+    parser.add_argument("--profile", type=Path, help="cProfile the (last) coordinator here")
+    parser.add_argument("--py-spy", type=Path, help="sample the coordinator while it drains")
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for commit in args.trees.split(","):
+        tree = code_tree(commit)
+        mine = tree is None
+        profile, py_spy = (args.profile, args.py_spy) if mine else (None, None)
+        runs.append(run(tree, args.queued, args.measure, profile, py_spy))
+        print(json.dumps(runs[-1]), flush=True)
+    emit("pipeline", {"runs": runs})
+
+
+if __name__ == "__main__":
+    main()
