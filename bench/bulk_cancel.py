@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from bench.common import (
     emit,
     fresh_dir,
     median_run,
+    phase_counts,
     prepare_store,
     summarize_ms,
 )
@@ -35,15 +35,20 @@ from bench.submit_throughput import load as submit_load
 GOAL_JOBS_PER_S = 1600.0
 
 
+async def active_job_ids(stub: cluster_pb2_grpc.ClusterServiceStub) -> list[str]:
+    """The ids of every active job (StreamJobs with the default view)."""
+    return [
+        job.id
+        async for page in stub.StreamJobs(cluster_pb2.ListJobsRequest())
+        for job in page.jobs
+    ]
+
+
 async def cancel_all(address: str, clients: int, time_limit: float) -> dict[str, Any]:
     channels = [grpc.aio.insecure_channel(address) for _ in range(clients)]
     stubs = [cluster_pb2_grpc.ClusterServiceStub(ch) for ch in channels]
     await asyncio.gather(*(ch.channel_ready() for ch in channels))
-    ids = [
-        job.id
-        async for page in stubs[0].StreamJobs(cluster_pb2.ListJobsRequest())
-        for job in page.jobs
-    ]
+    ids = await active_job_ids(stubs[0])
     pending = list(ids)
     latencies: list[float] = []
     errors: dict[str, int] = {}
@@ -85,11 +90,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         cpu_after = coordinator.thread_cpu()
     finally:
         coordinator.stop()
-    db = sqlite3.connect(data_dir / "appliance.db")
-    try:
-        phases = dict(db.execute("SELECT phase, count(*) FROM jobs GROUP BY phase").fetchall())
-    finally:
-        db.close()
+    phases = phase_counts(data_dir)
     cancelled = phases.get("CANCELLED", 0)
     rate = cancelled / run["cancel_elapsed_s"]
     cpu = {k: round(v - cpu_before.get(k, 0.0), 2) for k, v in cpu_after.items()}

@@ -79,6 +79,15 @@ def checkpoint(data_dir: Path) -> None:
         conn.close()
 
 
+def phase_counts(data_dir: Path) -> dict[str, int]:
+    """Jobs per phase in the SQLite store of `data_dir` (read once the coordinator stopped)."""
+    db = sqlite3.connect(data_dir / "appliance.db")
+    try:
+        return dict(db.execute("SELECT phase, count(*) FROM jobs GROUP BY phase").fetchall())
+    finally:
+        db.close()
+
+
 def code_tree(commit: str) -> Path | None:
     """The code of `commit`, unpacked once from git with no worktree left behind (None for
     HEAD: this checkout)."""
@@ -123,8 +132,10 @@ class CoordinatorProcess:
         serve = ["serve", "--data-dir", str(data_dir), "--grpc-port", grpc_port,
                  "--http-port", http_port]  # fmt: skip
         if tree is not None:
+            # -P: with `-c`, Python would put the working directory (this checkout) on the
+            # path ahead of PYTHONPATH, and run this checkout's code instead of the tree's.
             env["PYTHONPATH"] = str(tree)
-            command = [sys.executable, "-c", _TREE_MAIN, *serve]
+            command = [sys.executable, "-P", "-c", _TREE_MAIN, *serve]
         elif profile is None:
             command = [str(APPLIANCE), *serve]
         else:
