@@ -9,25 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 
 from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, ReplicaEventKind
-from appliance.domain.job import Job, ReplicaPhase
+from appliance.domain.job import Job, JobEvent, ReplicaPhase
 from appliance.domain.phases import Phase
-from appliance.domain.plan import Role
 from appliance.domain.restarts import EXIT_PEER_FAILED, resume_point
 from appliance.loops.requeuing import Requeuer
 from appliance.loops.settling import ConsequentFailures
 from appliance.services.context import Context
 from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
-from appliance.store.replica_batches import ReplicaExit, exit_phase
-from appliance.store.requeues import StopState
+from appliance.store.jobs import JobStore
+from appliance.store.replica_batches import CHIEF, CHIEF_FINISHED, ReplicaExit, exit_phase
+from appliance.store.requeues import RequeueRequest, StopState
 
 log = logging.getLogger(__name__)
 SWEEP_INTERVAL = 1.0
-CHIEF = f"{Role.CHIEF}-0"
 
 
 class Reconciler:
@@ -159,12 +159,12 @@ class Reconciler:
         also take jobs off nodes out of service, cancel jobs whose lease expired and fail jobs
         stuck initializing."""
         store = self.ctx.store
-        for withdrawn in await self.ctx.db(store.withdraw_moot_preemptions, self.ctx.clock()):
+        view = await self.ctx.db(_sweep_view, store, list(self.active), self.ctx.clock())
+        for withdrawn in view.withdrawn:
             self.ctx.bus.publish(withdrawn)
-        requests = await self.ctx.db(store.requeue_requests)
+        requests = view.requests
         self.requeues.when_ready(requests, now=self.ctx.clock())
-        phases = await self.ctx.db(store.phases_of, list(self.active))
-        for job_id, phase in phases.items():
+        for job_id, phase in view.phases.items():
             # Replicas of a job back in the queue are an earlier attempt's (found after a
             # restart): they go too, before any next attempt is launched.
             requeued = phase is Phase.QUEUED and job_id not in self.requeues.tasks
@@ -174,12 +174,8 @@ class Reconciler:
         # Not one whose earlier attempt is still being torn down, nor one being requeued: that
         # teardown would stop the new replicas, or the requeue strand them.
         stopping = {r.job_id for r in requests}
-        scheduled = await self.ctx.db(store.job_ids_in, [Phase.SCHEDULED])
         busy = self._teardowns.keys() | self.requeues.tasks.keys() | stopping
-        launching = [job_id for job_id in scheduled if job_id not in busy]
-        if launching:
-            jobs = await self.ctx.db(store.get_jobs, launching)
-            await asyncio.gather(*(self._launch(job) for job in jobs))
+        await asyncio.gather(*(self._launch(job) for job in view.scheduled if job.id not in busy))
         now = self.ctx.clock()
         if not timed:
             return
@@ -303,7 +299,7 @@ class Reconciler:
         if job.progress.step < job.spec.num_steps:
             return False  # it stopped as told
         change = await self.ctx.set_phase(
-            event.job_id, Phase.SUCCEEDED, "chief finished all steps", expected=Phase.RUNNING
+            event.job_id, Phase.SUCCEEDED, CHIEF_FINISHED, expected=Phase.RUNNING
         )
         return change.applied
 
@@ -356,7 +352,7 @@ class Reconciler:
                 at += 1
                 continue
             last = run[written.count - 1]
-            if exits[written.count - 1].decisive:
+            if exits[written.count - 1].decisive and written.change is None:
                 await self._after_exit(last, written.state.phase)
             at += written.count
 
@@ -422,7 +418,7 @@ class Reconciler:
                 await self.ctx.set_phase(
                     event.job_id,
                     Phase.SUCCEEDED,
-                    "chief finished all steps",
+                    CHIEF_FINISHED,
                     expected=Phase.RUNNING,
                 )
             else:
@@ -441,3 +437,20 @@ def _run_of(
             break
         run.append(event)
     return run
+
+
+@dataclasses.dataclass(frozen=True)
+class _SweepView:
+    withdrawn: list[JobEvent]  # preemptions withdrawn as moot
+    requests: list[RequeueRequest]
+    phases: dict[str, Phase]  # of the jobs this coordinator runs
+    scheduled: list[Job]  # every SCHEDULED job, full view
+
+
+def _sweep_view(store: JobStore, active: list[str], now: float) -> _SweepView:
+    """What a sweep reads, in one trip to the store's thread (each read as before)."""
+    withdrawn = store.withdraw_moot_preemptions(now)
+    requests = store.requeue_requests()
+    phases = store.phases_of(active)
+    scheduled = store.get_jobs(store.job_ids_in([Phase.SCHEDULED]))
+    return _SweepView(withdrawn, requests, phases, scheduled)

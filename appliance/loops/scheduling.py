@@ -6,9 +6,12 @@ its queue of lower priority, or, when it would run within its queue's quota, rec
 other queues borrow (scheduler/reclaim.py).
 
 Passes are coalesced: wake-ups that arrive during a pass (a burst of submits) lead to one more
-pass, at most every MIN_PASS_GAP seconds. The queue is the in-memory index (services/
-queue_view.py), not a read of the store; a pass's decisions are written in one transaction,
-and the reasons jobs wait are published to the view, not written to every queued row.
+pass, after a gap as long as the pass took (at least MIN_PASS_GAP, at most MAX_PASS_GAP): the
+scheduler takes at most about half of the coordinator's time however busy it is, and short
+jobs ending one after another do not wait long for their successors. The queue is the
+in-memory index (services/queue_view.py), not a read of the store; a pass's decisions are
+written in one transaction, and the reasons jobs wait are published to the view, not written
+to every queued row.
 """
 
 from __future__ import annotations
@@ -23,12 +26,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from appliance.domain.dependencies import verdicts
+from appliance.domain.dependencies import DependencyState, verdicts
 from appliance.domain.fair_share import Usage, weighted_share
 from appliance.domain.inventory import NodeKind, NodeUsage
 from appliance.domain.phases import Phase
 from appliance.domain.queue import QueuedJob, RunningJob
-from appliance.domain.queues import Quota, Source, resolve_quotas
+from appliance.domain.queues import QueueSpec, Quota, Source, resolve_quotas
 from appliance.scheduler.admission import Admission, admit_queue
 from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
 from appliance.scheduler.queue_index import QueueIndex
@@ -36,10 +39,11 @@ from appliance.scheduler.quotas import QuotaBook
 from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
 from appliance.services.context import Context
 from appliance.services.queues import pool_size
-from appliance.store.jobs import PhaseChange
+from appliance.store.jobs import JobStore, PhaseChange
 
 log = logging.getLogger(__name__)
-MIN_PASS_GAP = 0.1
+MIN_PASS_GAP = 0.005
+MAX_PASS_GAP = 0.1
 # Links of a dependency chain one pass cancels, when a link breaks.
 MAX_CASCADE = 64
 _NOTHING = admit_queue(QueueIndex(), [])  # the decision on an empty queue
@@ -73,7 +77,8 @@ class SchedulerLoop:
                     wanted.set()  # it stopped at its limit: go on at once
                     await asyncio.sleep(0)
                 else:
-                    await asyncio.sleep(max(0.0, started + MIN_PASS_GAP - loop.time()))
+                    took = loop.time() - started
+                    await asyncio.sleep(min(max(took, MIN_PASS_GAP), MAX_PASS_GAP))
         finally:
             trace.close()
 
@@ -85,10 +90,12 @@ class SchedulerLoop:
         if not len(index):
             view.publish(_NOTHING, {}, generation)
             return 0
-        pending, cancelled = await self._dependencies()
+        min_run = self.ctx.settings.preemption_min_run_seconds
+        reads = await self.ctx.db(_pass_reads, self.ctx.store, min_run)
+        pending, cancelled = await self._dependencies(reads.dependencies)
         said = dict(pending)
         skip = set(pending) | cancelled
-        decision = await self._admit(index, skip, said, generation)
+        decision = await self._admit(index, skip, said, generation, reads)
         self._capped = decision.capped
         view.publish(decision, said, generation)
         if not decision.admitted:
@@ -99,7 +106,12 @@ class SchedulerLoop:
         return sum(1 for c in changes if isinstance(c, PhaseChange) and c.applied)
 
     async def _admit(
-        self, index: QueueIndex, skip: set[str], said: dict[str, str], generation: int
+        self,
+        index: QueueIndex,
+        skip: set[str],
+        said: dict[str, str],
+        generation: int,
+        reads: _PassReads,
     ) -> Admission:
         """Decide on the jobs free to run, and ask for the preemptions and reclaims the heads
         need; `said` gets the reasons of the heads that wait for them. The index may have
@@ -107,10 +119,8 @@ class SchedulerLoop:
         entered it after `generation` waits for the next pass, whose reads cover it."""
         store, settings = self.ctx.store, self.ctx.settings
         now = self.ctx.clock()
-        usage = await self.ctx.db(store.pool_usage)
-        running = await self.ctx.db(store.running_jobs, settings.preemption_min_run_seconds)
+        usage, running, specs = reads.usage, reads.running, reads.specs
         kinds = {u.node.name: u.node.kind for u in usage}
-        specs = await self.ctx.db(store.queue_specs)
         if any(q.source is Source.KEPT for q in specs):
             await self.ctx.db(store.sweep_kept_queues)  # gone once their last job ended
         size = pool_size([u.node for u in usage])
@@ -124,7 +134,7 @@ class SchedulerLoop:
         skip = skip | self.ctx.queue.entered_after(generation)
         decision = admit_queue(index, usage, book, shares, skip, limit)
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
-        # (the next pass, at most MIN_PASS_GAP later, sees what this one admitted).
+        # (the next pass, at most MAX_PASS_GAP later, sees what this one admitted).
         if decision.admitted or settings.preemption_policy == "never":
             return decision
         for head in decision.heads:
@@ -153,12 +163,16 @@ class SchedulerLoop:
             for name, quota in quotas.items()
         }
 
-    async def _dependencies(self) -> tuple[dict[str, str], set[str]]:
+    async def _dependencies(
+        self, states: list[DependencyState]
+    ) -> tuple[dict[str, str], set[str]]:
         """The queued jobs still waiting for others, with why, and the jobs cancelled because
-        a dependency can no longer be met (in one pass, the whole chain after a broken link)."""
+        a dependency can no longer be met (in one pass, the whole chain after a broken link);
+        from `states` as the pass read them, read again after each cancelling link."""
         cancelled: set[str] = set()
-        for _ in range(MAX_CASCADE):
-            states = await self.ctx.db(self.ctx.store.dependency_states)
+        for link in range(MAX_CASCADE):
+            if link:
+                states = await self.ctx.db(self.ctx.store.dependency_states)
             waiting, broken = verdicts(states)
             if not broken:
                 break
@@ -285,3 +299,21 @@ class _Trace:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class _PassReads:
+    dependencies: list[DependencyState]
+    usage: list[NodeUsage]
+    running: list[RunningJob]
+    specs: list[QueueSpec]
+
+
+def _pass_reads(store: JobStore, min_run_seconds: float) -> _PassReads:
+    """What a pass reads besides the queue, in one trip to the store's thread."""
+    return _PassReads(
+        store.dependency_states(),
+        store.pool_usage(),
+        store.running_jobs(min_run_seconds),
+        store.queue_specs(),
+    )

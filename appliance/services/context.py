@@ -119,11 +119,16 @@ class Context:
     ) -> list[R]:
         """Run a store write that moves phases on the writer thread (`write` returns outcomes,
         PhaseChanges among them, e.g. a batch of cancels decided and written in one
-        transaction), then announce every change it applied."""
+        transaction, or outcomes that carry the change made with them as their `change`, e.g.
+        a batch of replica exits that finished a job), then announce every change it
+        applied."""
         outcomes = await self.db(write, *args, **kwargs)
         for outcome in outcomes:
-            if isinstance(outcome, PhaseChange):
-                self._announce(outcome)
+            change = (
+                outcome if isinstance(outcome, PhaseChange) else getattr(outcome, "change", None)
+            )
+            if isinstance(change, PhaseChange):
+                self._announce(change)
         return outcomes
 
     async def request_requeue(

@@ -22,7 +22,13 @@ from appliance.domain.job import EventKind, Job, JobEvent, Progress
 from appliance.domain.phases import Phase
 from appliance.services.context import Context
 from appliance.services.group_commit import GroupCommit
-from appliance.store.replica_batches import ExitsWritten, Registered, Registration, ReplicaExit
+from appliance.store.replica_batches import (
+    ExitsWritten,
+    Registered,
+    Registration,
+    ReplicaExit,
+    all_ready,
+)
 from appliance.store.requeues import StopState
 
 Started = tuple[str, str, int | None]  # job, replica, pid
@@ -58,8 +64,8 @@ class ReplicaService:
                 f"{replica} of {job_id} is already registered at {answer.taken}; "
                 "a replica registers once"
             )
-        if answer.all_ready:
-            await self._run(job_id, answer.replicas)
+        # A complete gang of a job still SCHEDULED: its launch moves it on when it is
+        # INITIALIZING (start_if_all_ready); of one INITIALIZING: moved in the same write.
 
     async def started(self, job_id: str, replica: str, pid: int | None) -> None:
         """The backend started `replica` (PENDING -> STARTED; its pid recorded)."""
@@ -70,7 +76,9 @@ class ReplicaService:
         return await self._exits.write((job_id, exits))
 
     async def _register_batch(self, batch: list[Registration]) -> list[Registered | Exception]:
-        return await self.ctx.db(self.ctx.store.register_replicas, batch)
+        return await self.ctx.write_phases(
+            self.ctx.store.register_replicas, batch, self.ctx.clock()
+        )
 
     async def _start_batch(self, batch: list[Started]) -> list[None]:
         await self.ctx.db(self.ctx.store.mark_started, batch)
@@ -80,15 +88,15 @@ class ReplicaService:
         return await self.ctx.db(self.ctx.store.record_progress, batch)
 
     async def _exit_batch(self, batch: list[JobExits]) -> list[ExitsWritten]:
-        return await self.ctx.db(self.ctx.store.record_exits, batch)
+        return await self.ctx.write_phases(self.ctx.store.record_exits, batch, self.ctx.clock())
 
     async def _run(self, job_id: str, replicas: int) -> None:
         await self.ctx.set_phase(
-            job_id, Phase.RUNNING, f"all {replicas} replicas ready", expected=Phase.INITIALIZING
+            job_id, Phase.RUNNING, all_ready(replicas), expected=Phase.INITIALIZING
         )
 
     async def start_if_all_ready(self, job_id: str) -> None:
-        ready, replicas = await self.ctx.db(self.ctx.store.replicas_ready, job_id)
+        ready, replicas = await self.ctx.read(self.ctx.store.replicas_ready, job_id)
         if replicas and ready == replicas:
             await self._run(job_id, replicas)
 

@@ -251,9 +251,9 @@ class JobStore(
         `expected` pins the phase the caller decided on (compare-and-set); without it the
         current phase is read in the same transaction. Raises NotFound for an unknown job.
         """
-        with self._sessions.begin() as s:
+        with self.engine.begin() as conn:
             move = PhaseMove(job_id, target, reason, expected)
-            return _found(write_phases(s.connection(), [move], now, fence=self.fence))
+            return _found(write_phases(conn, [move], now, fence=self.fence))
 
     def set_phases(self, moves: Sequence[PhaseMove], now: float) -> list[PhaseChange | NotFound]:
         """set_phase for several jobs in one transaction (group commit of cancels).
@@ -262,8 +262,8 @@ class JobStore(
         order: an unknown job is a NotFound in its place, not a failure of the others; a job
         named twice sees the effect of its earlier move.
         """
-        with self._sessions.begin() as s:
-            return write_phases(s.connection(), moves, now, fence=self.fence)
+        with self.engine.begin() as conn:  # Core only: no ORM session to set up
+            return write_phases(conn, moves, now, fence=self.fence)
 
     def schedule(self, job_id: str, placements: Sequence[Placement], now: float) -> PhaseChange:
         """QUEUED -> SCHEDULED with the job's placements and replica rows, all or nothing."""

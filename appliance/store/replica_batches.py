@@ -20,13 +20,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Table, bindparam, select, update
 
 from appliance.domain.errors import NotFound, stale_attempt
 from appliance.domain.job import Progress, ReplicaPhase
 from appliance.domain.phases import Phase
+from appliance.domain.plan import Role
 from appliance.store.base import StoreBase, in_chunks
+from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
 from appliance.store.requeues import StopState
 from appliance.store.tables import HOLDING_PHASES, JobRow, ReplicaRow
 
@@ -50,6 +51,9 @@ class Registered:
     taken: str | None
     all_ready: bool
     replicas: int
+    # The job's move to RUNNING, made with the registration that completed its gang while
+    # it was INITIALIZING (one still SCHEDULED is moved by its launch, loops/reconciling.py).
+    change: PhaseChange | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,22 +76,23 @@ class ExitsWritten:
 
     count: int
     state: StopState | None
+    # The job's move to SUCCEEDED, made with the exits when the last one written is the
+    # chief's success while the job runs; any other decisive exit is the caller's to act on.
+    change: PhaseChange | None = None
 
 
 _STATES_OF = select(
     JobRow.id, JobRow.phase, JobRow.attempt, JobRow.stop_reason, JobRow.checkpoint_by,
     JobRow.checkpoint_step,
 ).where(JobRow.id.in_(bindparam("ids", expanding=True)))  # fmt: skip
-_ATTEMPTS_OF = select(JobRow.id, JobRow.attempt).where(
-    JobRow.id.in_(bindparam("ids", expanding=True))
-)
 _REPLICAS_OF = select(
     ReplicaRow.job_id, ReplicaRow.name, ReplicaRow.address, ReplicaRow.phase
 ).where(ReplicaRow.job_id.in_(bindparam("ids", expanding=True)))
+_JOBS = cast(Table, JobRow.__table__)
 _BUMP = (
-    update(JobRow)
-    .where(JobRow.id.in_(bindparam("ids", expanding=True)))
-    .values(version=JobRow.version + 1)
+    update(_JOBS)
+    .where(_JOBS.c.id.in_(bindparam("ids", expanding=True)))
+    .values(version=_JOBS.c.version + 1)
 )
 # Core statements on the table: the ORM's bulk UPDATE (a list of parameter sets) only matches
 # rows by primary key, and these add conditions.
@@ -99,9 +104,9 @@ _STARTED = (
     .where(*_REPLICA, _REPLICAS.c.phase == ReplicaPhase.PENDING.value)
     .values(phase=ReplicaPhase.STARTED.value)
 )
-_CLAIM = (
+_CLAIM = (  # decided on the rows read (and locked) in the same transaction
     update(_REPLICAS)
-    .where(*_REPLICA, _REPLICAS.c.address.in_(("", bindparam("b_address"))))
+    .where(*_REPLICA)
     .values(address=bindparam("b_address"), pid=bindparam("b_pid"), phase=ReplicaPhase.READY.value)
 )
 _EXIT = (
@@ -116,6 +121,15 @@ _EXIT = (
 )
 
 
+CHIEF = f"{Role.CHIEF}-0"
+CHIEF_FINISHED = "chief finished all steps"
+
+
+def all_ready(replicas: int) -> str:
+    """Why a job runs: every one of its replicas registered."""
+    return f"all {replicas} replicas ready"
+
+
 def exit_phase(job_phase: Phase | None, exit_code: int | None) -> ReplicaPhase:
     """The phase a replica's exit leaves it in: a failure after the job ended is the
     teardown's doing (STOPPED), not the replica's."""
@@ -124,7 +138,6 @@ def exit_phase(job_phase: Phase | None, exit_code: int | None) -> ReplicaPhase:
     return ReplicaPhase.SUCCEEDED if exit_code == 0 else ReplicaPhase.FAILED
 
 
-_JOBS = cast(Table, JobRow.__table__)
 _PROGRESS = (
     update(_JOBS)
     .where(
@@ -148,54 +161,72 @@ class ReplicaBatchStore(StoreBase):
         if not started:
             return
         rows = [{"b_job": j, "b_name": n, "b_pid": pid} for j, n, pid in started]
-        with self._sessions.begin() as s:
+        with self.engine.begin() as s:
             s.execute(_START, rows)
             s.execute(_STARTED, rows)
             self._bump(s, {j for j, _, _ in started})
 
-    def register_replicas(self, batch: Sequence[Registration]) -> list[Registered | Exception]:
-        """Record each registration (in order, each as JobStore.register_replica would);
-        answers in order, an exception for a registration refused on its own."""
+    def register_replicas(
+        self, batch: Sequence[Registration], now: float
+    ) -> list[Registered | Exception]:
+        """Record each registration (in order, each as JobStore.register_replica would), and
+        move a job whose gang is complete from INITIALIZING to RUNNING; answers in order, an
+        exception for a registration refused on its own."""
         jobs = sorted({r.job_id for r in batch})
         answers: list[Registered | Exception] = []
-        with self._sessions.begin() as s:
-            attempts: dict[str, int] = {}
+        with self.engine.begin() as s:
+            states = self._states(s, jobs)
             replicas: dict[str, dict[str, list[str]]] = {}  # job -> name -> [address, phase]
+            sqlite = self.engine.dialect.name == "sqlite"
+            of_jobs = _REPLICAS_OF if sqlite else _REPLICAS_OF.with_for_update()
             for ids in in_chunks(jobs):
-                attempts.update((j, a) for j, a in s.execute(_ATTEMPTS_OF, {"ids": ids}))
-                for job_id, name, address, phase in s.execute(_REPLICAS_OF, {"ids": ids}):
+                for job_id, name, address, phase in s.execute(of_jobs, {"ids": ids}):
                     replicas.setdefault(job_id, {})[name] = [address, phase]
             claimed: set[str] = set()
+            claims: list[dict[str, Any]] = []
+            moves: dict[int, PhaseMove] = {}  # by the answer that completed the gang
             for r in batch:
-                current = attempts.get(r.job_id)
-                if current is not None and current != r.attempt:
-                    answers.append(stale_attempt(r.job_id, r.attempt, current))
+                state = states.get(r.job_id)
+                if state is not None and state.attempt != r.attempt:
+                    answers.append(stale_attempt(r.job_id, r.attempt, state.attempt))
                     continue
                 row = replicas.get(r.job_id, {}).get(r.replica)
                 if row is None:
                     answers.append(NotFound(f"job {r.job_id} has no replica {r.replica}"))
                     continue
-                params = {"b_job": r.job_id, "b_name": r.replica, "b_address": r.address,
-                          "b_pid": r.pid}  # fmt: skip
-                if not s.execute(_CLAIM, params).rowcount:  # type: ignore[attr-defined]
+                if row[0] not in ("", r.address):  # the rows are this transaction's to write
                     answers.append(Registered(row[0], False, len(replicas[r.job_id])))
                     continue
+                claims.append({"b_job": r.job_id, "b_name": r.replica, "b_address": r.address,
+                               "b_pid": r.pid})  # fmt: skip
                 row[:] = [r.address, ReplicaPhase.READY.value]
                 claimed.add(r.job_id)
                 gang = replicas[r.job_id].values()
                 ready = all(phase == ReplicaPhase.READY.value for _, phase in gang)
+                if ready and state is not None and state.phase is Phase.INITIALIZING:
+                    reason = all_ready(len(gang))
+                    moves[len(answers)] = PhaseMove(r.job_id, Phase.RUNNING, reason, state.phase)
                 answers.append(Registered(None, ready, len(gang)))
+            if claims:
+                s.execute(_CLAIM, claims)
             self._bump(s, claimed)
+            changes = self._move(s, list(moves.values()), now)
+        for at, change in zip(moves, changes, strict=True):
+            found = answers[at]
+            if isinstance(change, PhaseChange) and isinstance(found, Registered):
+                answers[at] = dataclasses.replace(found, change=change)
         return answers
 
     def record_exits(
-        self, batch: Sequence[tuple[str, Sequence[ReplicaExit]]]
+        self, batch: Sequence[tuple[str, Sequence[ReplicaExit]]], now: float
     ) -> list[ExitsWritten]:
         """For each (job, its exits in order): write the exits of the job's current attempt
-        while no requeue is asked for, up to and including the first decisive one; answers
-        in order. Nothing is written for a job being requeued, queued again or unknown."""
+        while no requeue is asked for, up to and including the first decisive one, and move
+        a running job whose chief finished to SUCCEEDED; answers in order. Nothing is written
+        for a job being requeued, queued again or unknown."""
         answers: list[ExitsWritten] = []
-        with self._sessions.begin() as s:
+        moves: dict[int, PhaseMove] = {}  # by the answer whose chief finished
+        with self.engine.begin() as s:
             states = self._states(s, sorted({job_id for job_id, _ in batch}))
             rows: list[dict[str, Any]] = []
             written: set[str] = set()
@@ -215,11 +246,21 @@ class ReplicaBatchStore(StoreBase):
                         count += 1
                         written.add(job_id)
                         if end.decisive:
+                            finished = end.replica == CHIEF and end.exit_code == 0
+                            if finished and state.phase is Phase.RUNNING:
+                                move = PhaseMove(
+                                    job_id, Phase.SUCCEEDED, CHIEF_FINISHED, state.phase
+                                )
+                                moves[len(answers)] = move
                             break
                 answers.append(ExitsWritten(count, state))
             if rows:
                 s.execute(_EXIT, rows)
                 self._bump(s, written)
+            changes = self._move(s, list(moves.values()), now)
+        for at, change in zip(moves, changes, strict=True):
+            if isinstance(change, PhaseChange):
+                answers[at] = dataclasses.replace(answers[at], change=change)
         return answers
 
     def set_progress(self, job_id: str, attempt: int, progress: Progress) -> bool:
@@ -236,7 +277,7 @@ class ReplicaBatchStore(StoreBase):
         (as JobStore.set_progress says when), and the job's state as it was before (what the
         chief is told to do next; None: no such job)."""
         answers: list[tuple[bool, StopState | None]] = []
-        with self._sessions.begin() as s:
+        with self.engine.begin() as s:
             states = self._states(s, sorted({job_id for job_id, _, _ in batch}))
             rows = []
             for job_id, attempt, progress in batch:
@@ -257,7 +298,7 @@ class ReplicaBatchStore(StoreBase):
                 s.execute(_PROGRESS, rows)
         return answers
 
-    def _states(self, s: Session, job_ids: Sequence[str]) -> dict[str, StopState]:
+    def _states(self, s: Connection, job_ids: Sequence[str]) -> dict[str, StopState]:
         """The StopState of each of the jobs that exist, their rows locked for the rest of the
         transaction where the database can (what is decided on them is written in it)."""
         stmt = _STATES_OF if self.engine.dialect.name == "sqlite" else _STATES_OF.with_for_update()
@@ -267,6 +308,11 @@ class ReplicaBatchStore(StoreBase):
                 states[row.id] = StopState.of_row(row)
         return states
 
-    def _bump(self, s: Session, jobs: set[str]) -> None:
+    def _move(self, s: Connection, moves: list[PhaseMove], now: float) -> list[Any]:
+        """The phase moves decided with the replicas' writes, through the one checked writer
+        (store/phase_writes.py), in the same transaction."""
+        return write_phases(s, moves, now, fence=self.fence) if moves else []
+
+    def _bump(self, s: Connection, jobs: set[str]) -> None:
         for ids in in_chunks(sorted(jobs)):
             s.execute(_BUMP, {"ids": ids})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -27,6 +28,7 @@ from appliance.backends.sim.calls import ReplicaCalls
 from appliance.backends.sim.failures import FailurePlan
 from appliance.backends.sim.logs import JobLogs
 from appliance.backends.sim.training import EXIT_TERMINATED, SimulatedAttempt
+from appliance.domain.bounded_yaml import load_bounded
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job, Replica
 from appliance.domain.spec import JobSpec, sim_step_seconds
@@ -154,6 +156,12 @@ class SimBackend:
 
 def checkpoint_steps(spec: JobSpec) -> int | None:
     """The job's checkpoint interval (runconfig.checkpoint_steps), None without one."""
-    runconfig = spec.params.get("runconfig") or {}
+    return _checkpoint_steps(spec.params_yaml)
+
+
+@functools.lru_cache(maxsize=256)
+def _checkpoint_steps(params_yaml: str) -> int | None:
+    """Parsed once per params text: the jobs of a sweep of thousands mostly share a few."""
+    runconfig = load_bounded(params_yaml, "params").get("runconfig") or {}
     every = runconfig.get("checkpoint_steps") if isinstance(runconfig, dict) else None
     return every if isinstance(every, int) and every > 0 else None

@@ -20,9 +20,8 @@ def _started(store: JobStore, job_id: str, phase: Phase = Phase.INITIALIZING) ->
     """Submit and schedule `job_id`, walk it on to `phase`; its replicas' names."""
     submit(store, job_id)
     store.schedule(job_id, placements_for(store, job_id), T0 + 1)
-    for step in (Phase.INITIALIZING, Phase.RUNNING):
-        if phase is Phase.INITIALIZING and step is Phase.RUNNING:
-            break
+    path = [Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING]
+    for step in path[1 : path.index(phase) + 1]:
         store.set_phase(job_id, step, f"to {step}", T0 + 2)
     return [r.name for r in store.replicas(job_id)]
 
@@ -48,15 +47,20 @@ def test_registrations_in_a_batch_are_answered_each_as_alone(store: JobStore) ->
         Registration(B, 1, names_b[0], "10.0.0.2:3", 3),
     ]
 
-    answers = store.register_replicas(batch)
+    answers = store.register_replicas(batch, T0 + 3)
 
     count = len(names_a)
     assert answers[: count - 1] == [Registered(None, False, count)] * (count - 1)
-    assert answers[count - 1] == Registered(None, True, count)  # the last one makes it whole
+    last = answers[count - 1]  # the last one makes the gang whole: the job runs, in that write
+    assert isinstance(last, Registered) and (last.taken, last.all_ready) == (None, True)
+    assert last.change is not None and last.change.applied
+    assert store.get_job(A).phase is Phase.RUNNING
+    assert store.events(A)[-1].reason == f"all {count} replicas ready"
     assert answers[count] == Registered("10.0.0.1:0", False, count)
     assert isinstance(answers[count + 1], Conflict)
     assert isinstance(answers[count + 2], NotFound)
-    assert answers[count + 3] == Registered(None, len(names_b) == 1, len(names_b))
+    b = answers[count + 3]
+    assert isinstance(b, Registered) and (b.taken, b.all_ready) == (None, len(names_b) == 1)
     assert set(_phases(store, A).values()) == {ReplicaPhase.READY}
     first = {r.name: (r.address, r.pid) for r in store.replicas(A)}[names_a[0]]
     assert first == ("10.0.0.1:0", 100)
@@ -70,10 +74,13 @@ def test_exits_are_written_up_to_the_first_that_may_end_the_job(store: JobStore)
     workers = [n for n in names if n != "chief-0"]
     exits = [*(_exit(n, 0) for n in workers[:-1]), _exit("chief-0", 0), _exit(workers[-1], 0)]
 
-    [written] = store.record_exits([(A, exits)])
+    [written] = store.record_exits([(A, exits)], T0 + 3)
 
     assert written.count == len(workers)  # the plain ones, then the chief: the rest waits
     assert written.state is not None and written.state.phase is Phase.RUNNING
+    assert written.change is not None and written.change.applied  # the chief finished it
+    job = store.get_job(A)
+    assert (job.phase, job.reason) == (Phase.SUCCEEDED, "chief finished all steps")
     phases = _phases(store, A)
     assert all(phases[n] is ReplicaPhase.SUCCEEDED for n in [*workers[:-1], "chief-0"])
     assert phases[workers[-1]] is not ReplicaPhase.SUCCEEDED
@@ -85,12 +92,13 @@ def test_a_failure_stops_the_batch_and_after_the_end_it_reads_stopped(store: Job
     names = _started(store, A, Phase.RUNNING)
     worker = next(n for n in names if n != "chief-0")
 
-    [written] = store.record_exits([(A, [_exit(worker, 137), _exit("chief-0", 143)])])
+    [written] = store.record_exits([(A, [_exit(worker, 137), _exit("chief-0", 143)])], T0 + 3)
 
-    assert written.count == 1
+    assert written.count == 1 and written.change is None  # a failure is the caller's to act on
     assert _phases(store, A)[worker] is ReplicaPhase.FAILED
+    assert store.get_job(A).phase is Phase.RUNNING
     store.set_phase(A, Phase.FAILED, "a replica failed", T0 + 3)
-    [written] = store.record_exits([(A, [_exit("chief-0", 143)])])
+    [written] = store.record_exits([(A, [_exit("chief-0", 143)])], T0 + 4)
     assert written.count == 1 and written.state is not None and written.state.phase.terminal
     assert _phases(store, A)["chief-0"] is ReplicaPhase.STOPPED  # the teardown's doing
 
@@ -106,7 +114,8 @@ def test_no_exit_is_written_for_a_requeue_another_attempt_or_no_job(store: JobSt
             (A, [_exit(names[0], 0, attempt=2)]),
             (B, [_exit("chief-0", 0)]),
             ("wsjob-nosuchjob", [_exit("chief-0", 0)]),
-        ]
+        ],
+        T0 + 4,
     )
 
     assert [a.count for a in answers] == [0, 0, 0]
@@ -116,8 +125,8 @@ def test_no_exit_is_written_for_a_requeue_another_attempt_or_no_job(store: JobSt
 
 
 def test_starts_move_only_pending_replicas(store: JobStore) -> None:
-    names = _started(store, A)
-    store.register_replicas([Registration(A, 1, names[0], "10.0.0.1:1", 5)])
+    names = _started(store, A, Phase.SCHEDULED)
+    store.register_replicas([Registration(A, 1, names[0], "10.0.0.1:1", 5)], T0 + 3)
 
     store.mark_started([(A, name, 40 + i) for i, name in enumerate(names)])
 

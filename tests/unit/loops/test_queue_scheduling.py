@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.domain.dependencies import Condition, Dependency
+from appliance.domain.dependencies import Condition, Dependency, DependencyState
 from appliance.domain.phases import Phase
 from appliance.domain.queues import validate_queue
 from appliance.domain.spec import Priority
@@ -246,8 +246,10 @@ async def test_a_job_that_enters_the_queue_during_a_pass_waits_for_the_next(
     scheduler = SchedulerLoop(ctx)
     read_dependencies = scheduler._dependencies
 
-    async def a_submit_meanwhile() -> tuple[dict[str, str], set[str]]:
-        found = await read_dependencies()
+    async def a_submit_meanwhile(
+        states: list[DependencyState],
+    ) -> tuple[dict[str, str], set[str]]:
+        found = await read_dependencies(states)
         [job] = new_jobs([evaluate], Priority.P2, 1)
         spec = dataclasses.replace(job.spec, depends_on=(Dependency(train),))
         create(ctx, [dataclasses.replace(job, spec=spec)], NOW + 1)
