@@ -1,4 +1,4 @@
-"""`csctl get jobs`, `csctl get job ID` and `csctl cancel job ID...`."""
+"""`csctl get jobs`, `csctl get job ID`, `csctl cancel job ID...` and `csctl cancel jobs`."""
 
 from __future__ import annotations
 
@@ -30,6 +30,18 @@ def _label_selector(
     return selector
 
 
+# -l of the commands that select jobs.
+_LABELS = click.option(
+    "-l",
+    "--label",
+    "labels",
+    multiple=True,
+    callback=_label_selector,
+    metavar="K=V[,K=V]",
+    help="Only jobs carrying every given label (repeatable).",
+)
+
+
 @click.group()
 def get() -> None:
     """Show jobs, systems and nodes.
@@ -47,15 +59,7 @@ def get() -> None:
 @get.command("jobs")
 @click.option("-a", "--all", "include_all", is_flag=True, help="Include finished jobs.")
 @click.option("-m", "--my-jobs", is_flag=True, help="Only jobs of the current OS user.")
-@click.option(
-    "-l",
-    "--label",
-    "labels",
-    multiple=True,
-    callback=_label_selector,
-    metavar="K=V[,K=V]",
-    help="Only jobs carrying every given label (repeatable).",
-)
+@_LABELS
 @click.option(
     "-o", "--output", type=click.Choice(_LIST_FORMATS), default="table", show_default=True
 )
@@ -135,11 +139,12 @@ def get_job(session: Session, job_id: str, output: str) -> None:
 
 @click.group()
 def cancel() -> None:
-    """Cancel jobs.
+    """Cancel jobs: by id, or every job of a selection in one request.
 
     \b
-    Example:
+    Examples:
       csctl cancel job wsjob-abc123def456gh
+      csctl cancel jobs --mine --queued
     """
 
 
@@ -177,3 +182,78 @@ def _report_cancel(result: CancelResult) -> None:
         say(f"job {result.job.id} cancelled")
     else:
         say(f"job {result.job.id} already {result.job.phase}; nothing to do")
+
+
+@cancel.command("jobs")
+@click.argument("job_ids", metavar="[ID...]", nargs=-1)
+@click.option(
+    "-m", "--mine", "--my-jobs", "mine", is_flag=True,
+    help="Your jobs (your token's user; with authentication off, your OS user).",
+)  # fmt: skip
+@click.option("-u", "--user", default="", help="Only this user's jobs.")
+@_LABELS
+@click.option("--queued", is_flag=True, help="Only queued jobs (the same as --phase queued).")
+@click.option(
+    "--phase", "phases", multiple=True, metavar="PHASE",
+    help="Only jobs in this phase: queued, scheduled, initializing or running (repeatable).",
+)  # fmt: skip
+@click.option(
+    "-A", "--all-users", is_flag=True, help="Every user's jobs (admins; -l and --phase narrow it)."
+)
+@click.option(
+    "--reason", default=_CANCEL_REASON, show_default=True, help="Recorded as the reason."
+)
+@click.pass_context
+def cancel_jobs(
+    ctx: click.Context,
+    job_ids: tuple[str, ...],
+    mine: bool,
+    user: str,
+    labels: dict[str, str],
+    queued: bool,
+    phases: tuple[str, ...],
+    all_users: bool,
+    reason: str,
+) -> None:
+    """Cancel many jobs in one request, as `scancel -u` does: every active job of a
+    selection, or the jobs given by id. A selection says whose jobs or which (--mine,
+    --user, -l), or is --all-users; --queued and --phase only narrow it. Jobs you may not
+    cancel (others' outside your groups) are left alone and counted; a finished job is
+    left as it is. Prints how many were cancelled; exits 1 if any was refused or not found.
+
+    \b
+    Examples:
+      csctl cancel jobs --mine
+      csctl cancel jobs --mine --queued
+      csctl cancel jobs -l team=nlp,sweep=7
+      csctl cancel jobs --user alice --phase running
+      csctl cancel jobs --all-users --queued
+      csctl cancel jobs wsjob-abc123def456gh wsjob-0123456789abcd
+    """
+    session: Session = ctx.obj
+    result = session.client().cancel_jobs(
+        mine=mine,
+        user=user,
+        labels=labels,
+        phases=(*phases, "QUEUED") if queued else phases,
+        job_ids=job_ids,
+        all=all_users,
+        reason=reason,
+    )
+    if not (result.cancelled or result.finished or result.refused or result.not_found):
+        say("No active job matched; nothing cancelled.")
+        return
+    say(f"cancelled {result.cancelled} job{'' if result.cancelled == 1 else 's'}")
+    if result.finished:
+        say(f"{result.finished} already finished; nothing to do")
+    problems = []
+    if result.refused:
+        problems.append(f"{result.refused} refused: {result.refusal}")
+    if result.not_found:
+        more = " ..." if result.not_found > 5 else ""
+        problems.append(
+            f"{result.not_found} not found: {' '.join(result.not_found_ids[:5])}{more}"
+        )
+    if problems:
+        say(f"error: {'; '.join(problems)}", err=True)
+        ctx.exit(1)

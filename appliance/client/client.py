@@ -7,7 +7,6 @@ type reaches the caller.
 
 from __future__ import annotations
 
-import getpass
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -18,7 +17,7 @@ import grpc
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.client.auth import with_token
-from appliance.client.cluster_calls import ClusterCalls
+from appliance.client.cluster_calls import ClusterCalls, os_user
 from appliance.client.handle import CancelResult, JobHandle
 from appliance.client.lease import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -169,7 +168,7 @@ class ApplianceClient(ClusterCalls):
             depends_on=[depends_on] if isinstance(depends_on, str) else depends_on,
         )
         request = cluster_pb2.SubmitJobRequest(
-            spec=convert.spec_to_pb(spec), user=user or _os_user()
+            spec=convert.spec_to_pb(spec), user=user or os_user()
         )
         if not detached:
             request.lease_seconds = self.lease_seconds
@@ -217,7 +216,7 @@ class ApplianceClient(ClusterCalls):
             raise InvalidSpec(f"limit must be a positive number, got {limit}", field="limit")
         request = cluster_pb2.ListJobsRequest(
             all=all,
-            user=_os_user() if mine else user or "",
+            user=os_user() if mine else user or "",
             labels=validate_labels(labels or {}),
             mine=mine,
         )
@@ -351,12 +350,3 @@ def _absolute(model_dir: str | os.PathLike[str]) -> str:
     """The model directory as an absolute path on this (the user) node; "" stays unset."""
     text = os.fspath(model_dir)
     return os.path.abspath(os.path.expanduser(text)) if text else ""
-
-
-def _os_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        raise InvalidSpec(
-            "cannot tell the OS user of this process; pass user=... to submit()", field="user"
-        ) from None

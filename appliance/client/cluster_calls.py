@@ -1,28 +1,70 @@
 """The client's calls about the cluster rather than one job: the pool and its nodes, the
-queues, usage accounting. A part of ApplianceClient (appliance/client/client.py)."""
+queues, usage accounting, cancelling many jobs at once. A part of ApplianceClient
+(appliance/client/client.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import getpass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.client.nodes import NodeStatus, node_event_from_pb, node_from_pb
+from appliance.domain.bulk_cancel import BulkCancelResult, CancelSelection, parse_phases
+from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeEvent, NodeState
+from appliance.domain.phases import Phase
 from appliance.domain.queues import QueueStatus
+from appliance.domain.spec import validate_labels
 from appliance.domain.usage import UsageQuery, UsageRow
+from appliance.protocol.cancels import result_from_pb, selection_to_pb
 from appliance.protocol.queues import queue_from_pb, usage_from_pb
 
 _T = TypeVar("_T")
 
 
 class ClusterCalls:
-    """Calls on the pool, the queues and usage; ApplianceClient provides `_stub` and `_call`."""
+    """Calls on the pool, the queues, usage and many jobs at once; ApplianceClient provides
+    `_stub` and `_call`."""
 
     _stub: cluster_pb2_grpc.ClusterServiceStub
 
     def _call(self, method: Callable[..., _T], request: object) -> _T:
         raise NotImplementedError
+
+    def cancel_jobs(
+        self,
+        *,
+        mine: bool = False,
+        user: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        phases: Iterable[str | Phase] = (),
+        job_ids: Iterable[str] = (),
+        all: bool = False,
+        reason: str = "",
+    ) -> BulkCancelResult:
+        """Cancel many jobs in one request, as `scancel -u` does: every active job of a
+        selection, or the jobs named by `job_ids` (not both). A selection says whose jobs or
+        which (`mine`, `user`, `labels`), or is `all` (every user's: admins); `phases` (e.g.
+        ["QUEUED"]) only narrows it. `mine`: the caller's jobs, its token's user with
+        authentication on, else this process's user name. Jobs the caller may not cancel are
+        left as they are and counted as refused. A selection larger than one call's bound is
+        gone through call by call; the result adds the calls up."""
+        selection = CancelSelection(
+            user=os_user() if mine else user or "",
+            mine=mine,
+            labels=validate_labels(labels or {}),
+            phases=parse_phases(phases),
+            job_ids=tuple(job_ids),
+            all=all,
+            reason=reason,
+        )
+        request = selection_to_pb(selection)
+        result = result_from_pb(self._call(self._stub.CancelJobs, request))
+        while result.next_page_token:
+            request.page_token = result.next_page_token
+            result = result.merged(result_from_pb(self._call(self._stub.CancelJobs, request)))
+        return result
 
     def nodes(self) -> list[NodeStatus]:
         """The pool: every CS-2 system, MemoryX and SwarmX node with its state and holders."""
@@ -92,3 +134,14 @@ class ClusterCalls:
         preemptions and restarts."""
         request = cluster_pb2.GetUsageRequest(since=since, until=until, by=by)
         return usage_from_pb(self._call(self._stub.GetUsage, request))
+
+
+def os_user() -> str:
+    """This process's user name: who a client submits as, and whose jobs `mine` means, while
+    the appliance has authentication off."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        raise InvalidSpec(
+            "cannot tell the OS user of this process; pass user=... to submit()", field="user"
+        ) from None

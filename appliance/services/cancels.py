@@ -52,7 +52,7 @@ class CancelBatcher:
         while todo:
             requests = [batch[i] for i in todo]
             store, now = self.ctx.store, self.ctx.clock()
-            outcomes = await self.ctx.write_phases(_decide_and_write, store, requests, now)
+            outcomes = await self.ctx.write_phases(decide_and_write, store, requests, now)
             applied: list[int] = []
             again: list[int] = []
             for index, outcome in zip(todo, outcomes, strict=True):
@@ -79,11 +79,12 @@ class CancelBatcher:
         return [answer for answer in answers if answer is not None]
 
 
-def _decide_and_write(
+def decide_and_write(
     store: JobStore, requests: Sequence[CancelRequest], now: float
 ) -> list[PhaseChange | CancelAnswer | ApplianceError]:
     """On the store's writer thread: one read of the jobs' phases and owners, a decision per
-    request, one transaction for the cancels that go ahead. Answers in request order."""
+    request, one transaction for the cancels that go ahead. Answers in request order. Bulk
+    cancels (services/bulk_cancels.py) write their chunks through it too."""
     owners = store.job_owners(list({r.job_id for r in requests}))
     decided: list[PhaseMove | str | ApplianceError] = []
     for request in requests:

@@ -526,6 +526,147 @@ class CancelJobResponse(_message.Message):
 Global___CancelJobResponse: _TypeAlias = CancelJobResponse  # noqa: Y015
 
 @_typing.final
+class CancelJobsRequest(_message.Message):
+    """Either job ids or a selection, never both. A selection must say whose jobs or which ones
+    (user, mine, labels) or be `all`; phases only narrow it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    USER_FIELD_NUMBER: _builtins.int
+    MINE_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    PHASES_FIELD_NUMBER: _builtins.int
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    ALL_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    """One user's jobs."""
+    mine: _builtins.bool
+    """Only the caller's jobs: with authentication on, the user of the caller's token; with it
+    off, `user` (the name the client submits under).
+    """
+    all: _builtins.bool
+    """Every user's jobs (admins only while authentication is on)."""
+    reason: _builtins.str
+    """Recorded as each job's reason."""
+    page_token: _builtins.str
+    """next_page_token of the previous call with the same selection: go on from there."""
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Every label must match."""
+
+    @_builtins.property
+    def phases(self) -> _containers.RepeatedScalarFieldContainer[_common_pb2.Phase.ValueType]:
+        """Only jobs in these active phases (QUEUED, SCHEDULED, INITIALIZING, RUNNING); empty: all of
+        them.
+        """
+
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Exactly these jobs (at most 10000), whatever their phase: a finished one is counted as
+        finished, an unknown id as not found.
+        """
+
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        mine: _builtins.bool = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        phases: _abc.Iterable[_common_pb2.Phase.ValueType] | None = ...,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        all: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "job_ids", b"job_ids", "labels", b"labels", "mine", b"mine", "page_token", b"page_token", "phases", b"phases", "reason", b"reason", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelJobsRequest: _TypeAlias = CancelJobsRequest  # noqa: Y015
+
+@_typing.final
+class CancelJobsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CANCELLED_FIELD_NUMBER: _builtins.int
+    FINISHED_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    NOT_FOUND_FIELD_NUMBER: _builtins.int
+    CANCELLED_IDS_FIELD_NUMBER: _builtins.int
+    REFUSED_IDS_FIELD_NUMBER: _builtins.int
+    NOT_FOUND_IDS_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    REFUSAL_FIELD_NUMBER: _builtins.int
+    cancelled: _builtins.int
+    finished: _builtins.int
+    """Already finished (named by id, or finished meanwhile): left as they were."""
+    refused: _builtins.int
+    """The caller may not cancel them (jobs of others, outside the caller's groups): untouched."""
+    not_found: _builtins.int
+    """Ids that name no job."""
+    message: _builtins.str
+    """One sentence: what was done, and why jobs were refused."""
+    next_page_token: _builtins.str
+    """Set when the call stopped after 20000 jobs: send the request again with it as page_token."""
+    refusal: _builtins.str
+    """Why the first refused job was refused."""
+    @_builtins.property
+    def cancelled_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The first 1000 of each kind."""
+
+    @_builtins.property
+    def refused_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def not_found_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        cancelled: _builtins.int = ...,
+        finished: _builtins.int = ...,
+        refused: _builtins.int = ...,
+        not_found: _builtins.int = ...,
+        cancelled_ids: _abc.Iterable[_builtins.str] | None = ...,
+        refused_ids: _abc.Iterable[_builtins.str] | None = ...,
+        not_found_ids: _abc.Iterable[_builtins.str] | None = ...,
+        message: _builtins.str = ...,
+        next_page_token: _builtins.str = ...,
+        refusal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "cancelled_ids", b"cancelled_ids", "finished", b"finished", "message", b"message", "next_page_token", b"next_page_token", "not_found", b"not_found", "not_found_ids", b"not_found_ids", "refusal", b"refusal", "refused", b"refused", "refused_ids", b"refused_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelJobsResponse: _TypeAlias = CancelJobsResponse  # noqa: Y015
+
+@_typing.final
 class JobEvent(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -60,6 +60,11 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
+        self.CancelJobs = channel.unary_unary(
+                '/appliance.v1.ClusterService/CancelJobs',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.CancelJobsRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.CancelJobsResponse.FromString,
+                _registered_method=True)
         self.WatchJob = channel.unary_stream(
                 '/appliance.v1.ClusterService/WatchJob',
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.WatchJobRequest.SerializeToString,
@@ -170,6 +175,15 @@ class ClusterServiceServicer:
 
     def CancelJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelJobs(self, request, context):
+        """Cancel many jobs in one call (the counterpart of `scancel -u`): every active job a
+        selection matches, or the jobs named by id. Each is cancelled as CancelJob would cancel it;
+        a job the caller may not cancel is left as it is and counted as refused.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -309,6 +323,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.CancelJobRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'CancelJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelJobs,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.CancelJobsRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.CancelJobsResponse.SerializeToString,
             ),
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
@@ -522,6 +541,33 @@ class ClusterService:
             '/appliance.v1.ClusterService/CancelJob',
             appliance_dot_v1_dot_cluster__pb2.CancelJobRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/CancelJobs',
+            appliance_dot_v1_dot_cluster__pb2.CancelJobsRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.CancelJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

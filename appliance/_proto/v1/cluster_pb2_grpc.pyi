@@ -42,6 +42,11 @@ class ClusterServiceStub:
     read at a time (default 20000, at most 50000).
     """
     CancelJob: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.CancelJobRequest, _cluster_pb2.CancelJobResponse]
+    CancelJobs: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.CancelJobsRequest, _cluster_pb2.CancelJobsResponse]
+    """Cancel many jobs in one call (the counterpart of `scancel -u`): every active job a
+    selection matches, or the jobs named by id. Each is cancelled as CancelJob would cancel it;
+    a job the caller may not cancel is left as it is and counted as refused.
+    """
     WatchJob: _grpc.UnaryStreamMultiCallable[_cluster_pb2.WatchJobRequest, _cluster_pb2.JobEvent]
     """Recorded events of the job, then live phase changes and progress until the job is terminal."""
     GetJobEvents: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetJobEventsRequest, _cluster_pb2.GetJobEventsResponse]
@@ -94,6 +99,11 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     read at a time (default 20000, at most 50000).
     """
     CancelJob: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CancelJobRequest, _cluster_pb2.CancelJobResponse]  # type: ignore[assignment]
+    CancelJobs: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CancelJobsRequest, _cluster_pb2.CancelJobsResponse]  # type: ignore[assignment]
+    """Cancel many jobs in one call (the counterpart of `scancel -u`): every active job a
+    selection matches, or the jobs named by id. Each is cancelled as CancelJob would cancel it;
+    a job the caller may not cancel is left as it is and counted as refused.
+    """
     WatchJob: _aio.UnaryStreamMultiCallable[_cluster_pb2.WatchJobRequest, _cluster_pb2.JobEvent]  # type: ignore[assignment]
     """Recorded events of the job, then live phase changes and progress until the job is terminal."""
     GetJobEvents: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetJobEventsRequest, _cluster_pb2.GetJobEventsResponse]  # type: ignore[assignment]
@@ -173,6 +183,17 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cluster_pb2.CancelJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.CancelJobResponse, _abc.Awaitable[_cluster_pb2.CancelJobResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CancelJobs(
+        self,
+        request: _cluster_pb2.CancelJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.CancelJobsResponse, _abc.Awaitable[_cluster_pb2.CancelJobsResponse]]:
+        """Cancel many jobs in one call (the counterpart of `scancel -u`): every active job a
+        selection matches, or the jobs named by id. Each is cancelled as CancelJob would cancel it;
+        a job the caller may not cancel is left as it is and counted as refused.
+        """
 
     @_abc_1.abstractmethod
     def WatchJob(

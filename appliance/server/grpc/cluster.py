@@ -13,10 +13,12 @@ from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
 from appliance.domain.spec import Mode, Priority, validate_labels
 from appliance.protocol import convert
+from appliance.protocol.cancels import result_to_pb, selection_from_pb
 from appliance.protocol.queues import queue_to_pb, usage_to_pb
 from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
 from appliance.server.grpc.errors import Ctx, stream, unary
+from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.jobs import JobService, check_job_id
 from appliance.services.logs import LogService
 from appliance.services.nodes import NodeService, parse_node_state
@@ -32,6 +34,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.logs = logs
         self.nodes = NodeService(jobs.ctx)
         self.usage = UsageService(jobs.ctx)
+        self.bulk_cancels = BulkCancel(jobs.ctx)
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED)
 
     @unary
@@ -81,6 +84,13 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         return cluster_pb2.CancelJobResponse(
             job=convert.job_to_pb(job), changed=changed, message=message
         )
+
+    @unary
+    async def CancelJobs(
+        self, request: cluster_pb2.CancelJobsRequest, context: Ctx
+    ) -> cluster_pb2.CancelJobsResponse:
+        result = await self.bulk_cancels.cancel(selection_from_pb(request), by=caller())
+        return result_to_pb(result)
 
     @stream
     async def WatchJob(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Annotated
 
@@ -20,6 +21,8 @@ from appliance.server.rest.events import MEDIA_TYPE, sse_stream
 from appliance.server.rest.metrics import RestMetrics
 from appliance.server.rest.models import (
     CancelIn,
+    CancelJobsIn,
+    CancelJobsOut,
     CancelOut,
     EventListOut,
     JobListOut,
@@ -28,6 +31,7 @@ from appliance.server.rest.models import (
     event_out,
     job_out,
 )
+from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.jobs import JobService
 
 JobId = Annotated[str, Path(description="The job's name, wsjob-<id>.", max_length=64)]
@@ -43,6 +47,7 @@ def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency
     authenticated = Depends(caller)  # the caller, or None while authentication is off
     # Summaries rendered once per version; one page of the largest size stays cached.
     listing = jobs.listing(job_out, max_cached=MAX_LIMIT)
+    bulk_cancels = BulkCancel(jobs.ctx)
 
     @router.post("/jobs", status_code=201, response_model=JobOut)
     async def submit_job(body: JobSubmitIn, by: Principal | None = authenticated) -> Response:
@@ -101,6 +106,14 @@ def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency
         """Cancel a job. Idempotent: a finished job is left as it is (`changed` is false)."""
         job, changed, message = await jobs.cancel(job_id, body.reason if body else "", by=by)
         return _json(CancelOut(job=job_out(job), changed=changed, message=message))
+
+    @router.post("/jobs:cancel", response_model=CancelJobsOut)
+    async def cancel_jobs(body: CancelJobsIn, by: Principal | None = authenticated) -> Response:
+        """Cancel many jobs in one call (like `scancel -u`): every active job a selection
+        matches, or the jobs named by id. Jobs the caller may not cancel are left as they
+        are and counted as refused."""
+        result = await bulk_cancels.cancel(body.selection(), by=by)
+        return _json(CancelJobsOut.model_validate(dataclasses.asdict(result)))
 
     @router.get("/jobs/{job_id}/events", response_model=EventListOut)
     async def get_job_events(job_id: JobId, by: Principal | None = authenticated) -> Response:

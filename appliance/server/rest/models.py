@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from appliance.domain.bulk_cancel import MAX_IDS, CancelSelection
 from appliance.domain.dependencies import MAX_DEPENDENCIES
 from appliance.domain.job import (
     Attempt,
@@ -104,6 +105,61 @@ class CancelIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(default="", max_length=1024, description="Recorded as the reason.")
+
+
+class CancelJobsIn(BaseModel):
+    """Which jobs to cancel: ids, or a selection (user, mine, labels, phases; or all), never
+    both. A selection must say whose jobs or which ones (user, mine, labels) or be `all`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str = Field(default="", max_length=253, description="One user's jobs.")
+    mine: StrictBool = Field(
+        default=False,
+        description="The caller's jobs (authentication off: `user`, which must then be given).",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description='Every label must match, e.g. {"team": "nlp"}.'
+    )
+    phases: list[Phase] = Field(
+        default_factory=list,
+        max_length=len(Phase),
+        description="Only jobs in these active phases; empty: every active phase.",
+    )
+    job_ids: list[Annotated[str, StringConstraints(max_length=64)]] = Field(
+        default_factory=list,
+        max_length=MAX_IDS,
+        description="Exactly these jobs; a finished one is counted as finished.",
+    )
+    all: StrictBool = Field(default=False, description="Every user's jobs (admins).")
+    reason: str = Field(default="", max_length=1024, description="Recorded as each reason.")
+    page_token: str = Field(
+        default="", max_length=512, description="next_page_token of the previous call."
+    )
+
+    def selection(self) -> CancelSelection:
+        return CancelSelection(
+            user=self.user, mine=self.mine, labels=self.labels, phases=frozenset(self.phases),
+            job_ids=tuple(self.job_ids), all=self.all, reason=self.reason,
+            page_token=self.page_token,
+        )  # fmt: skip
+
+
+class CancelJobsOut(_Out):
+    """What a bulk cancel did; each list holds the first 1,000 ids of its kind."""
+
+    cancelled: int
+    finished: int = Field(description="Already finished: left as they were.")
+    refused: int = Field(description="The caller may not cancel them: left as they were.")
+    not_found: int = Field(description="Ids that name no job.")
+    cancelled_ids: list[str]
+    refused_ids: list[str]
+    not_found_ids: list[str]
+    message: str
+    next_page_token: str = Field(
+        description="Set when the call stopped at its bound: send it as page_token to go on."
+    )
+    refusal: str = Field(description="Why the first refused job was refused.")
 
 
 class SpecOut(_Out):

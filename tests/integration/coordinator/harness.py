@@ -8,13 +8,18 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import psutil
 
 from appliance.config import Settings
 from appliance.server.app import Coordinator
+from appliance.server.auth import create_token
+
+# The users of the authentication tests: (groups, admin).
+USERS = {"alice": (["nlp"], False), "carol": (["nlp"], False), "bob": (["cv"], False),
+         "root": ([], True)}  # fmt: skip
 
 
 class RunningCoordinator:
@@ -108,4 +113,15 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str =
         time.sleep(0.02)
 
 
-__all__ = ["RunningCoordinator", "kill_workers", "wait_until", "worker_processes"]
+def user_tokens(tokens_file: Path, names: Iterable[str] = USERS) -> dict[str, str]:
+    """A token in `tokens_file` (what `auth_tokens_file` names) for each of `names` (USERS):
+    alice and carol in group nlp, bob in cv, root an admin."""
+    return {
+        name: create_token(tokens_file, name, USERS[name][0], admin=USERS[name][1])
+        for name in names
+    }
+
+
+__all__ = [
+    "RunningCoordinator", "kill_workers", "user_tokens", "wait_until", "worker_processes",
+]  # fmt: skip

@@ -123,3 +123,23 @@ def test_job_calls(
     _check(lambda: stub.ListJobs(pb.ListJobsRequest(limit=limit, page_token=token, labels=labels)))
     _check(lambda: list(stub.WatchJob(pb.WatchJobRequest(job_id=job_id, after_seq=after))))
     _check(lambda: list(stub.GetJobLogs(pb.GetJobLogsRequest(job_id=job_id, replica=replica))))
+
+
+@settings_
+@given(
+    user=TEXT, mine=st.booleans(), labels=st.dictionaries(TEXT, TEXT, max_size=2),
+    phases=st.lists(INT32, max_size=3),
+    job_ids=st.lists(st.one_of(TEXT, st.from_regex(r"wsjob-[0-9a-z]{12,40}", fullmatch=True)),
+                     max_size=3),
+    every=st.booleans(), reason=TEXT, token=TEXT,
+)  # fmt: skip
+def test_cancel_jobs(
+    stub: cluster_pb2_grpc.ClusterServiceStub, user: str, mine: bool, labels: dict[str, str],
+    phases: list[int], job_ids: list[str], every: bool, reason: str, token: str,
+) -> None:  # fmt: skip
+    request = pb.CancelJobsRequest(
+        user=user, mine=mine, labels=labels, job_ids=job_ids, all=every, reason=reason,
+        page_token=token,
+    )  # fmt: skip
+    request.phases.extend(phases)  # type: ignore[arg-type]  # numbers that are no phase too
+    _check(lambda: stub.CancelJobs(request, timeout=30))

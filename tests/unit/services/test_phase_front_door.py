@@ -59,7 +59,7 @@ async def test_a_change_that_did_not_apply_announces_nothing(ctx: Context) -> No
 STORE_PHASE_WRITERS = frozenset({"set_phase", "set_phases", "schedule"})
 MAY_WRITE_PHASES = {
     "appliance/services/context.py": None,
-    "appliance/services/cancels.py": "_decide_and_write",
+    "appliance/services/cancels.py": "decide_and_write",
 }
 
 
