@@ -71,19 +71,21 @@ def _or_default(priority: Priority | None, default: Priority) -> Priority:
 
 
 def spec_to_pb(spec: JobSpec) -> cluster_pb2.JobSpec:
-    return cluster_pb2.JobSpec(
+    msg = cluster_pb2.JobSpec(
         params_yaml=spec.params_yaml,
         num_csx=spec.num_csx,
         num_steps=spec.num_steps,
-        mode=mode_to_pb(spec.mode),
-        labels=dict(spec.labels),
-        priority=priority_to_pb(spec.priority),
+        mode=_MODE_TO_PB[spec.mode],
+        labels=spec.labels,
+        priority=_PRIO_TO_PB[spec.priority],
         model_dir=spec.model_dir,
         max_restarts=spec.max_restarts,
         preemptible=spec.preemptible,
         queue=spec.queue,
-        depends_on=[str(d) for d in spec.depends_on],
     )
+    if spec.depends_on:  # empty repeated fields left alone: a listing builds 100,000 of these
+        msg.depends_on.extend(str(d) for d in spec.depends_on)
+    return msg
 
 
 def spec_from_pb(msg: cluster_pb2.JobSpec) -> JobSpec:
@@ -163,27 +165,31 @@ def replica_from_pb(job_id: str, msg: cluster_pb2.Replica) -> Replica:
 
 
 def job_to_pb(job: Job) -> cluster_pb2.Job:
-    return cluster_pb2.Job(
+    msg = cluster_pb2.Job(
         id=job.id,
         user=job.user,
         spec=spec_to_pb(job.spec),
-        phase=phase_to_pb(job.phase),
+        phase=_PHASE_TO_PB[job.phase],
         reason=job.reason,
         pending_reason=job.pending_reason,
         queue_position=job.queue_position,
-        systems=list(job.systems),
+        systems=job.systems,
         progress=progress_to_pb(job.progress),
         created_at=job.created_at,
         updated_at=job.updated_at,
         started_at=job.started_at,
         finished_at=job.finished_at,
-        replicas=[replica_to_pb(r) for r in job.replicas],
         lease=lease_to_pb(job.lease) if job.lease else None,
         attempt=job.attempt,
         restarts=job.restarts,
-        attempts=[attempt_to_pb(a) for a in job.attempts],
-        dependents=list(job.dependents),
     )
+    if job.replicas:  # a summary has none of these
+        msg.replicas.extend(replica_to_pb(r) for r in job.replicas)
+    if job.attempts:
+        msg.attempts.extend(attempt_to_pb(a) for a in job.attempts)
+    if job.dependents:
+        msg.dependents.extend(job.dependents)
+    return msg
 
 
 def lease_to_pb(lease: Lease) -> cluster_pb2.Lease:

@@ -5,6 +5,11 @@ A door renders a summary into what it sends (REST: the Job; gRPC: the serialized
 Renderings are cached under the summary's key (id, created, version): every write that changes
 what a summary shows bumps the job's version (JobStore), so a cached rendering is never stale,
 and listing a long history costs a key query instead of reading and rendering every summary.
+Summaries are read and rendered on the store's reader threads, a chunk at a time, each one
+rendered as it is read (so the event loop stays free, and a cold listing of 100,000 jobs
+leaves no 100,000 objects for the collector to walk); `warm` renders a history ahead, which
+the composition root starts once the coordinator serves, so the first listing after a start
+finds it rendered.
 
 A queued job's queue position and pending reason are the exception: they move when other jobs
 enter, leave or overtake in the queue, without this job's version. So they are never part of
@@ -14,6 +19,7 @@ and handed out beside the renderings.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -24,11 +30,13 @@ from appliance.domain.job import Job
 from appliance.domain.listing import DEFAULT_LIMIT, MAX_LIMIT, JobKey, JobQuery
 from appliance.domain.phases import Phase
 from appliance.services.context import Context
+from appliance.store.base import in_chunks
 
 T = TypeVar("T")
 
 STREAM_PAGE = 20_000  # jobs read at a time by a stream that asked for no page size
 MAX_STREAM_PAGE = 50_000
+WARM_PAGE = 2_000  # keys read at a time by `warm`
 
 
 # One listed job: the door's rendering of its summary, its fresh queue position (0 unless the
@@ -38,7 +46,8 @@ Listed: TypeAlias = tuple[T, int, str]
 
 
 class JobListing(Generic[T]):
-    """Lists jobs for one door, caching at most `max_cached` of its renderings."""
+    """Lists jobs for one door, caching at most `max_cached` of its renderings. `render` runs on
+    the store's reader threads: it must be a pure function of the summary."""
 
     def __init__(self, ctx: Context, render: Callable[[Job], T], max_cached: int) -> None:
         self._ctx = ctx
@@ -46,6 +55,8 @@ class JobListing(Generic[T]):
         self.max_cached = max_cached
         # (rendering, queued) by key, oldest first; a queued job's rendering has no position.
         self._cache: OrderedDict[JobKey, tuple[T, bool]] = OrderedDict()
+        # What the calls reading and rendering summaries now will have rendered, by job id.
+        self._rendering: dict[str, asyncio.Future[dict[str, tuple[T, bool]]]] = {}
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -69,22 +80,33 @@ class JobListing(Generic[T]):
                 return
             page = dataclasses.replace(page, page_token=token)
 
+    async def warm(self, query: JobQuery) -> int:
+        """Render the summaries `query` lists, newest first, until the cache is full or every
+        one is rendered; returns how many it rendered. A chunk at a time on the reader threads,
+        so calls in the meantime are served between chunks (and what they render is not
+        rendered again)."""
+        page = dataclasses.replace(query, page_token="")
+        rendered = 0
+        while (room := self.max_cached - len(self._cache)) > 0:
+            page = dataclasses.replace(page, limit=min(WARM_PAGE, room))
+            keys, token = await self._ctx.read(self._ctx.store.list_job_keys, page)
+            rendered += len(await self._rendered([k for k in keys if k not in self._cache]))
+            if not token:
+                break
+            page = dataclasses.replace(page, page_token=token)
+        return rendered
+
     async def _listed(self, keys: Sequence[JobKey]) -> list[Listed[T]]:
         # Looked up before anything is added: adding may evict entries of this very page.
         cached = [(key, self._cache.get(key)) for key in keys]
-        missing = [key[0] for key, hit in cached if hit is None]
-        store = self._ctx.store
-        fetched: dict[str, Job] = {}
-        if missing:
-            fetched = {job.id: job for job in await self._ctx.read(store.job_summaries, missing)}
+        missing = [key for key, hit in cached if hit is None]
+        fresh = await self._rendered(missing) if missing else {}
         found: list[tuple[str, T, bool]] = []  # (job id, rendering, queued)
         for key, hit in cached:
             if hit is None:
-                job = fetched.get(key[0])
-                if job is None:
+                hit = fresh.get(key[0])
+                if hit is None:
                     continue  # deleted between the two reads
-                hit = (self._render(job), job.phase is Phase.QUEUED)
-                self._put(key, hit)
             found.append((key[0], *hit))
         queued = [job_id for job_id, _, is_queued in found if is_queued]
         if not queued:
@@ -94,6 +116,59 @@ class JobListing(Generic[T]):
         return [
             (rendering, where.get(job_id, 0), view.reason(job_id) or "" if is_queued else "")
             for job_id, rendering, is_queued in found
+        ]
+
+    async def _rendered(self, keys: Sequence[JobKey]) -> dict[str, tuple[T, bool]]:
+        """(rendering, queued) by job id of those of `keys` that still exist, as read now (a
+        newer version than the key's, if the job changed since), each cached under the key
+        it was read with. A job another call is rendering already is waited for, not read
+        again: a listing and `warm` walking the same history share the work."""
+        found: dict[str, tuple[T, bool]] = {}
+        theirs: dict[int, asyncio.Future[dict[str, tuple[T, bool]]]] = {}
+        waited: list[str] = []
+        for chunk in in_chunks([key[0] for key in keys]):
+            mine = []
+            for job_id in chunk:
+                other = self._rendering.get(job_id)
+                if other is None:
+                    mine.append(job_id)
+                else:
+                    theirs[id(other)] = other
+                    waited.append(job_id)
+            if mine:
+                found.update(await self._render_chunk(mine))
+        for other in theirs.values():
+            found.update(await other)
+        # What another call did not get (it failed, or was cancelled) is read here.
+        left = [job_id for job_id in waited if job_id not in found]
+        for chunk in in_chunks(left):
+            found.update(await self._render_chunk(chunk))
+        return found
+
+    async def _render_chunk(self, job_ids: list[str]) -> dict[str, tuple[T, bool]]:
+        done: asyncio.Future[dict[str, tuple[T, bool]]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        for job_id in job_ids:
+            self._rendering[job_id] = done
+        found: dict[str, tuple[T, bool]] = {}
+        try:
+            for key, hit in await self._ctx.read(self._read_rendered, job_ids):
+                self._put(key, hit)
+                found[key[0]] = hit
+        finally:
+            done.set_result(found)  # on failure too: whoever waits reads what is missing
+            for job_id in job_ids:
+                if self._rendering.get(job_id) is done:
+                    del self._rendering[job_id]
+        return found
+
+    def _read_rendered(self, job_ids: Sequence[str]) -> list[tuple[JobKey, tuple[T, bool]]]:
+        """On a reader thread: each summary rendered as it is read."""
+        render, queued = self._render, Phase.QUEUED
+        return [
+            (key, (render(job), job.phase is queued))
+            for key, job in self._ctx.store.keyed_summaries(job_ids)
         ]
 
     def _put(self, key: JobKey, hit: tuple[T, bool]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, bindparam, or_, select
@@ -15,7 +15,7 @@ from appliance.domain.job import Job
 from appliance.domain.listing import DEFAULT_LIMIT, JobKey, JobQuery
 from appliance.domain.phases import Phase
 from appliance.store.base import StoreBase, in_chunks
-from appliance.store.rows import SUMMARY, job_from_row
+from appliance.store.rows import SUMMARY_AS_READ, job_from_values
 from appliance.store.tables import ACTIVE_PHASES_SQL, JobLabelRow, JobRow
 
 
@@ -28,7 +28,9 @@ class JobOwner(NamedTuple):
 
 
 # Built once: a statement object carries its compiled form from call to call.
-_SUMMARIES_OF = select(*SUMMARY).where(JobRow.id.in_(bindparam("ids", expanding=True)))
+_SUMMARIES_OF = select(*SUMMARY_AS_READ, JobRow.version).where(
+    JobRow.id.in_(bindparam("ids", expanding=True))
+)
 
 
 _OWNERS_OF = select(JobRow.id, JobRow.phase, JobRow.user, JobRow.groups).where(
@@ -53,12 +55,17 @@ class ListingStore(StoreBase):
 
     def job_summaries(self, job_ids: Sequence[str]) -> list[Job]:
         """Summaries of the given jobs, in no particular order (unknown ids are left out)."""
-        found: list[Job] = []
+        return [job for _, job in self.keyed_summaries(job_ids)]
+
+    def keyed_summaries(self, job_ids: Sequence[str]) -> Iterator[tuple[JobKey, Job]]:
+        """The summaries of the given jobs with their keys as read (unknown ids are left out),
+        one at a time: a caller that renders each as it comes holds one summary at a time,
+        not thousands for the collector to walk. Consume it on the thread that started it."""
         with self.engine.connect() as conn:
             for chunk in in_chunks(list(job_ids)):
-                rows = conn.execute(_SUMMARIES_OF, {"ids": chunk})
-                found += (job_from_row(r) for r in rows)
-        return found
+                for row in conn.execute(_SUMMARIES_OF, {"ids": chunk}).all():
+                    job = job_from_values(row[:-1])
+                    yield (job.id, job.created_at, row[-1]), job
 
     def job_owners(self, job_ids: Sequence[str]) -> dict[str, JobOwner]:
         """Phase, owner and owner's groups of the given jobs (unknown ids are left out): what

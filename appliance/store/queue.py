@@ -17,7 +17,7 @@ from appliance.domain.plan import ReplicaPlan
 from appliance.domain.queue import QueuedJob
 from appliance.domain.spec import Priority
 from appliance.store.base import StoreBase, in_chunks
-from appliance.store.rows import plan_from_json
+from appliance.store.rows import PLAN_AS_READ, plan_from_json
 from appliance.store.tables import QUEUED_SQL, JobRow
 
 _PRIORITIES = {int(p): p for p in Priority}  # a dict lookup, not an Enum call, per queued row
@@ -104,7 +104,7 @@ class QueueStore(StoreBase):
         if missing:
             with self._sessions() as s:
                 for chunk in in_chunks(missing):
-                    stmt = select(JobRow.id, JobRow.plan).where(JobRow.id.in_(chunk))
+                    stmt = select(JobRow.id, PLAN_AS_READ).where(JobRow.id.in_(chunk))
                     plans.update((i, plan_from_json(plan)) for i, plan in s.execute(stmt))
         priorities = _PRIORITIES
         return [
@@ -124,7 +124,7 @@ class QueueStore(StoreBase):
         with self._sessions() as s:
             for chunk in in_chunks(list(others)):
                 stmt = select(
-                    JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, JobRow.plan
+                    JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, PLAN_AS_READ
                 ).where(JobRow.id.in_(chunk), QUEUED_SQL)
                 for job_id, priority, created, queue, plan in s.execute(stmt):
                     decoded = known.get(job_id) or plan_from_json(plan)

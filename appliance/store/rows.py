@@ -3,9 +3,13 @@ replicas, events."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import json
+import operator
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import JSON, Text, type_coerce
 from sqlalchemy.engine import RowMapping
 
 from appliance.domain.job import EventKind, Job, JobEvent, Lease, Progress, Replica, ReplicaPhase
@@ -24,27 +28,64 @@ SUMMARY = (
     JobRow.preemptible, JobRow.retries, JobRow.queue,
 )  # fmt: skip
 
+# SUMMARY as the driver gives it, for reads of many summaries: the JSON columns undecoded
+# (text on SQLite; psycopg decodes them itself), so that job_from_values decodes labels and
+# groups once per distinct text rather than SQLAlchemy once per row (a third of a 100,000-job
+# listing's read went to that), and no column is converted on the way.
+SUMMARY_AS_READ = tuple(
+    type_coerce(c, Text).label(c.key) if isinstance(c.type, JSON) else c for c in SUMMARY
+)
+_SUMMARY_VALUES = operator.attrgetter(*(c.key for c in SUMMARY))
+_PHASES = {p.value: p for p in Phase}
+_MODES = {m.value: m for m in Mode}
+_PRIORITIES = {int(p): p for p in Priority}
+
 
 def job_from_row(
     r: Any, params_yaml: str = "", replicas: tuple[Replica, ...] = (), position: int = 0
 ) -> Job:
     """A job from a JobRow or a row of SUMMARY columns: a summary (what a list shows), or a full
     view when given the params YAML, the replicas and the queue position."""
+    return job_from_values(_SUMMARY_VALUES(r), params_yaml, replicas, position)
+
+
+def job_from_values(
+    v: Sequence[Any], params_yaml: str = "", replicas: tuple[Replica, ...] = (), position: int = 0
+) -> Job:
+    """job_from_row of the SUMMARY columns' values in their order (JSON decoded or not)."""
+    (job_id, user, phase, priority, mode, num_csx, num_steps, model_dir, labels, reason,
+     pending_reason, systems, created_at, updated_at, started_at, finished_at, progress,
+     lease_seconds, lease_expires_at, lease_holder, groups, attempt, max_restarts, restarts,
+     preemptible, retries, queue) = v  # fmt: skip
     spec = JobSpec(
-        params_yaml=params_yaml, num_csx=r.num_csx, num_steps=r.num_steps, mode=Mode(r.mode),
-        labels=dict(r.labels or {}), priority=Priority(r.priority), model_dir=r.model_dir,
-        max_restarts=r.max_restarts, preemptible=r.preemptible, queue=r.queue,
+        params_yaml=params_yaml, num_csx=num_csx, num_steps=num_steps, mode=_MODES[mode],
+        labels=dict(_shared_json(labels) or {}), priority=_PRIORITIES[priority],
+        model_dir=model_dir, max_restarts=max_restarts, preemptible=bool(preemptible),
+        queue=queue,
     )  # fmt: skip
+    if isinstance(progress, str):
+        progress = json.loads(progress) if progress != "{}" else None
     return Job(
-        id=r.id, user=r.user, spec=spec, phase=Phase(r.phase), created_at=r.created_at,
-        updated_at=r.updated_at, reason=r.reason, pending_reason=r.pending_reason,
-        systems=tuple(filter(None, r.systems.split(","))),
-        progress=Progress(**r.progress) if r.progress else _NO_PROGRESS,
-        started_at=r.started_at, finished_at=r.finished_at,
-        lease=lease_of(r.lease_seconds, r.lease_expires_at, r.lease_holder),
-        groups=tuple(r.groups or ()), replicas=replicas, queue_position=position,
-        attempt=r.attempt, restarts=r.restarts, retries=r.retries,
+        id=job_id, user=user, spec=spec, phase=_PHASES[phase], created_at=created_at,
+        updated_at=updated_at, reason=reason, pending_reason=pending_reason,
+        systems=tuple(filter(None, systems.split(","))),
+        progress=Progress(**progress) if progress else _NO_PROGRESS,
+        started_at=started_at, finished_at=finished_at,
+        lease=lease_of(lease_seconds, lease_expires_at, lease_holder),
+        groups=tuple(_shared_json(groups) or ()), replicas=replicas, queue_position=position,
+        attempt=attempt, restarts=restarts, retries=retries,
     )  # fmt: skip
+
+
+def _shared_json(value: Any) -> Any:
+    """A JSON column's value decoded (the driver may have done it): decoded once per distinct
+    text, so the caller must copy what it keeps (a job's labels and groups repeat a lot)."""
+    return _decode_shared(value) if isinstance(value, str) else value
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_shared(text: str) -> Any:
+    return json.loads(text)
 
 
 _NO_PROGRESS = Progress()
@@ -61,10 +102,30 @@ def plan_to_json(plan: ReplicaPlan) -> dict[str, Any]:
     }
 
 
-def plan_from_json(data: Mapping[str, Any] | None) -> ReplicaPlan:
+def plan_from_json(data: str | Mapping[str, Any] | None) -> ReplicaPlan:
+    """A plan from its column, decoded or as text (a read of many plans selects the text, see
+    PLAN_AS_READ). Plans are immutable, and a queue of 100,000 jobs holds a handful of distinct
+    ones: each distinct plan is one shared object, decoded once."""
     assert data is not None
-    groups = tuple(ReplicaGroup(Role(r), int(c), int(d)) for r, c, d in data["groups"])
-    return ReplicaPlan(groups=groups, model_bytes=int(data["model_bytes"]))
+    if isinstance(data, str):
+        return _plan_of_text(data)
+    groups = tuple((str(r), int(c), int(d)) for r, c, d in data["groups"])
+    return _plan_of(groups, int(data["model_bytes"]))
+
+
+PLAN_AS_READ = type_coerce(JobRow.plan, Text).label("plan")
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_of_text(text: str) -> ReplicaPlan:
+    return plan_from_json(json.loads(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_of(groups: tuple[tuple[str, int, int], ...], model_bytes: int) -> ReplicaPlan:
+    return ReplicaPlan(
+        groups=tuple(ReplicaGroup(Role(r), c, d) for r, c, d in groups), model_bytes=model_bytes
+    )
 
 
 def replica_from_row(r: ReplicaRow | RowMapping) -> Replica:

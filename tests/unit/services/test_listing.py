@@ -4,6 +4,8 @@ the one check of the page size."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from appliance.domain.errors import InvalidSpec
@@ -52,13 +54,14 @@ async def test_renderings_are_cached_while_positions_are_read_fresh(
     # Every job behind the cancelled one moved up, though none of their versions changed.
     assert [r[1] for r in second] == [4, 3, 2, 1, 0]
     assert second[4][0][1] is Phase.CANCELLED
-    assert render.rendered == [*NEWEST_FIRST, IDS[0]]  # only the cancelled job rendered again
+    # Only the cancelled job rendered again (a chunk renders in the order the store reads).
+    assert sorted(render.rendered[: len(IDS)]) == IDS and render.rendered[len(IDS) :] == [IDS[0]]
 
     ctx.store.set_priority(IDS[4], Priority.P0, NOW + 1)  # the newest jumps the queue
     ctx.queue.mark(IDS[4])  # as the priority door does
     third, _ = await listing.page(JobQuery(include_terminal=True))
     assert [r[1] for r in third] == [1, 4, 3, 2, 0]
-    assert render.rendered == [*NEWEST_FIRST, IDS[0], IDS[4]]
+    assert render.rendered[len(IDS) :] == [IDS[0], IDS[4]]
 
 
 async def test_a_changed_summary_is_rendered_again(ctx: Context, render: Renders) -> None:
@@ -120,3 +123,51 @@ async def test_a_page_size_out_of_bounds_is_refused_naming_the_field(
             await listing.page(JobQuery(limit=limit))
     assert refused.value.field == "limit"
     assert render.rendered == []
+
+
+async def test_warm_renders_the_history_ahead_and_the_first_listing_renders_nothing(
+    ctx: Context, render: Renders
+) -> None:
+    listing = JobListing(ctx, render, max_cached=100)
+    assert await listing.warm(JobQuery(include_terminal=True)) == len(IDS)
+    assert sorted(render.rendered) == IDS
+    listed, _ = await listing.page(JobQuery(include_terminal=True))
+    assert [r[0][0] for r in listed] == NEWEST_FIRST
+    assert [r[1] for r in listed] == [5, 4, 3, 2, 1]  # positions read fresh all the same
+    assert sorted(render.rendered) == IDS  # nothing rendered again
+    assert await listing.warm(JobQuery(include_terminal=True)) == 0
+
+
+async def test_warm_stops_when_the_cache_is_full(ctx: Context, render: Renders) -> None:
+    listing = JobListing(ctx, render, max_cached=2)
+    assert await listing.warm(JobQuery(include_terminal=True)) == 2
+    assert sorted(render.rendered) == sorted(NEWEST_FIRST[:2])  # the newest, and no more
+    assert len(listing) == 2
+
+
+async def test_a_listing_beside_warm_renders_each_summary_once(
+    ctx: Context, render: Renders
+) -> None:
+    listing = JobListing(ctx, render, max_cached=100)
+    query = JobQuery(include_terminal=True)
+
+    async def stream() -> list[str]:
+        return [r[0][0] for page in [p async for p in listing.pages(query)] for r in page]
+
+    rendered_ahead, streamed = await asyncio.gather(listing.warm(query), stream())
+    assert streamed == NEWEST_FIRST
+    assert sorted(render.rendered) == IDS  # one call waited for what the other was rendering
+    assert rendered_ahead <= len(IDS)
+
+
+async def test_a_summary_that_changed_after_its_key_was_read_is_cached_under_its_new_key(
+    ctx: Context, render: Renders
+) -> None:
+    listing = JobListing(ctx, render, max_cached=100)
+    keys, _ = ctx.store.list_job_keys(JobQuery())
+    ctx.store.update_labels(IDS[2], {"team": "nlp"}, [], NOW + 1)  # between the two reads
+    listed = await listing._listed(keys)
+    assert {r[0][0]: r[0][2] for r in listed}[IDS[2]] == {"team": "nlp"}  # as read now
+    again, _ = await listing.page(JobQuery())
+    assert {r[0][0]: r[0][2] for r in again}[IDS[2]] == {"team": "nlp"}
+    assert render.rendered.count(IDS[2]) == 1  # the next page found it under its new key

@@ -1,0 +1,74 @@
+"""The queue index built at once (as the view builds it from the store) is the index built a
+job at a time, and stays so through puts and removes: the same queues, order, positions and
+jobs by shape."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
+from appliance.domain.queue import QueuedJob
+from appliance.domain.spec import Priority
+from appliance.scheduler.queue_index import QueueIndex
+
+PLANS = [
+    ReplicaPlan((ReplicaGroup(Role.CHIEF, 1), ReplicaGroup(Role.CS2, n, demand=1)), 1 << 20)
+    for n in (1, 2, 4)
+]
+
+
+@st.composite
+def queued(draw: st.DrawFn) -> list[QueuedJob]:
+    jobs = []
+    for _ in range(draw(st.integers(0, 40))):
+        i = draw(st.integers(0, 30))  # repeated ids: the last entry counts
+        jobs.append(
+            QueuedJob(
+                f"job-{i:02d}",
+                draw(st.sampled_from(list(Priority))),
+                float(draw(st.integers(0, 5))),
+                PLANS[i % len(PLANS)],  # a job's plan never changes
+                draw(st.sampled_from(["default", "nlp", "vision"])),
+            )
+        )
+    return jobs
+
+
+def described(index: QueueIndex) -> dict[str, object]:
+    queues = sorted(index.queues())
+    return {
+        "len": len(index),
+        "order": {q: [j.job_id for j in index.in_order(q)] for q in queues},
+        "positions": {
+            j.job_id: index.position(j.job_id) for q in queues for j in index.in_order(q)
+        },
+        "shapes": {
+            (q, shape): _of_shape(index, q, shape) for q in queues for shape in index.shapes(q)
+        },
+    }
+
+
+def _of_shape(index: QueueIndex, queue: str, shape: object) -> list[str]:
+    found, after = [], None
+    while (order := index.next_of_shape(queue, shape, after)) is not None:  # type: ignore[arg-type]
+        found.append(index.at(queue, order).job_id)
+        after = order
+    return found
+
+
+@settings(max_examples=200, deadline=None)
+@given(queued(), queued(), st.lists(st.integers(0, 30), max_size=10))
+def test_built_at_once_is_built_one_by_one(
+    first: list[QueuedJob], more: list[QueuedJob], removed: list[int]
+) -> None:
+    at_once, one_by_one = QueueIndex(first), QueueIndex()
+    for job in first:
+        one_by_one.put(job)
+    assert described(at_once) == described(one_by_one)
+    for index in (at_once, one_by_one):
+        for job in more:
+            index.put(job)
+        for i in removed:
+            index.remove(f"job-{i:02d}")
+    assert described(at_once) == described(one_by_one)
