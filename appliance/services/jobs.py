@@ -21,6 +21,7 @@ from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent, without_details
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan, plan_replicas
+from appliance.domain.queue import QueuedJob
 from appliance.domain.spec import (
     MAX_HOLDER,
     MAX_REASON,
@@ -104,8 +105,14 @@ class JobService:
         spec = await asyncio.to_thread(self.model_dirs.place, spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
         new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups)
-        job = await self._batcher.write(new)
-        self.ctx.queue.mark(job.id)
+        view = self.ctx.queue
+        view.expect(job_id)
+        try:
+            job = await self._batcher.write(new)
+        except BaseException:
+            view.enter(job_id, None)
+            raise
+        view.enter(job_id, QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue))
         self.ctx.bus.wake_scheduler()
         return job
 

@@ -3,10 +3,12 @@ last pass's decision, which says why each queued job waits.
 
 The index (scheduler/queue_index.py) is built from the store on first use (and again when
 the scheduler starts, e.g. on taking office). After that it is never walked against the
-store: every change of a job's queue entry (a submit, a phase change into or out of QUEUED, a
-new priority) marks the job, and the next use re-reads the marked jobs only. A change is
+store: every change of a job's queue entry (a phase change into or out of QUEUED, a new
+priority) marks the job, and the next use re-reads the marked jobs only. A change is
 marked by the one front door that announces it (Context) before anyone can read it, so a
-position read after a write returns sees that write.
+position read after a write returns sees that write. A submit needs no read: it knows the
+entry it wrote, and enters it (`expect` before the write, `enter` after), unless the job was
+marked in between; so a stream of submits costs a reader of positions no store read.
 
 Pending reasons are not written to the store on every pass: the scheduler publishes its
 decision here and a door asks it for the reasons of the jobs it shows. Reasons are at most
@@ -55,6 +57,8 @@ class QueueView:
         self.generation = 0
         self._decided_generation = 0
         self._entered: dict[str, int] = {}
+        # Submits between `expect` and `enter`: whether the job was marked in between.
+        self._expected: dict[str, bool] = {}
 
     def __len__(self) -> int:
         """Jobs in the index as last brought up to date (0 before it is built)."""
@@ -62,8 +66,27 @@ class QueueView:
 
     def mark(self, job_id: str) -> None:
         """The job's queue entry may have changed (call before announcing the change)."""
+        if job_id in self._expected:
+            self._expected[job_id] = True
         if self._index is not None or self._building:
             self._marked.add(job_id)
+
+    def expect(self, job_id: str) -> None:
+        """A submit is about to write this new job QUEUED (call `enter` once it returns)."""
+        self._expected[job_id] = False
+
+    def enter(self, job_id: str, entry: QueuedJob | None) -> None:
+        """The submit of `expect` returned: the job is queued as `entry` (None: the write
+        failed, and may or may not have happened). The entry goes into the index as it is,
+        without a read, unless the job changed since it was written (it was marked) or the
+        index is being read; then the job is read again, as a marked one."""
+        changed = self._expected.pop(job_id, True)
+        if entry is None or changed or self._index is None or self._building:
+            self.mark(job_id)
+            return
+        self.generation += 1  # as a refresh that found it: the next pass decides on it
+        self._entered[job_id] = self.generation
+        self._index.put(entry)
 
     def forget(self) -> None:
         """Build the index again from the store on next use."""
