@@ -10,10 +10,11 @@ The probe is a process of its own: a probe on the load generator's event loop, b
 clients, measured that loop's delay in reading the answer (p99 ~120 ms where a probe process
 saw ~30 ms). The run is repeated (`--runs`, each on a fresh store and coordinator); the
 median run by GET p99 is recorded with every run listed beside it, and the goals count as met
-only if every run meets them.
+only if every run meets them. `--compare COMMIT` makes as many runs with that commit's code
+(`git archive`), each right after one of this code's, and records them beside (a before/after).
 
     python -m bench.rest_api [--jobs 5000] [--clients 50] [--probes 1] [--probe-interval 0.005]
-        [--runs 3] [--no-record] [--profile OUT.prof]
+        [--runs 3] [--compare REV] [--no-record] [--profile OUT.prof]
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from bench.common import (
     EXAMPLE_PARAMS,
     SYSTEMS,
     CoordinatorProcess,
+    code_tree,
     emit,
     fresh_dir,
     median_run,
@@ -185,12 +187,26 @@ def main() -> None:
     parser.add_argument(
         "--runs", type=int, default=3, help="independent runs; the median one is recorded"
     )
+    parser.add_argument("--compare", help="a commit to run as often, interleaved")
     parser.add_argument("--no-record", action="store_true")
     parser.add_argument("--profile", type=Path, help="cProfile the coordinator into this file")
     args = parser.parse_args()
 
-    runs = [run_once(args) for _ in range(args.runs)]
+    tree = code_tree(args.compare) if args.compare else None
+    runs: list[dict[str, Any]] = []
+    compared: list[dict[str, Any]] = []
+    for _ in range(args.runs):
+        runs.append(run_once(args))
+        if tree is not None:
+            compared.append(run_once(args, tree))
     median = median_run(runs, "get_p99_ms")
+    summary = ("jobs_per_s", "get_p99_ms", "meets_goals", "elapsed_s")
+    beside: dict[str, Any] = {}
+    if compared:
+        beside["compared"] = {
+            "commit": args.compare,
+            "runs": [{k: r[k] for k in summary} for r in compared],
+        }
     emit(
         "rest_api",
         {
@@ -198,20 +214,19 @@ def main() -> None:
             "judged_on": f"the median of {len(runs)} runs by GET p99 (each a fresh store "
             "and coordinator); every run must meet both goals",
             "meets_goals": all(r["meets_goals"] for r in runs),
-            "runs": [
-                {k: r[k] for k in ("jobs_per_s", "get_p99_ms", "meets_goals", "elapsed_s")}
-                for r in runs
-            ],
+            "runs": [{k: r[k] for k in summary} for r in runs],
+            **beside,
         },
         sys.argv + (["--no-record"] if args.profile is not None else []),
     )
 
 
-def run_once(args: argparse.Namespace) -> dict[str, Any]:
-    """One load run against a fresh store and coordinator; its result, not yet recorded."""
+def run_once(args: argparse.Namespace, tree: Path | None = None) -> dict[str, Any]:
+    """One load run against a fresh store and coordinator (of `tree`'s code, if given); its
+    result, not yet recorded."""
     data_dir = fresh_dir("rest_api")
     prepare_store(data_dir, maintenance=SYSTEMS)
-    coordinator = RestCoordinator(data_dir, profile=args.profile)
+    coordinator = RestCoordinator(data_dir, profile=args.profile, tree=tree)
     try:
         coordinator.wait_address()
         cpu_before = coordinator.thread_cpu()
@@ -248,7 +263,8 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         "load_generator_cpu_s": round(own_cpu, 2),
         **run,
     }
-    print(json.dumps({k: result[k] for k in ("jobs_per_s", "get_p99_ms")}), file=sys.stderr)
+    shown = {k: result[k] for k in ("jobs_per_s", "get_p99_ms")}
+    print("compared" if tree else "current", json.dumps(shown), file=sys.stderr)
     return result
 
 

@@ -62,6 +62,13 @@ def rows(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"median {sa['median_s']} s (runs {', '.join(map(str, sa['runs_s']))})",
             ok(sa["met"]),
         ))  # fmt: skip
+        for case, cold in s.get("stream_all_cold", {}).items():
+            out.append((
+                f"2d. StreamJobs(all=True), 100,000 jobs, first after a start ({case})",
+                "<= 1 s",
+                f"median {cold['median_s']} s (runs {', '.join(map(str, cold['runs_s']))})",
+                ok(cold["met"]),
+            ))  # fmt: skip
     if s := b.get("job_latency"):
         r, c = s["submit_to_running"], s["cancel_to_gone"]
         out.append((
@@ -83,6 +90,14 @@ def rows(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"{s['rss_mb']} MB (peak {s['peak_rss_mb']} MB; {s['rss_after_start_mb']} MB idle)",
             ok(s["met"]),
         ))  # fmt: skip
+        if q := s.get("queued_100k"):
+            out.append((
+                "4b. Coordinator RSS, 100k jobs all QUEUED, the same calls",
+                "<= 470 MB",
+                f"{q['rss_mb']} MB (peak {q['peak_rss_mb']} MB; "
+                f"{q['rss_after_start_mb']} MB idle)",
+                ok(q["met"]),
+            ))  # fmt: skip
     if s := b.get("restart"):
         out.append((
             "5. Restart on 100k jobs (10k queued) -> fresh job SCHEDULED",
