@@ -2,12 +2,13 @@
 
 A replica's life is three writes (started, registered, exited). Written one transaction each,
 they were most of a short job's cost in the store. These take the calls that arrived together
-(services/replica_writes.py group-commits them) and write them together, with the same rules
-as one at a time:
+(services/replicas.py group-commits them) and write them together, with the same rules as
+one at a time:
 
 - a start moves a replica PENDING -> STARTED only (a late event cannot move it back);
 - a registration of an attempt that is not the job's current one is refused, and the first
-  address a replica registers wins (store/replicas.py says why);
+  address a replica registers wins (a second one at another address could otherwise draw the
+  job's peers, and their data-plane token, to itself);
 - an exit is written only for the job's current attempt while no requeue is asked for; the
   caller handles anything else one event at a time, as before (loops/reconciling.py).
 
@@ -28,7 +29,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
-from appliance.store.requeues import StopState
+from appliance.store.requeues import STOP_STATE_COLUMNS, StopState
 from appliance.store.tables import HOLDING_PHASES, JobRow, ReplicaRow
 
 
@@ -81,10 +82,9 @@ class ExitsWritten:
     change: PhaseChange | None = None
 
 
-_STATES_OF = select(
-    JobRow.id, JobRow.phase, JobRow.attempt, JobRow.stop_reason, JobRow.checkpoint_by,
-    JobRow.checkpoint_step,
-).where(JobRow.id.in_(bindparam("ids", expanding=True)))  # fmt: skip
+_STATES_OF = select(JobRow.id, *STOP_STATE_COLUMNS).where(
+    JobRow.id.in_(bindparam("ids", expanding=True))
+)
 _REPLICAS_OF = select(
     ReplicaRow.job_id, ReplicaRow.name, ReplicaRow.address, ReplicaRow.phase
 ).where(ReplicaRow.job_id.in_(bindparam("ids", expanding=True)))
@@ -169,7 +169,8 @@ class ReplicaBatchStore(StoreBase):
     def register_replicas(
         self, batch: Sequence[Registration], now: float
     ) -> list[Registered | Exception]:
-        """Record each registration (in order, each as JobStore.register_replica would), and
+        """Record each registration (in order, each decided on its own: refused for an attempt
+        that is not the job's, the address it has for a replica registered elsewhere), and
         move a job whose gang is complete from INITIALIZING to RUNNING; answers in order, an
         exception for a registration refused on its own."""
         jobs = sorted({r.job_id for r in batch})

@@ -8,7 +8,6 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
-from appliance.domain.errors import stale_attempt
 from appliance.domain.job import Replica, ReplicaPhase
 from appliance.store.base import StoreBase
 from appliance.store.rows import replica_from_row, sorted_replicas
@@ -41,31 +40,6 @@ class ReplicaStore(StoreBase):
             # A job's full view shows its replicas: cached views are keyed by this version.
             s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
             return True
-
-    def register_replica(
-        self, job_id: str, attempt: int, name: str, address: str, pid: int
-    ) -> str | None:
-        """Record where a replica of `attempt` serves, once: the first registration wins (a
-        second one at another address could otherwise draw the job's peers, and their
-        data-plane token, to itself). Returns None when recorded (or repeated), else the
-        address it has. Raises Conflict for an attempt that is not the job's current one."""
-        where = (ReplicaRow.job_id == job_id, ReplicaRow.name == name)
-        with self._sessions.begin() as s:
-            current = s.scalar(select(JobRow.attempt).where(JobRow.id == job_id))
-            if current is not None and current != attempt:
-                raise stale_attempt(job_id, attempt, current)
-            known = s.scalar(select(ReplicaRow.address).where(*where))
-            if known is None:
-                raise KeyError(name)
-            claimed = s.execute(
-                update(ReplicaRow)
-                .where(*where, ReplicaRow.address.in_(("", address)))
-                .values(address=address, pid=pid, phase=ReplicaPhase.READY.value)
-            )
-            if not claimed.rowcount:  # type: ignore[attr-defined]
-                return known
-            s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
-            return None
 
     def replicas_ready(self, job_id: str) -> tuple[int, int]:
         """(registered, all) replicas of the job."""

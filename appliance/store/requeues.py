@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import ColumnElement, insert, select, update
+from sqlalchemy import ColumnElement, bindparam, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from appliance.domain.errors import NotFound
@@ -77,6 +77,15 @@ class StopState:
     def is_current(self, attempt: int) -> bool:
         """Whether something of `attempt` (0: not known, e.g. adopted) is of this one."""
         return attempt in (0, self.attempt)
+
+
+# What a StopState is made of (StopState.of_row); the statement is built once, as it is read
+# on every replica heartbeat and report.
+STOP_STATE_COLUMNS = (
+    JobRow.phase, JobRow.attempt, JobRow.stop_reason, JobRow.checkpoint_by,
+    JobRow.checkpoint_step,
+)  # fmt: skip
+_STOP_STATE = select(*STOP_STATE_COLUMNS).where(JobRow.id == bindparam("job_id"))
 
 
 class RequeueStore(StoreBase):
@@ -252,12 +261,8 @@ class RequeueStore(StoreBase):
 
     def stop_state(self, job_id: str) -> StopState | None:
         """The job's phase, attempt and whether it is being requeued; None if unknown."""
-        stmt = select(
-            JobRow.phase, JobRow.attempt, JobRow.stop_reason, JobRow.checkpoint_by,
-            JobRow.checkpoint_step,
-        ).where(JobRow.id == job_id)  # fmt: skip
         with self._sessions() as s:
-            row = s.execute(stmt).first()
+            row = s.execute(_STOP_STATE, {"job_id": job_id}).first()
         return None if row is None else StopState.of_row(row)
 
     def running_jobs(self, min_run_seconds: float) -> list[RunningJob]:
