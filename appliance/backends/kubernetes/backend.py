@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.backends.base import ReplicaEvent, ReplicaEventKind, no_secrets
+from appliance.backends.kubernetes import logs
 from appliance.backends.kubernetes import manifests as m
 from appliance.backends.kubernetes.capacity import fit_problem
 from appliance.backends.kubernetes.client import (
@@ -38,7 +39,6 @@ from appliance.domain.inventory import Node
 from appliance.domain.job import Job, Replica
 
 log = logging.getLogger(__name__)
-READ_CHUNK = 1 << 20
 # API calls in flight at once for pod creates, deletes and log copies, across all jobs: a mass
 # cancel must queue here rather than time out at the API server.
 API_CONCURRENCY = 32
@@ -93,7 +93,8 @@ class KubernetesBackend:
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
         await self._ensure_watching()
         if job.attempt > 1:  # the logs kept of the attempt before stay, under its number
-            await asyncio.to_thread(self._set_aside_logs, job.id, replicas, job.attempt - 1)
+            names = [r.name for r in replicas]
+            await asyncio.to_thread(logs.set_aside, self.log_dir, job.id, names, job.attempt - 1)
         owner = await self.api.create("ConfigMap", m.config_map(job, self.api.namespace))
         uid = owner["metadata"]["uid"]
         await self.api.create("Service", m.headless_service(job.id, self.api.namespace, uid))
@@ -161,24 +162,24 @@ class KubernetesBackend:
         self._forget(job_id)
 
     async def adopt(self) -> dict[str, set[str]]:
-        """List the replica pods (and job ConfigMaps) left by a previous coordinator."""
+        """List the replica pods (and job ConfigMaps) left by a previous coordinator. What they
+        did while nobody watched is not announced; a backend that watches already only reports
+        them (its watch announces each change in order: one taken as seen would never be)."""
         items, version = await self.api.list("Pod", m.REPLICA_SELECTOR)
         found: dict[str, set[str]] = {}
-        for pod in items:
-            view = view_of(pod)
-            if view is None:
+        for view in filter(None, map(view_of, items)):
+            found.setdefault(view.job_id, set())
+            if view.state is not PodState.ENDED:
+                found[view.job_id].add(view.replica)
+            if self._watching:
                 continue
             self._views[view.name] = view
-            found.setdefault(view.job_id, set())
+            if view.state is not PodState.WAITING:
+                self._started.add(view.name)
             if view.state is PodState.ENDED:
+                self._exited.add(view.name)
                 if view.exit_code is not None:
                     self._away_codes.setdefault(view.job_id, {})[view.replica] = view.exit_code
-                self._started.add(view.name)
-                self._exited.add(view.name)
-                continue
-            found[view.job_id].add(view.replica)
-            if view.state is PodState.RUNNING:
-                self._started.add(view.name)
         owners, _ = await self.api.list("ConfigMap", m.REPLICA_SELECTOR)
         for owner in owners:  # a job whose pods are gone but whose objects are not
             job_id = (owner["metadata"].get("labels") or {}).get(m.LABEL_JOB)
@@ -191,7 +192,7 @@ class KubernetesBackend:
         return dict(self._away_codes.get(job_id, {}))
 
     async def log_tail(self, job_id: str, replica: str, lines: int) -> str:
-        archived = self._archive_path(job_id, replica)
+        archived = logs.kept_path(self.log_dir, job_id, replica)
         if await asyncio.to_thread(archived.exists):
             text = (await asyncio.to_thread(archived.read_bytes)).decode(errors="replace")
             return "\n".join(text.splitlines()[-lines:])
@@ -209,15 +210,6 @@ class KubernetesBackend:
             return m.pod_name(job_id, replica, 1)
         return max(known, key=lambda v: v.attempt).name
 
-    def _set_aside_logs(self, job_id: str, replicas: Sequence[Replica], attempt: int) -> None:
-        for replica in replicas:
-            kept = self._archive_path(job_id, replica.name)
-            with contextlib.suppress(FileNotFoundError):
-                kept.rename(kept.with_name(f"{replica.name}.attempt-{attempt}.log"))
-
-    def _archive_path(self, job_id: str, replica: str) -> Path:
-        return self.log_dir / job_id / "logs" / f"{replica}.log"
-
     async def _archive_log(self, view: PodView) -> None:
         """Keep the replica's log before its pod (and with it the log) is deleted."""
         try:
@@ -226,24 +218,22 @@ class KubernetesBackend:
         except (KubeError, KubeUnavailable) as e:
             log.warning("could not keep the log of %s: %s", view.name, e)
             return
-        path = self._archive_path(view.job_id, view.replica)
-        await asyncio.to_thread(_write_atomically, path, text.encode())
+        path = logs.kept_path(self.log_dir, view.job_id, view.replica)
+        await asyncio.to_thread(logs.write_atomically, path, text.encode())
 
     async def read_log(self, job_id: str, replica: str, offset: int) -> tuple[str, int]:
-        archived = self._archive_path(job_id, replica)
+        archived = logs.kept_path(self.log_dir, job_id, replica)
         if await asyncio.to_thread(archived.exists):  # the pod is gone (or going)
-            data = await asyncio.to_thread(_read_from, archived, offset)
-            complete = data[: data.rfind(b"\n") + 1]
-            return complete.decode(errors="replace"), offset + len(complete)
+            return logs.complete_lines(
+                await asyncio.to_thread(logs.read_from, archived, offset), offset
+            )
         try:
             text = await self.api.pod_log(
-                self._pod_of(job_id, replica), limit_bytes=offset + READ_CHUNK
+                self._pod_of(job_id, replica), limit_bytes=offset + logs.READ_CHUNK
             )
         except (KubeError, KubeUnavailable):
             return "", offset
-        data = text.encode()[offset:]
-        complete = data[: data.rfind(b"\n") + 1]
-        return complete.decode(errors="replace"), offset + len(complete)
+        return logs.complete_lines(text.encode()[offset:], offset)
 
     async def fit_problem(self, pool: Sequence[Node]) -> str | None:
         """None when the pool's largest job fits the nodes' allocatable room (capacity.py);
@@ -400,16 +390,3 @@ class KubernetesBackend:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_bytes(data)
-    partial.replace(path)
-
-
-def _read_from(path: Path, offset: int) -> bytes:
-    with path.open("rb") as f:
-        f.seek(offset)
-        return f.read(READ_CHUNK)
