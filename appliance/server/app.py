@@ -59,7 +59,7 @@ from appliance.store.jobs import JobStore
 from appliance.store.leadership import SqlLeaseLock
 
 if TYPE_CHECKING:
-    from appliance.backends.kubernetes import KubeApi
+    from appliance.backends.kubernetes import KubeApi, KubernetesBackend
 
 log = logging.getLogger(__name__)
 
@@ -346,47 +346,51 @@ async def make_backend(s: Settings, replicas: ReplicaService) -> Backend:
             replicas, step_seconds=s.sim_step_seconds, failures=failures, clock=replicas.ctx.clock
         )
     if s.backend == "kubernetes":
-        from appliance.backends.kubernetes import (
-            ROLE_REQUESTS,
-            KubernetesBackend,
-            PodTemplate,
-            Resources,
-        )
-
-        api = await connect_kube(s)
-        defaults, chosen = ROLE_REQUESTS, s.kube_replica_resources
-        requests = {
-            role: Resources(
-                getattr(chosen, role.value).cpu or default.cpu,
-                getattr(chosen, role.value).memory or default.memory,
-            )
-            for role, default in defaults.items()
-        }
-        template = PodTemplate(
-            namespace=api.namespace,
-            image=s.kube_image,
-            image_pull_policy=s.kube_image_pull_policy,
-            coordinator_address=s.coordinator_address,
-            grace_seconds=s.cancel_grace_seconds,
-            orphan_timeout=s.worker_orphan_timeout,
-            model_dirs=str(s.model_dirs.resolve()),
-            model_dirs_claim=s.kube_model_dirs_claim,
-            memory_limit=s.kube_replica_memory_limit,
-            requests=requests,
-        )
-        return KubernetesBackend(
-            api,
-            template,
-            s.data_dir / "jobs",
-            clean_pod_policy=s.kube_clean_pod_policy,
-            pending_timeout=s.kube_pending_timeout_seconds,
-            watch_timeout_seconds=s.kube_watch_timeout_seconds,
-        )
+        return kube_backend(s, await connect_kube(s))
     return LocalBackend(
         s.data_dir,
         "",
         grace_seconds=s.cancel_grace_seconds,
         orphan_timeout=s.worker_orphan_timeout,
+    )
+
+
+def kube_backend(s: Settings, api: KubeApi) -> KubernetesBackend:
+    """Replica pods through `api`, as the settings say."""
+    from appliance.backends.kubernetes import (
+        ROLE_REQUESTS,
+        KubernetesBackend,
+        PodTemplate,
+        Resources,
+    )
+
+    defaults, chosen = ROLE_REQUESTS, s.kube_replica_resources
+    requests = {
+        role: Resources(
+            getattr(chosen, role.value).cpu or default.cpu,
+            getattr(chosen, role.value).memory or default.memory,
+        )
+        for role, default in defaults.items()
+    }
+    template = PodTemplate(
+        namespace=api.namespace,
+        image=s.kube_image,
+        image_pull_policy=s.kube_image_pull_policy,
+        coordinator_address=s.coordinator_address,
+        grace_seconds=s.cancel_grace_seconds,
+        orphan_timeout=s.worker_orphan_timeout,
+        model_dirs=str(s.model_dirs.resolve()),
+        model_dirs_claim=s.kube_model_dirs_claim,
+        memory_limit=s.kube_replica_memory_limit,
+        requests=requests,
+    )
+    return KubernetesBackend(
+        api,
+        template,
+        s.data_dir / "jobs",
+        clean_pod_policy=s.kube_clean_pod_policy,
+        pending_timeout=s.kube_pending_timeout_seconds,
+        watch_timeout_seconds=s.kube_watch_timeout_seconds,
     )
 
 

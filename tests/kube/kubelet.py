@@ -282,8 +282,8 @@ class Kubelet:
         return {key: base64.b64decode(value).decode() for key, value in data.items()}
 
     def env_value(self, pod: dict[str, Any], item: dict[str, Any]) -> str:
-        if "value" in item:
-            return str(item["value"])
+        if "valueFrom" not in item:  # the API server drops an empty `value`
+            return str(item.get("value", ""))
         path = item["valueFrom"]["fieldRef"]["fieldPath"]
         return {
             "status.podIP": "127.0.0.1",

@@ -2,10 +2,12 @@
 backends (replicas that end by themselves with exit 0, or that run until stopped) and says
 whether its replicas outlive a coordinator restart; the tests are the same for all.
 
-- launch: one STARTED event per replica, of the job's attempt;
+- launch: one STARTED event per replica, of the job's attempt (it may come after `launch`
+  returns: a pod starts once a node runs it);
 - replicas that end by themselves: one EXITED event each, exit code 0;
 - teardown: every replica still running ends with 143 (SIGTERM); a second one does nothing;
-- launching what runs already starts nothing more;
+- launching what runs already starts nothing more; `adopt` on the backend that runs them
+  reports them and takes none of their events away;
 - after a restart, `adopt` finds every replica still running (and can stop it), or none when
   replicas die with the coordinator; either way nothing ended unwatched is made up.
 """
@@ -74,12 +76,12 @@ class BackendContract:
     # Whether replicas outlive their coordinator (and a restarted one adopts them).
     survives_restart: bool
 
-    def backend(self, tmp_path: Path, *, finishing: bool) -> Backend:
+    async def backend(self, tmp_path: Path, *, finishing: bool) -> Backend:
         """A backend on `tmp_path` whose replicas end by themselves with exit 0 (`finishing`),
-        or run until stopped."""
+        or run until stopped (made in the test's event loop: it may connect to an API)."""
         raise NotImplementedError
 
-    def restarted(self, tmp_path: Path) -> Backend:
+    async def restarted(self, tmp_path: Path) -> Backend:
         """A backend as a coordinator restarted on `tmp_path` makes it."""
         raise NotImplementedError
 
@@ -88,7 +90,7 @@ class BackendContract:
         process is not its worker until it has exec'd it); nothing to wait for by default."""
 
     async def test_launch_starts_every_replica_of_the_attempt(self, tmp_path: Path) -> None:
-        backend = self.backend(tmp_path, finishing=False)
+        backend = await self.backend(tmp_path, finishing=False)
         job, replicas = contract_job(attempt=3)
         try:
             await backend.launch(job, replicas)
@@ -100,7 +102,7 @@ class BackendContract:
             await backend.close()
 
     async def test_replicas_that_finish_exit_0(self, tmp_path: Path) -> None:
-        backend = self.backend(tmp_path, finishing=True)
+        backend = await self.backend(tmp_path, finishing=True)
         job, replicas = contract_job()
         try:
             await backend.launch(job, replicas)
@@ -112,7 +114,7 @@ class BackendContract:
             await backend.close()
 
     async def test_teardown_ends_running_replicas_with_sigterm(self, tmp_path: Path) -> None:
-        backend = self.backend(tmp_path, finishing=False)
+        backend = await self.backend(tmp_path, finishing=False)
         job, replicas = contract_job()
         events = backend.observe()
         try:
@@ -127,30 +129,33 @@ class BackendContract:
             await backend.close()
 
     async def test_launching_what_runs_starts_nothing_more(self, tmp_path: Path) -> None:
-        backend = self.backend(tmp_path, finishing=False)
+        backend = await self.backend(tmp_path, finishing=False)
         job, replicas = contract_job()
         events = backend.observe()
         try:
             await backend.launch(job, replicas)
             await backend.launch(job, replicas)
             assert await backend.adopt() == {JOB_ID: set(NAMES)}
+            # Each replica starts (a pod may do so after `launch` returns); a second STARTED of
+            # one in place of another's fails below.
+            started = await collect(events, ReplicaEventKind.STARTED, len(NAMES))
             await backend.teardown(JOB_ID)
             # A replica's STARTED comes before its EXITED: a second one would be in by now.
             seen = await read_until(events, ReplicaEventKind.EXITED, len(NAMES))
-            started = [e.replica for e in seen if e.kind is ReplicaEventKind.STARTED]
-            assert sorted(started) == sorted(NAMES)
+            started += [e for e in seen if e.kind is ReplicaEventKind.STARTED]
+            assert sorted(e.replica for e in started) == sorted(NAMES)
         finally:
             await backend.close()
 
     async def test_a_restarted_backend_adopts_what_still_runs(self, tmp_path: Path) -> None:
-        first = self.backend(tmp_path, finishing=False)
+        first = await self.backend(tmp_path, finishing=False)
         job, replicas = contract_job()
         await first.launch(job, replicas)
         await collect(first.observe(), ReplicaEventKind.STARTED, len(NAMES))
         self.settled(first)
         await first.close()  # the coordinator goes away
 
-        second = self.restarted(tmp_path)
+        second = await self.restarted(tmp_path)
         try:
             adopted = await second.adopt()
             assert adopted == ({JOB_ID: set(NAMES)} if self.survives_restart else {})

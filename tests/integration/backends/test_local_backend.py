@@ -142,11 +142,11 @@ class TestLocalBackendContract(BackendContract):
 
     survives_restart = True
 
-    def backend(self, tmp_path: Path, *, finishing: bool) -> LocalBackend:
+    async def backend(self, tmp_path: Path, *, finishing: bool) -> LocalBackend:
         body = "sys.exit(0)" if finishing else "time.sleep(600)"
         return LocalBackend(tmp_path, "127.0.0.1:1", python=_fake_worker(tmp_path, body))
 
-    def restarted(self, tmp_path: Path) -> LocalBackend:
+    async def restarted(self, tmp_path: Path) -> LocalBackend:
         return LocalBackend(tmp_path, "127.0.0.1:1", python=str(tmp_path / "fake-python"))
 
     def settled(self, backend: Backend) -> None:

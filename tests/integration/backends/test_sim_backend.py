@@ -119,10 +119,10 @@ class TestSimBackendContract(BackendContract):
 
     survives_restart = False
 
-    def backend(self, tmp_path: Path, *, finishing: bool) -> SimBackend:
+    async def backend(self, tmp_path: Path, *, finishing: bool) -> SimBackend:
         return sim_backend(RecordingCalls(), ManualClock(), 0.0 if finishing else 3600.0)
 
-    def restarted(self, tmp_path: Path) -> SimBackend:
+    async def restarted(self, tmp_path: Path) -> SimBackend:
         return sim_backend(RecordingCalls(), ManualClock(), 0.0)
 
 
