@@ -1,19 +1,23 @@
-"""Group commit: requests that arrive together are written in one transaction.
+"""Group commit: requests that arrive together are written in one transaction (or read in one
+trip).
 
 Each caller still gets its own answer. A batch that fails as a whole (the database is locked or
 gone) is tried again one request at a time, so one bad request fails only its own caller and
 nothing is half-written. Used for phase changes (services/context.py), submits
-(services/batching.py), cancels (services/cancels.py) and replica writes
-(services/replicas.py).
+(services/batching.py), cancels (services/cancels.py), replica writes and the reads of the
+jobs' states that replicas wait on (services/replicas.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 from appliance.domain.errors import Unavailable
+
+log = logging.getLogger(__name__)
 
 MAX_BATCH = 256
 
@@ -63,6 +67,8 @@ class GroupCommit(Generic[Request, Answer]):
             answers = await self._write_batch([request for request, _ in batch])
         except Exception as exc:
             if len(batch) > 1:
+                # Not expected but from a database away for a moment: each alone is slower.
+                log.warning("a batch of %d failed (%r); writing each alone", len(batch), exc)
                 for item in batch:
                     await self._write([item])
             elif not batch[0][1].done():

@@ -51,6 +51,10 @@ class ReplicaService:
         self._starts = GroupCommit[Started, None](self._start_batch)
         self._exits = GroupCommit[JobExits, ExitsWritten](self._exit_batch)
         self._progress = GroupCommit[Report, Reported](self._progress_batch)
+        # The replicas of jobs that run together wait, and ask what to do, together: their
+        # reads of the jobs' states are one trip too (one at a time, they drew the jobs apart
+        # in time, and then nothing after them was written together).
+        self._states = GroupCommit[str, StopState | None](self._read_states)
 
     async def register(
         self, job_id: str, attempt: int, replica: str, address: str, pid: int
@@ -83,6 +87,10 @@ class ReplicaService:
     async def _start_batch(self, batch: list[Started]) -> list[None]:
         await self.ctx.db(self.ctx.store.mark_started, batch)
         return [None] * len(batch)
+
+    async def _read_states(self, job_ids: list[str]) -> list[StopState | None]:
+        states = await self.ctx.read(self.ctx.store.stop_states, job_ids)
+        return [states.get(job_id) for job_id in job_ids]
 
     async def _progress_batch(self, batch: list[Report]) -> list[Reported]:
         return await self.ctx.db(self.ctx.store.record_progress, batch)
@@ -121,7 +129,7 @@ class ReplicaService:
         deadline = asyncio.get_running_loop().time() + wait_seconds
         with self.ctx.bus.subscribe(job_id) as changes:
             while True:
-                state = await self.ctx.read(self.ctx.store.stop_state, job_id)
+                state = await self._states.write(job_id)
                 if state is None:
                     raise job_not_found(job_id)
                 if state.attempt != attempt:
@@ -168,9 +176,7 @@ class ReplicaService:
     async def directive(self, job_id: str, attempt: int) -> Directive:
         """What a replica of `attempt` should do: go on, checkpoint now (the chief of a job
         being preempted), or stop (the job ended, or this attempt is over)."""
-        return directive_from(
-            job_id, attempt, await self.ctx.db(self.ctx.store.stop_state, job_id)
-        )
+        return directive_from(job_id, attempt, await self._states.write(job_id))
 
 
 def directive_from(job_id: str, attempt: int, state: StopState | None) -> Directive:

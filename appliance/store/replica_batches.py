@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, select, update
+from sqlalchemy import Connection, Table, bindparam, literal, or_, select, update
 
 from appliance.domain.errors import NotFound, stale_attempt
 from appliance.domain.job import Progress, ReplicaPhase
@@ -29,7 +29,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
-from appliance.store.requeues import STOP_STATE_COLUMNS, StopState
+from appliance.store.requeues import STOP_STATES_OF, StopState
 from appliance.store.tables import HOLDING_PHASES, JobRow, ReplicaRow
 
 
@@ -82,9 +82,6 @@ class ExitsWritten:
     change: PhaseChange | None = None
 
 
-_STATES_OF = select(JobRow.id, *STOP_STATE_COLUMNS).where(
-    JobRow.id.in_(bindparam("ids", expanding=True))
-)
 _REPLICAS_OF = select(
     ReplicaRow.job_id, ReplicaRow.name, ReplicaRow.address, ReplicaRow.phase
 ).where(ReplicaRow.job_id.in_(bindparam("ids", expanding=True)))
@@ -143,7 +140,8 @@ _PROGRESS = (
     .where(
         _JOBS.c.id == bindparam("b_job"),
         _JOBS.c.attempt == bindparam("b_attempt"),
-        _JOBS.c.phase.in_(HOLDING_PHASES),
+        # Spelled out: an IN list is an "expanding" parameter, which executemany refuses.
+        or_(*(_JOBS.c.phase == literal(phase) for phase in HOLDING_PHASES)),
     )
     .values(
         progress=bindparam("b_progress"),
@@ -302,7 +300,8 @@ class ReplicaBatchStore(StoreBase):
     def _states(self, s: Connection, job_ids: Sequence[str]) -> dict[str, StopState]:
         """The StopState of each of the jobs that exist, their rows locked for the rest of the
         transaction where the database can (what is decided on them is written in it)."""
-        stmt = _STATES_OF if self.engine.dialect.name == "sqlite" else _STATES_OF.with_for_update()
+        sqlite = self.engine.dialect.name == "sqlite"
+        stmt = STOP_STATES_OF if sqlite else STOP_STATES_OF.with_for_update()
         states: dict[str, StopState] = {}
         for ids in in_chunks(job_ids):
             for row in s.execute(stmt, {"ids": ids}):

@@ -12,6 +12,7 @@ it wrote is recorded here when its report arrives.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, bindparam, insert, select, update
@@ -22,7 +23,7 @@ from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import Phase
 from appliance.domain.queue import RunningJob
 from appliance.domain.spec import Priority
-from appliance.store.base import StoreBase
+from appliance.store.base import StoreBase, in_chunks
 from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
 from appliance.store.tables import HOLDING_PHASES, JobEventRow, JobRow, PlacementRow
 
@@ -86,6 +87,9 @@ STOP_STATE_COLUMNS = (
     JobRow.checkpoint_step,
 )  # fmt: skip
 _STOP_STATE = select(*STOP_STATE_COLUMNS).where(JobRow.id == bindparam("job_id"))
+STOP_STATES_OF = select(JobRow.id, *STOP_STATE_COLUMNS).where(
+    JobRow.id.in_(bindparam("ids", expanding=True))
+)
 
 
 class RequeueStore(StoreBase):
@@ -264,6 +268,15 @@ class RequeueStore(StoreBase):
         with self._sessions() as s:
             row = s.execute(_STOP_STATE, {"job_id": job_id}).first()
         return None if row is None else StopState.of_row(row)
+
+    def stop_states(self, job_ids: Sequence[str]) -> dict[str, StopState]:
+        """The StopState of each of the jobs that exist (a replica's many waits, one read)."""
+        states: dict[str, StopState] = {}
+        with self._sessions() as s:
+            for ids in in_chunks(sorted(set(job_ids))):
+                for row in s.execute(STOP_STATES_OF, {"ids": ids}):
+                    states[row.id] = StopState.of_row(row)
+        return states
 
     def running_jobs(self, min_run_seconds: float) -> list[RunningJob]:
         """Every job holding resources, with what it holds, as preemption decides on it."""

@@ -154,3 +154,13 @@ def test_progress_is_written_for_the_attempt_that_holds_its_systems(
     store.set_phase(A, Phase.CANCELLED, "cancelled", T0 + 3)
     assert not store.set_progress(A, 1, Progress(step=4))  # over: nothing written
     assert store.get_job(A).progress.step == 3
+
+
+def test_progress_of_many_jobs_is_written_in_one_batch(store: JobStore) -> None:
+    for job_id in (A, B):
+        _started(store, job_id, Phase.RUNNING)
+
+    answers = store.record_progress([(A, 1, Progress(step=5)), (B, 1, Progress(step=7))])
+
+    assert [written for written, _ in answers] == [True, True]
+    assert (store.get_job(A).progress.step, store.get_job(B).progress.step) == (5, 7)
