@@ -55,6 +55,7 @@ class ReplicaService:
         # reads of the jobs' states are one trip too (one at a time, they drew the jobs apart
         # in time, and then nothing after them was written together).
         self._states = GroupCommit[str, StopState | None](self._read_states)
+        self._readiness = GroupCommit[str, tuple[int, int]](self._read_readiness)
 
     async def register(
         self, job_id: str, attempt: int, replica: str, address: str, pid: int
@@ -92,6 +93,10 @@ class ReplicaService:
         states = await self.ctx.read(self.ctx.store.stop_states, job_ids)
         return [states.get(job_id) for job_id in job_ids]
 
+    async def _read_readiness(self, job_ids: list[str]) -> list[tuple[int, int]]:
+        counts = await self.ctx.read(self.ctx.store.replicas_ready, job_ids)
+        return [counts.get(job_id, (0, 0)) for job_id in job_ids]
+
     async def _progress_batch(self, batch: list[Report]) -> list[Reported]:
         return await self.ctx.db(self.ctx.store.record_progress, batch)
 
@@ -104,7 +109,7 @@ class ReplicaService:
         )
 
     async def start_if_all_ready(self, job_id: str) -> None:
-        ready, replicas = await self.ctx.read(self.ctx.store.replicas_ready, job_id)
+        ready, replicas = await self._readiness.write(job_id)
         if replicas and ready == replicas:
             await self._run(job_id, replicas)
 

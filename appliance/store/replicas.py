@@ -4,12 +4,13 @@ replicas are not the job's any more)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 
 from appliance.domain.job import Replica, ReplicaPhase
-from appliance.store.base import StoreBase
+from appliance.store.base import StoreBase, in_chunks
 from appliance.store.rows import replica_from_row, sorted_replicas
 from appliance.store.tables import JobRow, ReplicaRow
 
@@ -41,13 +42,20 @@ class ReplicaStore(StoreBase):
             s.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version + 1))
             return True
 
-    def replicas_ready(self, job_id: str) -> tuple[int, int]:
-        """(registered, all) replicas of the job."""
+    def replicas_ready(self, job_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """(registered, all) replicas of each of the jobs that has replicas."""
         ready = func.count().filter(ReplicaRow.phase == ReplicaPhase.READY.value)
-        stmt = select(ready, func.count()).where(ReplicaRow.job_id == job_id)
+        stmt = (
+            select(ReplicaRow.job_id, ready, func.count())
+            .where(ReplicaRow.job_id.in_(bindparam("ids", expanding=True)))
+            .group_by(ReplicaRow.job_id)
+        )
+        counts: dict[str, tuple[int, int]] = {}
         with self._sessions() as s:
-            registered, total = s.execute(stmt).one()
-        return int(registered), int(total)
+            for ids in in_chunks(sorted(set(job_ids))):
+                for job_id, registered, total in s.execute(stmt, {"ids": ids}):
+                    counts[job_id] = (int(registered), int(total))
+        return counts
 
     def replicas(self, job_id: str) -> list[Replica]:
         with self._sessions() as s:

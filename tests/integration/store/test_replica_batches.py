@@ -66,7 +66,8 @@ def test_registrations_in_a_batch_are_answered_each_as_alone(store: JobStore) ->
     assert first == ("10.0.0.1:0", 100)
     assert _phases(store, B)[names_b[0]] is ReplicaPhase.READY
     assert store.job_version(A)[0] > version_a  # cached full views see the change
-    assert store.replicas_ready(A) == (count, count)
+    counts = store.replicas_ready([A, B, "wsjob-nosuchjob"])
+    assert counts == {A: (count, count), B: (1, len(names_b))}
 
 
 def test_exits_are_written_up_to_the_first_that_may_end_the_job(store: JobStore) -> None:
