@@ -168,6 +168,9 @@ class Context:
             self.bus.wake_scheduler()  # resources came back (and a requeued job waits)
         # A queued job that ends frees nothing: the next periodic pass re-reads the queue (and
         # its pending reasons) instead of one pass per cancelled job. Nor has it replicas for
-        # the reconciler to stop: it acts on jobs that enter or leave the holding phases.
-        if event.from_phase in HOLDS_RESOURCES or event.to_phase in HOLDS_RESOURCES:
+        # the reconciler to stop: it acts on jobs that enter the holding phases (to launch
+        # them) or leave them (to tear them down), not on moves between them (INITIALIZING,
+        # RUNNING), which were half of its wake-ups.
+        leaves = event.from_phase in HOLDS_RESOURCES and event.to_phase not in HOLDS_RESOURCES
+        if leaves or event.to_phase is Phase.SCHEDULED:
             self.bus.wake_reconciler()
