@@ -277,19 +277,20 @@ class JobStore(
     ) -> list[PhaseChange | NotFound]:
         """`schedule` for each of the decisions of one scheduler pass, in one transaction (one
         commit for the pass); each applies or not on its own, with its outcome in its place."""
-        outcomes: list[PhaseChange | NotFound] = []
         with self._sessions.begin() as s:
             conn = s.connection()
-            applied: list[tuple[str, Sequence[Placement]]] = []
+            moves = []
             for job_id, placements in decisions:
                 systems = [p.node for p in placements if p.role is Role.CS2]
                 reason = "reserved " + ", ".join(systems) if systems else "reserved"
-                move = PhaseMove(job_id, Phase.SCHEDULED, reason, Phase.QUEUED)
-                extra = {"systems": ",".join(systems)}
-                (change,) = write_phases(conn, [move], now, extra, fence=self.fence)
-                outcomes.append(change)
-                if isinstance(change, PhaseChange) and change.applied:
-                    applied.append((job_id, placements))
+                columns = {"systems": ",".join(systems)}
+                moves.append(PhaseMove(job_id, Phase.SCHEDULED, reason, Phase.QUEUED, columns))
+            outcomes = write_phases(conn, moves, now, fence=self.fence)
+            applied = [
+                decision
+                for decision, change in zip(decisions, outcomes, strict=True)
+                if isinstance(change, PhaseChange) and change.applied
+            ]
             if not applied:
                 return outcomes
             plans: dict[str, ReplicaPlan] = {}

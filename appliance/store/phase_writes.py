@@ -29,7 +29,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.sql.dml import ReturningUpdate
+from sqlalchemy.sql.dml import ReturningUpdate, Update
 
 from appliance.domain.errors import NotFound, job_not_found
 from appliance.domain.inventory import NodeKind
@@ -56,6 +56,8 @@ class PhaseMove:
     target: Phase
     reason: str
     expected: Phase | None = None
+    # More columns of the job's row written with the move (a schedule's systems).
+    columns: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,26 +117,20 @@ _REQUEUED = (
 
 
 def write_phases(
-    conn: Connection,
-    moves: Sequence[PhaseMove],
-    now: float,
-    extra: Mapping[str, str] | None = None,
-    *,
-    fence: Fence,
+    conn: Connection, moves: Sequence[PhaseMove], now: float, *, fence: Fence
 ) -> list[PhaseChange | NotFound]:
-    """Apply `moves` in order, each checked on its own (`extra`: more columns written with
-    each phase). An unknown job is a NotFound in its place; a job named twice sees the effect
-    of its earlier move. Raises NotLeader, writing nothing, unless `fence` lets this
-    coordinator write (store/fence.py)."""
+    """Apply `moves` in order, each checked on its own. An unknown job is a NotFound in its
+    place; a job named twice sees the effect of its earlier move. Raises NotLeader, writing
+    nothing, unless `fence` lets this coordinator write (store/fence.py)."""
     fence.check(conn)
     changes: list[PhaseChange | NotFound] = []
     for run in _distinct_runs(moves):
-        changes += _write_distinct(conn, run, now, extra or {})
+        changes += _write_distinct(conn, run, now)
     return changes
 
 
 def _write_distinct(
-    conn: Connection, moves: Sequence[PhaseMove], now: float, extra: Mapping[str, str]
+    conn: Connection, moves: Sequence[PhaseMove], now: float
 ) -> list[PhaseChange | NotFound]:
     """Moves of distinct jobs. A move that names the phase it expects, and that the table
     allows from there, is written at once; the others read the job's phase first. A write
@@ -154,7 +150,7 @@ def _write_distinct(
             Outcome.APPLIED
         ):
             sources[move.job_id] = phase
-    events = _write(conn, [m for m in moves if m.job_id in sources], sources, now, extra)
+    events = _write(conn, [m for m in moves if m.job_id in sources], sources, now)
     current.update(_phases(conn, [j for j in sources if j not in events]))
     changes: list[PhaseChange | NotFound] = []
     for move in moves:
@@ -182,36 +178,38 @@ def _phases(conn: Connection, job_ids: Sequence[str]) -> dict[str, Phase]:
     return found
 
 
+def _writes_reason(target: Phase) -> bool:
+    """Whether a move to `target` writes its reason into the job's row (not only its event)."""
+    return target in TERMINAL or target is Phase.QUEUED
+
+
 def _write(
-    conn: Connection,
-    moves: Sequence[PhaseMove],
-    sources: Mapping[str, Phase],
-    now: float,
-    extra: Mapping[str, str],
+    conn: Connection, moves: Sequence[PhaseMove], sources: Mapping[str, Phase], now: float
 ) -> dict[str, JobEvent]:
     """Write each move if its job is still in its source phase; release what the jobs that
     left a resource-holding phase held; record an event for each move written. Returns the
-    events by job."""
+    events by job. Moves that write the same values are one UPDATE (a scheduler pass's, each
+    reserving other systems, too: those are written after, in one executemany)."""
     groups: dict[tuple[Phase, Phase, str], list[str]] = {}
     for move in moves:
-        groups.setdefault((sources[move.job_id], move.target, move.reason), []).append(move.job_id)
+        row_reason = move.reason if _writes_reason(move.target) else ""
+        groups.setdefault((sources[move.job_id], move.target, row_reason), []).append(move.job_id)
+    by_job = {move.job_id: move for move in moves}
     if len(moves) > 1 and conn.dialect.name != "sqlite":
         # Lock the rows in id order first, as every multi-row writer does, so two writers
         # never wait for each other's rows (SQLite has one writer at a time).
         for chunk in in_chunks(sorted(m.job_id for m in moves)):
             conn.execute(_LOCK, {"ids": chunk})
-    stmt_extra = tuple(sorted(extra))
     written: list[dict[str, Any]] = []
     released: list[str] = []
     for (source, target, reason), job_ids in groups.items():
-        stmt = _move_stmt(target, stmt_extra)
+        stmt = _move_stmt(target)
         params = {"b_source": source.value, "b_now": now, "b_reason": reason}
-        params.update((f"b_{key}", value) for key, value in extra.items())
         for chunk in in_chunks(job_ids):
             ids = [job_id for (job_id,) in conn.execute(stmt, {**params, "ids": chunk})]
             written += (
                 {"job_id": job_id, "time": now, "from_phase": source.value,
-                 "to_phase": target.value, "reason": reason}
+                 "to_phase": target.value, "reason": by_job[job_id].reason}
                 for job_id in ids
             )  # fmt: skip
             if source in HOLDS_RESOURCES and target not in HOLDS_RESOURCES:
@@ -226,6 +224,7 @@ def _write(
         conn.execute(_RELEASE, {"ids": chunk})
     if not written:
         return {}
+    _write_columns(conn, [by_job[w["job_id"]] for w in written])
     seqs = {job_id: seq for job_id, seq in conn.execute(_RECORD, written)}
     return {
         w["job_id"]: JobEvent(
@@ -236,8 +235,29 @@ def _write(
     }  # fmt: skip
 
 
+def _write_columns(conn: Connection, moves: Sequence[PhaseMove]) -> None:
+    """The moves' own columns, for the jobs moved: one executemany per set of column names."""
+    rows: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for move in moves:
+        if move.columns:
+            names = tuple(sorted(move.columns))
+            values = {f"b_{name}": move.columns[name] for name in names}
+            rows.setdefault(names, []).append({"b_id": move.job_id, **values})
+    for names, params in rows.items():
+        conn.execute(_columns_stmt(names), params)
+
+
 @functools.cache
-def _move_stmt(target: Phase, extra: tuple[str, ...]) -> ReturningUpdate[str]:
+def _columns_stmt(names: tuple[str, ...]) -> Update:
+    return (
+        update(JobRow)
+        .where(JobRow.id == bindparam("b_id"))
+        .values({name: bindparam(f"b_{name}") for name in names})
+    )
+
+
+@functools.cache
+def _move_stmt(target: Phase) -> ReturningUpdate[str]:
     """UPDATE of the jobs `ids` still in phase `b_source` to `target`, returning those moved.
 
     `phase || ''`: no index serves it, so the planner looks the ids up by key (SQLite without
@@ -246,7 +266,6 @@ def _move_stmt(target: Phase, extra: tuple[str, ...]) -> ReturningUpdate[str]:
     now: BindParameter[float] = bindparam("b_now")
     values: dict[str, Any] = {"phase": target.value, "updated_at": now}
     values["version"] = JobRow.version + 1  # what a summary shows changed
-    values.update((key, bindparam(f"b_{key}")) for key in extra)
     if target is Phase.SCHEDULED:  # the next attempt begins
         values["attempt"] = JobRow.attempt + 1
         values["scheduled_at"] = now

@@ -244,6 +244,32 @@ def test_schedule_of_a_job_that_left_the_queue_reserves_nothing(store: JobStore)
     assert len(store.replicas("wsjob-scheduled")) == 4
 
 
+def test_a_pass_of_decisions_is_written_each_with_its_own_systems(store: JobStore) -> None:
+    for job_id, size in (("wsjob-a", 1), ("wsjob-gone", 1), ("wsjob-b", 2)):
+        submit(store, job_id, num_csx=size)
+    decided = {
+        d.job_id: d.placements for d in admit(store.queued_jobs(), store.pool_usage()).admitted
+    }
+    drive(store, "wsjob-gone", Phase.CANCELLED)
+
+    outcomes = store.schedule_many(
+        [(j, decided[j]) for j in ("wsjob-a", "wsjob-gone", "wsjob-b")], T0 + 1
+    )
+
+    applied = [isinstance(o, PhaseChange) and o.applied for o in outcomes]
+    assert applied == [True, False, True]
+    for job_id, change in (("wsjob-a", outcomes[0]), ("wsjob-b", outcomes[2])):
+        systems = tuple(p.node for p in decided[job_id] if p.role is Role.CS2)
+        assert isinstance(change, PhaseChange) and change.event is not None
+        assert change.event.reason == "reserved " + ", ".join(systems)
+        assert store.get_job(job_id).systems == systems
+        assert store.events(job_id)[-1].reason == change.event.reason
+    assert store.get_job("wsjob-gone").systems == ()
+    assert store.replicas("wsjob-gone") == []
+    held = {p.node for j in ("wsjob-a", "wsjob-b") for p in decided[j]}
+    assert set(usage(store)) == held
+
+
 def test_concurrent_schedule_reserves_once(store: JobStore) -> None:
     submit(store, "wsjob-a", num_csx=2)
     placements = placements_for(store, "wsjob-a")
