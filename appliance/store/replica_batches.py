@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, literal, or_, select, update
+from sqlalchemy import Connection, Table, bindparam, case, literal, or_, select, update
 
 from appliance.domain.errors import NotFound, stale_attempt
 from appliance.domain.job import Progress, ReplicaPhase
@@ -95,11 +95,17 @@ _BUMP = (
 # rows by primary key, and these add conditions.
 _REPLICAS = cast(Table, ReplicaRow.__table__)
 _REPLICA = (_REPLICAS.c.job_id == bindparam("b_job"), _REPLICAS.c.name == bindparam("b_name"))
-_START = update(_REPLICAS).where(*_REPLICA).values(pid=bindparam("b_pid"))
-_STARTED = (
+# The pid recorded, and PENDING -> STARTED only (a replica that registered first stays READY).
+_START = (
     update(_REPLICAS)
-    .where(*_REPLICA, _REPLICAS.c.phase == ReplicaPhase.PENDING.value)
-    .values(phase=ReplicaPhase.STARTED.value)
+    .where(*_REPLICA)
+    .values(
+        pid=bindparam("b_pid"),
+        phase=case(
+            (_REPLICAS.c.phase == ReplicaPhase.PENDING.value, ReplicaPhase.STARTED.value),
+            else_=_REPLICAS.c.phase,
+        ),
+    )
 )
 _CLAIM = (  # decided on the rows read (and locked) in the same transaction
     update(_REPLICAS)
@@ -161,7 +167,6 @@ class ReplicaBatchStore(StoreBase):
         rows = [{"b_job": j, "b_name": n, "b_pid": pid} for j, n, pid in started]
         with self.engine.begin() as s:
             s.execute(_START, rows)
-            s.execute(_STARTED, rows)
             self._bump(s, {j for j, _, _ in started})
 
     def register_replicas(
