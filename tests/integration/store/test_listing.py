@@ -212,3 +212,16 @@ def test_phase_filter_lists_exactly_those_phases(store: JobStore) -> None:
     assert ids(listed(store, query)[0]) == expected
     assert [k[0] for k in all_keys(store, dataclasses.replace(query, limit=1))] == expected
     assert store.count_by_phase() == {Phase.QUEUED: 2, Phase.RUNNING: 1, Phase.CANCELLED: 1}
+
+
+def test_pages_of_jobs_created_at_the_same_time_follow_their_tokens(store: JobStore) -> None:
+    for i in range(5):
+        submit(store, f"wsjob-same{i}", now=T0 + (i // 3))  # 3 at T0, 2 at T0 + 1
+    seen: list[str] = []
+    token = ""
+    while True:
+        keys, token = store.list_job_keys(JobQuery(limit=2, page_token=token))
+        seen += [k[0] for k in keys]
+        if not token:
+            break
+    assert seen == ["wsjob-same4", "wsjob-same3", "wsjob-same2", "wsjob-same1", "wsjob-same0"]
