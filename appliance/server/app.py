@@ -17,7 +17,6 @@ import asyncio
 import logging
 import os
 import socket
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING
@@ -29,7 +28,7 @@ from appliance._proto.v1 import cluster_pb2_grpc, control_pb2_grpc
 from appliance.backends.base import Backend, BackendUnavailable
 from appliance.backends.local import LocalBackend
 from appliance.config import InventoryError, Settings
-from appliance.domain.errors import InvalidSpec, Unavailable
+from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import Node
 from appliance.domain.leadership import LeaseLock
 from appliance.domain.listing import JobQuery
@@ -49,7 +48,6 @@ from appliance.services.context import Context
 from appliance.services.health import Readiness
 from appliance.services.jobs import JobService
 from appliance.services.leadership import Leadership
-from appliance.services.listing import JobListing
 from appliance.services.logs import LogService
 from appliance.services.queues import apply_queues_file, pool_size
 from appliance.services.replicas import ReplicaService
@@ -198,7 +196,8 @@ class Coordinator:
         sock = listen_tcp(s.host, s.http_port)
         self.http_port = sock.getsockname()[1]
         self._spawn(self._http.serve(sockets=[sock]))
-        self._spawn(warm_listing(cluster.listing))
+        # The history `csctl get jobs -a` lists, rendered (or read as kept) ahead once serving.
+        self._spawn(cluster.listing.render_ahead(JobQuery(include_terminal=True)))
 
     def _run_loops(self) -> None:
         self._spawn(SchedulerLoop(self.ctx).run())
@@ -320,19 +319,6 @@ class Coordinator:
         self.engine.dispose()
         if self._store_claim is not None:
             self._store_claim.close()
-
-
-async def warm_listing(listing: JobListing[bytes]) -> None:
-    """Render the history `csctl get jobs -a` lists ahead, once serving: the first listing
-    after a start then finds it rendered instead of rendering 100,000 summaries itself."""
-    started = time.monotonic()
-    try:
-        rendered = await listing.warm(JobQuery(include_terminal=True))
-    except Unavailable as exc:
-        log.warning("job summaries not rendered ahead: %s", exc.message)
-    else:
-        took = time.monotonic() - started
-        log.info("rendered %d job summaries ahead of the first listing in %.1f s", rendered, took)
 
 
 async def make_backend(s: Settings, replicas: ReplicaService) -> Backend:

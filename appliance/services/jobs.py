@@ -38,6 +38,7 @@ from appliance.services.batching import SubmitBatcher
 from appliance.services.cancels import CancelBatcher, CancelRequest
 from appliance.services.context import Context
 from appliance.services.job_views import JobViewCache
+from appliance.services.kept_renderings import Keeping
 from appliance.services.listing import JobListing
 from appliance.services.model_dirs import ModelDirs
 from appliance.services.offload import Offload
@@ -173,9 +174,12 @@ class JobService:
         job = self.ctx.queue.shown(job)
         return job if may_act_on(by, job.user, job.groups) else without_details(job)
 
-    def listing(self, render: Callable[[Job], T], max_cached: int) -> JobListing[T]:
-        """The list use case for a door that sends summaries rendered by `render`."""
-        return JobListing(self.ctx, render, max_cached)
+    def listing(
+        self, render: Callable[[Job], T], max_cached: int, keeping: Keeping[T] | None = None
+    ) -> JobListing[T]:
+        """The list use case for a door that sends summaries rendered by `render` (and keeps
+        them in the store across restarts as `keeping` says)."""
+        return JobListing(self.ctx, render, max_cached, keeping)
 
     async def cancel(
         self, job_id: str, reason: str = "", *, by: Principal | None = None

@@ -1,22 +1,32 @@
-"""Listing jobs from the store: keyset pages newest first, keys, summaries, owners."""
+"""Listing jobs from the store: keyset pages newest first, keys, summaries, owners, and the
+renderings of summaries kept across restarts.
+
+A kept rendering is returned only for the very version it was rendered from, in the very form
+(the code) that rendered it: every write that changes what a summary shows bumps the job's
+version in its own transaction, and versions only grow, so a rendering kept under (job,
+version) shows exactly that version's row, whoever saved it and however that coordinator
+ended (the two are in one database, so a restored backup restores them together).
+"""
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, select, tuple_
+from sqlalchemy import Dialect, bindparam, select, tuple_
+from sqlalchemy.dialects import postgresql, sqlite
 
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job
 from appliance.domain.listing import DEFAULT_LIMIT, JobKey, JobQuery
 from appliance.domain.phases import Phase
-from appliance.store.base import StoreBase, in_chunks
+from appliance.store.base import IN_LIST_SIZE, StoreBase, in_chunks
 from appliance.store.rows import SUMMARY_AS_READ, job_from_values
-from appliance.store.tables import ACTIVE_PHASES_SQL, JobLabelRow, JobRow
+from appliance.store.tables import ACTIVE_PHASES_SQL, JobLabelRow, JobRenderingRow, JobRow
 
 
 class JobOwner(NamedTuple):
@@ -31,6 +41,21 @@ class JobOwner(NamedTuple):
 _SUMMARIES_OF = select(*SUMMARY_AS_READ, JobRow.version).where(
     JobRow.id.in_(bindparam("ids", expanding=True))
 )
+
+
+_R = JobRenderingRow
+_RENDERINGS_IN = (
+    select(_R.job_id, _R.version, _R.queued, _R.data)
+    .where(_R.created_at.between(bindparam("lo"), bindparam("hi")), _R.form == bindparam("form"))
+    .limit(bindparam("most"))
+)
+_RENDERINGS_OF = select(_R.job_id, _R.version, _R.queued, _R.data).where(
+    tuple_(_R.created_at, _R.job_id).in_(bindparam("keys", expanding=True)),
+    _R.form == bindparam("form"),
+)
+
+# Kept renderings: (key, rendering, queued).
+Kept = tuple[JobKey, bytes, bool]
 
 
 _OWNERS_OF = select(JobRow.id, JobRow.phase, JobRow.user, JobRow.groups).where(
@@ -67,6 +92,53 @@ class ListingStore(StoreBase):
                     job = job_from_values(row[:-1])
                     yield (job.id, job.created_at, row[-1]), job
 
+    def kept_renderings(self, keys: Sequence[JobKey], form: str) -> dict[str, tuple[bytes, bool]]:
+        """(rendering, queued) by job id of those of `keys` kept for exactly that key's version
+        in `form`. Keys listed together (a run of a listing, newest first) are read by a scan of
+        their range of created_at when it holds little else, and looked up one by one when it
+        does (a sparse page: active jobs among a long history)."""
+        found: dict[str, tuple[bytes, bool]] = {}
+        scan = _driver_form(_RENDERINGS_IN, self.engine.dialect)
+        with self.engine.connect() as conn:
+            # The driver's cursor: 100,000 renderings read at a start cost no row objects.
+            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            try:
+                for start in range(0, len(keys), IN_LIST_SIZE):
+                    chunk = keys[start : start + IN_LIST_SIZE]
+                    created = [key[1] for key in chunk]
+                    most = 2 * len(chunk) + 16
+                    cursor.execute(*scan(lo=min(created), hi=max(created), form=form, most=most))
+                    rows: Sequence[Any] = cursor.fetchall()
+                    if len(rows) >= most:  # the range holds more than this run: look each up
+                        pairs = [(key[1], key[0]) for key in chunk]
+                        rows = conn.execute(_RENDERINGS_OF, {"keys": pairs, "form": form}).all()
+                    wanted = {key[0]: key[2] for key in chunk}
+                    for job_id, version, queued, data in rows:
+                        if wanted.get(job_id) == version:
+                            found[job_id] = (data, bool(queued))
+            finally:
+                cursor.close()
+        return found
+
+    def keep_renderings(self, kept: Sequence[Kept], form: str) -> None:
+        """Keep these renderings (in `form`) in one transaction, each replacing the job's
+        rendering kept before."""
+        if not kept:
+            return
+        rows = [
+            {"created_at": key[1], "job_id": key[0], "version": key[2], "form": form,
+             "queued": queued, "data": data}
+            for key, data, queued in kept
+        ]  # fmt: skip
+        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(JobRenderingRow)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["created_at", "job_id"],
+            set_={c: stmt.excluded[c] for c in ("version", "form", "queued", "data")},
+        )
+        with self.engine.begin() as conn:
+            conn.execute(stmt, rows)
+
     def job_owners(self, job_ids: Sequence[str]) -> dict[str, JobOwner]:
         """Phase, owner and owner's groups of the given jobs (unknown ids are left out): what
         a batch of decisions to act on jobs reads, three columns instead of a summary."""
@@ -76,6 +148,20 @@ class ListingStore(StoreBase):
                 for job_id, phase, user, groups in conn.execute(_OWNERS_OF, {"ids": chunk}):
                     found[job_id] = JobOwner(Phase(phase), user, tuple(groups or ()))
         return found
+
+
+@functools.lru_cache(maxsize=16)
+def _driver_form(stmt: Any, dialect: Dialect) -> Callable[..., tuple[str, Any]]:
+    """A statement compiled once for `dialect`: the SQL and the driver's parameters of a call
+    (by name: values of its bind parameters)."""
+    compiled = stmt.compile(dialect=dialect)
+    order = compiled.positiontup if compiled.positional else None
+
+    def call(**params: Any) -> tuple[str, Any]:
+        values = compiled.construct_params(params)
+        return compiled.string, values if order is None else tuple(values[n] for n in order)
+
+    return call
 
 
 def _page_stmt(query: JobQuery, columns: Sequence[Any]) -> Any:

@@ -12,6 +12,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     false,
@@ -114,6 +115,26 @@ class JobRow(Base):
         Index("ix_jobs_queue_name", "queue"),
         Index("ix_jobs_finished_at", "finished_at"),
     )  # fmt: skip
+
+
+class JobRenderingRow(Base):
+    """A door's rendering of one version of a job's summary, kept across restarts: served only
+    while the job is still at `version` and the code is still `form` (store/listing.py). Keyed in
+    listing order, so a listing reads a run of them in one scan."""
+
+    __tablename__ = "job_renderings"
+
+    created_at: Mapped[float] = mapped_column(Float, primary_key=True)
+    job_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer)
+    form: Mapped[str] = mapped_column(String(64))
+    queued: Mapped[bool] = mapped_column(Boolean)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+    # SQLite: the rows themselves in key order (no rowid table beside the key's index).
+    __table_args__ = {"sqlite_with_rowid": False}
 
 
 class JobLabelRow(Base):

@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import psutil
 import pytest
 
 from appliance.client import ApplianceClient, JobHandle
+from appliance.domain.job import Job
 from appliance.domain.phases import Phase
 from tests.e2e.conftest import BIN
 from tests.integration.coordinator.harness import kill_workers, wait_until, worker_processes
@@ -165,3 +167,43 @@ def test_killed_after_the_requeue(serve: Serve) -> None:
     with ApplianceClient(serve.address, detach=True) as client:
         assert client.get_job(urgent.id).phase is Phase.RUNNING  # adopted, not started twice
         _consistent_end(client, victim.id, [urgent.id])
+
+
+def test_killed_after_jobs_changed_its_listings_show_the_changes(serve: Serve) -> None:
+    """The summaries kept in the store (what a restart lists without rendering again) are
+    served after a crash only for the jobs that did not change since they were kept."""
+    with ApplianceClient(serve.address, detach=True) as client:
+        for system in ("cs2-01", "cs2-02", "cs2-03", "cs2-04"):
+            client.set_node_state(system, "maintenance")  # every job stays queued
+        ids = [client.submit(params=PARAMS, num_csx=1, num_steps=10).id for _ in range(4)]
+        client.cancel_job(ids[3])
+    serve.kill()
+    serve.start()  # it renders the history ahead and keeps it in the store
+    wait_until(lambda: _kept(serve.data_dir) == 4, 30, "the four summaries to be kept")
+    with ApplianceClient(serve.address, detach=True) as client:
+        client.update_labels(ids[1], {"team": "nlp"})
+        client.cancel_job(ids[2])
+        assert len(client.list_jobs(all=True)) == 4  # the changes rendered, in memory only
+    serve.kill()
+    serve.start()
+    with ApplianceClient(serve.address, detach=True) as client:
+
+        def agree() -> bool:  # once the scheduler's first pass has said why each one waits
+            full = {job_id: _shown(client.get_job(job_id)) for job_id in ids}
+            return {job.id: _shown(job) for job in client.list_jobs(all=True)} == full
+
+        wait_until(agree, 15, "listings to show what GetJob shows")
+        listed = {job.id: _shown(job) for job in client.list_jobs(all=True)}
+    assert listed[ids[1]][1] == {"team": "nlp"}
+    assert [listed[job_id][0] for job_id in ids] == [Phase.QUEUED, Phase.QUEUED,
+                                                     Phase.CANCELLED, Phase.CANCELLED]  # fmt: skip
+
+
+def _kept(data_dir: Path) -> int:
+    with contextlib.closing(sqlite3.connect(data_dir / "appliance.db")) as db:
+        return int(db.execute("SELECT count(*) FROM job_renderings").fetchone()[0])
+
+
+def _shown(job: Job) -> tuple[Phase, dict[str, str], int, str, float]:
+    """What a listing must show as GetJob does."""
+    return job.phase, dict(job.spec.labels), job.queue_position, job.pending_reason, job.updated_at

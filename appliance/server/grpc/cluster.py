@@ -35,7 +35,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.nodes = NodeService(jobs.ctx)
         self.usage = UsageService(jobs.ctx)
         self.bulk_cancels = BulkCancel(jobs.ctx)
-        self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED)
+        self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED, summaries.KEEPING)
 
     @unary
     async def SubmitJob(

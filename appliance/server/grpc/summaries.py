@@ -1,18 +1,21 @@
 """ListJobs and StreamJobs on the wire: cached serialized summaries joined into responses.
 
 The list use case (services/listing.py) hands out each job's serialized summary (cached under
-its version) and its fresh queue position and pending reason. They are appended to the
-summary's bytes as more fields (protobuf keeps the last value of a field), so a listed page
-costs a key query and a byte join instead of building and serializing every message again.
+its version, and kept in the store across restarts) and its fresh queue position and pending
+reason. They are appended to the summary's bytes as more fields (protobuf keeps the last value
+of a field), so a listed page costs a key query and a byte join instead of building and
+serializing every message again.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
-from appliance._proto.v1 import cluster_pb2
+from appliance._proto.v1 import cluster_pb2, common_pb2
 from appliance.domain.job import Job
 from appliance.protocol import convert
+from appliance.services.kept_renderings import Keeping, rendering_form
 from appliance.services.listing import Listed
 
 MAX_CACHED = 150_000  # ~30 MB of summaries
@@ -25,6 +28,17 @@ _PENDING_REASON_TAG = b"\x32"  # Job.pending_reason: field 6, length-delimited
 def serialized(job: Job) -> bytes:
     """A summary as it is cached: the Job message's bytes, without a queue position."""
     return convert.job_to_pb(job).SerializeToString()
+
+
+def _same(data: bytes) -> bytes:
+    return data
+
+
+# Kept as they are sent; any change to this module, the conversion or the messages renders
+# everything again.
+KEEPING = Keeping(
+    rendering_form([sys.modules[__name__], convert, cluster_pb2, common_pb2]), _same, _same
+)
 
 
 def responses(

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import grpc
 import pytest
+from sqlalchemy import func, select
 
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc, common_pb2
 from appliance.client import ApplianceClient
 from appliance.domain.inventory import NodeState
 from appliance.domain.phases import Phase
+from appliance.store.tables import JobRenderingRow
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
 
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
@@ -135,3 +137,64 @@ def test_listed_queue_positions_and_reasons_match_get_job_and_follow_the_queue(
     for job_id in job_ids:
         stub.CancelJob(pb.CancelJobRequest(job_id=job_id))
     assert all(job.queue_position == 0 for job in _listed(stub, all=True).values())
+
+
+def test_listings_after_restarts_match_get_job_though_jobs_changed_after_being_kept(
+    tmp_path: Path, coordinator_database: str
+) -> None:
+    """Renderings kept in the store by one coordinator are served by the next only for jobs
+    that did not change since: every listing matches GetJob."""
+    data_dir = tmp_path / "data"
+    running = RunningCoordinator(data_dir, database_url=coordinator_database).start()
+    try:
+        running.coordinator.ctx.store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)
+        spec = pb.JobSpec(params_yaml="model: {name: fc_mnist}\n", num_csx=1, num_steps=2)
+        with grpc.insecure_channel(running.address) as channel:
+            stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+            ids = [stub.SubmitJob(pb.SubmitJobRequest(spec=spec)).id for _ in range(5)]
+            stub.CancelJob(pb.CancelJobRequest(job_id=ids[4]))
+
+        running = _restarted(running, data_dir, coordinator_database)  # renders and keeps all
+        wait_until(lambda: _kept(running) == 5, 15, "the renderings to be kept")
+        with grpc.insecure_channel(running.address) as channel:
+            stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+            stub.UpdateJobLabels(pb.UpdateJobLabelsRequest(job_id=ids[1], set={"team": "nlp"}))
+            stub.SetJobPriority(
+                pb.SetJobPriorityRequest(job_id=ids[2], priority=common_pb2.PRIORITY_P1)
+            )
+            stub.CancelJob(pb.CancelJobRequest(job_id=ids[3]))
+
+        running = _restarted(running, data_dir, coordinator_database)
+        with grpc.insecure_channel(running.address) as channel:
+            stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+            wait_until(lambda: _match_get_job(stub, ids), 15, "listings to match GetJob")
+            listed = _streamed(stub, all=True)
+        assert listed[ids[1]].spec.labels == {"team": "nlp"}
+        assert listed[ids[2]].spec.priority == common_pb2.PRIORITY_P1
+        assert listed[ids[3]].phase == common_pb2.PHASE_CANCELLED
+        assert [listed[i].queue_position for i in ids] == [2, 3, 1, 0, 0]
+    finally:
+        running.stop()
+
+
+def _restarted(old: RunningCoordinator, data_dir: Path, database: str) -> RunningCoordinator:
+    old.stop()
+    return RunningCoordinator(data_dir, database_url=database).start()
+
+
+def _kept(running: RunningCoordinator) -> int:
+    with running.coordinator.ctx.store.engine.connect() as conn:
+        return int(conn.scalar(select(func.count()).select_from(JobRenderingRow)) or 0)
+
+
+def _match_get_job(stub: cluster_pb2_grpc.ClusterServiceStub, ids: list[str]) -> bool:
+    """Whether ListJobs, StreamJobs and StreamJobs in small pages each show every job as
+    GetJob does (without its replicas and params, as a summary)."""
+    full = {}
+    for job_id in ids:
+        job = stub.GetJob(pb.GetJobRequest(job_id=job_id))
+        job.ClearField("replicas")
+        job.spec.params_yaml = ""
+        full[job_id] = job
+    listings = (_listed(stub, all=True), _streamed(stub, all=True), _streamed(stub, limit=2))
+    return all(listing[j] == full[j] for listing in listings for j in listing)

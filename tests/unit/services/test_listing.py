@@ -5,16 +5,21 @@ the one check of the page size."""
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
-from appliance.domain.errors import InvalidSpec
+from appliance.domain.errors import InvalidSpec, Unavailable
 from appliance.domain.job import Job
-from appliance.domain.listing import MAX_LIMIT, JobQuery
+from appliance.domain.listing import MAX_LIMIT, JobKey, JobQuery
 from appliance.domain.phases import Phase
 from appliance.domain.spec import Priority
+from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
-from appliance.services.listing import MAX_STREAM_PAGE, JobListing
+from appliance.services.kept_renderings import Keeping
+from appliance.services.listing import MAX_STREAM_PAGE, JobListing, Listed
 from tests.unit.harness import NOW, create, new_jobs
 
 # Created in one batch: the same created_at, so newest first means the highest id first.
@@ -129,18 +134,18 @@ async def test_warm_renders_the_history_ahead_and_the_first_listing_renders_noth
     ctx: Context, render: Renders
 ) -> None:
     listing = JobListing(ctx, render, max_cached=100)
-    assert await listing.warm(JobQuery(include_terminal=True)) == len(IDS)
+    assert (await listing.warm(JobQuery(include_terminal=True))).rendered == len(IDS)
     assert sorted(render.rendered) == IDS
     listed, _ = await listing.page(JobQuery(include_terminal=True))
     assert [r[0][0] for r in listed] == NEWEST_FIRST
     assert [r[1] for r in listed] == [5, 4, 3, 2, 1]  # positions read fresh all the same
     assert sorted(render.rendered) == IDS  # nothing rendered again
-    assert await listing.warm(JobQuery(include_terminal=True)) == 0
+    assert (await listing.warm(JobQuery(include_terminal=True))).rendered == 0
 
 
 async def test_warm_stops_when_the_cache_is_full(ctx: Context, render: Renders) -> None:
     listing = JobListing(ctx, render, max_cached=2)
-    assert await listing.warm(JobQuery(include_terminal=True)) == 2
+    assert (await listing.warm(JobQuery(include_terminal=True))).rendered == 2
     assert sorted(render.rendered) == sorted(NEWEST_FIRST[:2])  # the newest, and no more
     assert len(listing) == 2
 
@@ -157,7 +162,7 @@ async def test_a_listing_beside_warm_renders_each_summary_once(
     rendered_ahead, streamed = await asyncio.gather(listing.warm(query), stream())
     assert streamed == NEWEST_FIRST
     assert sorted(render.rendered) == IDS  # one call waited for what the other was rendering
-    assert rendered_ahead <= len(IDS)
+    assert rendered_ahead.rendered <= len(IDS)
 
 
 async def test_a_summary_that_changed_after_its_key_was_read_is_cached_under_its_new_key(
@@ -171,3 +176,135 @@ async def test_a_summary_that_changed_after_its_key_was_read_is_cached_under_its
     again, _ = await listing.page(JobQuery())
     assert {r[0][0]: r[0][2] for r in again}[IDS[2]] == {"team": "nlp"}
     assert render.rendered.count(IDS[2]) == 1  # the next page found it under its new key
+
+
+# ---- renderings kept in the store across restarts ---------------------------------------------
+
+
+class RendersBytes(Renders):
+    """A door that sends bytes, as the gRPC door does: (id, phase, labels) encoded."""
+
+    def __call__(self, job: Job) -> bytes:  # type: ignore[override]
+        return json.dumps(super().__call__(job)).encode()
+
+
+KEEPING: Keeping[bytes] = Keeping("form-a", bytes, bytes)
+EVERYTHING = JobQuery(include_terminal=True)
+
+
+def decoded(listed: list[Listed[bytes]]) -> list[tuple[list[Any], int]]:
+    """(rendering as (id, phase, labels), position) of each listed job."""
+    return [(json.loads(rendering), position) for rendering, position, _ in listed]
+
+
+async def test_a_restart_reads_the_kept_renderings_instead_of_rendering_them(
+    ctx: Context, render: Renders
+) -> None:
+    first = RendersBytes()
+    warmed = await JobListing(ctx, first, 100, KEEPING).warm(EVERYTHING)
+    assert (warmed.rendered, warmed.loaded, warmed.kept) == (5, 0, 5)
+
+    again = RendersBytes()  # a new process: nothing cached, the store as the first one left it
+    restarted = JobListing(ctx, again, 100, KEEPING)
+    listed, _ = await restarted.page(EVERYTHING)
+
+    assert again.rendered == []
+    assert decoded(listed) == [
+        ([job_id, "QUEUED", {}], position)
+        for job_id, position in zip(NEWEST_FIRST, [5, 4, 3, 2, 1], strict=True)
+    ]
+    assert (await restarted.warm(EVERYTHING)).kept == 0  # nothing new to keep
+
+
+async def test_a_job_changed_after_its_rendering_was_kept_is_rendered_again(
+    ctx: Context, render: Renders
+) -> None:
+    await JobListing(ctx, RendersBytes(), 100, KEEPING).warm(EVERYTHING)
+    ctx.store.update_labels(IDS[2], {"team": "nlp"}, [], NOW + 1)
+    await ctx.set_phase(IDS[0], Phase.CANCELLED, "cancelled")
+
+    again = RendersBytes()
+    listed, _ = await JobListing(ctx, again, 100, KEEPING).page(EVERYTHING)
+
+    assert sorted(again.rendered) == [IDS[0], IDS[2]]  # the others read as kept
+    shown = {rendering[0]: (rendering, position) for rendering, position in decoded(listed)}
+    assert shown[IDS[2]] == ([IDS[2], "QUEUED", {"team": "nlp"}], 2)
+    assert shown[IDS[0]] == ([IDS[0], "CANCELLED", {}], 0)
+    assert [shown[i][1] for i in IDS[1:]] == [1, 2, 3, 4]  # positions moved up, read fresh
+
+
+async def test_renderings_kept_by_other_code_are_not_served(ctx: Context, render: Renders) -> None:
+    await JobListing(ctx, RendersBytes(), 100, KEEPING).warm(EVERYTHING)
+    again = RendersBytes()
+    other_code = Keeping("form-b", bytes, bytes)
+    await JobListing(ctx, again, 100, other_code).page(EVERYTHING)
+    assert sorted(again.rendered) == IDS
+
+
+async def test_only_renderings_of_queued_and_ended_jobs_are_kept(
+    ctx: Context, render: Renders
+) -> None:
+    await SchedulerLoop(ctx).run_once()  # four of the five placed (SCHEDULED), one queued
+    await ctx.set_phase(IDS[0], Phase.CANCELLED, "cancelled")
+    phases = {job.id: job.phase for job in ctx.store.job_summaries(IDS)}
+    holding = sorted(job_id for job_id, phase in phases.items() if phase is Phase.SCHEDULED)
+    assert len(holding) == 3
+
+    warmed = await JobListing(ctx, RendersBytes(), 100, KEEPING).warm(EVERYTHING)
+    again = RendersBytes()
+    await JobListing(ctx, again, 100, KEEPING).page(EVERYTHING)
+
+    assert warmed.kept == 2  # the cancelled one and the queued one
+    assert sorted(again.rendered) == holding
+
+
+async def test_renderings_a_failed_write_did_not_keep_are_kept_by_the_next_pass(
+    ctx: Context, render: Renders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listing = JobListing(ctx, RendersBytes(), 100, KEEPING)
+
+    def locked(*_: object) -> None:
+        raise OperationalError("INSERT", {}, Exception("database is locked"))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ctx.store, "keep_renderings", locked)
+        with pytest.raises(Unavailable):
+            await listing.warm(EVERYTHING)
+    assert (await listing.warm(EVERYTHING)).kept == len(IDS)
+
+
+async def test_warm_waits_while_a_listing_runs(
+    ctx: Context, render: Renders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listing = JobListing(ctx, render, max_cached=100)
+    held, reached = asyncio.Event(), asyncio.Event()
+    positions = ctx.queue.positions
+
+    async def held_positions(job_ids: list[str]) -> dict[str, int]:
+        reached.set()
+        await held.wait()  # the listing stays under way, its summaries rendered
+        return await positions(job_ids)
+
+    monkeypatch.setattr(ctx.queue, "positions", held_positions)
+    listing_call = asyncio.create_task(listing.page(JobQuery(include_terminal=True, limit=2)))
+    await reached.wait()
+    key_reads: list[JobQuery] = []
+    real = ctx.store.list_job_keys
+
+    def counted(query: JobQuery) -> tuple[list[JobKey], str]:
+        key_reads.append(query)
+        return real(query)
+
+    monkeypatch.setattr(ctx.store, "list_job_keys", counted)
+    warming = asyncio.create_task(listing.warm(EVERYTHING))
+    for _ in range(5):
+        await asyncio.sleep(0)  # let it run up to what it waits for
+    await ctx.read(lambda: None)  # and any store read it had started, to its end
+    assert key_reads == [] and not warming.done()
+
+    held.set()  # the listing ends: warm goes on
+    listed, _ = await listing_call
+    warmed = await warming
+    assert [r[0][0] for r in listed] == NEWEST_FIRST[:2]
+    assert warmed.rendered == 3  # what the listing had not read
+    assert sorted(render.rendered) == IDS
