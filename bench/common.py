@@ -103,6 +103,15 @@ def code_tree(commit: str) -> Path | None:
     return tree
 
 
+def commit_tree(ref: str) -> tuple[str, Path | None]:
+    """`ref` as a short hash and its code unpacked (code_tree), so that uncommitted changes in
+    this checkout stay out of the measurement."""
+    done = subprocess.run(["git", "rev-parse", "--short", "--verify", f"{ref}^{{commit}}"],
+                          cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
+    commit = done.stdout.strip()
+    return commit, code_tree(commit)
+
+
 _TREE_MAIN = (
     "import sys; from appliance.cli import main; main(sys.argv[1:], prog_name='appliance')"
 )

@@ -6,24 +6,31 @@
   StreamJobs (active only, pages of 1,000).
 - StreamJobs(all=True), warm: all 100,000 jobs in <= 1 s (3 runs after an untimed one; the
   goal is judged on the median).
-- StreamJobs(all=True), cold: the first one after a start, <= 1 s, recorded apart from the warm
-  runs, over `--cold-starts` fresh starts (a fresh copy of the store, a fresh `appliance
-  serve`) for each of three cases, timed from this client:
+- StreamJobs(all=True), cold: the first one after a restart, <= 1 s, recorded apart from the
+  warm runs, over `--cold-starts` restarts for each case, timed from this client. Each restart
+  is of a fresh copy of the store that a coordinator served first (until it logged its render
+  ahead done) and was then killed with SIGKILL (a crash: nothing done at shutdown); then a
+  fresh `appliance serve` is timed:
   - at_ready: as soon as the gRPC port answers (a script listing right after a restart);
   - after_delay: `--cold-delay` s later (a user's first `csctl get jobs -a` after a restart;
     the warm runs below, like this benchmark's older single run, start that late);
   - page_cache_dropped: at_ready, with the store file's pages dropped from the OS page cache
     first (posix_fadvise DONTNEED on this benchmark's own copy: no root, no other file). A
-    restart of the coordinator alone leaves the page cache as it was: the other two cases.
+    restart of the coordinator alone leaves the page cache as it was: the other cases.
+  - first_start: at_ready on a copy no coordinator served before (the seeded store as it is:
+    the first start after an upgrade, say); reported, no goal.
   Judged on the median of the starts of each case, reported each.
 - `--compare COMMIT`: the cold cases again under that commit's code (`git archive`), in the
   same run, for a before/after.
+- `--commit COMMIT`: run that commit's code for everything else too, not this checkout's
+  (others' uncommitted work stays out of the measurement).
 
 The store is a copy of the seeded template (bench.seed); every CS-2 system is in maintenance
 so the 10,000 queued jobs stay queued, while the scheduler keeps making its passes over them
 (every 2 s), as it would in production.
 
     python -m bench.list_jobs [--calls 200] [--cold-starts 3] [--cold-delay 3] [--compare REV]
+        [--commit REV]
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from bench.common import (
     WORK,
     CoordinatorProcess,
     code_tree,
+    commit_tree,
     emit,
     prepare_store,
     summarize_ms,
@@ -56,8 +64,9 @@ from bench.seed import copy_seeded
 GOAL_P99_MS = 100.0
 GOAL_STREAM_ALL_S = 1.0
 OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024)]
-COLD_CASES = ("at_ready", "after_delay", "page_cache_dropped")
+COLD_CASES = ("at_ready", "after_delay", "page_cache_dropped", "first_start")
 _RENDERED_AHEAD = re.compile(r"rendered (\d+) job summaries ahead of the first listing in (\S+) s")
+SERVED_BEFORE_TIMEOUT = 120.0  # s for the first coordinator to log its render ahead done
 
 
 def timed_calls(fn: Any, calls: int, time_limit: float) -> tuple[list[float], Any]:
@@ -96,13 +105,43 @@ def drop_page_cache(path: Path) -> float | None:
     return round(int(out[0]) / 2**20, 1) if out else None
 
 
+def serve_then_crash(data_dir: Path, tree: Path | None) -> float | None:
+    """Serve `data_dir` with a coordinator until it logs its render ahead done (the history
+    rendered, and kept in the store where the code keeps it), then SIGKILL it: the store as a
+    crash leaves it. The seconds the render ahead took (None: no such line in time, e.g. code
+    from before it)."""
+    coordinator = CoordinatorProcess(data_dir, tree=tree, log_name="served-before.log")
+    try:
+        coordinator.wait_address()
+        deadline = time.monotonic() + SERVED_BEFORE_TIMEOUT
+        while (found := _rendered_ahead(coordinator.log_path)) is None:
+            if time.monotonic() > deadline or coordinator.proc.poll() is not None:
+                break
+            time.sleep(0.1)  # polling the log for the line, not standing in for it
+        coordinator.proc.kill()
+        coordinator.proc.wait(10)
+    finally:
+        coordinator.stop()
+    return found
+
+
+def _rendered_ahead(log_path: Path) -> float | None:
+    found = _RENDERED_AHEAD.search(log_path.read_text(errors="replace"))
+    return float(found.group(2)) if found else None
+
+
 def cold_stream(case: str, delay: float, tree: Path | None) -> dict[str, Any]:
-    """The first StreamJobs(all=True) of a fresh coordinator on a fresh copy of the store."""
+    """The first StreamJobs(all=True) of a fresh coordinator on a fresh copy of the store,
+    served before by another one (but for first_start)."""
     data_dir = copy_seeded(WORK / "list-cold")
     prepare_store(data_dir, maintenance=SYSTEMS)
     run: dict[str, Any] = {}
-    if case == "page_cache_dropped":
+    if case != "first_start":
+        run["served_before_rendered_ahead_s"] = serve_then_crash(data_dir, tree)
+    if case == "page_cache_dropped":  # the WAL too: a crash leaves the last writes there
+        wal = data_dir / "appliance.db-wal"
         run["cached_mb_at_start"] = drop_page_cache(data_dir / "appliance.db")
+        run["wal_cached_mb_at_start"] = drop_page_cache(wal) if wal.exists() else None
     coordinator = CoordinatorProcess(data_dir, tree=tree)
     try:
         address = coordinator.wait_address()
@@ -119,25 +158,32 @@ def cold_stream(case: str, delay: float, tree: Path | None) -> dict[str, Any]:
         coordinator.stop()
     run["jobs"] = count
     run["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    run["coordinator_ready_s"] = round(coordinator.ready_after, 2)
     # How long the coordinator took to render the history ahead (when it does).
-    found = _RENDERED_AHEAD.search(coordinator.log_path.read_text(errors="replace"))
-    run["rendered_ahead_s"] = float(found.group(2)) if found else None
+    run["rendered_ahead_s"] = _rendered_ahead(coordinator.log_path)
     return run
 
 
-def cold_cases(starts: int, delay: float, tree: Path | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def cold_cases(starts: int, delay: float, trees: list[Path | None]) -> list[dict[str, Any]]:
+    """The cold cases under each code tree (None: this checkout), the trees' starts taking
+    turns, so that load from elsewhere on the machine falls on each alike."""
+    outs: list[dict[str, Any]] = [{} for _ in trees]
     for case in COLD_CASES:
-        runs = [cold_stream(case, delay, tree) for _ in range(starts)]
-        median_s = statistics.median(r["s"] for r in runs)
-        out[case] = {
-            "runs_s": [r["s"] for r in runs],
-            "median_s": round(median_s, 3),
-            "met": median_s <= GOAL_STREAM_ALL_S and all(r["jobs"] == 100_000 for r in runs),
-            "runs": runs,
-        }
-        print(case, "tree" if tree else "current", out[case]["runs_s"], flush=True)
-    return out
+        runs: list[list[dict[str, Any]]] = [[] for _ in trees]
+        for _ in range(starts):
+            for tree, tree_runs in zip(trees, runs, strict=True):
+                tree_runs.append(cold_stream(case, delay, tree))
+        for tree, out, tree_runs in zip(trees, outs, runs, strict=True):
+            median_s = statistics.median(r["s"] for r in tree_runs)
+            met = median_s <= GOAL_STREAM_ALL_S and all(r["jobs"] == 100_000 for r in tree_runs)
+            out[case] = {
+                "runs_s": [r["s"] for r in tree_runs],
+                "median_s": round(median_s, 3),
+                "met": met if case != "first_start" else None,  # reported, no goal
+                "runs": tree_runs,
+            }
+            print(case, tree.name if tree else "checkout", out[case]["runs_s"], flush=True)
+    return outs
 
 
 def warm_calls(stub: cluster_pb2_grpc.ClusterServiceStub, calls: int) -> dict[str, Any]:
@@ -187,20 +233,25 @@ def main() -> None:
     parser.add_argument("--compare", help="a commit whose cold cases to run too (before/after)")
     parser.add_argument("--no-record", action="store_true")
     parser.add_argument("--profile", type=Path, help="cProfile the coordinator into this file")
+    parser.add_argument("--commit", help="run the coordinator of this commit, not this checkout")
     args = parser.parse_args()
+    code, tree = "this checkout", None
+    if args.commit:
+        if args.profile:
+            parser.error("--profile runs this checkout's code; leave out --commit")
+        commit, tree = commit_tree(args.commit)
+        code = f"commit {commit} (git archive)"
 
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"coordinator_code": code}
     if args.cold_starts:
-        result["stream_all_cold"] = cold_cases(args.cold_starts, args.cold_delay, None)
-        if args.compare:
-            tree = code_tree(args.compare)
-            result["stream_all_cold_compared"] = {
-                "commit": args.compare,
-                **cold_cases(args.cold_starts, args.cold_delay, tree),
-            }
+        trees = [tree] + ([code_tree(args.compare)] if args.compare else [])
+        current, *compared = cold_cases(args.cold_starts, args.cold_delay, trees)
+        result["stream_all_cold"] = current
+        if compared:
+            result["stream_all_cold_compared"] = {"commit": args.compare, **compared[0]}
     data_dir = copy_seeded(WORK / "list")
     prepare_store(data_dir, maintenance=SYSTEMS)
-    coordinator = CoordinatorProcess(data_dir, profile=args.profile)
+    coordinator = CoordinatorProcess(data_dir, profile=args.profile, tree=tree)
     try:
         address = coordinator.wait_address()
         result["coordinator_ready_s"] = round(coordinator.ready_after, 2)

@@ -63,11 +63,13 @@ def rows(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             ok(sa["met"]),
         ))  # fmt: skip
         for case, cold in s.get("stream_all_cold", {}).items():
+            goal = cold["met"] is not None  # first_start (never served before): reported
+            after = "a restart" if goal else "the first start on a store never served"
             out.append((
-                f"2d. StreamJobs(all=True), 100,000 jobs, first after a start ({case})",
-                "<= 1 s",
+                f"2d. StreamJobs(all=True), 100,000 jobs, first after {after} ({case})",
+                "<= 1 s" if goal else "(no goal; reported)",
                 f"median {cold['median_s']} s (runs {', '.join(map(str, cold['runs_s']))})",
-                ok(cold["met"]),
+                ok(cold["met"]) if goal else "-",
             ))  # fmt: skip
     if s := b.get("job_latency"):
         r, c = s["submit_to_running"], s["cancel_to_gone"]

@@ -45,10 +45,9 @@ import grpc
 from appliance._proto.v1 import cluster_pb2_grpc
 from bench.bulk_cancel import active_job_ids, cancel_all
 from bench.common import (
-    ROOT,
     SYSTEMS,
     CoordinatorProcess,
-    code_tree,
+    commit_tree,
     emit,
     fresh_dir,
     phase_counts,
@@ -146,15 +145,6 @@ def csctl_cancel_mine(address: str, args: argparse.Namespace) -> dict[str, Any]:
 async def _listed(address: str) -> list[str]:
     async with grpc.aio.insecure_channel(address) as channel:
         return await active_job_ids(cluster_pb2_grpc.ClusterServiceStub(channel))
-
-
-def commit_tree(ref: str) -> tuple[str, Path | None]:
-    """`ref` as a short hash and its code unpacked (common.code_tree), so that uncommitted
-    changes in this checkout stay out of the measurement."""
-    done = subprocess.run(["git", "rev-parse", "--short", "--verify", f"{ref}^{{commit}}"],
-                          cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
-    commit = done.stdout.strip()
-    return commit, code_tree(commit)
 
 
 def _without_latency(load: dict[str, Any]) -> dict[str, Any]:
