@@ -285,7 +285,8 @@ class JobListing(Generic[T]):
 
     async def _keep(self) -> None:
         """Keep in the store the cached renderings still to keep, a batch a transaction on the
-        writer thread (a rendering evicted meanwhile is rendered again when next listed)."""
+        writer thread after any listing under way (a rendering evicted meanwhile is rendered
+        again when next listed)."""
         keeping = self._keeping
         if keeping is None:
             return
@@ -296,6 +297,7 @@ class JobListing(Generic[T]):
             batch = todo[start : start + KEEP_BATCH]
             kept = [(key, keeping.dump(rendering), queued) for key, (rendering, queued) in batch]
             try:
+                await self._no_listing.wait()  # the writer thread's turns wait for listings too
                 await self._ctx.db(self._ctx.store.keep_renderings, kept, keeping.form)
             except BaseException:
                 self._unkept.update(key for key, _ in todo[start:])  # for the next pass
