@@ -90,8 +90,9 @@ class SchedulerLoop:
         if not len(index):
             view.publish(_NOTHING, {}, generation)
             return 0
-        min_run = self.ctx.settings.preemption_min_run_seconds
-        reads = await self.ctx.db(_pass_reads, self.ctx.store, min_run)
+        # On the reader thread: a pass's reads need not wait behind the writes of replicas
+        # and phases queued for the writer (everything it decides on was committed first).
+        reads = await self.ctx.read(_pass_reads, self.ctx.store)
         pending, cancelled = await self._dependencies(reads.dependencies)
         said = dict(pending)
         skip = set(pending) | cancelled
@@ -119,7 +120,7 @@ class SchedulerLoop:
         entered it after `generation` waits for the next pass, whose reads cover it."""
         store, settings = self.ctx.store, self.ctx.settings
         now = self.ctx.clock()
-        usage, running, specs = reads.usage, reads.running, reads.specs
+        usage, specs = reads.usage, reads.specs
         kinds = {u.node.name: u.node.kind for u in usage}
         if any(q.source is Source.KEPT for q in specs):
             await self.ctx.db(store.sweep_kept_queues)  # gone once their last job ended
@@ -128,15 +129,21 @@ class SchedulerLoop:
         quotas = resolve_quotas(specs, *size, strict=False)
         # One queue (none defined) owns the pool: only the pool limits it, as ever.
         shared = len(quotas) > 1
-        book = QuotaBook(quotas, queue_holdings(running, kinds)) if shared else None
+        # What runs (every holding job and its placements: hundreds of rows on a big pool)
+        # is read only when a pass decides on it: quotas, or preemption.
+        min_run = settings.preemption_min_run_seconds
+        running = await self.ctx.db(store.running_jobs, min_run) if shared else None
+        book = QuotaBook(quotas, queue_holdings(running or [], kinds)) if shared else None
         shares = await self._shares(quotas, size, now) if shared else {}
         limit = settings.scheduler_max_admissions
         skip = skip | self.ctx.queue.entered_after(generation)
         decision = admit_queue(index, usage, book, shares, skip, limit)
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
         # (the next pass, at most MAX_PASS_GAP later, sees what this one admitted).
-        if decision.admitted or settings.preemption_policy == "never":
+        if decision.admitted or settings.preemption_policy == "never" or not decision.heads:
             return decision
+        if running is None:
+            running = await self.ctx.db(store.running_jobs, min_run)
         for head in decision.heads:
             job = head.job
             room = quota_room(job, running, quotas, kinds) if shared else anywhere
@@ -305,15 +312,9 @@ class _Trace:
 class _PassReads:
     dependencies: list[DependencyState]
     usage: list[NodeUsage]
-    running: list[RunningJob]
     specs: list[QueueSpec]
 
 
-def _pass_reads(store: JobStore, min_run_seconds: float) -> _PassReads:
-    """What a pass reads besides the queue, in one trip to the store's thread."""
-    return _PassReads(
-        store.dependency_states(),
-        store.pool_usage(),
-        store.running_jobs(min_run_seconds),
-        store.queue_specs(),
-    )
+def _pass_reads(store: JobStore) -> _PassReads:
+    """What every pass reads besides the queue, in one trip to the store's thread."""
+    return _PassReads(store.dependency_states(), store.pool_usage(), store.queue_specs())

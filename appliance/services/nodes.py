@@ -63,9 +63,9 @@ class NodeService:
 
     async def status(self, name: str) -> tuple[NodeUsage, list[str]]:
         """The node as it now is: its usage, and the jobs holding part of it."""
-        usage = next(
-            u for u in await self.ctx.db(self.ctx.store.pool_usage) if u.node.name == name
-        )
+        usage = await self.ctx.db(self.ctx.store.node_usage, name)
+        if usage is None:
+            raise NotFound(f"node {name} not found; csctl get nodes lists the pool", field="name")
         holders = await self.ctx.db(self.ctx.store.holders_of, [name])
         return usage, sorted({job_id for _, job_id, _ in holders})
 

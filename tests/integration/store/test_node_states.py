@@ -29,3 +29,14 @@ def test_a_state_change_is_recorded_and_names_the_jobs_on_the_node(store: JobSto
     ]
     (usage,) = [u for u in store.pool_usage() if u.node.name == system]
     assert (usage.node.state, usage.node.reason, usage.used) == (NodeState.OK, "fixed", 1)
+
+
+def test_one_nodes_usage_is_what_the_pool_usage_says_of_it(store: JobStore) -> None:
+    submit(store, "wsjob-a", num_csx=2)
+    store.schedule("wsjob-a", placements_for(store, "wsjob-a"), T0 + 1)
+    pool = {u.node.name: u for u in store.pool_usage()}
+
+    for name in ("cs2-01", "cs2-02", "cs2-03", *(n for n, u in pool.items() if u.used > 1)):
+        assert store.node_usage(name) == pool[name]
+    assert store.node_usage("cs2-01") is not None and store.node_usage("cs2-01").used == 1
+    assert store.node_usage("no-such-node") is None
