@@ -70,6 +70,21 @@ def prepare_store(data_dir: Path, maintenance: Sequence[str] = ()) -> None:
     checkpoint(data_dir)
 
 
+def prepare_store_with(tree: Path | None, data_dir: Path, maintenance: Sequence[str]) -> None:
+    """prepare_store by the code of `tree` (None: this checkout): its migrations, so that code
+    can start on the store (a tree from before a migration cannot start on a newer schema)."""
+    if tree is None:
+        prepare_store(data_dir, maintenance=maintenance)
+        return
+    script = (
+        "import json, sys; from pathlib import Path; from bench.common import prepare_store;"
+        " prepare_store(Path(sys.argv[1]), maintenance=json.loads(sys.argv[2]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tree)}  # -P: the tree's code, not this checkout's
+    argv = [sys.executable, "-P", "-c", script, str(data_dir), json.dumps(list(maintenance))]
+    subprocess.run(argv, env=env, check=True)
+
+
 def checkpoint(data_dir: Path) -> None:
     """Fold the WAL into the database file, so a copy of appliance.db alone is complete."""
     conn = sqlite3.connect(data_dir / "appliance.db")

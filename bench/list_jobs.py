@@ -41,7 +41,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -57,7 +56,7 @@ from bench.common import (
     code_tree,
     commit_tree,
     emit,
-    prepare_store,
+    prepare_store_with,
     summarize_ms,
 )
 from bench.seed import copy_seeded
@@ -106,20 +105,6 @@ def drop_page_cache(path: Path) -> float | None:
     return round(int(out[0]) / 2**20, 1) if out else None
 
 
-def prepare_with(tree: Path | None, data_dir: Path) -> None:
-    """common.prepare_store (every system in maintenance) by the code of `tree` (None: this
-    checkout): its migrations, so that code can start on the store."""
-    if tree is None:
-        prepare_store(data_dir, maintenance=SYSTEMS)
-        return
-    script = (
-        "import sys; from pathlib import Path; from bench.common import SYSTEMS, prepare_store;"
-        " prepare_store(Path(sys.argv[1]), maintenance=SYSTEMS)"
-    )
-    env = {**os.environ, "PYTHONPATH": str(tree)}  # -P: the tree's code, not this checkout's
-    subprocess.run([sys.executable, "-P", "-c", script, str(data_dir)], env=env, check=True)
-
-
 def serve_then_crash(data_dir: Path, tree: Path | None) -> float | None:
     """Serve `data_dir` with a coordinator until it logs its render ahead done (the history
     rendered, and kept in the store where the code keeps it), then SIGKILL it: the store as a
@@ -149,7 +134,7 @@ def cold_stream(case: str, delay: float, tree: Path | None) -> dict[str, Any]:
     """The first StreamJobs(all=True) of a fresh coordinator on a fresh copy of the store,
     served before by another one (but for first_start)."""
     data_dir = copy_seeded(WORK / "list-cold")
-    prepare_with(tree, data_dir)
+    prepare_store_with(tree, data_dir, SYSTEMS)
     run: dict[str, Any] = {}
     if case != "first_start":
         run["served_before_rendered_ahead_s"] = serve_then_crash(data_dir, tree)
@@ -265,7 +250,7 @@ def main() -> None:
         if compared:
             result["stream_all_cold_compared"] = {"commit": args.compare, **compared[0]}
     data_dir = copy_seeded(WORK / "list")
-    prepare_with(tree, data_dir)
+    prepare_store_with(tree, data_dir, SYSTEMS)
     coordinator = CoordinatorProcess(data_dir, profile=args.profile, tree=tree)
     try:
         address = coordinator.wait_address()

@@ -43,7 +43,7 @@ from bench.common import (
     emit,
     fresh_dir,
     percentile,
-    prepare_store,
+    prepare_store_with,
 )
 
 SIZES = [1, 1, 2, 2, 4, 4, 8, 16]
@@ -123,7 +123,7 @@ def run(
     }  # fmt: skip
     os.environ.update(nodes)  # prepare_store reads the same pool
     names = system_names(systems)
-    prepare_store(data_dir, maintenance=names)
+    prepare_store_with(tree, data_dir, names)
     spawn = multiprocessing.get_context("spawn")
     with CoordinatorProcess(data_dir, extra_env=env, tree=tree, profile=profile) as coordinator:
         address = coordinator.wait_address()
