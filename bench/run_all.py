@@ -64,7 +64,7 @@ def rows(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ))  # fmt: skip
         for case, cold in s.get("stream_all_cold", {}).items():
             goal = cold["met"] is not None  # first_start (never served before): reported
-            after = "a restart" if goal else "the first start on a store never served"
+            after = "a restart" if goal else "a start on a store never served before"
             out.append((
                 f"2d. StreamJobs(all=True), 100,000 jobs, first after {after} ({case})",
                 "<= 1 s" if goal else "(no goal; reported)",
@@ -126,7 +126,9 @@ def write_table() -> str:
     for name in BENCHMARKS:
         m = data["benchmarks"].get(name, {}).get("machine")
         if m and (m["cpu_model"], m["git_commit"]) != (first["cpu_model"], first["git_commit"]):
-            lines.append(f"`{name}` measured on {_machine(m)}.")
+            code = data["benchmarks"][name].get("coordinator_code", "this checkout")
+            ran = "" if code == "this checkout" else f"; the coordinator's code: {code}"
+            lines.append(f"`{name}` measured on {_machine(m)}{ran}.")
     lines += [
         "",
         "| Goal | Target | Measured | |",
