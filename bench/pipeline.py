@@ -246,7 +246,7 @@ def main() -> None:
         profile, py_spy = (args.profile, args.py_spy) if mine else (None, None)
         runs.append(run(tree, args.queued, args.measure, args.systems, profile, py_spy))
         print(json.dumps(runs[-1]), flush=True)
-    emit("pipeline", {"runs": runs})
+    emit("pipeline" if args.systems < 2048 else "pipeline_b3b", {"runs": runs})
 
 
 if __name__ == "__main__":
