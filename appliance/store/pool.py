@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -119,17 +120,10 @@ class PoolStore(StoreBase):
             .where(PlacementRow.node == NodeRow.name)
             .scalar_subquery()
         )
-        stmt = select(
-            NodeRow.name, NodeRow.kind, NodeRow.capacity, NodeRow.state, NodeRow.reason,
-            NodeRow.since, used,
-        ).where(NodeRow.name == name)  # fmt: skip
+        stmt = select(*_NODE_COLUMNS, used).where(NodeRow.name == name)
         with self._sessions() as s:
             row = s.execute(stmt).first()
-        if row is None:
-            return None
-        node_name, kind, capacity, state, reason, since, amount = row
-        node = Node(node_name, NodeKind(kind), capacity, NodeState(state), reason, since)
-        return NodeUsage(node, int(amount))
+        return None if row is None else NodeUsage(_node(row), int(row[-1]))
 
     def cached_pool(self) -> list[Node] | None:
         """The pool if it is cached (no database access), else None."""
@@ -141,16 +135,8 @@ class PoolStore(StoreBase):
         if pool is None:
             changes = self._pool_changes
             with self._sessions() as s:
-                rows = s.execute(
-                    select(
-                        NodeRow.name, NodeRow.kind, NodeRow.capacity, NodeRow.state,
-                        NodeRow.reason, NodeRow.since,
-                    ).order_by(NodeRow.name)
-                )  # fmt: skip
-                pool = [
-                    Node(name, NodeKind(kind), capacity, NodeState(state), reason, since)
-                    for name, kind, capacity, state, reason, since in rows
-                ]
+                rows = s.execute(select(*_NODE_COLUMNS).order_by(NodeRow.name))
+                pool = [_node(row) for row in rows]
             if changes == self._pool_changes:
                 self._pool = pool
         return pool
@@ -163,6 +149,17 @@ class PoolStore(StoreBase):
             for node, job_id in s.execute(stmt):
                 holders.setdefault(node, []).append(job_id)
         return {node: sorted(jobs) for node, jobs in holders.items()}
+
+
+# A Node as read (_node): name, kind, capacity, state, reason, since.
+_NODE_COLUMNS = (
+    NodeRow.name, NodeRow.kind, NodeRow.capacity, NodeRow.state, NodeRow.reason, NodeRow.since,
+)  # fmt: skip
+
+
+def _node(row: Any) -> Node:
+    name, kind, capacity, state, reason, since = row[:6]
+    return Node(name, NodeKind(kind), capacity, NodeState(state), reason, since)
 
 
 def _holders(s: Session, names: Sequence[str]) -> list[tuple[str, str, int]]:

@@ -29,7 +29,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
-from appliance.store.requeues import STOP_STATES_OF, StopState
+from appliance.store.requeues import StopState, read_stop_states
 from appliance.store.tables import HOLDING_PHASES, JobRow, ReplicaRow
 
 
@@ -305,13 +305,7 @@ class ReplicaBatchStore(StoreBase):
     def _states(self, s: Connection, job_ids: Sequence[str]) -> dict[str, StopState]:
         """The StopState of each of the jobs that exist, their rows locked for the rest of the
         transaction where the database can (what is decided on them is written in it)."""
-        sqlite = self.engine.dialect.name == "sqlite"
-        stmt = STOP_STATES_OF if sqlite else STOP_STATES_OF.with_for_update()
-        states: dict[str, StopState] = {}
-        for ids in in_chunks(job_ids):
-            for row in s.execute(stmt, {"ids": ids}):
-                states[row.id] = StopState.of_row(row)
-        return states
+        return read_stop_states(s, job_ids, lock=self.engine.dialect.name != "sqlite")
 
     def _move(self, s: Connection, moves: list[PhaseMove], now: float) -> list[Any]:
         """The phase moves decided with the replicas' writes, through the one checked writer

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, insert, select, update
+from sqlalchemy import ColumnElement, Connection, bindparam, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from appliance.domain.errors import NotFound
@@ -87,9 +87,22 @@ STOP_STATE_COLUMNS = (
     JobRow.checkpoint_step,
 )  # fmt: skip
 _STOP_STATE = select(*STOP_STATE_COLUMNS).where(JobRow.id == bindparam("job_id"))
-STOP_STATES_OF = select(JobRow.id, *STOP_STATE_COLUMNS).where(
+_STOP_STATES_OF = select(JobRow.id, *STOP_STATE_COLUMNS).where(
     JobRow.id.in_(bindparam("ids", expanding=True))
 )
+
+
+def read_stop_states(
+    conn: Connection | Session, job_ids: Sequence[str], *, lock: bool = False
+) -> dict[str, StopState]:
+    """The StopState of each of the jobs that exist; with `lock`, their rows locked for the
+    rest of the transaction (where the database has row locks: not SQLite)."""
+    stmt = _STOP_STATES_OF.with_for_update() if lock else _STOP_STATES_OF
+    states: dict[str, StopState] = {}
+    for ids in in_chunks(sorted(set(job_ids))):
+        for row in conn.execute(stmt, {"ids": ids}):
+            states[row.id] = StopState.of_row(row)
+    return states
 
 
 class RequeueStore(StoreBase):
@@ -271,12 +284,8 @@ class RequeueStore(StoreBase):
 
     def stop_states(self, job_ids: Sequence[str]) -> dict[str, StopState]:
         """The StopState of each of the jobs that exist (a replica's many waits, one read)."""
-        states: dict[str, StopState] = {}
         with self._sessions() as s:
-            for ids in in_chunks(sorted(set(job_ids))):
-                for row in s.execute(STOP_STATES_OF, {"ids": ids}):
-                    states[row.id] = StopState.of_row(row)
-        return states
+            return read_stop_states(s, job_ids)
 
     def running_jobs(self, min_run_seconds: float) -> list[RunningJob]:
         """Every job holding resources, with what it holds, as preemption decides on it."""
