@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -57,9 +59,20 @@ class RunningCoordinator:
         self.stopped = True
         try:
             self.call(self.coordinator.stop(grace=1.0))
+        except TimeoutError:
+            dump_stacks(self.loop)
+            raise
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
+
+
+def dump_stacks(loop: asyncio.AbstractEventLoop) -> None:
+    """Every thread's stack and every task of `loop`, on stderr: what a stop that hung waits on."""
+    faulthandler.dump_traceback(sys.stderr, all_threads=True)
+    with contextlib.suppress(RuntimeError):  # the loop's tasks changed meanwhile
+        for task in list(asyncio.all_tasks(loop)):
+            task.print_stack(file=sys.stderr)
 
 
 @contextlib.contextmanager
