@@ -110,6 +110,7 @@ class ReplicaEventHandling:
     async def _fail_or_restart(self, event: ReplicaEvent, reason: str) -> None:
         """The job's current attempt failed with `reason`: restart it if its policy allows,
         else fail it."""
+        self.ctx.metrics.replica_failed(event.replica)
         failed = await self.requeues.restart_if_allowed(event, reason)
         if failed is not None:
             await self.ctx.set_phase(event.job_id, Phase.FAILED, failed)

@@ -58,6 +58,7 @@ class SchedulerLoop:
         # E.g. taking office: the queue and the pool as the store has them now.
         self.ctx.queue.forget()
         self.ctx.store.forget_pool()
+        self.ctx.metrics.forget_starts()
         wanted = self.ctx.bus.schedule_wanted
         loop = asyncio.get_running_loop()
         trace = _Trace(self.ctx.settings.scheduler_trace)
@@ -72,12 +73,13 @@ class SchedulerLoop:
                 except Exception:  # a failed pass is retried on the next wake-up
                     log.exception("scheduler pass failed")
                     admitted = 0
-                trace.write(started, loop.time() - started, admitted, len(self.ctx.queue))
+                took = loop.time() - started
+                self.ctx.metrics.scheduler_pass.observe(took)
+                trace.write(started, took, admitted, len(self.ctx.queue))
                 if self._capped:
                     wanted.set()  # it stopped at its limit: go on at once
                     await asyncio.sleep(0)
                 else:
-                    took = loop.time() - started
                     await asyncio.sleep(min(max(took, MIN_PASS_GAP), MAX_PASS_GAP))
         finally:
             trace.close()
@@ -101,10 +103,18 @@ class SchedulerLoop:
         view.publish(decision, said, generation)
         if not decision.admitted:
             return 0
+        submitted = [index.get(d.job_id) for d in decision.admitted]
         changes = await self.ctx.schedule_many(
             [(d.job_id, d.placements) for d in decision.admitted]
         )
-        return sum(1 for c in changes if isinstance(c, PhaseChange) and c.applied)
+        metrics = self.ctx.metrics
+        admitted = 0
+        for job, change in zip(submitted, changes, strict=True):
+            if job is not None and isinstance(change, PhaseChange) and change.applied:
+                metrics.admitted(job.job_id, job.created_at)
+                admitted += 1
+        metrics.admissions.inc(admitted)
+        return admitted
 
     async def _admit(
         self,
@@ -185,6 +195,7 @@ class SchedulerLoop:
                 break
             for job_id, reason in broken.items():
                 await self.ctx.set_phase(job_id, Phase.CANCELLED, reason, expected=Phase.QUEUED)
+                self.ctx.metrics.dependency_cancels.inc()
                 cancelled.add(job_id)
         return waiting, cancelled
 
@@ -226,6 +237,7 @@ class SchedulerLoop:
             )  # fmt: skip
             index = running.index(victim)
             running[index] = dataclasses.replace(victim, stopping=True, preempted_by=head.job_id)
+        self.ctx.metrics.preemptions.inc(len(victims))
 
     async def _preempt_for(
         self,

@@ -37,9 +37,11 @@ from appliance.loops.leadership import LeaderElector
 from appliance.loops.reconciling import Reconciler
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.server.auth import Authenticator
-from appliance.server.grpc.authn import Authentication
+from appliance.server.grpc.authn import CLUSTER, CONTROL, Authentication
 from appliance.server.grpc.cluster import ClusterServicer
 from appliance.server.grpc.control import ReplicaControlServicer
+from appliance.server.grpc.health import HealthReporter, serve_health_and_reflection
+from appliance.server.grpc.metrics import CallMetrics
 from appliance.server.grpc.standby import StandbyRefusal
 from appliance.server.replica_tokens import ReplicaTokens
 from appliance.server.rest.app import create_app
@@ -77,6 +79,7 @@ class Coordinator:
         self._grpc: grpc.aio.Server | None = None
         self._http: uvicorn.Server | None = None
         self._store_claim: IO[str] | None = None
+        self._health: HealthReporter | None = None
         self._election: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         # Set when this coordinator lost its leadership lease: its owner ends the process.
@@ -142,6 +145,7 @@ class Coordinator:
         control_tokens = tokens if self.auth.enabled else None
         self._grpc = grpc.aio.server(
             interceptors=[
+                CallMetrics(self.ctx.metrics),  # first: it counts what the others refuse
                 StandbyRefusal(self.leadership.problem),
                 Authentication(self.auth, control_tokens),
             ]
@@ -151,6 +155,9 @@ class Coordinator:
         control_pb2_grpc.add_ReplicaControlServicer_to_server(
             ReplicaControlServicer(replicas), self._grpc
         )
+        readiness = Readiness(self.ctx, self.backend)
+        services = (CLUSTER, CONTROL)
+        self._health = serve_health_and_reflection(self._grpc, readiness.problem, services)
         self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
         self.backend.coordinator_address = s.coordinator_address or f"127.0.0.1:{self.grpc_port}"
         self.reconciler = Reconciler(self.ctx, self.backend, replicas)
@@ -177,14 +184,16 @@ class Coordinator:
                     "start the coordinator again once the backend answers"
                 ) from None
             self._run_loops()
+        await self._health.update()
         await self._grpc.start()
+        self._spawn(self._health.run())
 
-        warnings = await capacity_warnings(s, self.backend, store.pool())
-        for warning in warnings:
+        readiness.warnings = tuple(await capacity_warnings(s, self.backend, store.pool()))
+        for warning in readiness.warnings:
             log.warning("%s", warning)
         rest = create_app(
             self.jobs,
-            Readiness(self.ctx, self.backend, warnings),
+            readiness,
             self.auth,
             s.http_max_body_bytes,
             standby=self.leadership.problem,
@@ -300,6 +309,8 @@ class Coordinator:
         """Drain the servers, stop the loops, leave the store consistent; replicas keep running."""
         if self._http is not None:
             self._http.should_exit = True
+        if self._health is not None:  # probes and watchers hear of it before calls are refused
+            await self._health.stop()
         if self._grpc is not None:
             await self._grpc.stop(grace)
         await self.reconciler.drain(wait_seconds=grace)

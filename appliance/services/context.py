@@ -26,6 +26,7 @@ from appliance.domain.queue import Placement
 from appliance.services.bus import JobBus
 from appliance.services.group_commit import GroupCommit
 from appliance.services.leadership import Leadership
+from appliance.services.metrics import Metrics
 from appliance.services.queue_view import QueueView
 from appliance.store.jobs import JobStore, PhaseChange, PhaseMove
 
@@ -47,6 +48,8 @@ class Context:
     reader: ThreadPoolExecutor | None = None
     # Whether this coordinator acts (the only one, or the leader within its renew deadline).
     leadership: Leadership = dataclasses.field(default_factory=Leadership)
+    # What every door counts (services/metrics.py): bumped here for each phase change.
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
     # The queue in memory, and why each queued job waits (services/queue_view.py).
     queue: QueueView = dataclasses.field(init=False)
 
@@ -154,6 +157,7 @@ class Context:
         if event is not None:
             self.bus.publish(event)
         if written:
+            self.metrics.requeue_asked(preemption=bool(preempted_by))
             self.bus.wake_reconciler()
         return written
 
@@ -163,6 +167,7 @@ class Context:
             return
         if Phase.QUEUED in (event.from_phase, event.to_phase):
             self.queue.mark(event.job_id)
+        self.metrics.phase_changed(event)
         self.bus.publish(event)
         if event.from_phase in HOLDS_RESOURCES and event.to_phase not in HOLDS_RESOURCES:
             self.bus.wake_scheduler()  # resources came back (and a requeued job waits)

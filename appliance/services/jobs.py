@@ -19,7 +19,6 @@ from appliance.domain.errors import InvalidSpec, job_not_found
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent, without_details
-from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan, plan_replicas
 from appliance.domain.queue import QueuedJob
 from appliance.domain.spec import (
@@ -40,6 +39,8 @@ from appliance.services.context import Context
 from appliance.services.job_views import JobViewCache
 from appliance.services.kept_renderings import Keeping
 from appliance.services.listing import JobListing
+from appliance.services.metrics import Door
+from appliance.services.metrics_scrape import MetricsScrape
 from appliance.services.model_dirs import ModelDirs
 from appliance.services.offload import Offload
 from appliance.services.queues import QueueService
@@ -64,6 +65,7 @@ class JobService:
         self._offload = Offload()
         self.model_dirs = ModelDirs(ctx.settings.model_dirs, ctx.settings.model_dirs_allowed)
         self.queues = QueueService(ctx)
+        self.metrics = MetricsScrape(ctx)
 
     async def submit(
         self,
@@ -73,11 +75,13 @@ class JobService:
         lease_holder: str = "",
         *,
         by: Principal | None = None,
+        door: Door = "internal",
     ) -> Job:
         """Plan against the pool (rejecting what can never fit), persist QUEUED, wake the queue.
 
         With `lease_seconds` the job is cancelled when its client stops heartbeating. `by` is
         the authenticated caller (None: authentication is off); the job belongs to them.
+        `door`: where the submit came in, as the metrics count it.
         """
         if spec.mode is Mode.COMPILE:
             raise InvalidSpec(
@@ -114,6 +118,7 @@ class JobService:
             view.enter(job_id, None)
             raise
         view.enter(job_id, QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue))
+        self.ctx.metrics.submitted(door)
         self.ctx.bus.wake_scheduler()
         return job
 
@@ -231,9 +236,6 @@ class JobService:
             validate_text(holder, "holder", MAX_HOLDER),
             self.ctx.clock(),
         )
-
-    async def count_by_phase(self) -> dict[Phase, int]:
-        return await self.ctx.read(self.ctx.store.count_by_phase)
 
     async def _check_owner(self, job_id: str, by: Principal, what: str) -> None:
         job = await self._summary(job_id)

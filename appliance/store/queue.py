@@ -113,6 +113,16 @@ class QueueStore(StoreBase):
             if job_id in plans
         ]
 
+    def queued_counts(self) -> dict[tuple[str, Priority], int]:
+        """How many jobs wait in each queue at each priority (read at a metrics scrape)."""
+        stmt = (
+            select(JobRow.queue, JobRow.priority, func.count())
+            .where(QUEUED_SQL)
+            .group_by(JobRow.queue, JobRow.priority)
+        )
+        with self._sessions() as s:
+            return {(queue, _PRIORITIES[prio]): int(n) for queue, prio, n in s.execute(stmt)}
+
     def queue_entries(
         self, job_ids: Iterable[str], known: Mapping[str, ReplicaPlan] | None = None
     ) -> tuple[list[QueuedJob], list[str]]:

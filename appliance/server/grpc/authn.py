@@ -14,7 +14,7 @@ revoked while it streams (WatchJob, a followed log) ends it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, TypeAlias
 
@@ -25,6 +25,8 @@ from appliance.domain.auth import AUTH_METADATA_KEY, Principal
 from appliance.domain.errors import Unauthenticated
 from appliance.server.auth import Authenticator, bearer_token
 from appliance.server.grpc.errors import Ctx, abort
+from appliance.server.grpc.health import HEALTH, REFLECTION
+from appliance.server.grpc.wrapping import HandlerWrapping
 from appliance.server.replica_tokens import ReplicaTokens
 
 # Checks a call (its request and metadata) and returns its principal; raises ApplianceError.
@@ -32,7 +34,9 @@ Check: TypeAlias = Callable[[Any, Mapping[str, str]], Principal | None]
 
 CLUSTER = cluster_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name
 CONTROL = control_pb2.DESCRIPTOR.services_by_name["ReplicaControl"].full_name
-PUBLIC = frozenset({f"/{CLUSTER}/GetVersion"})
+# What probes and grpcurl call, with no token, on any coordinator (server/grpc/health.py).
+PROBES = frozenset({f"/{HEALTH}/Check", f"/{HEALTH}/Watch", f"/{REFLECTION}/ServerReflectionInfo"})
+PUBLIC = frozenset({f"/{CLUSTER}/GetVersion"}) | PROBES
 
 _CALLER: ContextVar[Principal | None] = ContextVar("grpc_caller")  # no default: fail closed
 
@@ -49,33 +53,22 @@ def caller() -> Principal | None:
         ) from None
 
 
-class Authentication(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class Authentication(HandlerWrapping):
     """Authenticates users (ClusterService) and replicas (ReplicaControl). `replica_tokens`
     is None exactly when authentication is off."""
 
     def __init__(self, users: Authenticator, replica_tokens: ReplicaTokens | None) -> None:
+        super().__init__()
         self._users = users
         self._replica_tokens = replica_tokens
         self._checks: dict[str, Check] = {CLUSTER: self._user, CONTROL: self._replica}
-        # The wrapped handler of each method, built once (the server's handlers never change).
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        method: str = details.method
-        if handler is None or method in PUBLIC:
-            return handler
-        known = self._wrapped.get(method)
-        if known is not None and known[0] is handler:
-            return known[1]
+    def wraps(self, method: str) -> bool:
+        return method not in PUBLIC
+
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         service = method.lstrip("/").partition("/")[0]
-        wrapped = _wrap(handler, self._checks.get(service, _refuse))
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+        return _wrap(handler, self._checks.get(service, _refuse))
 
     def _user(self, request: Any, metadata: Mapping[str, str]) -> Principal | None:
         return self._users.caller(metadata.get(AUTH_METADATA_KEY))

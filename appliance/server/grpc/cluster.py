@@ -48,6 +48,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
             lease_seconds=request.lease_seconds,
             lease_holder=request.lease_holder,
             by=by,
+            door="grpc",
         )
         return convert.job_to_pb(job)
 

@@ -18,7 +18,7 @@ from appliance.server.rest.controls import controls_router
 from appliance.server.rest.errors import install_error_handlers
 from appliance.server.rest.guard import RequestGuard
 from appliance.server.rest.jobs import jobs_router
-from appliance.server.rest.metrics import LatencyMiddleware, RestMetrics
+from appliance.server.rest.metrics import LatencyMiddleware
 from appliance.server.rest.models import ReadyOut, StatusOut
 from appliance.server.rest.nodes import nodes_router
 from appliance.server.rest.queues import queues_router
@@ -42,15 +42,19 @@ def create_app(
     """Build the app over the coordinator's services (shared with gRPC); `standby` says why
     this coordinator does not serve the API now (server/rest/standby.py), None while it does."""
     app = FastAPI(title="appliance", version=appliance.__version__, description=DESCRIPTION)
-    metrics = RestMetrics()
     auth = auth or Authenticator(None)
     caller = caller_dependency(auth)
     install_error_handlers(app)
     # Added last, so it runs first: nothing reads a body the guard refuses.
-    app.add_middleware(LatencyMiddleware, metrics=metrics, clock=time.perf_counter)
+    app.add_middleware(
+        LatencyMiddleware,
+        latency=jobs.metrics.metrics.http_latency,
+        routes=app.router.routes,
+        clock=time.perf_counter,
+    )
     app.add_middleware(RequestGuard, auth=auth, max_body_bytes=max_body_bytes)
     app.add_middleware(StandbyRefusal, problem=standby)
-    app.include_router(jobs_router(jobs, metrics, caller))
+    app.include_router(jobs_router(jobs, caller))
     app.include_router(controls_router(jobs, caller))
     app.include_router(nodes_router(jobs, caller))
     app.include_router(queues_router(jobs, caller))
@@ -90,8 +94,9 @@ def create_app(
         responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
     )
     async def prometheus_metrics() -> Response:
-        """Prometheus metrics: jobs by phase, jobs submitted, HTTP request latency."""
-        counts = await jobs.count_by_phase()
-        return Response(metrics.render(counts), media_type=metrics.content_type)
+        """Prometheus metrics: jobs submitted (by door) and finished, the queue, the
+        scheduler, the pool, gRPC calls and HTTP requests (services/metrics.py)."""
+        scrape = jobs.metrics
+        return Response(await scrape.render(), media_type=scrape.content_type)
 
     return app

@@ -18,7 +18,6 @@ from appliance.domain.spec import parse_label_selector, validate_labels
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.events import MEDIA_TYPE, sse_stream
-from appliance.server.rest.metrics import RestMetrics
 from appliance.server.rest.models import (
     CancelIn,
     CancelJobsIn,
@@ -42,7 +41,7 @@ def _json(model: BaseModel, status: int = 200, headers: dict[str, str] | None = 
     return Response(model.model_dump_json(), status, headers, media_type="application/json")
 
 
-def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency) -> APIRouter:
+def jobs_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=ERROR_RESPONSES)
     authenticated = Depends(caller)  # the caller, or None while authentication is off
     # Summaries rendered once per version; one page of the largest size stays cached.
@@ -54,8 +53,7 @@ def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency
         """Submit a wsjob. It is validated like every other door (a request that can never fit
         the cluster is rejected, naming the field) and persisted QUEUED."""
         spec = await jobs.validate(**body.spec_fields())
-        job = await jobs.submit(spec, ANONYMOUS_USER, by=by)
-        metrics.submitted.inc()
+        job = await jobs.submit(spec, ANONYMOUS_USER, by=by, door="rest")
         return _json(job_out(job), 201, {"Location": f"/api/v1/jobs/{job.id}"})
 
     @router.get("/jobs", response_model=JobListOut)

@@ -1,74 +1,39 @@
-"""Prometheus metrics of the coordinator's HTTP door, served at /metrics.
+"""The HTTP door's part of the metrics (services/metrics.py): each request's latency under its
+route template, so /api/v1/jobs/{job_id} is one series, not one per id.
 
-Each app has its own registry (several coordinators may live in one test process). Jobs by
-phase are read from the store at scrape time with one GROUP BY on the indexed phase column.
+Kept by hand rather than taken from prometheus-fastapi-instrumentator or starlette-exporter:
+both find a request's template by matching it against every route again, per request; this
+reads the route the router matched from the scope (one dict lookup), times to the start of
+the response without wrapping the body (streams untouched), and is one class.
 """
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import Histogram
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from appliance.domain.phases import Phase
-
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-class RestMetrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.submitted = Counter(
-            "appliance_jobs_submitted",
-            "Jobs accepted through the REST API.",
-            registry=self.registry,
-        )
-        self.jobs = Gauge(
-            "appliance_jobs",
-            "Jobs in the store by phase (read at scrape time).",
-            ["phase"],
-            registry=self.registry,
-        )
-        self.frozen = Gauge(
-            "appliance_gc_frozen_objects",
-            "Objects frozen out of the garbage collector's full collections at start "
-            "(`appliance serve` freezes its start-up heap; 0 means full collections scan it).",
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "appliance_http_request_duration_seconds",
-            "Time from receiving an HTTP request to starting its response.",
-            ["method", "route", "status"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-
-    def render(self, phase_counts: dict[Phase, int]) -> bytes:
-        for phase in Phase:
-            self.jobs.labels(phase=phase.value).set(phase_counts.get(phase, 0))
-        self.frozen.set(gc.get_freeze_count())
-        return generate_latest(self.registry)
-
-    content_type = CONTENT_TYPE_LATEST
+# Every request that matched no route (404s, probes of random paths): one fixed series.
+UNMATCHED = "unmatched"
 
 
 class LatencyMiddleware:
-    """Pure ASGI middleware (no per-request task, streaming untouched): observes each HTTP
-    request under its route template, so /api/v1/jobs/{job_id} is one series, not one per id."""
+    """Pure ASGI middleware (no per-request task, streaming untouched)."""
 
-    def __init__(self, app: ASGIApp, metrics: RestMetrics, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        latency: Histogram,
+        routes: Sequence[BaseRoute],
+        clock: Callable[[], float],
+    ) -> None:
         self.app = app
-        self.metrics = metrics
+        self.latency = latency
         self.clock = clock
+        self._routes = routes
+        self._templates: dict[object, str] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -78,11 +43,31 @@ class LatencyMiddleware:
 
         async def timed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                route = scope.get("route")
-                template = getattr(route, "path", None) or "unmatched"
-                self.metrics.latency.labels(
-                    method=scope["method"], route=template, status=str(message["status"])
-                ).observe(self.clock() - started)
+                self.latency.labels(
+                    method=scope["method"], route=self._template(scope),
+                    status=str(message["status"]),
+                ).observe(self.clock() - started)  # fmt: skip
             await send(message)
 
         await self.app(scope, receive, timed_send)
+
+    def _template(self, scope: Scope) -> str:
+        """The path template of the route that served the request. FastAPI's own routes put
+        themselves in the scope; Starlette routes (/docs, /openapi.json) put only their
+        endpoint, whose template is looked up once."""
+        route = scope.get("route")
+        template = getattr(route, "path", None)
+        if template:
+            return str(template)
+        endpoint = scope.get("endpoint")
+        if endpoint is None:
+            return UNMATCHED
+        found = self._templates.get(endpoint)
+        if found is None:
+            paths = (getattr(r, "path", None) for r in self._routes if _endpoint(r) is endpoint)
+            found = self._templates[endpoint] = next((p for p in paths if p), UNMATCHED)
+        return found
+
+
+def _endpoint(route: BaseRoute) -> object:
+    return getattr(route, "endpoint", None)

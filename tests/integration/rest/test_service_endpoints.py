@@ -20,7 +20,7 @@ def test_metrics_count_submits_phases_and_latency(parked: Rest) -> None:
     samples = dict(
         line.rsplit(" ", 1) for line in response.text.splitlines() if not line.startswith("#")
     )
-    assert float(samples["appliance_jobs_submitted_total"]) >= 1
+    assert float(samples['appliance_jobs_submitted_total{door="rest"}']) >= 1
     assert float(samples['appliance_jobs{phase="CANCELLED"}']) >= 1
     assert 'appliance_jobs{phase="RUNNING"}' in samples
     key = (

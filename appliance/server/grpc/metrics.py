@@ -1,0 +1,122 @@
+"""Every gRPC call counted by method and status code, and timed, in one interceptor: the
+outermost, so calls refused by the standby or authentication interceptors count too.
+
+Only methods the server has are labelled (a call to an unknown method gets no handler and no
+series): a caller cannot make series by sending names. Each method's wrapped handler and its
+series are made once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from prometheus_client import Counter, Histogram
+
+from appliance.server.grpc.errors import Ctx
+from appliance.server.grpc.wrapping import HandlerWrapping
+from appliance.services.metrics import Metrics
+
+OK = "OK"
+
+
+class CallMetrics(HandlerWrapping):
+    def __init__(self, metrics: Metrics, clock: Callable[[], float] = time.perf_counter) -> None:
+        super().__init__()
+        self._metrics = metrics
+        self._clock = clock
+
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        return _Measured(self._metrics, self._clock, method, handler).handler()
+
+
+class _Measured:
+    """One method's series, and its handler wrapped to count and time each call."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        clock: Callable[[], float],
+        method: str,
+        handler: grpc.RpcMethodHandler,
+    ) -> None:
+        service, _, name = method.lstrip("/").partition("/")
+        streams = (handler.request_streaming, handler.response_streaming)
+        kind = {
+            (False, False): "unary",
+            (False, True): "server_stream",
+            (True, False): "client_stream",
+            (True, True): "bidi_stream",
+        }[streams]
+        labels = {"grpc_type": kind, "grpc_service": service, "grpc_method": name}
+        self._handled: Counter = metrics.grpc_handled
+        self._labels = labels
+        self._codes: dict[str, Any] = {OK: metrics.grpc_handled.labels(**labels, grpc_code=OK)}
+        self._latency: Histogram = metrics.grpc_latency.labels(**labels)
+        self._clock = clock
+        self._handler = handler
+
+    def handler(self) -> grpc.RpcMethodHandler:
+        h = self._handler
+        args = (h.request_deserializer, h.response_serializer)
+        if h.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(self._unary(h.unary_unary), *args)
+        if h.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(self._unary(h.stream_unary), *args)
+        if h.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(self._stream(h.unary_stream), *args)
+        return grpc.stream_stream_rpc_method_handler(self._stream(h.stream_stream), *args)
+
+    def _unary(self, behaviour: Callable[[Any, Ctx], Awaitable[Any]]) -> Any:
+        async def measured(request: Any, context: Ctx) -> Any:
+            started = self._clock()
+            try:
+                response = await behaviour(request, context)
+            except BaseException:
+                self._done(started, context, failed=True)
+                raise
+            self._done(started, context, failed=False)
+            return response
+
+        return measured
+
+    def _stream(self, behaviour: Callable[[Any, Ctx], Any]) -> Any:
+        if not inspect.isasyncgenfunction(behaviour):  # it writes with context.write
+            return self._unary(behaviour)
+
+        async def measured(request: Any, context: Ctx) -> AsyncIterator[Any]:
+            started = self._clock()
+            failed = True
+            try:
+                async with contextlib.aclosing(behaviour(request, context)) as responses:
+                    async for response in responses:
+                        yield response
+                failed = False
+            finally:
+                self._done(started, context, failed=failed)
+
+        return measured
+
+    def _done(self, started: float, context: Ctx, *, failed: bool) -> None:
+        self._latency.observe(self._clock() - started)
+        code = _code(context, failed)
+        counter = self._codes.get(code)
+        if counter is None:  # one of the 17 status codes: a bounded set of series
+            counter = self._codes[code] = self._handled.labels(**self._labels, grpc_code=code)
+        counter.inc()
+
+
+def _code(context: Ctx, failed: bool) -> str:
+    """The call's status code: as set (an abort sets it), else OK, or UNKNOWN for a method
+    that raised without setting one (gRPC answers those with UNKNOWN); CANCELLED when the
+    caller went away."""
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return str(code.name)
+    if failed:
+        return "CANCELLED" if context.cancelled() else "UNKNOWN"
+    return OK
