@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from appliance.client import ApplianceClient
 from appliance.domain.errors import NotFound
 from appliance.domain.phases import Phase
-from tests.integration.coordinator.harness import serving
+from appliance.domain.spec import SIM_STEP_SECONDS_LABEL
+from tests.integration.coordinator.harness import RunningCoordinator, serving, wait_until
 from tests.promtool import REPO, find_promtool, promtool
 
 PARAMS = REPO / "examples" / "params_fc_mnist.yaml"
@@ -81,6 +82,55 @@ def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
     yield Scrape(text, phases)
 
 
+def scrape_of(running: RunningCoordinator, phases: dict[str, Phase]) -> Scrape:
+    url = f"http://127.0.0.1:{running.coordinator.http_port}/metrics"
+    return Scrape(httpx.get(url, timeout=30).text, phases)
+
+
+SIM = {"backend": "sim", "sim_step_seconds": 0.0, "restart_backoff_seconds": 0.0}
+SIM_PARAMS = {
+    "model": {"name": "fc_mnist", "hidden_sizes": [8]},
+    "runconfig": {"checkpoint_steps": 100},
+}
+
+
+def test_a_replica_failure_and_its_restart_are_counted(tmp_path: Path) -> None:
+    with (
+        serving(tmp_path / "data", **SIM, sim_fail_at="cs2-0@250") as running,
+        ApplianceClient(running.address, detach=True) as client,
+    ):
+        job = client.submit(params=SIM_PARAMS, num_csx=1, num_steps=400, max_restarts=1)
+        final = job.wait(timeout=30)
+        assert (final.phase, final.restarts) == (Phase.SUCCEEDED, 1)
+        scrape = scrape_of(running, {job.id: final.phase})
+    assert scrape.value("appliance_replica_failures_total", role="cs2") == 1
+    assert scrape.total("appliance_replica_failures_total") == 1
+    assert scrape.value("appliance_job_requeues_total", cause="restart") == 1
+    assert scrape.value("appliance_job_requeues_total", cause="preemption") == 0
+    assert scrape.value("appliance_job_time_to_running_seconds_count") == 2  # each attempt
+    assert scrape.value("appliance_jobs_finished_total", phase="SUCCEEDED") == 1
+
+
+def test_a_preemption_is_counted(tmp_path: Path) -> None:
+    with (
+        serving(tmp_path / "data", **SIM) as running,
+        ApplianceClient(running.address, detach=True) as client,
+    ):
+        victim = client.submit(
+            params=SIM_PARAMS, num_csx=4, num_steps=10**6, priority="p3",
+            labels={SIM_STEP_SECONDS_LABEL: "0.004"},
+        )  # fmt: skip
+        wait_until(lambda: victim.status.progress.step >= 1, 30, "the P3 job to train")
+        urgent = client.submit(params=SIM_PARAMS, num_csx=2, num_steps=10, priority="p1")
+        assert urgent.wait(timeout=30).phase is Phase.SUCCEEDED
+        victim.cancel()
+        scrape = scrape_of(running, {})
+    assert scrape.value("appliance_scheduler_decisions_total", decision="preempt") == 1
+    assert scrape.value("appliance_job_requeues_total", cause="preemption") == 1
+    assert scrape.value("appliance_job_requeues_total", cause="restart") == 0
+    assert scrape.total("appliance_replica_failures_total") == 0
+
+
 @pytest.fixture(scope="module")
 def promtool_binary() -> Path:
     return find_promtool()
@@ -137,6 +187,7 @@ def test_http_requests_are_labelled_by_route_template(scrape: Scrape) -> None:
     assert not any(route and "wsjob-" in route for route in routes)  # templates, not ids
 
 
+@pytest.mark.timeout(900)  # a first build of promtool takes minutes
 def test_exposition_passes_promtool(scrape: Scrape, promtool_binary: Path) -> None:
     done = promtool(promtool_binary, "check", "metrics", stdin=scrape.text)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -161,6 +212,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.timeout(900)  # a first build of promtool takes minutes
 def test_dashboard_queries_parse(tmp_path: Path, promtool_binary: Path) -> None:
     queries = dashboard_queries()
     assert len(queries) >= 10

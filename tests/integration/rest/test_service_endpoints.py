@@ -30,6 +30,16 @@ def test_metrics_count_submits_phases_and_latency(parked: Rest) -> None:
     assert float(samples[key]) >= 1
 
 
+def test_metrics_read_the_queue_and_the_pool_when_scraped(parked: Rest) -> None:
+    job = parked.submit(priority="p1")  # every system is in maintenance: it stays queued
+    text = parked.http.get("/metrics").text
+    parked.http.post(f"/api/v1/jobs/{job['id']}/cancel")
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert float(samples['appliance_queued_jobs{priority="P1",queue="default"}']) == 1
+    assert float(samples['appliance_nodes{kind="system",state="maintenance"}']) == 4
+    assert float(samples['appliance_nodes{kind="system",state="ok"}']) == 0
+
+
 def test_openapi_documents_every_route_with_typed_models(parked: Rest) -> None:
     doc = parked.http.get("/openapi.json").json()
     assert set(doc["paths"]) >= {
