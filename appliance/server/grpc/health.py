@@ -13,6 +13,7 @@ answers them.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
@@ -20,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+log = logging.getLogger(__name__)
 HEALTH_INTERVAL = 1.0
 HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 REFLECTION = reflection.SERVICE_NAME
@@ -43,8 +45,13 @@ class HealthReporter:
         self._interval = interval
 
     async def update(self) -> None:
-        """Set every status to what readiness says now."""
-        status = NOT_SERVING if await self._problem() else SERVING
+        """Set every status to what readiness says now (a probe that fails: NOT_SERVING)."""
+        try:
+            problem = await self._problem()
+        except Exception as exc:
+            log.warning("health: readiness could not be probed: %s", exc)
+            problem = str(exc) or type(exc).__name__
+        status = NOT_SERVING if problem else SERVING
         for name in self._names:
             await self._servicer.set(name, status)
 

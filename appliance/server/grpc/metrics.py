@@ -8,6 +8,7 @@ series are made once.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import time
@@ -76,10 +77,10 @@ class _Measured:
             started = self._clock()
             try:
                 response = await behaviour(request, context)
-            except BaseException:
-                self._done(started, context, failed=True)
+            except BaseException as exc:
+                self._done(started, context, exc)
                 raise
-            self._done(started, context, failed=False)
+            self._done(started, context, None)
             return response
 
         return measured
@@ -90,33 +91,35 @@ class _Measured:
 
         async def measured(request: Any, context: Ctx) -> AsyncIterator[Any]:
             started = self._clock()
-            failed = True
             try:
                 async with contextlib.aclosing(behaviour(request, context)) as responses:
                     async for response in responses:
                         yield response
-                failed = False
-            finally:
-                self._done(started, context, failed=failed)
+            except BaseException as exc:
+                self._done(started, context, exc)
+                raise
+            self._done(started, context, None)
 
         return measured
 
-    def _done(self, started: float, context: Ctx, *, failed: bool) -> None:
+    def _done(self, started: float, context: Ctx, failure: BaseException | None) -> None:
         self._latency.observe(self._clock() - started)
-        code = _code(context, failed)
+        code = _code(context, failure)
         counter = self._codes.get(code)
         if counter is None:  # one of the 17 status codes: a bounded set of series
             counter = self._codes[code] = self._handled.labels(**self._labels, grpc_code=code)
         counter.inc()
 
 
-def _code(context: Ctx, failed: bool) -> str:
-    """The call's status code: as set (an abort sets it), else OK, or UNKNOWN for a method
-    that raised without setting one (gRPC answers those with UNKNOWN); CANCELLED when the
-    caller went away."""
+def _code(context: Ctx, failure: BaseException | None) -> str:
+    """The call's status code: as set (an abort sets it); else OK, CANCELLED when the caller
+    went away (its task is cancelled), or UNKNOWN for a method that raised without setting
+    one (gRPC answers those with UNKNOWN)."""
     code = context.code()
     if isinstance(code, grpc.StatusCode):
         return str(code.name)
-    if failed:
-        return "CANCELLED" if context.cancelled() else "UNKNOWN"
-    return OK
+    if failure is None:
+        return OK
+    if isinstance(failure, asyncio.CancelledError) or context.cancelled():
+        return "CANCELLED"
+    return "UNKNOWN"
