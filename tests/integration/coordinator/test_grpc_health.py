@@ -113,6 +113,10 @@ def test_a_standby_is_not_serving_until_it_leads(pair: list[RunningCoordinator])
     assert check(standby.address, CLUSTER) == NOT_SERVING
     ready = httpx.get(f"http://127.0.0.1:{standby.coordinator.http_port}/readyz", timeout=10)
     assert ready.status_code == 503  # health says what /readyz says
+    for running, serving in ((leader, 1.0), (standby, 0.0)):
+        url = f"http://127.0.0.1:{running.coordinator.http_port}/metrics"
+        scraped = httpx.get(url, timeout=10).text
+        assert f"appliance_coordinator_serving {serving}" in scraped.splitlines()
     with grpc.insecure_channel(standby.address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         watch = stub.Watch(health_pb2.HealthCheckRequest(service=CLUSTER), timeout=60)
