@@ -10,10 +10,13 @@ from appliance.client import CancelResult
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
 from appliance.domain.spec import parse_label_selector
 from csctl import render
+from csctl.job_tables import (
+    job_detail_table,
+)
 from csctl.render import say
 from csctl.session import Session, error_line
 
-_LIST_FORMATS = ("table", "wide", "json", "yaml")
+_LIST_FORMATS = ("table", "wide", "name", "json", "yaml")
 _DETAIL_FORMATS = ("yaml", "json", "table")
 _CANCEL_REASON = "cancelled with csctl"
 
@@ -56,64 +59,6 @@ def get() -> None:
     """
 
 
-@get.command("jobs")
-@click.option("-a", "--all", "include_all", is_flag=True, help="Include finished jobs.")
-@click.option("-m", "--my-jobs", is_flag=True, help="Only jobs of the current OS user.")
-@_LABELS
-@click.option(
-    "-o", "--output", type=click.Choice(_LIST_FORMATS), default="table", show_default=True
-)
-@click.option("--max-jobs", type=click.IntRange(min=1), help="Show at most N jobs (newest).")
-@click.option(
-    "--show-pending",
-    is_flag=True,
-    help="Add a PENDING column: queue position and what a queued job waits for.",
-)
-@click.pass_obj
-def get_jobs(
-    session: Session,
-    include_all: bool,
-    my_jobs: bool,
-    labels: dict[str, str],
-    output: str,
-    max_jobs: int | None,
-    show_pending: bool,
-) -> None:
-    """List jobs, newest first: active ones unless -a is given.
-
-    \b
-    Table columns: NAME AGE PHASE SYSTEMS USER LABELS
-    (--show-pending adds PENDING, e.g. `#2: needs 2 systems, 0 free`;
-    -o wide adds PRIORITY, STEP and PENDING). JSON and YAML list every job without its
-    params; `csctl get job ID` shows them.
-
-    \b
-    Examples:
-      csctl get jobs
-      csctl get jobs --show-pending
-      csctl get jobs -a -l team=nlp,model=gpt3 -o wide
-      csctl get jobs -a --max-jobs 20 -o json
-    """
-    jobs = session.client().list_jobs(
-        all=include_all,
-        mine=my_jobs,
-        labels=labels,
-        limit=max_jobs,
-    )
-    # Listed summaries carry each queued job's queue position and pending reason: no GetJob.
-    jobs.sort(key=lambda job: job.created_at, reverse=True)
-    if output in ("json", "yaml"):
-        documents = [render.job_document(job, with_params=False) for job in jobs]
-        say(render.to_json(documents) if output == "json" else render.to_yaml(documents))
-    elif jobs:
-        table = render.jobs_table(
-            jobs, now=time.time(), wide=output == "wide", pending=show_pending
-        )
-        say(table)
-    else:
-        say("No jobs found." if include_all else "No active jobs (-a shows finished ones).")
-
-
 @get.command("job")
 @click.argument("job_id", metavar="ID")
 @click.option(
@@ -131,7 +76,7 @@ def get_job(session: Session, job_id: str, output: str) -> None:
     """
     job = session.client().get_job(job_id)
     if output == "table":
-        say(render.job_detail_table(job, now=time.time()))
+        say(job_detail_table(job, now=time.time()))
         return
     document = render.job_document(job, with_params=True)
     say(render.to_json(document) if output == "json" else render.to_yaml(document))

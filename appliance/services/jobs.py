@@ -115,6 +115,7 @@ class JobService:
             raise
         view.enter(job_id, QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue))
         self.ctx.bus.wake_scheduler()
+        self.ctx.bus.touched(job.id)
         return job
 
     async def _check_dependencies(self, spec: JobSpec) -> None:
@@ -203,6 +204,7 @@ class JobService:
         job = await self.ctx.db(self.ctx.store.set_priority, job_id, priority, self.ctx.clock())
         self.ctx.queue.mark(job_id)
         self.ctx.bus.wake_scheduler()
+        self.ctx.bus.touched(job_id)
         return job
 
     async def update_labels(
@@ -217,9 +219,11 @@ class JobService:
         validate_labels(set_labels)
         if by is not None:
             await self._check_owner(job_id, by, "relabel")
-        return await self.ctx.db(
+        job = await self.ctx.db(
             self.ctx.store.update_labels, job_id, dict(set_labels), list(remove), self.ctx.clock()
         )
+        self.ctx.bus.touched(job_id)
+        return job
 
     async def renew_lease(self, job_id: str, holder: str, *, by: Principal | None = None) -> Job:
         check_job_id(job_id)
