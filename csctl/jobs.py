@@ -10,6 +10,7 @@ from appliance.client import CancelResult
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
 from appliance.domain.spec import parse_label_selector
 from csctl import render
+from csctl.completion import complete_job_ids
 from csctl.job_tables import (
     job_detail_table,
 )
@@ -60,7 +61,7 @@ def get() -> None:
 
 
 @get.command("job")
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option(
     "-o", "--output", type=click.Choice(_DETAIL_FORMATS), default="yaml", show_default=True
 )
@@ -94,7 +95,9 @@ def cancel() -> None:
 
 
 @cancel.command("job")
-@click.argument("job_ids", metavar="ID...", nargs=-1, required=True)
+@click.argument(
+    "job_ids", metavar="ID...", nargs=-1, required=True, shell_complete=complete_job_ids
+)
 @click.pass_context
 def cancel_job(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
     """Cancel one or more jobs; a job that already finished is left as it is.
@@ -130,7 +133,7 @@ def _report_cancel(result: CancelResult) -> None:
 
 
 @cancel.command("jobs")
-@click.argument("job_ids", metavar="[ID...]", nargs=-1)
+@click.argument("job_ids", metavar="[ID...]", nargs=-1, shell_complete=complete_job_ids)
 @click.option(
     "-m", "--mine", "--my-jobs", "mine", is_flag=True,
     help="Your jobs (your token's user; with authentication off, your OS user).",
