@@ -29,11 +29,11 @@ def completion(ctx: click.Context, shell: str) -> None:
     ids from the appliance).
 
     \b
-    Install it once:
-      bash:  csctl completion bash > ~/.local/share/bash-completion/completions/csctl
-      zsh:   csctl completion zsh > "${fpath[1]}/_csctl"   (then start a new shell)
-      fish:  csctl completion fish > ~/.config/fish/completions/csctl.fish
-    or for this shell only:  eval "$(csctl completion bash)"
+    Examples (install it once):
+      csctl completion bash > ~/.local/share/bash-completion/completions/csctl
+      csctl completion zsh > "${fpath[1]}/_csctl"     # then start a new shell
+      csctl completion fish > ~/.config/fish/completions/csctl.fish
+      eval "$(csctl completion bash)"                 # this shell only
     """
     root = ctx.find_root().command
     script = get_completion_class(shell)(root, {}, "csctl", COMPLETE_VAR)  # type: ignore[misc]
