@@ -45,7 +45,8 @@ class JobWatch:
     @contextmanager
     def watching(self, query: JobQuery) -> Iterator[AsyncIterator[list[Job]]]:
         """Subscribe now; iterate the result (after listing) for batches of changed jobs that
-        `query` matches, as every door shows them (queue position, pending reason)."""
+        `query` matches, as every door shows them (queue position, pending reason, estimated
+        start)."""
         with self.ctx.bus.every_job() as changed:
             yield self._changes(query, changed)
 
@@ -60,7 +61,7 @@ class JobWatch:
             if any(job.phase is Phase.QUEUED for job in found.values()):
                 await self.ctx.queue.current()  # positions as of every change so far
             jobs = [
-                self.ctx.queue.shown(job)
+                await self.ctx.estimates.shown(self.ctx.queue.shown(job))
                 for job_id, ended in taken.items()
                 if (job := found.get(job_id)) is not None
                 and query_matches(query, job, ended=ended)

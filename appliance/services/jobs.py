@@ -172,7 +172,7 @@ class JobService:
         else:
             job, version = await self.ctx.read(store.get_job_version, job_id)
             self._views.put(job_id, version, job)
-        job = self.ctx.queue.shown(job)
+        job = await self.ctx.estimates.shown(self.ctx.queue.shown(job))
         return job if may_act_on(by, job.user, job.groups) else without_details(job)
 
     def listing(

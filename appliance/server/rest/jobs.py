@@ -90,8 +90,8 @@ def jobs_router(jobs: JobService, metrics: RestMetrics, caller: CallerDependency
         )
         listed, token = await listing.page(query)
         found = [
-            out.model_copy(update=_waiting(position, reason)) if position else out
-            for out, position, reason in listed
+            out.model_copy(update=_waiting(position, reason, start)) if position else out
+            for out, position, reason, start in listed
         ]
         return _json(JobListOut(jobs=found, next_page_token=token))
 
@@ -166,10 +166,10 @@ def _resume_seq(last_event_id: str | None) -> int:
     return int(last_event_id)
 
 
-def _waiting(position: int, reason: str) -> dict[str, object]:
-    """A listed queued job's fresh queue position, and its reason when the scheduler gave one."""
-    return (
-        {"queue_position": position, "pending_reason": reason}
-        if reason
-        else {"queue_position": position}
-    )
+def _waiting(position: int, reason: str, start: float) -> dict[str, object]:
+    """A listed queued job's fresh queue position, its reason when the scheduler gave one, and
+    its estimated start."""
+    fresh: dict[str, object] = {"queue_position": position, "estimated_start": start}
+    if reason:
+        fresh["pending_reason"] = reason
+    return fresh

@@ -232,6 +232,12 @@ class JobOut(_Out):
         description="1 = next to run in its queue; 0 when not queued. In lists too, read fresh "
         "every call."
     )
+    estimated_start: float = Field(
+        default=0.0,
+        description="A queued job's estimated start (Unix time; 0 when it cannot be estimated): "
+        "an estimate from the running jobs' steps left and rates and the jobs ahead of it. In "
+        "lists too, read fresh every call.",
+    )
     systems: list[str] = Field(description="CS-2 systems reserved for the job.")
     attempt: int = Field(
         default=0, description="Runs begun (0 while never scheduled); more after restarts."
@@ -360,6 +366,7 @@ def job_out(job: Job) -> JobOut:
         reason=job.reason,
         pending_reason=job.pending_reason,
         queue_position=job.queue_position,
+        estimated_start=job.estimated_start,
         systems=list(job.systems),
         attempt=job.attempt,
         restarts=job.restarts,
