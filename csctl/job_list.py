@@ -9,9 +9,7 @@ from collections.abc import Iterable, Iterator
 
 import click
 
-from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job
-from appliance.domain.selectors import parse_selectors
 from csctl import render
 from csctl.job_tables import (
     SortBy,
@@ -22,18 +20,11 @@ from csctl.job_tables import (
     row,
     sample_job,
 )
-from csctl.jobs import get
+from csctl.jobs import SELECTOR, get
 from csctl.render import Table, say
 from csctl.session import Session
 
 _LIST_FORMATS = ("table", "wide", "name", "json", "yaml")
-
-
-def _selectors(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> str:
-    try:
-        return str(parse_selectors(values, field="selector"))
-    except InvalidSpec as exc:
-        raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
 
 
 def _sort_by(ctx: click.Context, param: click.Parameter, value: str | None) -> SortBy | None:
@@ -49,17 +40,7 @@ def _sort_by(ctx: click.Context, param: click.Parameter, value: str | None) -> S
 @get.command("jobs")
 @click.option("-a", "--all", "include_all", is_flag=True, help="Include finished jobs.")
 @click.option("-m", "--my-jobs", is_flag=True, help="Only jobs of the current OS user.")
-@click.option(
-    "-l",
-    "--selector",
-    "--label",
-    "selector",
-    multiple=True,
-    callback=_selectors,
-    metavar="SELECTOR",
-    help="Only jobs whose labels match, as kubectl: k=v, k!=v, 'k in (a,b)', "
-    "'k notin (a,b)', k, !k, comma-separated (repeatable; all must match).",
-)
+@SELECTOR
 @click.option(
     "-o", "--output", type=click.Choice(_LIST_FORMATS), default="table", show_default=True
 )

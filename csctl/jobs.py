@@ -8,7 +8,7 @@ import click
 
 from appliance.client import CancelResult
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
-from appliance.domain.spec import parse_label_selector
+from appliance.domain.selectors import parse_selectors
 from csctl import render
 from csctl.completion import complete_job_ids
 from csctl.job_tables import (
@@ -22,27 +22,24 @@ _DETAIL_FORMATS = ("yaml", "json", "table")
 _CANCEL_REASON = "cancelled with csctl"
 
 
-def _label_selector(
-    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
-) -> dict[str, str]:
-    selector: dict[str, str] = {}
-    for value in values:
-        try:
-            selector.update(parse_label_selector(value))
-        except InvalidSpec as exc:
-            raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
-    return selector
+def _selectors(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> str:
+    try:
+        return str(parse_selectors(values, field="selector"))
+    except InvalidSpec as exc:
+        raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
 
 
-# -l of the commands that select jobs.
-_LABELS = click.option(
+# -l of the commands that select jobs: a label selector as kubectl's.
+SELECTOR = click.option(
     "-l",
+    "--selector",
     "--label",
-    "labels",
+    "selector",
     multiple=True,
-    callback=_label_selector,
-    metavar="K=V[,K=V]",
-    help="Only jobs carrying every given label (repeatable).",
+    callback=_selectors,
+    metavar="SELECTOR",
+    help="Only jobs whose labels match, as kubectl: k=v, k!=v, 'k in (a,b)', "
+    "'k notin (a,b)', k, !k, comma-separated (repeatable; all must match).",
 )
 
 
@@ -139,7 +136,7 @@ def _report_cancel(result: CancelResult) -> None:
     help="Your jobs (your token's user; with authentication off, your OS user).",
 )  # fmt: skip
 @click.option("-u", "--user", default="", help="Only this user's jobs.")
-@_LABELS
+@SELECTOR
 @click.option("--queued", is_flag=True, help="Only queued jobs (the same as --phase queued).")
 @click.option(
     "--phase", "phases", multiple=True, metavar="PHASE",
@@ -157,7 +154,7 @@ def cancel_jobs(
     job_ids: tuple[str, ...],
     mine: bool,
     user: str,
-    labels: dict[str, str],
+    selector: str,
     queued: bool,
     phases: tuple[str, ...],
     all_users: bool,
@@ -174,6 +171,7 @@ def cancel_jobs(
       csctl cancel jobs --mine
       csctl cancel jobs --mine --queued
       csctl cancel jobs -l team=nlp,sweep=7
+      csctl cancel jobs -l 'sweep in (7,8),!keep' --queued
       csctl cancel jobs --user alice --phase running
       csctl cancel jobs --all-users --queued
       csctl cancel jobs wsjob-abc123def456gh wsjob-0123456789abcd
@@ -182,7 +180,7 @@ def cancel_jobs(
     result = session.client().cancel_jobs(
         mine=mine,
         user=user,
-        labels=labels,
+        selector=selector,
         phases=(*phases, "QUEUED") if queued else phases,
         job_ids=job_ids,
         all=all_users,

@@ -598,6 +598,7 @@ class CancelJobsRequest(_message.Message):
     ALL_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
     user: _builtins.str
     """One user's jobs."""
     mine: _builtins.bool
@@ -610,6 +611,10 @@ class CancelJobsRequest(_message.Message):
     """Recorded as each job's reason."""
     page_token: _builtins.str
     """next_page_token of the previous call with the same selection: go on from there."""
+    label_selector: _builtins.str
+    """A label selector as kubectl writes it (k=v, k!=v, k in (a,b), k notin (a,b), k, !k),
+    matched together with `labels`; it says which jobs, as labels do.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Every label must match."""
@@ -637,10 +642,11 @@ class CancelJobsRequest(_message.Message):
         all: _builtins.bool = ...,
         reason: _builtins.str = ...,
         page_token: _builtins.str = ...,
+        label_selector: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "job_ids", b"job_ids", "labels", b"labels", "mine", b"mine", "page_token", b"page_token", "phases", b"phases", "reason", b"reason", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "job_ids", b"job_ids", "label_selector", b"label_selector", "labels", b"labels", "mine", b"mine", "page_token", b"page_token", "phases", b"phases", "reason", b"reason", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -18,6 +18,7 @@ import pytest
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.client import ApplianceClient
+from appliance.domain.phases import Phase
 from tests.integration.client.conftest import Csctl, hold_queue
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
 
@@ -112,6 +113,39 @@ def test_a_bad_selector_is_refused_naming_the_field(
     )
     assert too_long.status_code == 422
     assert too_long.json()["error"]["field"] == "label"
+
+
+def test_cancel_jobs_takes_the_same_selectors(
+    coordinator: RunningCoordinator,
+    observer: ApplianceClient,
+    csctl: Csctl,
+    labelled: dict[str, str],
+) -> None:
+    cancelled = csctl("cancel", "jobs", "-l", "team notin (nlp),!owner")
+    assert (cancelled.exit_code, cancelled.stdout) == (0, "cancelled 2 jobs\n")
+    phases = {name: observer.get_job(job_id).phase for name, job_id in labelled.items()}
+    assert {name for name, phase in phases.items() if phase is Phase.CANCELLED} == {"cv", "bare"}
+
+    rest = httpx.post(
+        f"http://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs:cancel",
+        json={"label_selector": "team in (nlp)", "labels": {"tmp": "1"}},
+        timeout=10,
+    )
+    assert rest.status_code == 200 and rest.json()["cancelled_ids"] == [labelled["nlp-tmp"]]
+    bad = httpx.post(
+        f"http://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs:cancel",
+        json={"label_selector": "team in nlp"},
+        timeout=10,
+    )
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "label_selector"
+    with grpc.insecure_channel(coordinator.address) as channel:
+        stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.CancelJobs(cluster_pb2.CancelJobsRequest(label_selector="!"), timeout=10)
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "label_selector '!': expected a label key" in str(raised.value.details())
+    assert observer.get_job(labelled["nlp"]).phase is Phase.QUEUED  # never selected
+    csctl("cancel", "jobs", "--all-users")
 
 
 def test_columns_sort_by_no_headers_and_name(csctl: Csctl, labelled: dict[str, str]) -> None:
