@@ -218,6 +218,7 @@ def test_watch_prints_the_list_then_each_change(
     old = observer.submit(params=params_file, num_csx=1, num_steps=5, labels={"w": "1"}).id
     other = observer.submit(params=params_file, num_csx=1, num_steps=5, labels={"w": "2"}).id
     watch = _Watch(coordinator.address, "-l", "w in (1,3)")
+    names = _Watch(coordinator.address, "-l", "w in (1,3)", "-o", "name", "--no-headers")
     try:
         header = watch.until(lambda line: line.startswith("NAME"), "the header")
         assert header.split()[:4] == ["NAME", "AGE", "DURATION", "PHASE"]
@@ -239,8 +240,12 @@ def test_watch_prints_the_list_then_each_change(
         line = watch.until(lambda line: line.startswith(old), "the new label")
         assert "w=1,x=y" in line
         assert not any(line.startswith(other) for line in watch.seen)
+        # -o name: the listed id, then an id for each change (3 of new, 1 of old), no header.
+        names.until(lambda line: line == old and len(names.seen) >= 5, "the names")
+        assert names.seen == [new, new, new, old]  # after the listed one
     finally:
         code = watch.stop()
+        names.stop()
         observer.cancel_job(old)
     assert code == 130
     assert "Traceback" not in (watch.proc.stderr.read() if watch.proc.stderr else "")
