@@ -185,7 +185,8 @@ class _Watch:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
+        self.seen: list[str] = []  # not yet matched by `until`
+        self.printed: list[str] = []  # every line so far
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -197,12 +198,22 @@ class _Watch:
         def found() -> bool:
             while not self.lines.empty():
                 self.seen.append(self.lines.get())
+                self.printed.append(self.seen[-1])
             return any(predicate(line) for line in self.seen)  # type: ignore[operator]
 
-        wait_until(found, 20, f"{what}; seen {self.seen}")
+        try:
+            wait_until(found, 20, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; seen {self.seen}; {self._state()}") from None
         line = next(line for line in self.seen if predicate(line))  # type: ignore[operator]
         self.seen = self.seen[self.seen.index(line) + 1 :]
         return line
+
+    def _state(self) -> str:
+        if self.proc.poll() is None:
+            return "csctl still runs"
+        stderr = self.proc.stderr.read() if self.proc.stderr else ""
+        return f"csctl exited {self.proc.returncode}: {stderr}"
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGINT)
@@ -225,6 +236,7 @@ def test_watch_prints_the_list_then_each_change(
         listed = watch.until(lambda line: line.startswith("wsjob-"), "the listed job")
         assert listed.split()[0] == old
         column = header.index("PHASE")
+        assert names.until(lambda line: line.startswith("wsjob-"), "the listed id") == old
 
         new = observer.submit(params=params_file, num_csx=1, num_steps=5, labels={"w": "3"}).id
         line = watch.until(lambda line: line.startswith(new), "the new job")
@@ -241,8 +253,8 @@ def test_watch_prints_the_list_then_each_change(
         assert "w=1,x=y" in line
         assert not any(line.startswith(other) for line in watch.seen)
         # -o name: the listed id, then an id for each change (3 of new, 1 of old), no header.
-        names.until(lambda line: line == old and len(names.seen) >= 5, "the names")
-        assert names.seen == [new, new, new, old]  # after the listed one
+        names.until(lambda line: line == old, "the name of the relabelled job")
+        assert names.printed == [old, new, new, new, old]  # listed, then one a change
     finally:
         code = watch.stop()
         names.stop()
