@@ -13,7 +13,8 @@ import click
 
 import appliance
 from appliance.domain.errors import ApplianceError
-from csctl import nodes  # noqa: F401  (registers `get systems|nodes|nodegroups`)
+from csctl import job_list, nodes  # noqa: F401  (register `get jobs`, `get systems|nodes|...`)
+from csctl.completion import completion
 from csctl.configure import config
 from csctl.controls import job_group, label
 from csctl.jobs import cancel, get
@@ -24,8 +25,8 @@ from csctl.session import Session, fail
 from csctl.systems import system_group
 
 _EPILOG = """\b
-Shell completion (bash; zsh and fish: zsh_source, fish_source):
-  eval "$(_CSCTL_COMPLETE=bash_source csctl)"
+Shell completion (commands, options and job ids): see `csctl completion --help`, e.g.
+  eval "$(csctl completion bash)"
 """
 
 
@@ -106,6 +107,7 @@ for command in (
     config,
     system_group,
     queue_group,
+    completion,
 ):
     cli.add_command(command)
 cli.add_command(system_group, name="node")  # MemoryX and SwarmX nodes: the same commands

@@ -7,6 +7,7 @@ import click
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.spec import Priority, validate_labels
 from csctl import render
+from csctl.completion import complete_job_ids
 from csctl.render import say
 from csctl.session import Session
 
@@ -47,7 +48,7 @@ def label() -> None:
 
 
 @label.command("job")
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.argument("changes", metavar="KEY=VALUE|KEY-...", nargs=-1, required=True)
 @click.pass_context
 def label_job(ctx: click.Context, job_id: str, changes: tuple[str, ...]) -> None:
@@ -79,7 +80,7 @@ def job_group() -> None:
 
 
 @job_group.command("set-priority")
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.argument(
     "priority",
     metavar="PRIORITY",

@@ -8,37 +8,38 @@ import click
 
 from appliance.client import CancelResult
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
-from appliance.domain.spec import parse_label_selector
+from appliance.domain.selectors import parse_selectors
 from csctl import render
+from csctl.completion import complete_job_ids
+from csctl.job_tables import (
+    job_detail_table,
+)
 from csctl.render import say
 from csctl.session import Session, error_line
 
-_LIST_FORMATS = ("table", "wide", "json", "yaml")
+_LIST_FORMATS = ("table", "wide", "name", "json", "yaml")
 _DETAIL_FORMATS = ("yaml", "json", "table")
 _CANCEL_REASON = "cancelled with csctl"
 
 
-def _label_selector(
-    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
-) -> dict[str, str]:
-    selector: dict[str, str] = {}
-    for value in values:
-        try:
-            selector.update(parse_label_selector(value))
-        except InvalidSpec as exc:
-            raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
-    return selector
+def _selectors(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> str:
+    try:
+        return str(parse_selectors(values, field="selector"))
+    except InvalidSpec as exc:
+        raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
 
 
-# -l of the commands that select jobs.
-_LABELS = click.option(
+# -l of the commands that select jobs: a label selector as kubectl's.
+SELECTOR = click.option(
     "-l",
+    "--selector",
     "--label",
-    "labels",
+    "selector",
     multiple=True,
-    callback=_label_selector,
-    metavar="K=V[,K=V]",
-    help="Only jobs carrying every given label (repeatable).",
+    callback=_selectors,
+    metavar="SELECTOR",
+    help="Only jobs whose labels match, as kubectl: k=v, k!=v, 'k in (a,b)', "
+    "'k notin (a,b)', k, !k, comma-separated (repeatable; all must match).",
 )
 
 
@@ -56,66 +57,8 @@ def get() -> None:
     """
 
 
-@get.command("jobs")
-@click.option("-a", "--all", "include_all", is_flag=True, help="Include finished jobs.")
-@click.option("-m", "--my-jobs", is_flag=True, help="Only jobs of the current OS user.")
-@_LABELS
-@click.option(
-    "-o", "--output", type=click.Choice(_LIST_FORMATS), default="table", show_default=True
-)
-@click.option("--max-jobs", type=click.IntRange(min=1), help="Show at most N jobs (newest).")
-@click.option(
-    "--show-pending",
-    is_flag=True,
-    help="Add a PENDING column: queue position and what a queued job waits for.",
-)
-@click.pass_obj
-def get_jobs(
-    session: Session,
-    include_all: bool,
-    my_jobs: bool,
-    labels: dict[str, str],
-    output: str,
-    max_jobs: int | None,
-    show_pending: bool,
-) -> None:
-    """List jobs, newest first: active ones unless -a is given.
-
-    \b
-    Table columns: NAME AGE PHASE SYSTEMS USER LABELS
-    (--show-pending adds PENDING, e.g. `#2: needs 2 systems, 0 free`;
-    -o wide adds PRIORITY, STEP and PENDING). JSON and YAML list every job without its
-    params; `csctl get job ID` shows them.
-
-    \b
-    Examples:
-      csctl get jobs
-      csctl get jobs --show-pending
-      csctl get jobs -a -l team=nlp,model=gpt3 -o wide
-      csctl get jobs -a --max-jobs 20 -o json
-    """
-    jobs = session.client().list_jobs(
-        all=include_all,
-        mine=my_jobs,
-        labels=labels,
-        limit=max_jobs,
-    )
-    # Listed summaries carry each queued job's queue position and pending reason: no GetJob.
-    jobs.sort(key=lambda job: job.created_at, reverse=True)
-    if output in ("json", "yaml"):
-        documents = [render.job_document(job, with_params=False) for job in jobs]
-        say(render.to_json(documents) if output == "json" else render.to_yaml(documents))
-    elif jobs:
-        table = render.jobs_table(
-            jobs, now=time.time(), wide=output == "wide", pending=show_pending
-        )
-        say(table)
-    else:
-        say("No jobs found." if include_all else "No active jobs (-a shows finished ones).")
-
-
 @get.command("job")
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option(
     "-o", "--output", type=click.Choice(_DETAIL_FORMATS), default="yaml", show_default=True
 )
@@ -131,7 +74,7 @@ def get_job(session: Session, job_id: str, output: str) -> None:
     """
     job = session.client().get_job(job_id)
     if output == "table":
-        say(render.job_detail_table(job, now=time.time()))
+        say(job_detail_table(job, now=time.time()))
         return
     document = render.job_document(job, with_params=True)
     say(render.to_json(document) if output == "json" else render.to_yaml(document))
@@ -149,7 +92,9 @@ def cancel() -> None:
 
 
 @cancel.command("job")
-@click.argument("job_ids", metavar="ID...", nargs=-1, required=True)
+@click.argument(
+    "job_ids", metavar="ID...", nargs=-1, required=True, shell_complete=complete_job_ids
+)
 @click.pass_context
 def cancel_job(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
     """Cancel one or more jobs; a job that already finished is left as it is.
@@ -185,13 +130,13 @@ def _report_cancel(result: CancelResult) -> None:
 
 
 @cancel.command("jobs")
-@click.argument("job_ids", metavar="[ID...]", nargs=-1)
+@click.argument("job_ids", metavar="[ID...]", nargs=-1, shell_complete=complete_job_ids)
 @click.option(
     "-m", "--mine", "--my-jobs", "mine", is_flag=True,
     help="Your jobs (your token's user; with authentication off, your OS user).",
 )  # fmt: skip
 @click.option("-u", "--user", default="", help="Only this user's jobs.")
-@_LABELS
+@SELECTOR
 @click.option("--queued", is_flag=True, help="Only queued jobs (the same as --phase queued).")
 @click.option(
     "--phase", "phases", multiple=True, metavar="PHASE",
@@ -209,7 +154,7 @@ def cancel_jobs(
     job_ids: tuple[str, ...],
     mine: bool,
     user: str,
-    labels: dict[str, str],
+    selector: str,
     queued: bool,
     phases: tuple[str, ...],
     all_users: bool,
@@ -226,6 +171,7 @@ def cancel_jobs(
       csctl cancel jobs --mine
       csctl cancel jobs --mine --queued
       csctl cancel jobs -l team=nlp,sweep=7
+      csctl cancel jobs -l 'sweep in (7,8),!keep' --queued
       csctl cancel jobs --user alice --phase running
       csctl cancel jobs --all-users --queued
       csctl cancel jobs wsjob-abc123def456gh wsjob-0123456789abcd
@@ -234,7 +180,7 @@ def cancel_jobs(
     result = session.client().cancel_jobs(
         mine=mine,
         user=user,
-        labels=labels,
+        selector=selector,
         phases=(*phases, "QUEUED") if queued else phases,
         job_ids=job_ids,
         all=all_users,

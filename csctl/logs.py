@@ -18,6 +18,7 @@ from appliance.client import ApplianceClient
 from appliance.client.progress import describe_event
 from appliance.domain.job import JobEvent
 from csctl import render
+from csctl.completion import complete_job_ids
 from csctl.render import say
 from csctl.session import CsctlError, Session
 
@@ -25,7 +26,7 @@ EVENT_COLUMNS = ("AGE", "FROM", "TO", "REASON")
 
 
 @click.command("logs")
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option("--replica", "-r", metavar="NAME", help="Only this replica (e.g. cs2-0, chief-0).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends.")
 @click.pass_obj
@@ -47,7 +48,7 @@ def logs(session: Session, job_id: str, replica: str | None, follow: bool) -> No
 
 
 @click.command("events")
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option(
     "--follow", "-f", is_flag=True, help="Keep printing phase changes and progress until the end."
 )
@@ -99,7 +100,7 @@ def event_document(event: JobEvent) -> dict[str, Any]:
 
 
 @click.command("log-export")
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option(
     "--output",
     "-o",

@@ -13,9 +13,6 @@ import yaml
 from appliance.domain.display import printable
 from appliance.domain.job import Attempt, Job, Replica
 
-JOB_COLUMNS = ("NAME", "AGE", "PHASE", "SYSTEMS", "USER", "LABELS")
-WIDE_COLUMNS = (*JOB_COLUMNS, "QUEUE", "PRIORITY", "STEP", "RESTARTS", "PENDING")
-PENDING_COLUMNS = (*JOB_COLUMNS, "PENDING")
 ATTEMPT_COLUMNS = ("ATTEMPT", "SYSTEMS", "FROM-STEP", "RAN", "ENDED", "THEN", "REASON")
 REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "MESSAGE")
 
@@ -26,12 +23,38 @@ def say(text: str = "", *, err: bool = False) -> None:
 
 
 def format_age(seconds: float) -> str:
-    """A short relative age: `42s`, `5m`, `18h`, `3d`."""
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    """A duration as kubectl prints ages (k8s.io/apimachinery duration.HumanDuration): exact
+    seconds up to 2 minutes, then two units while the first is small (`2m30s`, `5h3m`,
+    `2d3h`), one unit after that (`45m`, `20h`, `9d`), years from 2 years on. A negative
+    duration (clocks apart) is `0s` where kubectl prints `<invalid>`."""
+    total = int(seconds)
+    if total < 0:
+        return "0s"
+    if total < 120:
+        return f"{total}s"
+    minutes = total // 60
+    if minutes < 10:
+        return _two(minutes, "m", total % 60, "s")
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = total // 3600
+    if hours < 8:
+        return _two(hours, "h", minutes % 60, "m")
+    if hours < 48:
+        return f"{hours}h"
+    days = hours // 24
+    if hours < 24 * 8:
+        return _two(days, "d", hours % 24, "h")
+    if hours < 24 * 365 * 2:
+        return f"{days}d"
+    years = days // 365
+    if hours < 24 * 365 * 8:
+        return _two(years, "y", days % 365, "d")
+    return f"{years}y"
+
+
+def _two(big: int, big_unit: str, small: int, small_unit: str) -> str:
+    return f"{big}{big_unit}{small}{small_unit}" if small else f"{big}{big_unit}"
 
 
 def format_labels(labels: Iterable[tuple[str, str]]) -> str:
@@ -50,65 +73,7 @@ def format_bytes(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def job_row(job: Job, *, now: float, wide: bool = False, pending: bool = False) -> list[str]:
-    """One table row for `job`; `now` is the Unix time ages are measured from.
-
-    `wide` adds QUEUE, PRIORITY, STEP, RESTARTS and PENDING; `pending` adds only PENDING.
-    """
-    row = [
-        job.id,
-        format_age(now - job.created_at) if job.created_at else "-",
-        job.phase.value,
-        ",".join(job.systems),
-        job.user,
-        format_labels(job.spec.labels.items()),
-    ]
-    if wide:
-        row += [
-            job.spec.queue,
-            job.spec.priority.name,
-            f"{job.progress.step}/{job.spec.num_steps}",
-            str(job.restarts),
-            _pending(job),
-        ]
-    elif pending:
-        row.append(_pending(job))
-    return row
-
-
-def jobs_table(
-    jobs: Sequence[Job], *, now: float, wide: bool = False, pending: bool = False
-) -> str:
-    """The `csctl get jobs` table, in the order given."""
-    header = WIDE_COLUMNS if wide else PENDING_COLUMNS if pending else JOB_COLUMNS
-    rows = [job_row(job, now=now, wide=wide, pending=pending) for job in jobs]
-    return format_table(header, rows)
-
-
-def job_detail_table(job: Job, *, now: float) -> str:
-    """`csctl get job ID -o table`: the wide job row, then one row per replica."""
-    text = jobs_table([job], now=now, wide=True)
-    if job.queue_position:
-        text += f"\n\nQUEUE POSITION: {job.queue_position} in queue {job.spec.queue}"
-    if job.spec.depends_on:
-        text += f"\n\nDEPENDS ON: {', '.join(str(d) for d in job.spec.depends_on)}"
-    if job.dependents:
-        text += f"\n\nDEPENDENTS: {', '.join(job.dependents)}"
-    if job.attempt > 1 or job.spec.max_restarts:
-        allowed = "cluster default" if job.spec.max_restarts is None else job.spec.max_restarts
-        text += f"\n\nATTEMPT: {job.attempt} (restarts allowed: {allowed})"
-    if job.attempts:
-        rows = [_attempt_row(a, now) for a in job.attempts]
-        text += "\n\n" + format_table(ATTEMPT_COLUMNS, rows)
-    if job.reason:
-        text += f"\n\nREASON: {job.reason}"
-    if job.replicas:
-        rows = [_replica_row(replica) for replica in job.replicas]
-        text += "\n\n" + format_table(REPLICA_COLUMNS, rows)
-    return text
-
-
-def _attempt_row(a: Attempt, now: float) -> list[str]:
+def attempt_row(a: Attempt, now: float) -> list[str]:
     ran = format_age(a.ended_at - a.started_at) if a.started_at else "-"
     return [
         str(a.number), ",".join(a.systems), str(a.resumed_from), ran,
@@ -117,16 +82,37 @@ def _attempt_row(a: Attempt, now: float) -> list[str]:
     ]  # fmt: skip
 
 
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def format_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], *, headers: bool = True
+) -> str:
     """Left-aligned columns separated by three spaces, like kubectl and csctl; a cell is one
-    line, whatever its text holds."""
-    header, rows = _cells(header), [_cells(row) for row in rows]
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=False)]
-    lines = [
-        "   ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in (header, *rows)
-    ]
-    return "\n".join(lines)
+    line, whatever its text holds. `headers=False`: the rows only (kubectl --no-headers)."""
+    return "\n".join(Table(header, rows, headers=headers).lines)
+
+
+class Table:
+    """A table's lines, and the widths later rows (kubectl get -w) are padded to."""
+
+    def __init__(
+        self, header: Sequence[str], rows: Sequence[Sequence[str]], *, headers: bool = True
+    ) -> None:
+        shown = ([_cells(header)] if headers else []) + [_cells(row) for row in rows]
+        self.widths = [0] * len(header)
+        for line in shown:
+            self._widen(line)
+        self.lines = [self._line(line) for line in shown]
+
+    def row(self, cells: Sequence[str]) -> str:
+        """One more row, its columns as wide as the table's (or wider, if it needs)."""
+        line = _cells(cells)
+        self._widen(line)
+        return self._line(line)
+
+    def _widen(self, line: Sequence[str]) -> None:
+        self.widths = [max(w, len(cell)) for w, cell in zip(self.widths, line, strict=True)]
+
+    def _line(self, line: Sequence[str]) -> str:
+        return "   ".join(c.ljust(w) for c, w in zip(line, self.widths, strict=True)).rstrip()
 
 
 def _cells(row: Sequence[str]) -> list[str]:
@@ -157,6 +143,7 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
         "reason": job.reason,
         "pending_reason": job.pending_reason,
         "queue_position": job.queue_position,
+        "estimated_start": timestamp(job.estimated_start),
         "systems": list(job.systems),
         "attempt": job.attempt,
         "restarts": job.restarts,
@@ -213,14 +200,6 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _represent_str)
 
 
-def _pending(job: Job) -> str:
-    if not job.pending_reason:
-        return ""
-    if job.queue_position:
-        return f"#{job.queue_position}: {job.pending_reason}"
-    return job.pending_reason
-
-
 def _lease_document(job: Job) -> dict[str, Any] | None:
     if job.lease is None:
         return None
@@ -231,7 +210,7 @@ def _lease_document(job: Job) -> dict[str, Any] | None:
     }
 
 
-def _replica_row(replica: Replica) -> list[str]:
+def replica_row(replica: Replica) -> list[str]:
     return [
         replica.name,
         replica.role.value,

@@ -33,6 +33,7 @@ from appliance.domain.compile import CompileReport
 from appliance.domain.dependencies import Dependency
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job, JobEvent
+from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import Mode, Priority, validate_labels, validate_spec
 from appliance.protocol import convert
 from appliance.protocol.errors import error_from_rpc
@@ -205,21 +206,19 @@ class ApplianceClient(ClusterCalls):
         labels: Mapping[str, str] | None = None,
         limit: int | None = None,
         mine: bool = False,
+        selector: str = "",
     ) -> list[Job]:
         """Jobs newest first: active ones, or every one with `all`; at most `limit` of them.
 
-        `user` keeps one user's jobs; every label in `labels` must match. `mine` keeps the
+        `user` keeps one user's jobs; every label in `labels` must match, and `selector`, a
+        label selector as kubectl writes it (`team in (nlp,cv),!tmp`). `mine` keeps the
         caller's: its token's user when the appliance has authentication on, else this
         process's user name (the one `submit` sends).
         """
         if limit is not None and limit <= 0:
             raise InvalidSpec(f"limit must be a positive number, got {limit}", field="limit")
-        request = cluster_pb2.ListJobsRequest(
-            all=all,
-            user=os_user() if mine else user or "",
-            labels=validate_labels(labels or {}),
-            mine=mine,
-        )
+        request = self._list_request(all=all, user=user, labels=labels, mine=mine,
+                                     selector=selector)  # fmt: skip
         if limit is None:
             pages: Iterator[cluster_pb2.ListJobsResponse] = self._stream(
                 self._stub.StreamJobs, request
@@ -234,6 +233,45 @@ class ApplianceClient(ClusterCalls):
                 break
             request.page_token = page.next_page_token
         return jobs[:limit]
+
+    def watch_jobs(
+        self,
+        *,
+        all: bool = False,
+        user: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        mine: bool = False,
+        selector: str = "",
+    ) -> Iterator[list[Job] | None]:
+        """The jobs `list_jobs` would list, then each such job again whenever it changes (a
+        phase, a priority, labels; a new job), like `kubectl get -w`: batches of the listed
+        jobs, then None once the listing is complete, then batches of changed jobs. Without
+        `all`, a job that ends comes once more, in its final phase. Runs until the caller
+        stops iterating or the connection breaks (Unavailable)."""
+        request = self._list_request(all=all, user=user, labels=labels, mine=mine,
+                                     selector=selector)  # fmt: skip
+        for response in self._stream(self._stub.WatchJobs, request):
+            if response.jobs:
+                yield [convert.job_from_pb(job) for job in response.jobs]
+            if response.listed:
+                yield None
+
+    def _list_request(
+        self,
+        *,
+        all: bool,
+        user: str | None,
+        labels: Mapping[str, str] | None,
+        mine: bool,
+        selector: str,
+    ) -> cluster_pb2.ListJobsRequest:
+        return cluster_pb2.ListJobsRequest(
+            all=all,
+            user=os_user() if mine else user or "",
+            labels=validate_labels(labels or {}),
+            mine=mine,
+            label_selector=str(parse_selector(selector, field="selector")),
+        )
 
     def cancel_job(self, job_id: str, *, reason: str = "") -> CancelResult:
         """Cancel a job; cancelling a finished job changes nothing and says so."""

@@ -15,6 +15,7 @@ from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeEvent, NodeState
 from appliance.domain.phases import Phase
 from appliance.domain.queues import QueueStatus
+from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import validate_labels
 from appliance.domain.usage import UsageQuery, UsageRow
 from appliance.protocol.cancels import result_from_pb, selection_to_pb
@@ -42,14 +43,17 @@ class ClusterCalls:
         job_ids: Iterable[str] = (),
         all: bool = False,
         reason: str = "",
+        selector: str = "",
     ) -> BulkCancelResult:
         """Cancel many jobs in one request, as `scancel -u` does: every active job of a
         selection, or the jobs named by `job_ids` (not both). A selection says whose jobs or
         which (`mine`, `user`, `labels`), or is `all` (every user's: admins); `phases` (e.g.
-        ["QUEUED"]) only narrows it. `mine`: the caller's jobs, its token's user with
-        authentication on, else this process's user name. Jobs the caller may not cancel are
-        left as they are and counted as refused. A selection larger than one call's bound is
-        gone through call by call; the result adds the calls up."""
+        ["QUEUED"]) only narrows it; `selector` is a label selector as kubectl writes it
+        (`team in (nlp,cv),!tmp`), with `labels` a part of the selection. `mine`: the
+        caller's jobs, its token's user with authentication on, else this process's user
+        name. Jobs the caller may not cancel are left as they are and counted as refused. A
+        selection larger than one call's bound is gone through call by call; the result adds
+        the calls up."""
         selection = CancelSelection(
             user=os_user() if mine else user or "",
             mine=mine,
@@ -58,6 +62,7 @@ class ClusterCalls:
             job_ids=tuple(job_ids),
             all=all,
             reason=reason,
+            selector=parse_selector(selector, field="selector"),
         )
         request = selection_to_pb(selection)
         result = result_from_pb(self._call(self._stub.CancelJobs, request))

@@ -20,6 +20,7 @@ from appliance.domain.auth import Principal
 from appliance.domain.errors import InvalidSpec, PermissionDenied
 from appliance.domain.ids import is_job_id
 from appliance.domain.phases import ACTIVE, Phase
+from appliance.domain.selectors import LabelSelector
 from appliance.domain.spec import (
     MAX_LABELS,
     MAX_REASON,
@@ -49,6 +50,7 @@ class CancelSelection:
     all: bool = False  # every user's jobs (admins)
     reason: str = ""
     page_token: str = ""  # where the previous call stopped
+    selector: LabelSelector = dataclasses.field(default_factory=LabelSelector)  # with labels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +93,7 @@ def checked_selection(selection: CancelSelection, by: Principal | None) -> Cance
     reason = validate_text(s.reason, "reason", MAX_REASON)
     if len(s.page_token) > MAX_PAGE_TOKEN:
         raise InvalidSpec("page_token is not one this server issued", field="page_token")
-    selects = bool(s.user or s.mine or s.labels or s.phases or s.all)
+    selects = bool(s.user or s.mine or s.labels or s.selector or s.phases or s.all)
     if s.job_ids:
         if selects:
             raise InvalidSpec(
@@ -120,10 +122,10 @@ def checked_selection(selection: CancelSelection, by: Principal | None) -> Cance
         raise InvalidSpec(
             "all selects every user's jobs; leave out user and mine, or all", field="all"
         )
-    if not (user or labels or s.all):
+    if not (user or labels or s.selector or s.all):
         raise InvalidSpec(
-            "say whose jobs to cancel: user, mine, labels or job ids (phases only narrow "
-            "a selection), or all for every user's jobs",
+            "say whose jobs to cancel: user, mine, labels (or a label selector) or job ids "
+            "(phases only narrow a selection), or all for every user's jobs",
             field="all",
         )
     if s.all and by is not None and not by.admin:

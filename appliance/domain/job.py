@@ -100,6 +100,9 @@ class Job:
     attempts: tuple[Attempt, ...] = ()
     # The jobs that wait for this one (full views only).
     dependents: tuple[str, ...] = ()
+    # A queued job's estimated start (Unix time; 0: no estimate), like queue_position read
+    # fresh from the queue on every call (services/start_estimates.py).
+    estimated_start: float = 0.0
 
 
 class EventKind(enum.StrEnum):

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from appliance.domain.phases import Phase
+from appliance.domain.selectors import LabelSelector
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 10_000
@@ -14,7 +15,7 @@ MAX_LIMIT = 10_000
 @dataclasses.dataclass(frozen=True)
 class JobQuery:
     """Which jobs to list: active only unless `include_terminal`, one user's or everyone's,
-    matching every label, a page at a time."""
+    matching every label and the label selector, a page at a time."""
 
     include_terminal: bool = False
     user: str = ""
@@ -23,6 +24,8 @@ class JobQuery:
     page_token: str = ""
     # When given, exactly these phases (include_terminal is then ignored).
     phases: frozenset[Phase] = frozenset()
+    # Evaluated with `labels` (which it may repeat), where they are: in the store's query.
+    selector: LabelSelector = dataclasses.field(default_factory=LabelSelector)
 
 
 # (id, created_at, version): one version of a job's summary; what a summary shows changes

@@ -8,6 +8,7 @@ from appliance._proto.v1 import cluster_pb2
 from appliance.domain.bulk_cancel import ACTIVE_NAMES, BulkCancelResult, CancelSelection
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.phases import Phase
+from appliance.domain.selectors import parse_selector
 from appliance.protocol.convert import phase_from_pb, phase_to_pb
 
 
@@ -16,7 +17,7 @@ def selection_to_pb(selection: CancelSelection) -> cluster_pb2.CancelJobsRequest
     return cluster_pb2.CancelJobsRequest(
         user=s.user, mine=s.mine, labels=dict(s.labels),
         phases=[phase_to_pb(p) for p in sorted(s.phases)], job_ids=list(s.job_ids), all=s.all,
-        reason=s.reason, page_token=s.page_token,
+        reason=s.reason, page_token=s.page_token, label_selector=str(s.selector),
     )  # fmt: skip
 
 
@@ -25,6 +26,7 @@ def selection_from_pb(msg: cluster_pb2.CancelJobsRequest) -> CancelSelection:
     return CancelSelection(
         user=msg.user, mine=msg.mine, labels=dict(msg.labels), phases=_phases(msg.phases),
         job_ids=tuple(msg.job_ids), all=msg.all, reason=msg.reason, page_token=msg.page_token,
+        selector=parse_selector(msg.label_selector),
     )  # fmt: skip
 
 

@@ -182,6 +182,7 @@ def job_to_pb(job: Job) -> cluster_pb2.Job:
         lease=lease_to_pb(job.lease) if job.lease else None,
         attempt=job.attempt,
         restarts=job.restarts,
+        estimated_start=job.estimated_start,
     )
     if job.replicas:  # a summary has none of these
         msg.replicas.extend(replica_to_pb(r) for r in job.replicas)
@@ -223,6 +224,7 @@ def job_from_pb(msg: cluster_pb2.Job) -> Job:
         restarts=msg.restarts,
         attempts=tuple(attempt_from_pb(a) for a in msg.attempts),
         dependents=tuple(msg.dependents),
+        estimated_start=msg.estimated_start,
     )
 
 

@@ -197,6 +197,7 @@ class Coordinator:
             self.auth,
             s.http_max_body_bytes,
             standby=self.leadership.problem,
+            logs=logs,
         )
         config = uvicorn.Config(
             rest, host=s.host, port=s.http_port, log_level="warning", lifespan="off"

@@ -97,8 +97,9 @@ class BulkCancel:
                 await self._cancel_chunk(s.job_ids[start : start + CHUNK], reason, by, tally)
             return tally.result("")
         query = JobQuery(
-            user=s.user, labels=s.labels, phases=s.phases, limit=CHUNK, page_token=s.page_token
-        )
+            user=s.user, labels=s.labels, phases=s.phases, limit=CHUNK, page_token=s.page_token,
+            selector=s.selector,
+        )  # fmt: skip
         considered = 0
         while True:
             keys, token = await self.ctx.read(self.ctx.store.list_job_keys, query)

@@ -21,12 +21,33 @@ class JobBus:
         self._subscribers: dict[str, set[asyncio.Queue[JobEvent]]] = collections.defaultdict(set)
         self.schedule_wanted = asyncio.Event()
         self.reconcile_wanted = asyncio.Event()
+        self._every_job: set[ChangedJobs] = set()  # watchers of every job (kubectl get -w)
 
     def publish(self, event: JobEvent) -> None:
         for queue in list(self._subscribers.get(event.job_id, ())):
             if queue.full():  # a slow watcher loses progress events, never phase events
                 _drop_oldest_progress(queue)
             queue.put_nowait(event)
+        if event.progress is None and self._every_job:
+            ended = event.to_phase is not None and event.to_phase.terminal
+            for changed in self._every_job:
+                changed.add(event.job_id, ended)
+
+    def touched(self, job_id: str) -> None:
+        """The job changed in what a list shows with no phase event (it was submitted, its
+        priority or labels changed): watchers of every job hear of it."""
+        for changed in self._every_job:
+            changed.add(job_id, False)
+
+    @contextmanager
+    def every_job(self) -> Iterator[ChangedJobs]:
+        """The ids of the jobs that change from now on, for as long as the context lasts."""
+        changed = ChangedJobs()
+        self._every_job.add(changed)
+        try:
+            yield changed
+        finally:
+            self._every_job.discard(changed)
 
     @contextmanager
     def subscribe(self, job_id: str) -> Iterator[asyncio.Queue[JobEvent]]:
@@ -46,6 +67,25 @@ class JobBus:
 
     def wake_reconciler(self) -> None:
         self.reconcile_wanted.set()
+
+
+class ChangedJobs:
+    """The jobs that changed since the watcher last took them (at most one entry per job, so
+    a slow watcher holds no backlog), and whether a change was the job's end."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, bool] = {}
+        self.ready = asyncio.Event()
+
+    def add(self, job_id: str, ended: bool) -> None:
+        self._ids[job_id] = self._ids.get(job_id, False) or ended
+        self.ready.set()
+
+    def take(self) -> dict[str, bool]:
+        """The changed jobs in the order they first changed (job id -> it ended), emptied."""
+        taken, self._ids = self._ids, {}
+        self.ready.clear()
+        return taken
 
 
 def _drop_oldest_progress(queue: asyncio.Queue[JobEvent]) -> None:

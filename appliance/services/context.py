@@ -28,6 +28,7 @@ from appliance.services.group_commit import GroupCommit
 from appliance.services.leadership import Leadership
 from appliance.services.metrics import Metrics
 from appliance.services.queue_view import QueueView
+from appliance.services.start_estimates import StartEstimates
 from appliance.store.jobs import JobStore, PhaseChange, PhaseMove
 
 P = ParamSpec("P")
@@ -52,12 +53,16 @@ class Context:
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
     # The queue in memory, and why each queued job waits (services/queue_view.py).
     queue: QueueView = dataclasses.field(init=False)
+    # When each queued job is estimated to start (services/start_estimates.py).
+    estimates: StartEstimates = dataclasses.field(init=False)
 
     # Phase changes asked for together, written together (one transaction per batch).
     _moves: GroupCommit[PhaseMove, PhaseChange] = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.queue = QueueView(self.store, self.read)
+        sim_step = self.settings.sim_step_seconds if self.settings.backend == "sim" else None
+        self.estimates = StartEstimates(self.store, self.read, self.queue, self.clock, sim_step)
         self._moves = GroupCommit[PhaseMove, PhaseChange](self._write_moves)
 
     async def db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -120,6 +120,7 @@ class JobService:
         view.enter(job_id, QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue))
         self.ctx.metrics.submitted(door)
         self.ctx.bus.wake_scheduler()
+        self.ctx.bus.touched(job.id)
         return job
 
     async def _check_dependencies(self, spec: JobSpec) -> None:
@@ -176,7 +177,7 @@ class JobService:
         else:
             job, version = await self.ctx.read(store.get_job_version, job_id)
             self._views.put(job_id, version, job)
-        job = self.ctx.queue.shown(job)
+        job = await self.ctx.estimates.shown(self.ctx.queue.shown(job))
         return job if may_act_on(by, job.user, job.groups) else without_details(job)
 
     def listing(
@@ -208,6 +209,7 @@ class JobService:
         job = await self.ctx.db(self.ctx.store.set_priority, job_id, priority, self.ctx.clock())
         self.ctx.queue.mark(job_id)
         self.ctx.bus.wake_scheduler()
+        self.ctx.bus.touched(job_id)
         return job
 
     async def update_labels(
@@ -222,9 +224,11 @@ class JobService:
         validate_labels(set_labels)
         if by is not None:
             await self._check_owner(job_id, by, "relabel")
-        return await self.ctx.db(
+        job = await self.ctx.db(
             self.ctx.store.update_labels, job_id, dict(set_labels), list(remove), self.ctx.clock()
         )
+        self.ctx.bus.touched(job_id)
+        return job
 
     async def renew_lease(self, job_id: str, holder: str, *, by: Principal | None = None) -> Job:
         check_job_id(job_id)

@@ -60,9 +60,10 @@ _KEPT_PHASES = TERMINAL | {Phase.QUEUED}
 
 
 # One listed job: the door's rendering of its summary, its fresh queue position (0 unless the
-# job is queued) and why it waits as of the scheduler's last pass ("": as the rendering says).
+# job is queued), why it waits as of the scheduler's last pass ("": as the rendering says) and
+# when it is estimated to start (0.0: no estimate; services/start_estimates.py).
 # A plain tuple: a stream of 100,000 jobs must cost no per-job object.
-Listed: TypeAlias = tuple[T, int, str]
+Listed: TypeAlias = tuple[T, int, str, float]
 
 # What the cache holds of a key: the rendering, and whether the job is queued (its rendering
 # has no position).
@@ -201,13 +202,15 @@ class JobListing(Generic[T]):
             found.append((key[0], *hit))
         queued = [job_id for job_id, _, is_queued in found if is_queued]
         if not queued:
-            return [(rendering, 0, "") for _, rendering, _ in found]
+            return [(rendering, 0, "", 0.0) for _, rendering, _ in found]
         view = self._ctx.queue
         where = await view.positions(queued)
+        starts = await self._ctx.estimates.of(queued)
         return [
-            (rendering, where.get(job_id, 0), view.reason(job_id) or "" if is_queued else "")
+            (rendering, where.get(job_id, 0), view.reason(job_id) or "" if is_queued else "",
+             starts.get(job_id, 0.0))
             for job_id, rendering, is_queued in found
-        ]
+        ]  # fmt: skip
 
     async def _rendered(
         self, keys: Sequence[JobKey], polite: bool = False

@@ -175,19 +175,29 @@ def _page_stmt(query: JobQuery, columns: Sequence[Any]) -> Any:
     if query.user:
         stmt = stmt.where(JobRow.user == query.user)
     for key, value in query.labels.items():
-        stmt = stmt.where(
-            select(JobLabelRow.job_id)
-            .where(
-                JobLabelRow.job_id == JobRow.id, JobLabelRow.key == key, JobLabelRow.value == value
-            )
-            .exists()
-        )
+        stmt = stmt.where(_has_label(key, (value,)))
+    for requirement in query.selector.requirements:
+        has = _has_label(requirement.key, requirement.values)
+        stmt = stmt.where(~has if requirement.op.negated else has)
     if query.page_token:
         created, last_id = _decode_token(query.page_token)
         # A row value: both databases seek the index to it (SQLite scanned the index from the
         # newest job on for the OR of the two comparisons, so page N cost N pages).
         stmt = stmt.where(tuple_(JobRow.created_at, JobRow.id) < tuple_(created, last_id))
     return stmt.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit + 1)
+
+
+def _has_label(key: str, values: Sequence[str]) -> Any:
+    """The job has label `key`, with one of `values` unless they are empty (a lookup of the
+    label table's primary key per job)."""
+    found = select(JobLabelRow.job_id).where(
+        JobLabelRow.job_id == JobRow.id, JobLabelRow.key == key
+    )
+    if len(values) == 1:
+        found = found.where(JobLabelRow.value == values[0])
+    elif values:
+        found = found.where(JobLabelRow.value.in_(values))
+    return found.exists()
 
 
 def _encode_token(created_at: float, job_id: str) -> str:

@@ -40,8 +40,10 @@ def test_killed_replica_shows_exit_code_in_csctl_yaml(served: str) -> None:
         table = csctl(served, "get", "jobs")
         assert table.returncode == 0
         header, row = table.stdout.splitlines()[:2]
-        assert header.split() == ["NAME", "AGE", "PHASE", "SYSTEMS", "USER", "LABELS"]
-        assert row.split()[0] == job.id and row.split()[2] == "RUNNING" and "t=e2e" in row
+        assert header.split() == [
+            "NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "SYSTEMS", "USER", "LABELS",
+        ]  # fmt: skip
+        assert row.split()[0] == job.id and row.split()[3] == "RUNNING" and "t=e2e" in row
 
         cs2 = next(r for r in job.status.replicas if r.name == "cs2-0")
         os.kill(cs2.pid, signal.SIGKILL)

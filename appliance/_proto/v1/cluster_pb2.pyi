@@ -256,6 +256,7 @@ class Job(_message.Message):
     RESTARTS_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
     DEPENDENTS_FIELD_NUMBER: _builtins.int
+    ESTIMATED_START_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     user: _builtins.str
     phase: _common_pb2.Phase.ValueType
@@ -275,6 +276,11 @@ class Job(_message.Message):
     """Runs begun (0 while never scheduled); each restart or requeue runs the next attempt."""
     restarts: _builtins.int
     """Times the job went back to the queue to run again."""
+    estimated_start: _builtins.float
+    """For QUEUED jobs: an estimate (Unix time) of when it starts, from the steps the running
+    jobs have left and their rates, the jobs ahead of it in the queue and their steps; 0 when
+    it cannot be estimated (a running job with no rate yet, a job that cannot fit).
+    """
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -319,10 +325,11 @@ class Job(_message.Message):
         restarts: _builtins.int = ...,
         attempts: _abc.Iterable[Global___Attempt] | None = ...,
         dependents: _abc.Iterable[_builtins.str] | None = ...,
+        estimated_start: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -422,6 +429,7 @@ class ListJobsRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     MINE_FIELD_NUMBER: _builtins.int
+    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
     all: _builtins.bool
     """Include terminal jobs."""
     user: _builtins.str
@@ -430,6 +438,10 @@ class ListJobsRequest(_message.Message):
     mine: _builtins.bool
     """Only the caller's jobs: with authentication on, the user of the caller's token (whatever
     `user` says); with it off, `user` (the name the client submits under).
+    """
+    label_selector: _builtins.str
+    """A label selector as kubectl writes it (k=v, k!=v, k in (a,b), k notin (a,b), k, !k,
+    joined by commas; at most 4096 characters), matched together with `labels`.
     """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -444,10 +456,11 @@ class ListJobsRequest(_message.Message):
         limit: _builtins.int = ...,
         page_token: _builtins.str = ...,
         mine: _builtins.bool = ...,
+        label_selector: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "labels", b"labels", "limit", b"limit", "mine", b"mine", "page_token", b"page_token", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "label_selector", b"label_selector", "labels", b"labels", "limit", b"limit", "mine", b"mine", "page_token", b"page_token", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -475,6 +488,30 @@ class ListJobsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListJobsResponse: _TypeAlias = ListJobsResponse  # noqa: Y015
+
+@_typing.final
+class WatchJobsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    LISTED_FIELD_NUMBER: _builtins.int
+    listed: _builtins.bool
+    """True on the response that ends the listed part; the ones after it carry changes."""
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]: ...
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[Global___Job] | None = ...,
+        listed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "listed", b"listed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchJobsResponse: _TypeAlias = WatchJobsResponse  # noqa: Y015
 
 @_typing.final
 class CancelJobRequest(_message.Message):
@@ -561,6 +598,7 @@ class CancelJobsRequest(_message.Message):
     ALL_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
     user: _builtins.str
     """One user's jobs."""
     mine: _builtins.bool
@@ -573,6 +611,10 @@ class CancelJobsRequest(_message.Message):
     """Recorded as each job's reason."""
     page_token: _builtins.str
     """next_page_token of the previous call with the same selection: go on from there."""
+    label_selector: _builtins.str
+    """A label selector as kubectl writes it (k=v, k!=v, k in (a,b), k notin (a,b), k, !k),
+    matched together with `labels`; it says which jobs, as labels do.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Every label must match."""
@@ -600,10 +642,11 @@ class CancelJobsRequest(_message.Message):
         all: _builtins.bool = ...,
         reason: _builtins.str = ...,
         page_token: _builtins.str = ...,
+        label_selector: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "job_ids", b"job_ids", "labels", b"labels", "mine", b"mine", "page_token", b"page_token", "phases", b"phases", "reason", b"reason", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "job_ids", b"job_ids", "label_selector", b"label_selector", "labels", b"labels", "mine", b"mine", "page_token", b"page_token", "phases", b"phases", "reason", b"reason", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -55,6 +55,11 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.ListJobsRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
+        self.WatchJobs = channel.unary_stream(
+                '/appliance.v1.ClusterService/WatchJobs',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.WatchJobsResponse.FromString,
+                _registered_method=True)
         self.CancelJob = channel.unary_unary(
                 '/appliance.v1.ClusterService/CancelJob',
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.CancelJobRequest.SerializeToString,
@@ -168,6 +173,16 @@ class ClusterServiceServicer:
     def StreamJobs(self, request, context):
         """Every matching job, newest first, in responses of up to 2 MiB; `limit` is how many jobs are
         read at a time (default 20000, at most 50000).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchJobs(self, request, context):
+        """Every matching job (as StreamJobs), then each matching job again whenever it changes (its
+        phase, priority or labels; a job submitted), like `kubectl get -w`. The listed part ends
+        with a response whose `listed` is true. Without `all`, a job that ends is sent once more
+        (in its final phase) and then no more. Never ends by itself.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -318,6 +333,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.StreamJobs,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.ListJobsRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'WatchJobs': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJobs,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.ListJobsRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.WatchJobsResponse.SerializeToString,
             ),
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
@@ -514,6 +534,33 @@ class ClusterService:
             '/appliance.v1.ClusterService/StreamJobs',
             appliance_dot_v1_dot_cluster__pb2.ListJobsRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/appliance.v1.ClusterService/WatchJobs',
+            appliance_dot_v1_dot_cluster__pb2.ListJobsRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.WatchJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

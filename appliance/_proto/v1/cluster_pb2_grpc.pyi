@@ -41,6 +41,12 @@ class ClusterServiceStub:
     """Every matching job, newest first, in responses of up to 2 MiB; `limit` is how many jobs are
     read at a time (default 20000, at most 50000).
     """
+    WatchJobs: _grpc.UnaryStreamMultiCallable[_cluster_pb2.ListJobsRequest, _cluster_pb2.WatchJobsResponse]
+    """Every matching job (as StreamJobs), then each matching job again whenever it changes (its
+    phase, priority or labels; a job submitted), like `kubectl get -w`. The listed part ends
+    with a response whose `listed` is true. Without `all`, a job that ends is sent once more
+    (in its final phase) and then no more. Never ends by itself.
+    """
     CancelJob: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.CancelJobRequest, _cluster_pb2.CancelJobResponse]
     CancelJobs: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.CancelJobsRequest, _cluster_pb2.CancelJobsResponse]
     """Cancel many jobs in one call (the counterpart of `scancel -u`): every active job a
@@ -97,6 +103,12 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     StreamJobs: _aio.UnaryStreamMultiCallable[_cluster_pb2.ListJobsRequest, _cluster_pb2.ListJobsResponse]  # type: ignore[assignment]
     """Every matching job, newest first, in responses of up to 2 MiB; `limit` is how many jobs are
     read at a time (default 20000, at most 50000).
+    """
+    WatchJobs: _aio.UnaryStreamMultiCallable[_cluster_pb2.ListJobsRequest, _cluster_pb2.WatchJobsResponse]  # type: ignore[assignment]
+    """Every matching job (as StreamJobs), then each matching job again whenever it changes (its
+    phase, priority or labels; a job submitted), like `kubectl get -w`. The listed part ends
+    with a response whose `listed` is true. Without `all`, a job that ends is sent once more
+    (in its final phase) and then no more. Never ends by itself.
     """
     CancelJob: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CancelJobRequest, _cluster_pb2.CancelJobResponse]  # type: ignore[assignment]
     CancelJobs: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CancelJobsRequest, _cluster_pb2.CancelJobsResponse]  # type: ignore[assignment]
@@ -175,6 +187,18 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_cluster_pb2.ListJobsResponse], _abc.AsyncIterator[_cluster_pb2.ListJobsResponse]]:
         """Every matching job, newest first, in responses of up to 2 MiB; `limit` is how many jobs are
         read at a time (default 20000, at most 50000).
+        """
+
+    @_abc_1.abstractmethod
+    def WatchJobs(
+        self,
+        request: _cluster_pb2.ListJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_cluster_pb2.WatchJobsResponse], _abc.AsyncIterator[_cluster_pb2.WatchJobsResponse]]:
+        """Every matching job (as StreamJobs), then each matching job again whenever it changes (its
+        phase, priority or labels; a job submitted), like `kubectl get -w`. The listed part ends
+        with a response whose `listed` is true. Without `all`, a job that ends is sent once more
+        (in its final phase) and then no more. Never ends by itself.
         """
 
     @_abc_1.abstractmethod

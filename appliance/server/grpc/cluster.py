@@ -11,6 +11,7 @@ from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
+from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import Mode, Priority, validate_labels
 from appliance.protocol import convert
 from appliance.protocol.cancels import result_to_pb, selection_from_pb
@@ -19,6 +20,7 @@ from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
 from appliance.server.grpc.errors import Ctx, stream, unary
 from appliance.services.bulk_cancels import BulkCancel
+from appliance.services.job_watch import JobWatch
 from appliance.services.jobs import JobService, check_job_id
 from appliance.services.logs import LogService
 from appliance.services.nodes import NodeService, parse_node_state
@@ -35,6 +37,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.nodes = NodeService(jobs.ctx)
         self.usage = UsageService(jobs.ctx)
         self.bulk_cancels = BulkCancel(jobs.ctx)
+        self.job_watch = JobWatch(jobs.ctx)
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED, summaries.KEEPING)
 
     @unary
@@ -75,6 +78,19 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         async for listed in self.listing.pages(query_from_request(request, by)):
             for response in summaries.responses(listed):
                 yield response
+
+    @stream
+    async def WatchJobs(
+        self, request: cluster_pb2.ListJobsRequest, context: Ctx
+    ) -> AsyncIterator[cluster_pb2.WatchJobsResponse]:
+        query = query_from_request(request, caller())
+        with self.job_watch.watching(query) as changes:  # before listing: nothing is missed
+            async for listed in self.listing.pages(query):
+                for response in summaries.responses(listed):
+                    yield cluster_pb2.WatchJobsResponse(jobs=response.jobs)
+            yield cluster_pb2.WatchJobsResponse(listed=True)
+            async for jobs in changes:
+                yield cluster_pb2.WatchJobsResponse(jobs=[convert.job_to_pb(j) for j in jobs])
 
     @unary
     async def CancelJob(
@@ -261,6 +277,7 @@ def query_from_request(msg: cluster_pb2.ListJobsRequest, by: Principal | None = 
         labels=validate_labels(dict(msg.labels)),
         limit=msg.limit,
         page_token=msg.page_token,
+        selector=parse_selector(msg.label_selector),
     )
 
 

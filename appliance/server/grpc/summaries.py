@@ -1,14 +1,15 @@
 """ListJobs and StreamJobs on the wire: cached serialized summaries joined into responses.
 
 The list use case (services/listing.py) hands out each job's serialized summary (cached under
-its version, and kept in the store across restarts) and its fresh queue position and pending
-reason. They are appended to the summary's bytes as more fields (protobuf keeps the last value
-of a field), so a listed page costs a key query and a byte join instead of building and
-serializing every message again.
+its version, and kept in the store across restarts) and its fresh queue position, pending
+reason and estimated start. They are appended to the summary's bytes as more fields (protobuf
+keeps the last value of a field), so a listed page costs a key query and a byte join instead
+of building and serializing every message again.
 """
 
 from __future__ import annotations
 
+import struct
 import sys
 from collections.abc import Sequence
 
@@ -23,6 +24,7 @@ MAX_RESPONSE_BYTES = 2 << 20  # well under gRPC's default 4 MiB receive limit
 _JOBS_FIELD_TAG = b"\x0a"  # ListJobsResponse.jobs: field 1, length-delimited
 _QUEUE_POSITION_TAG = b"\x38"  # Job.queue_position: field 7, varint
 _PENDING_REASON_TAG = b"\x32"  # Job.pending_reason: field 6, length-delimited
+_ESTIMATED_START_TAG = b"\xa1\x01"  # Job.estimated_start: field 20, 64-bit
 
 
 def serialized(job: Job) -> bytes:
@@ -49,12 +51,14 @@ def responses(
     out: list[cluster_pb2.ListJobsResponse] = []
     parts: list[bytes] = []
     size = 0
-    for data, position, reason in listed:
+    for data, position, reason, start in listed:
         if position:
             data += _QUEUE_POSITION_TAG + _varint(position)
         if reason:
             text = reason.encode()
             data += _PENDING_REASON_TAG + _varint(len(text)) + text
+        if start:
+            data += _ESTIMATED_START_TAG + struct.pack("<d", start)
         if parts and size + len(data) > max_bytes:
             out.append(cluster_pb2.ListJobsResponse.FromString(b"".join(parts)))
             parts, size = [], 0

@@ -18,6 +18,7 @@ from appliance.server.rest.controls import controls_router
 from appliance.server.rest.errors import install_error_handlers
 from appliance.server.rest.guard import RequestGuard
 from appliance.server.rest.jobs import jobs_router
+from appliance.server.rest.logs import logs_router
 from appliance.server.rest.metrics import LatencyMiddleware
 from appliance.server.rest.models import ReadyOut, StatusOut
 from appliance.server.rest.nodes import nodes_router
@@ -25,6 +26,7 @@ from appliance.server.rest.queues import queues_router
 from appliance.server.rest.standby import StandbyRefusal
 from appliance.services.health import Readiness
 from appliance.services.jobs import JobService
+from appliance.services.logs import LogService
 
 DESCRIPTION = (
     "REST door of the appliance's coordinator: submit, list, inspect, cancel and watch wsjobs. "
@@ -38,9 +40,11 @@ def create_app(
     auth: Authenticator | None = None,
     max_body_bytes: int = 4 << 20,
     standby: Callable[[], str | None] = lambda: None,
+    logs: LogService | None = None,
 ) -> FastAPI:
     """Build the app over the coordinator's services (shared with gRPC); `standby` says why
-    this coordinator does not serve the API now (server/rest/standby.py), None while it does."""
+    this coordinator does not serve the API now (server/rest/standby.py), None while it does.
+    `logs`: serve the jobs' logs too (/api/v1/jobs/{id}/logs)."""
     app = FastAPI(title="appliance", version=appliance.__version__, description=DESCRIPTION)
     auth = auth or Authenticator(None)
     caller = caller_dependency(auth)
@@ -58,6 +62,8 @@ def create_app(
     app.include_router(controls_router(jobs, caller))
     app.include_router(nodes_router(jobs, caller))
     app.include_router(queues_router(jobs, caller))
+    if logs is not None:
+        app.include_router(logs_router(logs, caller))
 
     @app.get("/healthz", tags=["health"], response_model=StatusOut)
     async def healthz() -> StatusOut:

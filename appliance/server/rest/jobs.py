@@ -14,7 +14,7 @@ from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.listing import DEFAULT_LIMIT, MAX_LIMIT, JobQuery
 from appliance.domain.phases import Phase
-from appliance.domain.spec import parse_label_selector, validate_labels
+from appliance.domain.selectors import parse_selectors
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.events import MEDIA_TYPE, sse_stream
@@ -62,7 +62,10 @@ def jobs_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
         user: Annotated[str, Query(description="Only this user's jobs.", max_length=253)] = "",
         label: Annotated[
             list[str],
-            Query(description="Label selectors k=v; repeat or comma-separate (all must match)."),
+            Query(
+                description="Label selectors as kubectl writes them: k=v, k!=v, 'k in (a,b)', "
+                "'k notin (a,b)', k, !k; comma-separate or repeat (all must match).",
+            ),
         ] = [],  # noqa: B006 - FastAPI copies defaults per request
         phase: Annotated[
             list[Phase], Query(description="Only jobs in these phases (repeatable).")
@@ -78,15 +81,15 @@ def jobs_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
         query = JobQuery(
             include_terminal=all,
             user=user,
-            labels=_selector(label),
+            selector=parse_selectors(label, field="label"),
             limit=limit,
             page_token=page_token,
             phases=frozenset(phase),
         )
         listed, token = await listing.page(query)
         found = [
-            out.model_copy(update=_waiting(position, reason)) if position else out
-            for out, position, reason in listed
+            out.model_copy(update=_waiting(position, reason, start)) if position else out
+            for out, position, reason, start in listed
         ]
         return _json(JobListOut(jobs=found, next_page_token=token))
 
@@ -153,16 +156,6 @@ def jobs_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
     return router
 
 
-def _selector(selectors: list[str]) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    try:
-        for text in selectors:
-            labels.update(parse_label_selector(text))
-        return validate_labels(labels)
-    except InvalidSpec as exc:
-        raise InvalidSpec(exc.message, field="label") from None
-
-
 def _resume_seq(last_event_id: str | None) -> int:
     if not last_event_id:
         return 0
@@ -171,10 +164,10 @@ def _resume_seq(last_event_id: str | None) -> int:
     return int(last_event_id)
 
 
-def _waiting(position: int, reason: str) -> dict[str, object]:
-    """A listed queued job's fresh queue position, and its reason when the scheduler gave one."""
-    return (
-        {"queue_position": position, "pending_reason": reason}
-        if reason
-        else {"queue_position": position}
-    )
+def _waiting(position: int, reason: str, start: float) -> dict[str, object]:
+    """A listed queued job's fresh queue position, its reason when the scheduler gave one, and
+    its estimated start."""
+    fresh: dict[str, object] = {"queue_position": position, "estimated_start": start}
+    if reason:
+        fresh["pending_reason"] = reason
+    return fresh

@@ -24,6 +24,7 @@ from appliance.domain.job import (
     ReplicaPhase,
 )
 from appliance.domain.phases import Phase
+from appliance.domain.selectors import MAX_SELECTOR_CHARS, parse_selector
 from appliance.domain.spec import MAX_RESTARTS, MAX_STEPS, Mode, Priority
 
 StrictInt = Annotated[int, Field(strict=True)]
@@ -121,6 +122,12 @@ class CancelJobsIn(BaseModel):
     labels: dict[str, str] = Field(
         default_factory=dict, description='Every label must match, e.g. {"team": "nlp"}.'
     )
+    label_selector: str = Field(
+        default="",
+        max_length=MAX_SELECTOR_CHARS,
+        description='A label selector as kubectl writes it, e.g. "team in (nlp,cv),!tmp" '
+        "(with labels, both must match).",
+    )
     phases: list[Phase] = Field(
         default_factory=list,
         max_length=len(Phase),
@@ -142,6 +149,7 @@ class CancelJobsIn(BaseModel):
             user=self.user, mine=self.mine, labels=self.labels, phases=frozenset(self.phases),
             job_ids=tuple(self.job_ids), all=self.all, reason=self.reason,
             page_token=self.page_token,
+            selector=parse_selector(self.label_selector, field="label_selector"),
         )  # fmt: skip
 
 
@@ -231,6 +239,12 @@ class JobOut(_Out):
     queue_position: int = Field(
         description="1 = next to run in its queue; 0 when not queued. In lists too, read fresh "
         "every call."
+    )
+    estimated_start: float = Field(
+        default=0.0,
+        description="A queued job's estimated start (Unix time; 0 when it cannot be estimated): "
+        "an estimate from the running jobs' steps left and rates and the jobs ahead of it. In "
+        "lists too, read fresh every call.",
     )
     systems: list[str] = Field(description="CS-2 systems reserved for the job.")
     attempt: int = Field(
@@ -360,6 +374,7 @@ def job_out(job: Job) -> JobOut:
         reason=job.reason,
         pending_reason=job.pending_reason,
         queue_position=job.queue_position,
+        estimated_start=job.estimated_start,
         systems=list(job.systems),
         attempt=job.attempt,
         restarts=job.restarts,

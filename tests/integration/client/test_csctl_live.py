@@ -21,8 +21,8 @@ def _pending_column(csctl: Csctl) -> dict[str, str]:
     result = csctl("get", "jobs", "--show-pending")
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
-    start = header.index("PENDING")
-    return {row.split()[0]: row[start:].strip() for row in rows}
+    start, end = header.index("PENDING"), header.index("START(EST)")
+    return {row.split()[0]: row[start:end].strip() for row in rows}
 
 
 def test_set_priority_moves_a_queued_job_ahead(

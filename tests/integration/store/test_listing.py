@@ -12,6 +12,7 @@ from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job, Progress
 from appliance.domain.listing import JobQuery
 from appliance.domain.phases import ACTIVE, Phase
+from appliance.domain.selectors import parse_selector
 from appliance.store.jobs import JobStore
 from tests.integration.store.driving import (
     PHASE_ORDER,
@@ -76,6 +77,29 @@ def test_list_filters_on_every_label_given(store: JobStore) -> None:
         "wsjob-ml-dev",
         "wsjob-ml-prod",
     ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["team!=ml", "team in (ml,infra),env!=dev", "team notin (ml)", "env", "!env",
+     "!team,!env", "team=ml,env in (prod,staging)"],
+)  # fmt: skip
+def test_a_label_selector_filters_as_it_matches_in_memory(store: JobStore, text: str) -> None:
+    """The store's query and LabelSelector.matches (what a watch of many jobs applies) agree."""
+    every = {
+        "wsjob-ml-prod": {"team": "ml", "env": "prod"},
+        "wsjob-ml-dev": {"team": "ml", "env": "dev"},
+        "wsjob-infra-prod": {"team": "infra", "env": "prod"},
+        "wsjob-unlabelled": {},
+    }
+    for n, (job_id, labels) in enumerate(every.items()):
+        submit(store, job_id, labels=labels, now=T0 + n)
+    selector = parse_selector(text)
+
+    found = ids(listed(store, JobQuery(selector=selector))[0])
+
+    expected = [job_id for job_id, labels in every.items() if selector.matches(labels)]
+    assert found == list(reversed(expected)) and found
 
 
 def test_list_is_newest_first_with_id_breaking_ties(store: JobStore) -> None:

@@ -21,6 +21,7 @@ from appliance.domain.ids import new_job_id
 from appliance.domain.inventory import default_pool
 from appliance.domain.job import EventKind, Job, JobEvent, Lease, Progress
 from appliance.domain.phases import Phase
+from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import JobSpec
 from appliance.protocol import convert
 
@@ -244,6 +245,7 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
             if (request.all or not job.phase.terminal)
             and (not request.user or job.user == request.user)
             and all(job.spec.labels.get(k) == v for k, v in request.labels.items())
+            and parse_selector(request.label_selector).matches(job.spec.labels)
         ]
         return sorted(jobs, key=lambda job: job.created_at, reverse=True)
 

@@ -35,7 +35,7 @@ def test_every_command_has_help_with_an_example(path: tuple[str, ...]) -> None:
 
 
 def test_help_documents_shell_completion() -> None:
-    assert 'eval "$(_CSCTL_COMPLETE=bash_source csctl)"' in Csctl(None)("--help").stdout
+    assert 'eval "$(csctl completion bash)"' in Csctl(None)("--help").stdout
 
 
 def test_completion_script_comes_from_click() -> None:

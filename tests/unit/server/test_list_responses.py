@@ -25,28 +25,33 @@ def _jobs(out: list[cluster_pb2.ListJobsResponse]) -> list[cluster_pb2.Job]:
     return [job for response in out for job in response.jobs]
 
 
-def test_a_position_and_reason_appended_to_cached_bytes_read_as_the_job_with_them() -> None:
+def test_a_position_reason_and_start_appended_to_cached_bytes_read_as_the_job_with_them() -> None:
     jobs = [_job("wsjob-a"), _job("wsjob-b"), _job("wsjob-c", Phase.RUNNING)]
-    positions, reasons = (
+    positions, reasons, starts = (
         [2, 300, 0],
         ["needs 4 systems, 0 free; behind wsjob-x (P1, 4 systems)", "", ""],
+        [1_800_000_123.25, 0.0, 0.0],
     )
-    listed = [(serialized(j), p, r) for j, p, r in zip(jobs, positions, reasons, strict=True)]
+    listed = [
+        (serialized(j), p, r, s)
+        for j, p, r, s in zip(jobs, positions, reasons, starts, strict=True)
+    ]
     [response] = responses(listed)
-    for job, position, reason, got in zip(jobs, positions, reasons, response.jobs, strict=True):
+    for job, (_, position, reason, start), got in zip(jobs, listed, response.jobs, strict=True):
         expected = convert.job_to_pb(job)
         expected.queue_position = position
         expected.pending_reason = reason or job.pending_reason
+        expected.estimated_start = start
         assert got == expected
 
 
 def test_responses_are_split_under_the_size_limit_in_order() -> None:
-    listed = [(serialized(_job(f"wsjob-{i:03}")), i, "") for i in range(50)]
+    listed = [(serialized(_job(f"wsjob-{i:03}")), i, "", 0.0) for i in range(50)]
     one = len(listed[0][0])
     out = responses(listed, max_bytes=10 * one)
     assert len(out) > 1
     assert all(r.ByteSize() <= 10 * one + 10 * 16 for r in out)
     assert [j.id for j in _jobs(out)] == [f"wsjob-{i:03}" for i in range(50)]
     assert [j.queue_position for j in _jobs(out)] == list(range(50))
-    big = [(serialized(_job("wsjob-big")), 0, "")]
+    big = [(serialized(_job("wsjob-big")), 0, "", 0.0)]
     assert len(responses(big, max_bytes=1)) == 1  # a single job larger than the limit

@@ -194,7 +194,7 @@ EVERYTHING = JobQuery(include_terminal=True)
 
 def decoded(listed: list[Listed[bytes]]) -> list[tuple[list[Any], int]]:
     """(rendering as (id, phase, labels), position) of each listed job."""
-    return [(json.loads(rendering), position) for rendering, position, _ in listed]
+    return [(json.loads(rendering), position) for rendering, position, _, _ in listed]
 
 
 async def test_a_restart_reads_the_kept_renderings_instead_of_rendering_them(

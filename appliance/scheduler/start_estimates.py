@@ -1,0 +1,99 @@
+"""When queued jobs can be expected to start (like `squeue --start`): a pure function of the
+systems free now, when each running job gives its systems back, and the queued jobs in order.
+
+The model: every queued job, in order, takes the earliest time from which enough CS-2 systems
+stay free for as long as it runs, and holds them that long (every job reserves, none is
+delayed by one behind it, as the scheduler's backfill promises). A job whose run time is
+unknown holds its systems for good; a running job whose end is unknown never gives its
+systems back. So a queued job has no estimate when no such time exists: it needs more
+systems than are usable, or what it waits for is held by jobs of unknown end. MemoryX, SwarmX,
+quotas and dependencies are left out: it is an estimate.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """A job holding `systems` usable systems until `ends_at` (None: unknown)."""
+
+    systems: int
+    ends_at: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """A queued job needing `systems`, running `seconds` once started (None: unknown)."""
+
+    job_id: str
+    systems: int
+    seconds: float | None
+
+
+def estimate_starts(
+    now: float, usable: int, holders: Iterable[Holder], waiting: Sequence[Waiting]
+) -> dict[str, float]:
+    """Estimated start times (Unix) of the `waiting` jobs that have one, by job id. `usable`:
+    the systems in service; `holders`: the jobs holding some of them."""
+    holders = list(holders)
+    free_now = usable - sum(h.systems for h in holders)
+    # The free systems as a step function: free[i] from times[i] to times[i + 1] (or on).
+    times, free = [now], [free_now]
+    for holder in sorted((h for h in holders if h.ends_at is not None), key=_end):
+        at = max(now, _end(holder))
+        if at > times[-1]:
+            times.append(at)
+            free.append(free[-1])
+        free[-1] += holder.systems
+    found: dict[str, float] = {}
+    for job in waiting:
+        start = _earliest(times, free, job.systems, job.seconds)
+        if start is None:
+            continue
+        found[job.job_id] = start
+        _reserve(times, free, start, job.seconds, job.systems)
+    return found
+
+
+def _end(holder: Holder) -> float:
+    assert holder.ends_at is not None
+    return holder.ends_at
+
+
+def _earliest(
+    times: list[float], free: list[int], need: int, seconds: float | None
+) -> float | None:
+    """The start of the first run of steps with at least `need` free that lasts `seconds`."""
+    run_start: int | None = None
+    for i, available in enumerate(free):
+        if available < need:
+            run_start = None
+            continue
+        if run_start is None:
+            run_start = i
+        run_end = times[i + 1] if i + 1 < len(times) else math.inf
+        if seconds is not None and run_end - times[run_start] >= seconds:
+            return times[run_start]
+    if run_start is not None:  # the last run lasts for ever
+        return times[run_start]
+    return None
+
+
+def _reserve(
+    times: list[float], free: list[int], start: float, seconds: float | None, need: int
+) -> None:
+    end = math.inf if seconds is None else start + seconds
+    for at in (start, end):
+        if math.isfinite(at):
+            i = bisect.bisect_right(times, at) - 1
+            if times[i] != at:
+                times.insert(i + 1, at)
+                free.insert(i + 1, free[i])
+    for i, at in enumerate(times):
+        if start <= at < end:
+            free[i] -= need

@@ -1,0 +1,95 @@
+"""/api/v1/jobs/{id}/logs: a job's replica logs as text, optionally followed (as csctl logs -f
+over gRPC GetJobLogs: the same LogService, the same authorization)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
+from fastapi.responses import StreamingResponse
+
+from appliance.domain.auth import Principal
+from appliance.domain.display import printable
+from appliance.domain.errors import ApplianceError
+from appliance.server.rest.auth import CallerDependency
+from appliance.server.rest.errors import ERROR_RESPONSES
+from appliance.services.jobs import check_job_id
+from appliance.services.logs import LogService
+
+log = logging.getLogger(__name__)
+
+MAX_TAIL_LINES = 100_000
+MEDIA_TYPE = "text/plain; charset=utf-8"
+
+JobId = Annotated[str, Path(description="The job's name, wsjob-<id>.", max_length=64)]
+
+
+def logs_router(logs: LogService, caller: CallerDependency) -> APIRouter:
+    router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=ERROR_RESPONSES)
+    authenticated = Depends(caller)
+
+    @router.get(
+        "/jobs/{job_id}/logs",
+        response_class=StreamingResponse,
+        responses={
+            200: {
+                "description": "The log lines, each prefixed with `[replica] ` unless `replica` "
+                "is given; with `follow`, streamed until the job is terminal.",
+                "content": {MEDIA_TYPE: {"schema": {"type": "string"}}},
+            }
+        },
+    )
+    async def get_job_logs(
+        job_id: JobId,
+        replica: Annotated[
+            str,
+            Query(
+                description="Only this replica's log (chief-0, cs2-0, ...); empty: every "
+                "replica's in turn.",
+                max_length=64,
+                pattern=r"^([a-z][a-z0-9]*-[0-9]{1,6})?$",
+            ),
+        ] = "",
+        follow: Annotated[
+            bool, Query(description="Keep sending new lines until the job is terminal.")
+        ] = False,
+        tail: Annotated[
+            int | None,
+            Query(
+                ge=1,
+                le=MAX_TAIL_LINES,
+                description="Of what is written so far, only each replica's last N lines.",
+            ),
+        ] = None,
+        by: Principal | None = authenticated,
+    ) -> StreamingResponse:
+        """A job's replica logs (what `csctl logs` prints), with the authorization of gRPC
+        GetJobLogs: the job's owner, their group, or an admin, while authentication is on."""
+        check_job_id(job_id)
+        await logs.check(job_id, replica, by=by)  # an error is a status, before any line
+        chunks = logs.read(job_id, replica, follow, by=by, tail=tail)
+        return StreamingResponse(
+            _lines(chunks, prefixed=not replica),
+            media_type=MEDIA_TYPE,
+            headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+        )
+
+    return router
+
+
+async def _lines(
+    chunks: AsyncIterator[tuple[str, list[str]]], *, prefixed: bool
+) -> AsyncIterator[bytes]:
+    """The lines as text, one chunk per read; an error once the status is sent ends the body
+    with a line saying it."""
+    try:
+        async for name, lines in chunks:
+            prefix = f"[{name}] " if prefixed else ""
+            yield "".join(f"{prefix}{printable(line)}\n" for line in lines).encode()
+    except ApplianceError as exc:
+        yield f"error: {exc.message}\n".encode()
+    except Exception:
+        log.exception("log stream failed")
+        yield b"error: internal error; see the coordinator's log\n"
