@@ -21,12 +21,31 @@ class JobBus:
         self._subscribers: dict[str, set[asyncio.Queue[JobEvent]]] = collections.defaultdict(set)
         self.schedule_wanted = asyncio.Event()
         self.reconcile_wanted = asyncio.Event()
+        # Watchers of any change a list shows (a phase, a priority, labels, a node's state).
+        self._changes: set[asyncio.Event] = set()
 
     def publish(self, event: JobEvent) -> None:
         for queue in list(self._subscribers.get(event.job_id, ())):
             if queue.full():  # a slow watcher loses progress events, never phase events
                 _drop_oldest_progress(queue)
             queue.put_nowait(event)
+        if event.progress is None:
+            self.changed()
+
+    def changed(self) -> None:
+        """Something a list of jobs or nodes shows changed (phase events say so themselves)."""
+        for flag in self._changes:
+            flag.set()
+
+    @contextmanager
+    def changes(self) -> Iterator[asyncio.Event]:
+        """An event set on every change (clear it before reading what changed)."""
+        flag = asyncio.Event()
+        self._changes.add(flag)
+        try:
+            yield flag
+        finally:
+            self._changes.discard(flag)
 
     @contextmanager
     def subscribe(self, job_id: str) -> Iterator[asyncio.Queue[JobEvent]]:

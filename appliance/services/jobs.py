@@ -46,6 +46,7 @@ from appliance.services.queues import QueueService
 from appliance.store.jobs import NewJob
 
 MAX_LEASE_SECONDS = 86_400.0
+CHANGES_SETTLE_SECONDS = 0.2
 
 T = TypeVar("T")
 
@@ -115,6 +116,7 @@ class JobService:
             raise
         view.enter(job_id, QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue))
         self.ctx.bus.wake_scheduler()
+        self.ctx.bus.changed()
         return job
 
     async def _check_dependencies(self, spec: JobSpec) -> None:
@@ -203,6 +205,7 @@ class JobService:
         job = await self.ctx.db(self.ctx.store.set_priority, job_id, priority, self.ctx.clock())
         self.ctx.queue.mark(job_id)
         self.ctx.bus.wake_scheduler()
+        self.ctx.bus.changed()
         return job
 
     async def update_labels(
@@ -217,9 +220,11 @@ class JobService:
         validate_labels(set_labels)
         if by is not None:
             await self._check_owner(job_id, by, "relabel")
-        return await self.ctx.db(
+        job = await self.ctx.db(
             self.ctx.store.update_labels, job_id, dict(set_labels), list(remove), self.ctx.clock()
         )
+        self.ctx.bus.changed()
+        return job
 
     async def renew_lease(self, job_id: str, holder: str, *, by: Principal | None = None) -> Job:
         check_job_id(job_id)
@@ -256,6 +261,16 @@ class JobService:
     async def events(self, job_id: str) -> list[JobEvent]:
         check_job_id(job_id)
         return await self.ctx.read(self.ctx.store.events, job_id)
+
+    async def changes(self, settle: float = CHANGES_SETTLE_SECONDS) -> AsyncIterator[None]:
+        """Yields once after each change a list shows (phases, priorities, labels, nodes'
+        states), changes within `settle` seconds of the first coming as one; never ends."""
+        with self.ctx.bus.changes() as changed:
+            while True:
+                await changed.wait()
+                await asyncio.sleep(settle)  # a pass that moves many jobs: one refresh
+                changed.clear()
+                yield None
 
     async def watch(self, job_id: str, after_seq: int = 0) -> AsyncIterator[JobEvent]:
         """Recorded events after `after_seq`, then live ones, until the job is terminal.
