@@ -38,17 +38,28 @@ def create_app(
     auth: Authenticator | None = None,
     max_body_bytes: int = 4 << 20,
     standby: Callable[[], str | None] = lambda: None,
+    cookie_paths: tuple[str, ...] = (),
 ) -> FastAPI:
     """Build the app over the coordinator's services (shared with gRPC); `standby` says why
-    this coordinator does not serve the API now (server/rest/standby.py), None while it does."""
-    app = FastAPI(title="appliance", version=appliance.__version__, description=DESCRIPTION)
+    this coordinator does not serve the API now (server/rest/standby.py), None while it does.
+    POSTs under `cookie_paths` are authenticated by the door that serves them (the web door's
+    session), not by a bearer token. /docs is the web door's (Swagger UI from local assets)."""
+    app = FastAPI(
+        title="appliance",
+        version=appliance.__version__,
+        description=DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+    )
     metrics = RestMetrics()
     auth = auth or Authenticator(None)
     caller = caller_dependency(auth)
     install_error_handlers(app)
     # Added last, so it runs first: nothing reads a body the guard refuses.
     app.add_middleware(LatencyMiddleware, metrics=metrics, clock=time.perf_counter)
-    app.add_middleware(RequestGuard, auth=auth, max_body_bytes=max_body_bytes)
+    app.add_middleware(
+        RequestGuard, auth=auth, max_body_bytes=max_body_bytes, cookie_paths=cookie_paths
+    )
     app.add_middleware(StandbyRefusal, problem=standby)
     app.include_router(jobs_router(jobs, metrics, caller))
     app.include_router(controls_router(jobs, caller))
