@@ -111,6 +111,8 @@ def test_queue_and_job_pages_follow_changes_live(
     wait_for(browser, "curve points", lambda d: int(
         d.find_element(By.ID, "chart").get_attribute("data-points") or 0) >= 2)  # fmt: skip
     wait_for(browser, "log lines", lambda d: "chief-0" in text(d, "#log"))
+    learning_rate = browser.find_element(By.ID, "chart").get_attribute("data-learning-rate")
+    assert float(learning_rate or 0) > 0, "the learning rate is drawn from progress reports"
     wait_for(browser, "the end, live", lambda d: text(d, "#phase") == "SUCCEEDED", 90)
     assert not_reloaded(browser)
     assert "RUNNING" in text(browser, "#events-table")

@@ -1,5 +1,5 @@
 // The job page's live parts: its events (a phase change re-renders the job's facts through
-// htmx), its loss and throughput curves (uPlot, from progress events) and its log tail.
+// htmx), its loss and learning-rate curves (uPlot, from progress events) and its log tail.
 // The list pages need nothing here: htmx's SSE extension refreshes them on `changed`.
 "use strict";
 
@@ -17,23 +17,25 @@
     if (step > 0) {
       data[0].push(step);
       data[1].push(Number(root.dataset.loss));
-      data[2].push(Number(root.dataset.rate));
+      data[2].push(Number(root.dataset.lr));
     }
     const where = document.getElementById("chart");
     const plot = new uPlot({
       width: Math.max(320, where.clientWidth || 640), height: 240,
-      scales: { x: { time: false }, rate: {} },
-      axes: [{ label: "step" }, { label: "loss" }, { side: 1, scale: "rate", label: "steps/s", grid: { show: false } }],
+      scales: { x: { time: false }, lr: {} },
+      axes: [{ label: "step" }, { label: "loss" },
+        { side: 1, scale: "lr", label: "learning rate", size: 70, grid: { show: false } }],
       series: [{ label: "step" }, { label: "loss", stroke: "#0b57d0", width: 2 },
-        { label: "steps/s", stroke: "#9b1c1c", scale: "rate", dash: [6, 4] }],
+        { label: "learning rate", stroke: "#9b1c1c", scale: "lr", dash: [6, 4], width: 2 }],
     }, data, where);
     return function add(progress) {
       if (!progress.step || (data[0].length && progress.step <= data[0][data[0].length - 1])) return;
       data[0].push(progress.step);
       data[1].push(progress.loss);
-      data[2].push(progress.steps_per_second);
+      data[2].push(progress.learning_rate);
       plot.setData(data);
       where.dataset.points = String(data[0].length);
+      where.dataset.learningRate = String(progress.learning_rate);
     };
   }
 
@@ -54,7 +56,10 @@
       if (!progress) return;
       add(progress);
       const shown = document.getElementById("progress");
-      if (shown) shown.textContent = `step ${progress.step}/${progress.num_steps}, loss ${progress.loss.toFixed(4)}`;
+      if (shown) {
+        shown.textContent = `step ${progress.step}/${progress.num_steps}, loss ${progress.loss.toFixed(4)}, ` +
+          `learning rate ${progress.learning_rate.toPrecision(3)}, ${progress.steps_per_second.toFixed(1)} steps/s`;
+      }
     });
     source.addEventListener("error", (message) => {
       if (message.data) {
