@@ -119,6 +119,8 @@ def test_queue_and_job_pages_follow_changes_live(
     assert "cs2-01" in text(browser, "#replicas-table")
     wait_for(browser, "the whole log", lambda d: "ended" in text(d, "#log-status"))
     browser.save_screenshot(str(shots / "job.png"))
+    browser.execute_script("document.getElementById('chart').scrollIntoView();")
+    browser.save_screenshot(str(shots / "job-curves-and-log.png"))
     dashboard.park()
     with dashboard.api("alice") as api:
         api.post(f"/api/v1/jobs/{second}/cancel")
