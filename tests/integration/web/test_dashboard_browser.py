@@ -100,7 +100,8 @@ def test_queue_and_job_pages_follow_changes_live(
     assert cells[1] == "1" and cells[3] == "alice" and cells[4] == "P2" and cells[6], cells
     browser.save_screenshot(str(shots / "queue.png"))
 
-    browser.find_element(By.LINK_TEXT, first).click()  # click through to the job
+    # Click through to the job (again if a live refresh swapped the link meanwhile).
+    wait_for(browser, "the job's link", lambda d: d.find_element(By.LINK_TEXT, first).click() or 1)
     wait_for(browser, "the job page", lambda d: text(d, "#phase") == "QUEUED")
     wait_for(browser, "its recorded events", lambda d: "QUEUED" in text(d, "#events-table"))
     mark_page(browser)
@@ -186,8 +187,10 @@ def test_jobs_filters_keyboard_and_hostile_input(
     browser.find_element(By.ID, "f-label").send_keys("exp=web")
     browser.find_element(By.ID, "f-mine").click()
     browser.find_element(By.ID, "filter").click()
-    wait_for(browser, "the filtered list", lambda d: labelled in text(d, "#jobs-table"))
-    assert "label=exp%3Dweb" in browser.current_url
+    wait_for(
+        browser, "the filtered list",
+        lambda d: "label=exp%3Dweb" in d.current_url and labelled in text(d, "#jobs-table"),
+    )  # fmt: skip
     listed = text(browser, "#jobs-table")
     assert labelled in listed and plain not in listed
     browser.save_screenshot(str(shots / "jobs.png"))
