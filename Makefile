@@ -12,15 +12,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+WEB_ASSETS := appliance/server/web/static/vendor/.installed
 
-demo: $(STAMP)  ## start the appliance (SQLite + local processes) and run a demo job
+# The dashboard's and /docs' browser assets, from the npm packages pinned in deploy/web.
+$(WEB_ASSETS): deploy/web/package-lock.json deploy/web/build.sh
+	deploy/web/build.sh
+	touch $(WEB_ASSETS)
+
+install: $(STAMP) $(WEB_ASSETS)
+
+demo: $(STAMP) $(WEB_ASSETS)  ## start the appliance (SQLite + local processes) and run a demo job
 	$(BIN)/appliance demo
 
-serve: $(STAMP)
+serve: $(STAMP) $(WEB_ASSETS)
 	$(BIN)/appliance serve
 
-test: $(STAMP)  ## unit, integration (SQLite and PostgreSQL) and end-to-end tests
+test: $(STAMP) $(WEB_ASSETS)  ## unit, integration (SQLite and PostgreSQL) and end-to-end tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
@@ -37,4 +44,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run_all
 
 clean:
-	rm -rf $(VENV) .appliance build *.egg-info
+	rm -rf $(VENV) .appliance build *.egg-info deploy/web/node_modules appliance/server/web/static/vendor

@@ -31,6 +31,8 @@ class Progress:
     checkpoint_step: int = 0
     # The checkpoint step this attempt resumed from (0: from the start).
     resumed_from_step: int = 0
+    # The learning rate of the step reported (0: not reported).
+    learning_rate: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -116,6 +116,7 @@ def progress_to_pb(p: Progress) -> common_pb2.Progress:
         reported_at=p.reported_at,
         checkpoint_step=p.checkpoint_step,
         resumed_from_step=p.resumed_from_step,
+        learning_rate=p.learning_rate,
     )
 
 
@@ -129,6 +130,7 @@ def progress_from_pb(msg: common_pb2.Progress) -> Progress:
         reported_at=msg.reported_at,
         checkpoint_step=msg.checkpoint_step,
         resumed_from_step=msg.resumed_from_step,
+        learning_rate=msg.learning_rate,
     )
 
 

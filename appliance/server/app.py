@@ -45,6 +45,7 @@ from appliance.server.grpc.metrics import CallMetrics
 from appliance.server.grpc.standby import StandbyRefusal
 from appliance.server.replica_tokens import ReplicaTokens
 from appliance.server.rest.app import create_app
+from appliance.server.web.app import COOKIE_PATHS, install_web
 from appliance.services.bus import JobBus
 from appliance.services.context import Context
 from appliance.services.health import Readiness
@@ -198,7 +199,9 @@ class Coordinator:
             s.http_max_body_bytes,
             standby=self.leadership.problem,
             logs=logs,
+            cookie_paths=COOKIE_PATHS,
         )
+        install_web(rest, self.jobs, logs, self.auth)
         config = uvicorn.Config(
             rest, host=s.host, port=s.http_port, log_level="warning", lifespan="off"
         )

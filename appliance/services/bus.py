@@ -22,22 +22,31 @@ class JobBus:
         self.schedule_wanted = asyncio.Event()
         self.reconcile_wanted = asyncio.Event()
         self._every_job: set[ChangedJobs] = set()  # watchers of every job (kubectl get -w)
+        # Watchers of any change a list shows (a phase, a priority, labels, a node's state).
+        self._changes: set[asyncio.Event] = set()
 
     def publish(self, event: JobEvent) -> None:
         for queue in list(self._subscribers.get(event.job_id, ())):
             if queue.full():  # a slow watcher loses progress events, never phase events
                 _drop_oldest_progress(queue)
             queue.put_nowait(event)
-        if event.progress is None and self._every_job:
-            ended = event.to_phase is not None and event.to_phase.terminal
-            for changed in self._every_job:
-                changed.add(event.job_id, ended)
+        if event.progress is None:
+            self._touch(event.job_id, event.to_phase is not None and event.to_phase.terminal)
 
     def touched(self, job_id: str) -> None:
         """The job changed in what a list shows with no phase event (it was submitted, its
         priority or labels changed): watchers of every job hear of it."""
+        self._touch(job_id, False)
+
+    def _touch(self, job_id: str, ended: bool) -> None:
         for changed in self._every_job:
-            changed.add(job_id, False)
+            changed.add(job_id, ended)
+        self.changed()
+
+    def changed(self) -> None:
+        """Something a list of jobs or nodes shows changed (jobs' changes say so themselves)."""
+        for flag in self._changes:
+            flag.set()
 
     @contextmanager
     def every_job(self) -> Iterator[ChangedJobs]:
@@ -48,6 +57,16 @@ class JobBus:
             yield changed
         finally:
             self._every_job.discard(changed)
+
+    @contextmanager
+    def changes(self) -> Iterator[asyncio.Event]:
+        """An event set on every change (clear it before reading what changed)."""
+        flag = asyncio.Event()
+        self._changes.add(flag)
+        try:
+            yield flag
+        finally:
+            self._changes.discard(flag)
 
     @contextmanager
     def subscribe(self, job_id: str) -> Iterator[asyncio.Queue[JobEvent]]:

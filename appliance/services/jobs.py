@@ -47,6 +47,7 @@ from appliance.services.queues import QueueService
 from appliance.store.jobs import NewJob
 
 MAX_LEASE_SECONDS = 86_400.0
+CHANGES_SETTLE_SECONDS = 0.2
 
 T = TypeVar("T")
 
@@ -262,6 +263,16 @@ class JobService:
     async def events(self, job_id: str) -> list[JobEvent]:
         check_job_id(job_id)
         return await self.ctx.read(self.ctx.store.events, job_id)
+
+    async def changes(self, settle: float = CHANGES_SETTLE_SECONDS) -> AsyncIterator[None]:
+        """Yields once after each change a list shows (phases, priorities, labels, nodes'
+        states), changes within `settle` seconds of the first coming as one; never ends."""
+        with self.ctx.bus.changes() as changed:
+            while True:
+                await changed.wait()
+                await asyncio.sleep(settle)  # a pass that moves many jobs: one refresh
+                changed.clear()
+                yield None
 
     async def watch(self, job_id: str, after_seq: int = 0) -> AsyncIterator[JobEvent]:
         """Recorded events after `after_seq`, then live ones, until the job is terminal.

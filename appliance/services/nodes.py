@@ -59,6 +59,7 @@ class NodeService:
             for job_id, attempt in holders:
                 await self._take_away(job_id, attempt, node)
         self.ctx.bus.wake_scheduler()
+        self.ctx.bus.changed()
         return node
 
     async def status(self, name: str) -> tuple[NodeUsage, list[str]]:

@@ -126,6 +126,12 @@ grep -Eq '^NAME[[:space:]].*PHASE' <<<"$listing" || fail "csctl printed no NAME 
 grep -Eq "^${job_id}[[:space:]].*SUCCEEDED" <<<"$listing" ||
     fail "csctl did not list $job_id as SUCCEEDED"
 
+# 3b. The dashboard and its browser assets (package data copied from npm) are served.
+for path in / /ui/static/vendor/htmx.min.js /ui/static/vendor/swagger-ui-bundle.js /docs; do
+    "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' \
+        "$http$path" || fail "the image does not serve $path"
+done
+
 # 4. csctl is on the image's PATH, and the container runs as the non-root user.
 docker exec "$name" csctl --server "127.0.0.1:$inner_grpc_port" version >&2 ||
     fail "csctl version failed inside the container"

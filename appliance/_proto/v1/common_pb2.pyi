@@ -127,6 +127,7 @@ class Progress(_message.Message):
     REPORTED_AT_FIELD_NUMBER: _builtins.int
     CHECKPOINT_STEP_FIELD_NUMBER: _builtins.int
     RESUMED_FROM_STEP_FIELD_NUMBER: _builtins.int
+    LEARNING_RATE_FIELD_NUMBER: _builtins.int
     step: _builtins.int
     num_steps: _builtins.int
     loss: _builtins.float
@@ -138,6 +139,8 @@ class Progress(_message.Message):
     """The newest checkpoint of the run (the one it resumed from until it writes one)."""
     resumed_from_step: _builtins.int
     """The checkpoint step this attempt resumed from (0: from the start)."""
+    learning_rate: _builtins.float
+    """The learning rate of the step reported (0: not reported, e.g. an evaluation)."""
     def __init__(
         self,
         *,
@@ -149,10 +152,11 @@ class Progress(_message.Message):
         reported_at: _builtins.float = ...,
         checkpoint_step: _builtins.int = ...,
         resumed_from_step: _builtins.int = ...,
+        learning_rate: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_step", b"checkpoint_step", "loss", b"loss", "num_steps", b"num_steps", "reported_at", b"reported_at", "resumed_from_step", b"resumed_from_step", "samples_per_second", b"samples_per_second", "step", b"step", "steps_per_second", b"steps_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_step", b"checkpoint_step", "learning_rate", b"learning_rate", "loss", b"loss", "num_steps", b"num_steps", "reported_at", b"reported_at", "resumed_from_step", b"resumed_from_step", "samples_per_second", b"samples_per_second", "step", b"step", "steps_per_second", b"steps_per_second"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

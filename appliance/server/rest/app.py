@@ -41,11 +41,20 @@ def create_app(
     max_body_bytes: int = 4 << 20,
     standby: Callable[[], str | None] = lambda: None,
     logs: LogService | None = None,
+    cookie_paths: tuple[str, ...] = (),
 ) -> FastAPI:
     """Build the app over the coordinator's services (shared with gRPC); `standby` says why
     this coordinator does not serve the API now (server/rest/standby.py), None while it does.
-    `logs`: serve the jobs' logs too (/api/v1/jobs/{id}/logs)."""
-    app = FastAPI(title="appliance", version=appliance.__version__, description=DESCRIPTION)
+    `logs`: serve the jobs' logs too (/api/v1/jobs/{id}/logs). POSTs under `cookie_paths` are
+    authenticated by the door that serves them (the web door's session), not by a bearer
+    token. /docs is the web door's (Swagger UI from local assets)."""
+    app = FastAPI(
+        title="appliance",
+        version=appliance.__version__,
+        description=DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+    )
     auth = auth or Authenticator(None)
     caller = caller_dependency(auth)
     install_error_handlers(app)
@@ -56,7 +65,9 @@ def create_app(
         routes=app.router.routes,
         clock=time.perf_counter,
     )
-    app.add_middleware(RequestGuard, auth=auth, max_body_bytes=max_body_bytes)
+    app.add_middleware(
+        RequestGuard, auth=auth, max_body_bytes=max_body_bytes, cookie_paths=cookie_paths
+    )
     app.add_middleware(StandbyRefusal, problem=standby)
     app.include_router(jobs_router(jobs, caller))
     app.include_router(controls_router(jobs, caller))

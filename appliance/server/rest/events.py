@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 from appliance.domain.errors import ApplianceError
 from appliance.domain.job import JobEvent
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 15.0
 MEDIA_TYPE = "text/event-stream"
+
+T = TypeVar("T")
 
 
 def sse_frame(event: JobEvent) -> bytes:
@@ -41,13 +44,15 @@ def error_frame(exc: Exception) -> bytes:
 
 
 async def sse_stream(
-    events: AsyncIterator[JobEvent],
+    events: AsyncIterator[T],
     recheck: Callable[[], Awaitable[object]] | None = None,
     keepalive: float = KEEPALIVE_SECONDS,
+    frame: Callable[[T], bytes] = sse_frame,  # type: ignore[assignment]
 ) -> AsyncIterator[bytes]:
-    """Frames of `events` until it ends (the job is terminal) or the client goes away.
-    `recheck` runs before each frame: it raises (a revoked token) to end the stream."""
-    pending: asyncio.Future[JobEvent] = asyncio.ensure_future(anext(events))
+    """Frames of `events` (a job's, by default) until it ends (the job is terminal) or the
+    client goes away. `recheck` runs before each frame: it raises (a revoked token) to end
+    the stream."""
+    pending: asyncio.Future[T] = asyncio.ensure_future(anext(events))
     try:
         while True:
             done, _ = await asyncio.wait({pending}, timeout=keepalive)
@@ -67,7 +72,7 @@ async def sse_stream(
                 except Exception as exc:
                     yield error_frame(exc)
                     return
-            yield sse_frame(event)
+            yield frame(event)
             pending = asyncio.ensure_future(anext(events))
     finally:
         # The watch ends inside its own task (leaving the bus); nothing here waits on it.

@@ -21,17 +21,24 @@ _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, auth: Authenticator, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        auth: Authenticator,
+        max_body_bytes: int,
+        cookie_paths: tuple[str, ...] = (),
+    ) -> None:
         self.app = app
         self.auth = auth
         self.max_body_bytes = max_body_bytes
+        self.cookie_paths = cookie_paths  # their door checks its own session (web/session.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _WITH_BODY:
             await self.app(scope, receive, send)
             return
         headers = {k.lower(): v for k, v in scope["headers"]}
-        if self.auth.enabled:
+        if self.auth.enabled and not scope["path"].startswith(self.cookie_paths):
             authorization = headers.get(b"authorization", b"").decode("latin-1")
             try:
                 self.auth.caller(authorization or None)

@@ -208,6 +208,9 @@ class ProgressOut(_Out):
     resumed_from_step: int = Field(
         default=0, description="The checkpoint step this attempt resumed from (0: the start)."
     )
+    learning_rate: float = Field(
+        default=0.0, description="The learning rate of the step reported (0: not reported)."
+    )
 
 
 class ReplicaOut(_Out):
@@ -326,6 +329,7 @@ def progress_out(p: Progress) -> ProgressOut:
         reported_at=p.reported_at,
         checkpoint_step=p.checkpoint_step,
         resumed_from_step=p.resumed_from_step,
+        learning_rate=p.learning_rate,
     )
 
 

@@ -102,7 +102,7 @@ class TrainingLoop:
             if now - rate.since >= PROGRESS_INTERVAL or final or checkpointed:
                 steps_per_second = (done - rate.step) / max(now - rate.since, 1e-9)
                 rate = _Rate(now, done)
-                if not await self._report(done, loss, steps_per_second, final):
+                if not await self._report(done, loss, steps_per_second, final, learning_rate):
                     return None
         await self._checkpoint(layout.num_steps)
         if layout.mode == "train_and_eval":
@@ -177,11 +177,13 @@ class TrainingLoop:
         self.checkpoint_step = self._written = step
         log.info("wrote %s", path)
 
-    async def _report(self, done: int, loss: float, steps_per_second: float, final: bool) -> bool:
+    async def _report(
+        self, done: int, loss: float, steps_per_second: float, final: bool, lr: float = 0.0
+    ) -> bool:
         """Report progress; False if the coordinator says to stop. Asked for a checkpoint now
         (the job is being preempted), write one at this step boundary and report it: the next
         attempt resumes exactly here."""
-        progress = self._progress(done, loss, steps_per_second)
+        progress = self._progress(done, loss, steps_per_second, lr)
         directive = await self.control.report_progress(progress, retry=final)
         log.info("step %d/%d loss %.4f (%.1f steps/s)", done, progress.num_steps, loss,
                  steps_per_second)  # fmt: skip
@@ -189,14 +191,16 @@ class TrainingLoop:
         if asked and self.model_dir is not None:
             log.info("asked for a checkpoint now: writing one at step %d", done)
             await self._checkpoint(done)
-            progress = self._progress(done, loss, steps_per_second)
+            progress = self._progress(done, loss, steps_per_second, lr)
             directive = await self.control.report_progress(progress, retry=True, checkpointed=True)
         if directive is not None and not directive.keep_running:
             log.info("the coordinator says stop; stopping at step %d", done)
             return False
         return True
 
-    def _progress(self, done: int, loss: float, steps_per_second: float) -> common_pb2.Progress:
+    def _progress(
+        self, done: int, loss: float, steps_per_second: float, lr: float
+    ) -> common_pb2.Progress:
         return common_pb2.Progress(
             step=done,
             num_steps=self.layout.num_steps,
@@ -206,6 +210,7 @@ class TrainingLoop:
             reported_at=time.time(),
             checkpoint_step=self.checkpoint_step,
             resumed_from_step=self.start_step,
+            learning_rate=lr,
         )
 
 

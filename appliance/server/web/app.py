@@ -1,0 +1,54 @@
+"""Add the web door to the coordinator's HTTP app: the dashboard's pages, actions and live
+feeds, its static assets, and Swagger UI at /docs from the same local assets (an offline
+cluster gets a working /docs)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+from appliance.server.auth import Authenticator
+from appliance.server.web.actions import actions_router
+from appliance.server.web.pages import pages_router
+from appliance.server.web.render import HERE, PREFIX
+from appliance.server.web.session import Sessions
+from appliance.server.web.streams import streams_router
+from appliance.services.jobs import JobService
+from appliance.services.logs import LogService
+
+log = logging.getLogger(__name__)
+
+STATIC = HERE / "static"
+VENDOR = f"{PREFIX}/static/vendor"
+# The paths whose POSTs the web door authenticates itself (its session cookie), not the
+# REST door's bearer-token guard.
+COOKIE_PATHS = (f"{PREFIX}/",)
+
+
+def install_web(app: FastAPI, jobs: JobService, logs: LogService, auth: Authenticator) -> None:
+    """The dashboard on `app` (made with docs_url=None: /docs is served here)."""
+    if not (STATIC / "vendor" / "htmx.min.js").exists():
+        log.warning(
+            "the dashboard's browser assets are missing (%s): run `make install` "
+            "(deploy/web/build.sh) to copy them from npm",
+            STATIC / "vendor",
+        )
+    sessions = Sessions(auth)
+    app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
+    app.include_router(pages_router(jobs, sessions))
+    app.include_router(actions_router(jobs, sessions, auth))
+    app.include_router(streams_router(jobs, logs, sessions))
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url=f"{VENDOR}/swagger-ui-bundle.js",
+            swagger_css_url=f"{VENDOR}/swagger-ui.css",
+            swagger_favicon_url=f"{VENDOR}/favicon-32x32.png",
+        )

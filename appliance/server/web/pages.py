@@ -1,0 +1,143 @@
+"""The dashboard's pages: thin routes that call the use cases REST calls and render them."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import HTMLResponse
+
+from appliance.domain.auth import Principal
+from appliance.domain.inventory import NodeKind, NodeUsage
+from appliance.domain.job import Job
+from appliance.domain.listing import DEFAULT_LIMIT, JobQuery
+from appliance.domain.phases import Phase
+from appliance.domain.spec import Priority
+from appliance.domain.usage import UsageBy
+from appliance.server.web.fields import labels, one_of
+from appliance.server.web.render import PREFIX, HtmlRoute, age, page
+from appliance.server.web.session import Sessions
+from appliance.services.jobs import JobService
+from appliance.services.usage import UsageService
+
+JobId = Annotated[str, Path(max_length=64)]
+MAX_SHOWN = 2_000  # rows a list page shows at most (the API pages beyond)
+
+
+def pages_router(jobs: JobService, sessions: Sessions) -> APIRouter:
+    router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
+    caller = Depends(sessions.caller)
+    listing = jobs.listing(lambda job: job, max_cached=MAX_SHOWN)
+    usage = UsageService(jobs.ctx)
+
+    async def listed(query: JobQuery) -> list[Job]:
+        found, _ = await listing.page(query)
+        return [_waiting(job, *where) for job, *where in found]
+
+    @router.get("/", response_class=HTMLResponse)
+    @router.get(f"{PREFIX}/queue", response_class=HTMLResponse)
+    async def queue_page(request: Request, by: Principal | None = caller) -> HTMLResponse:
+        """Queued jobs in the order they will run, each queue on its own."""
+        queued = await listed(JobQuery(phases=frozenset({Phase.QUEUED}), limit=MAX_SHOWN))
+        queued.sort(key=lambda job: (job.spec.queue, job.queue_position or MAX_SHOWN))
+        rows = [_row(job) for job in queued]
+        return page(request, "queue.html", {"rows": rows, "title": "Queue"})
+
+    @router.get(f"{PREFIX}/jobs", response_class=HTMLResponse)
+    async def jobs_page(
+        request: Request,
+        all: bool = False,
+        mine: bool = False,
+        user: Annotated[str, Query(max_length=253)] = "",
+        label: Annotated[str, Query(max_length=1024)] = "",
+        phase: Annotated[str, Query(max_length=20)] = "",
+        by: Principal | None = caller,
+    ) -> HTMLResponse:
+        """Jobs as `csctl get jobs` lists them: all (with finished), mine, labels, phase."""
+        if mine and by is not None:
+            user = by.user
+        wanted = Phase(one_of(phase, list(Phase), "phase")) if phase else None
+        query = JobQuery(
+            include_terminal=all, user=user, labels=labels(label, "label"), limit=DEFAULT_LIMIT,
+            phases=frozenset({wanted}) if wanted else frozenset(),
+        )  # fmt: skip
+        rows = [_row(job) for job in await listed(query)]
+        filters = {"all": all, "mine": mine, "user": user, "label": label, "phase": wanted}
+        return page(request, "jobs.html", {"rows": rows, "filters": filters, "phases": list(Phase),
+                                           "title": "Jobs"})  # fmt: skip
+
+    @router.get(f"{PREFIX}/jobs/{{job_id}}", response_class=HTMLResponse)
+    async def job_page(
+        request: Request, job_id: JobId, by: Principal | None = caller
+    ) -> HTMLResponse:
+        """One job: spec, phase, attempts, replicas, events, log tail and curves."""
+        job = await jobs.get(job_id, by=by)
+        priorities = [p.name for p in Priority]
+        context = {"job": job, "row": _row(job), "priorities": priorities, "title": job.id}
+        return page(request, "job.html", context)
+
+    @router.get(f"{PREFIX}/cluster", response_class=HTMLResponse)
+    async def cluster_page(request: Request, by: Principal | None = caller) -> HTMLResponse:
+        """The pool as tiles: every CS-2, MemoryX and SwarmX node, coloured by state."""
+        nodes = await jobs.nodes()
+        groups = [
+            (kind, [_tile(u, held) for u, held in nodes if u.node.kind is kind])
+            for kind in NodeKind
+        ]
+        return page(request, "cluster.html", {"groups": groups, "title": "Cluster"})
+
+    @router.get(f"{PREFIX}/queues", response_class=HTMLResponse)
+    async def queues_page(
+        request: Request,
+        group_by: Annotated[UsageBy, Query(alias="by")] = UsageBy.USER,
+        since: Annotated[str, Query(max_length=40)] = "",
+        by: Principal | None = caller,
+    ) -> HTMLResponse:
+        """Queues (quota, use, fair share) and usage accounting over a window."""
+        queues = await jobs.queues.list()
+        window, rows = await usage.report(since, "", group_by.value)
+        context = {
+            "queues": queues, "usage": rows, "usage_by": group_by.value, "since": since,
+            "bys": [b.value for b in UsageBy], "window": window, "title": "Queues and usage",
+        }  # fmt: skip
+        return page(request, "queues.html", context)
+
+    return router
+
+
+def _waiting(job: Job, position: int, reason: str, estimated_start: float) -> Job:
+    """A listed queued job with its fresh position, reason and estimated start (as the REST
+    list shows it)."""
+    if not position:
+        return job
+    return dataclasses.replace(
+        job,
+        queue_position=position,
+        pending_reason=reason or job.pending_reason,
+        estimated_start=estimated_start,
+    )
+
+
+def _row(job: Job) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "id": job.id, "user": job.user, "phase": job.phase.value,
+        "priority": job.spec.priority.name, "queue": job.spec.queue,
+        "position": job.queue_position or "",
+        "reason": job.pending_reason if job.phase is Phase.QUEUED else job.reason,
+        "age": age(job.created_at, now), "systems": ", ".join(job.systems),
+        "labels": ", ".join(f"{k}={v}" for k, v in sorted(job.spec.labels.items())),
+        "step": f"{job.progress.step}/{job.spec.num_steps}" if job.progress.step else "",
+    }  # fmt: skip
+
+
+def _tile(usage: NodeUsage, holders: list[str]) -> dict[str, Any]:
+    node = usage.node
+    state = node.state.value
+    look = "busy" if state == "ok" and usage.used else ("idle" if state == "ok" else state)
+    return {
+        "name": node.name, "state": state, "look": look, "reason": node.reason,
+        "jobs": holders, "used": usage.used, "capacity": node.capacity,
+    }  # fmt: skip
