@@ -34,7 +34,7 @@ def pages_router(jobs: JobService, sessions: Sessions) -> APIRouter:
 
     async def listed(query: JobQuery) -> list[Job]:
         found, _ = await listing.page(query)
-        return [_waiting(job, *where) for job, *where in found]
+        return [_waiting(job, pos, reason, start) for job, pos, reason, start in found]
 
     @router.get("/", response_class=HTMLResponse)
     @router.get(f"{PREFIX}/queue", response_class=HTMLResponse)
