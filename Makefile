@@ -9,7 +9,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	# setuptools says, on every editable install, that a folder named like a package takes
+	# precedence: true of every editable install, and half of a newcomer's first screen.
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
