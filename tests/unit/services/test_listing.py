@@ -308,3 +308,30 @@ async def test_warm_waits_while_a_listing_runs(
     assert [r[0][0] for r in listed] == NEWEST_FIRST[:2]
     assert warmed.rendered == 3  # what the listing had not read
     assert sorted(render.rendered) == IDS
+
+
+async def rendered_ahead_record(listing: JobListing, caplog: pytest.LogCaptureFixture) -> Any:
+    """The line the first pass of `render_ahead` logs."""
+    caplog.set_level("DEBUG", logger="appliance.services.listing")
+    passes = asyncio.create_task(listing.render_ahead(EVERYTHING, every=3600))
+    try:
+        while not [r for r in caplog.records if "ahead of the first listing" in r.message]:
+            await asyncio.sleep(0.01)
+    finally:
+        passes.cancel()
+    (record,) = [r for r in caplog.records if "ahead of the first listing" in r.message]
+    return record
+
+
+async def test_rendering_ahead_on_a_new_store_is_no_line_at_start_up(
+    ctx: Context, caplog: pytest.LogCaptureFixture
+) -> None:
+    record = await rendered_ahead_record(JobListing(ctx, Renders(), max_cached=100), caplog)
+    assert record.levelname == "DEBUG"  # "rendered 0 job summaries" is noise to a newcomer
+
+
+async def test_rendering_ahead_a_history_is_said_at_start_up(
+    ctx: Context, render: Renders, caplog: pytest.LogCaptureFixture
+) -> None:
+    record = await rendered_ahead_record(JobListing(ctx, render, max_cached=100), caplog)
+    assert record.levelname == "INFO" and f"rendered {len(IDS)} job summaries" in record.message
