@@ -87,7 +87,7 @@ class Job:
     started_at: float = 0.0
     finished_at: float = 0.0
     replicas: tuple[Replica, ...] = ()
-    lease: Lease | None = None
+    lease: Lease | None = None  # None: no lease, or released because the job ended
     # The owner's groups when it submitted (who else may act on the job).
     groups: tuple[str, ...] = ()
     # Attempts begun (0 while never scheduled); the ones before the current one were requeued.
