@@ -287,24 +287,12 @@ def _run_demo_job(address: str, num_csx: int, num_steps: int) -> None:
                 f"submitted {job.id}; follow it with: {csctl} --server {address} get job {job.id}"
             )
             for event in job.watch():
-                click.echo(f"  {job.id}: {_describe(event)}")
+                click.echo(f"  {event}")
             click.echo(
                 f"demo job {job.id} is {job.status.phase.value}; Ctrl-C stops the appliance"
             )
     except ApplianceError as exc:
         click.echo(f"demo job failed: {exc.message}", err=True)
-
-
-def _describe(event: object) -> str:
-    from appliance.domain.job import JobEvent
-
-    assert isinstance(event, JobEvent)
-    if event.progress is not None:
-        p = event.progress
-        return f"step {p.step}/{p.num_steps} loss {p.loss:.4f} ({p.steps_per_second:.1f} steps/s)"
-    before = event.from_phase.value if event.from_phase else "-"
-    after = event.to_phase.value if event.to_phase else "-"
-    return f"{before} -> {after}: {event.reason}"
 
 
 main.add_command(simulate)

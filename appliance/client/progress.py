@@ -26,12 +26,8 @@ def clock_time(unix_seconds: float) -> str:
 
 
 def describe_progress(progress: Progress) -> str:
-    """`step 40/100  loss 0.1234  12.5 steps/s`."""
-    total = f"/{progress.num_steps}" if progress.num_steps else ""
-    parts = [f"step {progress.step}{total}", f"loss {progress.loss:.4f}"]
-    if progress.steps_per_second:
-        parts.append(f"{progress.steps_per_second:.1f} steps/s")
-    return "  ".join(parts)
+    """`step 40/100  loss 0.1234  12.5 steps/s`, and the newest evaluation once there is one."""
+    return str(progress)
 
 
 def describe_event(event: JobEvent) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from appliance.domain.display import printable
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.domain.spec import JobSpec
@@ -31,6 +32,21 @@ class Progress:
     checkpoint_step: int = 0
     # The checkpoint step this attempt resumed from (0: from the start).
     resumed_from_step: int = 0
+    # The newest evaluation of the run (modes eval and train_and_eval); None before one.
+    eval_loss: float | None = None
+    eval_accuracy: float | None = None  # the fraction of predictions that were right
+
+    def __str__(self) -> str:
+        """`step 40/100  loss 0.1234  12.5 steps/s  eval loss 0.2345  accuracy 91.2%`."""
+        total = f"/{self.num_steps}" if self.num_steps else ""
+        parts = [f"step {self.step}{total}", f"loss {self.loss:.4f}"]
+        if self.steps_per_second:
+            parts.append(f"{self.steps_per_second:.1f} steps/s")
+        if self.eval_loss is not None:
+            parts.append(f"eval loss {self.eval_loss:.4f}")
+        if self.eval_accuracy is not None:
+            parts.append(f"accuracy {self.eval_accuracy:.1%}")
+        return "  ".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +117,15 @@ class Job:
     # The jobs that wait for this one (full views only).
     dependents: tuple[str, ...] = ()
 
+    def __str__(self) -> str:
+        """`wsjob-… SUCCEEDED: chief finished all steps (step 200/200  loss 2.0091)`: what
+        print() of a status shows (the repr keeps every field)."""
+        reason = self.pending_reason if self.phase is Phase.QUEUED else self.reason
+        said = f"{self.id} {self.phase}" + (f": {reason}" if reason else "")
+        if self.progress.step or self.progress.eval_loss is not None:
+            said += f" ({self.progress})"
+        return printable(said)
+
 
 class EventKind(enum.StrEnum):
     PHASE = "phase"
@@ -117,6 +142,15 @@ class JobEvent:
     to_phase: Phase | None = None
     reason: str = ""
     progress: Progress | None = None
+
+    def __str__(self) -> str:
+        """`wsjob-…: QUEUED -> SCHEDULED: reserved cs2-01` or `wsjob-…: step 40/100  loss …`:
+        what print() of an event shows (the repr keeps every field)."""
+        if self.kind is EventKind.PROGRESS and self.progress is not None:
+            return f"{self.job_id}: {self.progress}"
+        before = f"{self.from_phase} -> " if self.from_phase else ""
+        reason = f": {self.reason}" if self.reason else ""
+        return printable(f"{self.job_id}: {before}{self.to_phase}{reason}")
 
 
 def without_details(job: Job) -> Job:
