@@ -182,6 +182,8 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
             "steps_per_second": progress.steps_per_second,
             "samples_per_second": progress.samples_per_second,
             "reported_at": timestamp(progress.reported_at),
+            "eval_loss": progress.eval_loss,
+            "eval_accuracy": progress.eval_accuracy,
         },
         "created_at": timestamp(job.created_at),
         "updated_at": timestamp(job.updated_at),

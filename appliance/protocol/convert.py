@@ -116,6 +116,8 @@ def progress_to_pb(p: Progress) -> common_pb2.Progress:
         reported_at=p.reported_at,
         checkpoint_step=p.checkpoint_step,
         resumed_from_step=p.resumed_from_step,
+        eval_loss=p.eval_loss,
+        eval_accuracy=p.eval_accuracy,
     )
 
 
@@ -129,6 +131,8 @@ def progress_from_pb(msg: common_pb2.Progress) -> Progress:
         reported_at=msg.reported_at,
         checkpoint_step=msg.checkpoint_step,
         resumed_from_step=msg.resumed_from_step,
+        eval_loss=msg.eval_loss if msg.HasField("eval_loss") else None,
+        eval_accuracy=msg.eval_accuracy if msg.HasField("eval_accuracy") else None,
     )
 
 

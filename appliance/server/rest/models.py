@@ -200,6 +200,12 @@ class ProgressOut(_Out):
     resumed_from_step: int = Field(
         default=0, description="The checkpoint step this attempt resumed from (0: the start)."
     )
+    eval_loss: float | None = Field(
+        default=None, description="The newest evaluation's loss (eval, train_and_eval)."
+    )
+    eval_accuracy: float | None = Field(
+        default=None, description="The newest evaluation's accuracy, a fraction of 1."
+    )
 
 
 class ReplicaOut(_Out):
@@ -312,6 +318,8 @@ def progress_out(p: Progress) -> ProgressOut:
         reported_at=p.reported_at,
         checkpoint_step=p.checkpoint_step,
         resumed_from_step=p.resumed_from_step,
+        eval_loss=p.eval_loss,
+        eval_accuracy=p.eval_accuracy,
     )
 
 
