@@ -81,6 +81,13 @@ class JobSubmitIn(BaseModel):
         description='Jobs it waits for: "wsjob-…" (afterok: it succeeded), or "afterok:…", '
         '"afterany:…" (it ended), "afternotok:…" (it failed or was cancelled).',
     )
+    user: str = Field(
+        default="",
+        max_length=253,
+        description="Whose job it is while authentication is off: the user the request names, "
+        'as at every door (the Python client and csctl name your OS user); empty: "anonymous". '
+        "With authentication on the job is the token's user's, and this is ignored.",
+    )
 
     def spec_fields(self) -> dict[str, Any]:
         """The fields for validate_spec: the same rules as every other door."""
