@@ -32,7 +32,7 @@ def test_a_job_runs_to_success_and_the_stream_ends_there(rest: Rest) -> None:
     assert submitted["phase"] == "QUEUED"
     assert submitted["user"] == "anonymous"
     assert submitted["spec"]["params_yaml"] == SMALL_PARAMS
-    assert submitted["spec"]["priority"] == "p2" and submitted["spec"]["mode"] == "train"
+    assert submitted["spec"]["priority"] == "P2" and submitted["spec"]["mode"] == "train"
 
     events = _sse(rest, submitted["id"])  # returns only because the server ends the stream
 
@@ -72,7 +72,7 @@ def test_params_as_a_json_object_priority_and_mode(parked: Rest) -> None:
     )
     got = parked.job(job["id"])
     assert (got["spec"]["max_restarts"], got["attempt"]) == (2, 0)  # queued: none begun
-    assert got["spec"]["priority"] == "p1" and got["spec"]["mode"] == "eval"
+    assert got["spec"]["priority"] == "P1" and got["spec"]["mode"] == "eval"
     assert got["spec"]["model_dir"] == "/tmp/appliance-rest-model"
     assert "hidden_sizes" in got["spec"]["params_yaml"]
     assert got["pending_reason"] and got["queue_position"] >= 1
