@@ -6,18 +6,20 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo serve test lint proto bench clean
 
+# Quiet, as a newcomer's first screen should be: one line, then pip's errors if any. setuptools
+# says on every editable install that a folder named like a package takes precedence (true of
+# every editable install): filtered.
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	# setuptools says, on every editable install, that a folder named like a package takes
-	# precedence: true of every editable install, and half of a newcomer's first screen.
-	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	@echo "installing the appliance and its tools into $(VENV) (a minute, once)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
 
 install: $(STAMP)
 
 demo: $(STAMP)  ## start the appliance (SQLite + local processes) and run a demo job
-	$(BIN)/appliance demo
+	@$(BIN)/appliance demo
 
 serve: $(STAMP)
 	$(BIN)/appliance serve
