@@ -89,8 +89,8 @@ class UsageRowOut(BaseModel):
 
 
 class UsageOut(BaseModel):
-    since: float
-    until: float
+    since: Moment
+    until: Moment
     by: UsageBy
     rows: list[UsageRowOut]
 
@@ -133,7 +133,10 @@ def queues_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
         """Usage accounting per user, group or queue over a window (all users' usage)."""
         query, rows = await usage.report(since, until, group_by.value)
         return UsageOut(
-            since=query.since, until=query.until, by=query.by, rows=[_row(r) for r in rows]
+            since=utc_moment(query.since),
+            until=utc_moment(query.until),
+            by=query.by,
+            rows=[_row(r) for r in rows],
         )
 
     return router
