@@ -6,23 +6,27 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo serve test lint proto bench clean
 
+# Quiet, as a newcomer's first screen should be: one line, then pip's errors if any. setuptools
+# says on every editable install that a folder named like a package takes precedence (true of
+# every editable install): filtered.
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	@echo "installing the appliance and its tools into $(VENV) (a minute, once)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
 
 WEB_ASSETS := appliance/server/web/static/vendor/.installed
 
 # The dashboard's and /docs' browser assets, from the npm packages pinned in deploy/web.
 $(WEB_ASSETS): deploy/web/package-lock.json deploy/web/build.sh
-	deploy/web/build.sh
-	touch $(WEB_ASSETS)
+	@deploy/web/build.sh
+	@touch $(WEB_ASSETS)
 
 install: $(STAMP) $(WEB_ASSETS)
 
 demo: $(STAMP) $(WEB_ASSETS)  ## start the appliance (SQLite + local processes) and run a demo job
-	$(BIN)/appliance demo
+	@$(BIN)/appliance demo
 
 serve: $(STAMP) $(WEB_ASSETS)
 	$(BIN)/appliance serve

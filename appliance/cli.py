@@ -6,7 +6,9 @@ import asyncio
 import gc
 import logging
 import os
+import shutil
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -248,12 +250,31 @@ def try_hint(grpc_address: str, *, in_pod: bool) -> str:
             "try, from your machine: kubectl port-forward svc/<release> 50051 8080 (the chart "
             "prints the exact command), then: csctl --server 127.0.0.1:50051 get jobs -a"
         )
-    return f"try: csctl --server {grpc_address} get jobs -a"
+    csctl = csctl_command()
+    hint = f"try: {csctl} --server {grpc_address} get jobs -a"
+    if csctl != "csctl":
+        hint += f" (plain `csctl` once you run: . {Path(csctl).parent / 'activate'})"
+    return hint
+
+
+def csctl_command() -> str:
+    """How a user types csctl in a new shell: `csctl` when the one installed beside this
+    command is what PATH finds; otherwise its path (relative when under the working directory,
+    e.g. .venv/bin/csctl: `make install` does not activate the virtualenv)."""
+    beside = Path(sys.executable).parent / "csctl"  # not resolved: a venv's python is a link
+    on_path = shutil.which("csctl")
+    if not beside.exists() or (on_path is not None and os.path.samefile(on_path, beside)):
+        return "csctl"
+    try:
+        return str(beside.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(beside.absolute())
 
 
 def _run_demo_job(address: str, num_csx: int, num_steps: int) -> None:
     from appliance.client import ApplianceClient
 
+    csctl = csctl_command()
     try:
         with ApplianceClient(address) as client:
             job = client.submit(
@@ -263,27 +284,15 @@ def _run_demo_job(address: str, num_csx: int, num_steps: int) -> None:
                 labels={"demo": "fc-mnist"},
             )
             click.echo(
-                f"submitted {job.id}; follow it with: csctl --server {address} get job {job.id}"
+                f"submitted {job.id}; follow it with: {csctl} --server {address} get job {job.id}"
             )
             for event in job.watch():
-                click.echo(f"  {job.id}: {_describe(event)}")
+                click.echo(f"  {event}")
             click.echo(
                 f"demo job {job.id} is {job.status.phase.value}; Ctrl-C stops the appliance"
             )
     except ApplianceError as exc:
         click.echo(f"demo job failed: {exc.message}", err=True)
-
-
-def _describe(event: object) -> str:
-    from appliance.domain.job import JobEvent
-
-    assert isinstance(event, JobEvent)
-    if event.progress is not None:
-        p = event.progress
-        return f"step {p.step}/{p.num_steps} loss {p.loss:.4f} ({p.steps_per_second:.1f} steps/s)"
-    before = event.from_phase.value if event.from_phase else "-"
-    after = event.to_phase.value if event.to_phase else "-"
-    return f"{before} -> {after}: {event.reason}"
 
 
 main.add_command(simulate)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import io
 import os
 import sys
@@ -89,10 +88,9 @@ def events_table(recorded: Sequence[JobEvent], *, now: float) -> str:
 
 def event_document(event: JobEvent) -> dict[str, Any]:
     """A recorded event as plain data for JSON."""
-    moment = datetime.datetime.fromtimestamp(event.time, tz=datetime.UTC)
     return {
         "seq": event.seq,
-        "time": moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "time": render.timestamp(event.time),
         "from_phase": str(event.from_phase) if event.from_phase else None,
         "to_phase": str(event.to_phase) if event.to_phase else None,
         "reason": event.reason,

@@ -98,7 +98,7 @@ def _system_state(node: NodeStatus) -> str:
 def _documents(nodes: Sequence[NodeStatus]) -> list[dict[str, Any]]:
     return [
         {**dataclasses.asdict(node), "kind": node.kind.value, "state": node.state.value,
-         "jobs": list(node.jobs)}
+         "jobs": list(node.jobs), "since": render.timestamp(node.since)}
         for node in nodes
     ]  # fmt: skip
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -12,6 +11,7 @@ import yaml
 
 from appliance.domain.display import printable
 from appliance.domain.job import Attempt, Job, Replica
+from appliance.domain.timestamps import rfc3339
 
 ATTEMPT_COLUMNS = ("ATTEMPT", "SYSTEMS", "FROM-STEP", "RAN", "ENDED", "THEN", "REASON")
 REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "MESSAGE")
@@ -125,7 +125,7 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
         "num_csx": job.spec.num_csx,
         "num_steps": job.spec.num_steps,
         "mode": job.spec.mode.value,
-        "priority": job.spec.priority.name.lower(),
+        "priority": job.spec.priority.name,  # P2, as the tables and the REST API write it
         "labels": dict(job.spec.labels),
         "model_dir": job.spec.model_dir,
         "max_restarts": job.spec.max_restarts,
@@ -169,6 +169,8 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
             "steps_per_second": progress.steps_per_second,
             "samples_per_second": progress.samples_per_second,
             "reported_at": timestamp(progress.reported_at),
+            "eval_loss": progress.eval_loss,
+            "eval_accuracy": progress.eval_accuracy,
         },
         "created_at": timestamp(job.created_at),
         "updated_at": timestamp(job.updated_at),
@@ -238,7 +240,5 @@ def _replica_document(replica: Replica) -> dict[str, Any]:
 
 
 def timestamp(unix_seconds: float) -> str | None:
-    if not unix_seconds:
-        return None
-    moment = datetime.datetime.fromtimestamp(unix_seconds, tz=datetime.UTC)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    """RFC 3339 as the REST API writes it; None (null) for a moment not happened."""
+    return rfc3339(unix_seconds)

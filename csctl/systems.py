@@ -79,7 +79,8 @@ def events(session: Session, name: str, output: str) -> None:
     """
     found = session.client().node_events(name)
     documents = [
-        {"time": e.time, "state": e.state.value, "by": e.by, "reason": e.reason} for e in found
+        {"time": render.timestamp(e.time), "state": e.state.value, "by": e.by, "reason": e.reason}
+        for e in found
     ]
     if output == "json":
         say(render.to_json(documents))

@@ -16,7 +16,6 @@ appliance rejects); 130 interrupted by Ctrl-C (143 by SIGTERM), the job cancelle
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import queue
@@ -28,12 +27,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO, TypeAlias
 
+import click
 import yaml
 
-from appliance.client import DEFAULT_ADDRESS, ApplianceClient, JobHandle
-from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
+from appliance.client import ApplianceClient, JobHandle
+from appliance.client.launch_options import (
+    LaunchOptions,
+    launch_options,
+    spread_variadic,
+)
+from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL
 from appliance.client.progress import EventPrinter, describe_progress
-from appliance.client.user_config import ENV_SERVER, ENV_TOKEN, ConfigError
+from appliance.client.user_config import ConfigError
 from appliance.domain.display import printable
 from appliance.domain.errors import ApplianceError, InvalidSpec
 from appliance.domain.job import JobEvent
@@ -55,84 +60,20 @@ class _Stopped:
         self.code = code
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The launcher's arguments (Model Zoo spelling: --num_csx, --model_dir, ...)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m appliance.run",
-        description="Submit a wsjob to the appliance and follow it to the end.",
-        epilog="Example: python -m appliance.run --params params.yaml --num_csx 2 "
-        "--num_steps 100 --model_dir out --mode train --job_labels team=nlp",
-    )
-    parser.add_argument("-p", "--params", required=True, help="Params YAML file.")
-    parser.add_argument("--num_csx", type=int, default=1, help="CS-2 systems (default 1).")
-    parser.add_argument(
-        "--num_steps",
-        type=int,
-        default=None,
-        help="Steps to run (not needed with --mode compile).",
-    )
-    parser.add_argument(
-        "-o",
-        "--model_dir",
-        default="",
-        help="Output directory, on a filesystem the appliance shares (default: your own "
-        "directory on the appliance, users/<you>/<job id>; printed at the end).",
-    )
-    parser.add_argument("-m", "--mode", default=Mode.TRAIN.value, choices=[m.value for m in Mode])
-    parser.add_argument("--checkpoint_path", help="Checkpoint to start from (.npz).")
-    parser.add_argument(
-        "--job_labels", nargs="+", default=[], metavar="K=V", help="Labels for the job."
-    )
-    parser.add_argument("--job_priority", default="p2", help="p1 (first) to p3; default p2.")
-    parser.add_argument(
-        "--max_restarts",
-        type=int,
-        default=None,
-        help="Restart from the newest checkpoint after a retryable failure (a replica killed by "
-        "a signal, a lost node) up to this many times (default: the cluster's, 0 unless set).",
-    )
-    parser.add_argument(
-        "--job_queue",
-        default=None,
-        help="The queue to submit to (default: default); `csctl get queues` lists them.",
-    )
-    parser.add_argument(
-        "--depends_on",
-        nargs="+",
-        default=[],
-        metavar="[COND:]JOB",
-        help="Run only after these jobs: wsjob-… (it succeeded), or afterany:… (it ended), "
-        "afternotok:… (it failed or was cancelled). A broken dependency cancels the job.",
-    )
-    parser.add_argument(
-        "--not_preemptible",
-        action="store_true",
-        help="Never preempted by a job of higher priority (admins only).",
-    )
-    parser.add_argument(
-        "--detach", action="store_true", help="Submit without a lease, print the id and exit."
-    )
-    parser.add_argument(
-        "--lease_seconds",
-        type=float,
-        default=DEFAULT_LEASE_SECONDS,
-        help="The job is cancelled when this launcher is gone this long (default 60; 0 = "
-        "detached).",
-    )
-    parser.add_argument(
-        "--server",
-        default=os.environ.get(ENV_SERVER) or DEFAULT_ADDRESS,
-        metavar="HOST:PORT",
-        help=f"The appliance's gRPC address (default ${ENV_SERVER}, else {DEFAULT_ADDRESS}).",
-    )
-    parser.add_argument(
-        "--token",
-        default=None,  # ApplianceClient looks in $CSCTL_TOKEN, then csctl's config file
-        metavar="TOKEN",
-        help=f"Bearer token when authentication is on (default ${ENV_TOKEN}, else the "
-        "`token:` of csctl's config file).",
-    )
-    return parser
+@click.command(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 99},
+    epilog="Example: python -m appliance.run --params params.yaml --num_csx 2 --num_steps 100 "
+    "--model_dir out --mode train --job_labels team=nlp",
+)
+@launch_options
+@click.pass_obj
+def launch(out: TextIO, /, **given: Any) -> int:
+    """Submit a wsjob to the appliance and follow it to the end."""
+    if given["num_steps"] is None:
+        if given["mode"] != Mode.COMPILE.value:
+            raise click.UsageError("--num_steps is required (except with --mode compile)")
+        given["num_steps"] = 1
+    return _launch(LaunchOptions(**given), out)
 
 
 def load_params(params_file: str, checkpoint_path: str | None) -> str | dict[str, Any]:
@@ -166,20 +107,24 @@ def parse_labels(items: Sequence[str]) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the launcher; returns the exit status."""
-    out = out or sys.stdout
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.num_steps is None:
-        if args.mode != Mode.COMPILE.value:
-            parser.error("--num_steps is required (except with --mode compile)")
-        args.num_steps = 1
+    args = spread_variadic(sys.argv[1:] if argv is None else argv)
     try:
-        params = load_params(args.params, args.checkpoint_path)
-        labels = parse_labels(args.job_labels)
+        code = launch.main(
+            args, prog_name="python -m appliance.run", standalone_mode=False, obj=out or sys.stdout
+        )
+    except click.UsageError as exc:
+        return _error(f"{exc.format_message()} (see --help)", EXIT_BAD_INPUT)
+    return int(code or 0)  # --help answers None
+
+
+def _launch(options: LaunchOptions, out: TextIO) -> int:
+    try:
+        params = load_params(options.params, options.checkpoint_path)
+        labels = parse_labels(options.job_labels)
     except InvalidSpec as exc:
         return _error(exc.message, EXIT_BAD_INPUT)
     try:
-        return _submit_and_follow(args, params, labels, out)
+        return _submit_and_follow(options, params, labels, out)
     except KeyboardInterrupt:  # before the job was known: nothing to cancel
         return _error("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:  # whoever read the output went away (`| head -1`): stop quietly
@@ -189,7 +134,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _compile(
-    client: ApplianceClient, args: argparse.Namespace, params: str | dict[str, Any], out: TextIO
+    client: ApplianceClient, args: LaunchOptions, params: str | dict[str, Any], out: TextIO
 ) -> int:
     """--mode compile: print the compile report (nothing runs, nothing is reserved)."""
     try:
@@ -224,7 +169,7 @@ def _compile(
 
 
 def _submit_and_follow(
-    args: argparse.Namespace, params: str | dict[str, Any], labels: dict[str, str], out: TextIO
+    args: LaunchOptions, params: str | dict[str, Any], labels: dict[str, str], out: TextIO
 ) -> int:
     try:
         lease = args.lease_seconds
@@ -254,7 +199,7 @@ def _submit_and_follow(
                 max_restarts=args.max_restarts,
                 preemptible=not args.not_preemptible,
                 queue=args.job_queue,
-                depends_on=args.depends_on,
+                depends_on=list(args.depends_on),
             )
         except InvalidSpec as exc:
             return _error(exc.message, EXIT_BAD_INPUT)

@@ -1,8 +1,10 @@
 """A job's events as a person reads them: phase lines, progress lines and a progress bar.
 
 Shared by the launcher (`python -m appliance.run`) and `csctl events -f`. On a terminal the
-progress is one line rewritten in place; anywhere else (a log file, a pipe) it is plain lines,
-at most one per `plain_interval` seconds plus the last step, so logs stay readable.
+progress is a tqdm bar (steps, rate, time left, the loss), rewritten in place and fitted to
+the terminal's width; anywhere else (a log file, a pipe) it is plain lines, at most one per
+`plain_interval` seconds plus the last step, so logs stay readable. tqdm is imported only
+when a bar is drawn: csctl and pipes never load it.
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, Never, TextIO
 
 from appliance.domain.display import printable
 from appliance.domain.job import EventKind, JobEvent, Progress
 
-BAR_WIDTH = 30
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def clock_time(unix_seconds: float) -> str:
@@ -26,12 +29,8 @@ def clock_time(unix_seconds: float) -> str:
 
 
 def describe_progress(progress: Progress) -> str:
-    """`step 40/100  loss 0.1234  12.5 steps/s`."""
-    total = f"/{progress.num_steps}" if progress.num_steps else ""
-    parts = [f"step {progress.step}{total}", f"loss {progress.loss:.4f}"]
-    if progress.steps_per_second:
-        parts.append(f"{progress.steps_per_second:.1f} steps/s")
-    return "  ".join(parts)
+    """`step 40/100  loss 0.1234  12.5 steps/s`, and the newest evaluation once there is one."""
+    return str(progress)
 
 
 def describe_event(event: JobEvent) -> str:
@@ -41,16 +40,6 @@ def describe_event(event: JobEvent) -> str:
     source = f"{event.from_phase} -> " if event.from_phase else ""
     reason = f"  {event.reason}" if event.reason else ""
     return f"{clock_time(event.time)}  {source}{event.to_phase}{reason}"
-
-
-def progress_bar(progress: Progress, width: int = BAR_WIDTH) -> str:
-    """`[##########--------------------]  33%  step 33/100  loss 0.1234  5.0 steps/s`."""
-    if progress.num_steps <= 0:
-        return describe_progress(progress)
-    fraction = min(1.0, max(0.0, progress.step / progress.num_steps))
-    filled = int(fraction * width)
-    bar = "#" * filled + "-" * (width - filled)
-    return f"[{bar}] {fraction:4.0%}  {describe_progress(progress)}"
 
 
 class EventPrinter:
@@ -68,7 +57,7 @@ class EventPrinter:
         self._tty = out.isatty() if tty is None else tty
         self._plain_interval = plain_interval
         self._clock = clock
-        self._bar_shown = False
+        self._bar: tqdm[Never] | None = None  # on a terminal, while progress is shown
         self._last_plain: float | None = None
         self.last_progress: Progress | None = None
 
@@ -95,8 +84,7 @@ class EventPrinter:
         assert event.progress is not None
         self.last_progress = event.progress
         if self._tty:
-            self._out.write("\r\x1b[2K" + progress_bar(event.progress))
-            self._bar_shown = True
+            self._draw(event.progress)
         else:
             now = self._clock()
             last_step = event.progress.step >= event.progress.num_steps > 0
@@ -107,7 +95,32 @@ class EventPrinter:
             self._out.write(printable(describe_event(event)) + "\n")
         self._out.flush()
 
+    def _draw(self, progress: Progress) -> None:
+        if self._bar is not None and progress.step < self._bar.n:  # resumed further back
+            self._end_bar()
+        bar = self._bar
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = tqdm(
+                total=progress.num_steps or None, initial=progress.step, file=self._out,
+                unit="step", dynamic_ncols=True, mininterval=0, leave=True,
+            )  # fmt: skip
+            self._bar = bar
+        bar.set_postfix_str(_bar_postfix(progress), refresh=False)
+        bar.update(progress.step - bar.n)
+
     def _end_bar(self) -> None:
-        if self._bar_shown:
-            self._out.write("\n")
-            self._bar_shown = False
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _bar_postfix(progress: Progress) -> str:
+    """What the bar adds to its steps, rate and time left: the loss and the evaluation."""
+    parts = [f"loss {progress.loss:.4f}"]
+    if progress.eval_loss is not None:
+        parts.append(f"eval loss {progress.eval_loss:.4f}")
+    if progress.eval_accuracy is not None:
+        parts.append(f"accuracy {progress.eval_accuracy:.1%}")
+    return ", ".join(parts)

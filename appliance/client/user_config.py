@@ -8,6 +8,12 @@ The config file is `$CSCTL_CONFIG`, else `$XDG_CONFIG_HOME/csctl/config.yaml`, e
 `~/.config/csctl/config.yaml`; it is YAML with a `server: host:port` key and, when the
 appliance has authentication on, a `token:` key. csctl writes it readable by its owner only
 (mode 0600) and warns when a file holding a token can be read by anyone else.
+
+Both stay hand-written, for csctl's sake: platformdirs would move the file on macOS (to
+~/Library/Application Support) away from where the README says it is, and reads os.environ
+rather than the environment handed in; pydantic would check two string keys at the price of
+~75 ms at every csctl start (importing it and building the model, measured: csctl imports in
+~185 ms without it).
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ as long as the outage may last: for a job this client holds, while its lease sur
 restart. Each reopened stream starts after the last phase event seen, so no recorded event is
 delivered twice and none is lost; progress events are not recorded, and the ones sent while
 disconnected are skipped. `notify` hears when the coordinator goes away and comes back.
+
+Written here rather than with tenacity or gRPC's retry policy: gRPC does not retry a stream
+once a message has arrived, and what is retried is not one call but a stream resumed from a
+cursor, with an outage window that restarts at every event, a deadline and notices; a
+retrying decorator would need all of that as callbacks around the same loop.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from appliance.domain.display import printable
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.domain.spec import JobSpec
@@ -33,6 +34,21 @@ class Progress:
     resumed_from_step: int = 0
     # The learning rate of the step reported (0: not reported).
     learning_rate: float = 0.0
+    # The newest evaluation of the run (modes eval and train_and_eval); None before one.
+    eval_loss: float | None = None
+    eval_accuracy: float | None = None  # the fraction of predictions that were right
+
+    def __str__(self) -> str:
+        """`step 40/100  loss 0.1234  12.5 steps/s  eval loss 0.2345  accuracy 91.2%`."""
+        total = f"/{self.num_steps}" if self.num_steps else ""
+        parts = [f"step {self.step}{total}", f"loss {self.loss:.4f}"]
+        if self.steps_per_second:
+            parts.append(f"{self.steps_per_second:.1f} steps/s")
+        if self.eval_loss is not None:
+            parts.append(f"eval loss {self.eval_loss:.4f}")
+        if self.eval_accuracy is not None:
+            parts.append(f"accuracy {self.eval_accuracy:.1%}")
+        return "  ".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +105,7 @@ class Job:
     started_at: float = 0.0
     finished_at: float = 0.0
     replicas: tuple[Replica, ...] = ()
-    lease: Lease | None = None
+    lease: Lease | None = None  # None: no lease, or released because the job ended
     # The owner's groups when it submitted (who else may act on the job).
     groups: tuple[str, ...] = ()
     # Attempts begun (0 while never scheduled); the ones before the current one were requeued.
@@ -105,6 +121,15 @@ class Job:
     # A queued job's estimated start (Unix time; 0: no estimate), like queue_position read
     # fresh from the queue on every call (services/start_estimates.py).
     estimated_start: float = 0.0
+
+    def __str__(self) -> str:
+        """`wsjob-… SUCCEEDED: chief finished all steps (step 200/200  loss 2.0091)`: what
+        print() of a status shows (the repr keeps every field)."""
+        reason = self.pending_reason if self.phase is Phase.QUEUED else self.reason
+        said = f"{self.id} {self.phase}" + (f": {reason}" if reason else "")
+        if self.progress.step or self.progress.eval_loss is not None:
+            said += f" ({self.progress})"
+        return printable(said)
 
 
 class EventKind(enum.StrEnum):
@@ -122,6 +147,15 @@ class JobEvent:
     to_phase: Phase | None = None
     reason: str = ""
     progress: Progress | None = None
+
+    def __str__(self) -> str:
+        """`wsjob-…: QUEUED -> SCHEDULED: reserved cs2-01` or `wsjob-…: step 40/100  loss …`:
+        what print() of an event shows (the repr keeps every field)."""
+        if self.kind is EventKind.PROGRESS and self.progress is not None:
+            return f"{self.job_id}: {self.progress}"
+        before = f"{self.from_phase} -> " if self.from_phase else ""
+        reason = f": {self.reason}" if self.reason else ""
+        return printable(f"{self.job_id}: {before}{self.to_phase}{reason}")
 
 
 def without_details(job: Job) -> Job:

@@ -21,7 +21,13 @@ from appliance.loops.requeuing import Requeuer
 from appliance.loops.settling import ConsequentFailures
 from appliance.services.context import Context
 from appliance.services.replicas import ReplicaService
-from appliance.store.replica_batches import CHIEF, CHIEF_FINISHED, ReplicaExit, exit_phase
+from appliance.store.replica_batches import (
+    CHIEF,
+    CHIEF_FINISHED,
+    ReplicaExit,
+    exit_message,
+    exit_phase,
+)
 from appliance.store.requeues import StopState
 
 log = logging.getLogger(__name__)
@@ -181,7 +187,7 @@ class ReplicaEventHandling:
             event.replica,
             phase=exit_phase(phase, code),
             exit_code=code,
-            message=event.message,
+            message=exit_message(phase, code, event.message),
             log_tail=tail,
         )
         await self._after_exit(event, phase)

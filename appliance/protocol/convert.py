@@ -117,6 +117,8 @@ def progress_to_pb(p: Progress) -> common_pb2.Progress:
         checkpoint_step=p.checkpoint_step,
         resumed_from_step=p.resumed_from_step,
         learning_rate=p.learning_rate,
+        eval_loss=p.eval_loss,
+        eval_accuracy=p.eval_accuracy,
     )
 
 
@@ -131,6 +133,8 @@ def progress_from_pb(msg: common_pb2.Progress) -> Progress:
         checkpoint_step=msg.checkpoint_step,
         resumed_from_step=msg.resumed_from_step,
         learning_rate=msg.learning_rate,
+        eval_loss=msg.eval_loss if msg.HasField("eval_loss") else None,
+        eval_accuracy=msg.eval_accuracy if msg.HasField("eval_accuracy") else None,
     )
 
 

@@ -168,8 +168,10 @@ class JobListing(Generic[T]):
             except Exception:  # a fault of ours: logged, and the next pass tries again
                 log.exception("job summaries not rendered ahead")
             else:
+                # Worth a line at start-up only when there was a history to render: on a new
+                # store "rendered 0" is noise on a newcomer's first screen.
                 log.log(
-                    logging.INFO if first else logging.DEBUG,
+                    logging.INFO if first and warmed.rendered + warmed.loaded else logging.DEBUG,
                     "rendered %d job summaries ahead of the first listing in %.1f s "
                     "(%d more read as kept in the store; %d kept)",
                     warmed.rendered, time.monotonic() - started, warmed.loaded, warmed.kept,

@@ -141,6 +141,16 @@ def exit_phase(job_phase: Phase | None, exit_code: int | None) -> ReplicaPhase:
     return ReplicaPhase.SUCCEEDED if exit_code == 0 else ReplicaPhase.FAILED
 
 
+def exit_message(job_phase: Phase | None, exit_code: int | None, message: str) -> str:
+    """What a replica's exit says: a replica the teardown stopped after the job succeeded
+    (one the chief's "shutdown" missed) ended as it should, and says so."""
+    if job_phase is Phase.SUCCEEDED and exit_code != 0:
+        return "stopped by the teardown after the job succeeded" + (
+            f" ({message})" if message else ""
+        )
+    return message
+
+
 _PROGRESS = (
     update(_JOBS)
     .where(
@@ -244,7 +254,8 @@ class ReplicaBatchStore(StoreBase):
                         rows.append({
                             "b_job": job_id, "b_name": end.replica,
                             "b_phase": exit_phase(state.phase, end.exit_code).value,
-                            "b_code": end.exit_code, "b_message": end.message,
+                            "b_code": end.exit_code,
+                            "b_message": exit_message(state.phase, end.exit_code, end.message),
                             "b_tail": end.log_tail,
                         })  # fmt: skip
                         count += 1

@@ -71,7 +71,10 @@ def job_from_values(
         systems=tuple(filter(None, systems.split(","))),
         progress=Progress(**progress) if progress else _NO_PROGRESS,
         started_at=started_at, finished_at=finished_at,
-        lease=lease_of(lease_seconds, lease_expires_at, lease_holder),
+        # An ended job holds no lease: its client's heartbeats keep nothing running any more.
+        lease=None if _PHASES[phase].terminal else lease_of(
+            lease_seconds, lease_expires_at, lease_holder
+        ),
         groups=tuple(_shared_json(groups) or ()), replicas=replicas, queue_position=position,
         attempt=attempt, restarts=restarts, retries=retries,
     )  # fmt: skip

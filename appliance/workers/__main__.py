@@ -12,9 +12,10 @@ import asyncio
 import logging
 import os
 import re
+import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -125,7 +126,17 @@ def main(
         step_timeout=step_timeout,
         dataplane_token=token,
     )
-    code = asyncio.run(run_replica(options, build_role(options)))
+    finish(asyncio.run(run_replica(options, build_role(options))), exit_file)
+
+
+def finish(code: int, exit_file: str | None) -> NoReturn:
+    """End the process with `code`, its own decision: a SIGTERM from here on (the teardown of a
+    job whose chief just told this replica to stop) must not turn a clean end into "killed by
+    SIGTERM". The event loop that handled SIGTERM is closed by now, so the signal's default
+    action would kill the process while the interpreter shuts down; it is ignored instead (a
+    hung exit still meets the teardown's SIGKILL)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if exit_file:
         Path(exit_file).write_text(f"{code}\n")
     sys.exit(code)

@@ -7,6 +7,10 @@ the replica gives up with exit code 3, so no replica outlives a dead control pla
 Given several coordinator addresses (coordinators without a Service in front), a replica keeps
 calling the one that answered last; when it is unreachable or a standby (UNAVAILABLE), the next
 call goes to the next address, and the backoff starts only after every address failed.
+
+Written here rather than with gRPC's retry policy (a service config retries on one channel,
+never on the next coordinator's) or tenacity (the orphan clock spans every call, and a long
+poll's "not yet" is no failure: both would be callbacks carrying this loop's state).
 """
 
 from __future__ import annotations

@@ -1,9 +1,18 @@
 """Training summaries in the model directory: TensorBoard event files and `metrics.jsonl`.
 
 Every `runconfig.log_steps` steps the chief records the loss, the learning rate and samples/s
-(TensorBoard tags `loss`, `learning_rate`, `samples_per_second`; evaluations add `eval/loss`
-and `eval/accuracy`). Each line of metrics.jsonl is one JSON object with a `step` and the
-same keys. `metrics.json` holds the final metrics of the job.
+(keys `loss`, `learning_rate`, `samples_per_second`); each evaluation records `eval_loss` and
+`eval_accuracy`. Each line of metrics.jsonl is one JSON object with a `step` and some of these
+keys; `metrics.json` holds the job's final `step`, `loss`, `learning_rate` and evaluation
+under the same names. One naming for both files: a program reads either with the same keys.
+TensorBoard groups a tag under the section before its "/", so there the evaluation's tags are
+`eval/loss` and `eval/accuracy` (TENSORBOARD_TAGS); the other tags are the keys themselves.
+
+`weights.npz`, beside the checkpoints, holds the newest checkpoint's weights alone (no
+optimizer state) as plain NumPy arrays, one per tensor, keyed `<tensor>_<layer>` with the
+names each model gives its tensors (appliance/workers/models/): fc_mnist's layer 0 is
+`weight_0` and `bias_0`. Load it with `numpy.load("weights.npz")`; `checkpoint_<step>.npz`
+is what a job resumes from.
 
 Files are written without following links planted in the model directory (safe_files.py). The
 event file is written by tensorboardX, which opens paths itself: it is given the directory as
@@ -24,6 +33,9 @@ from tensorboardX import SummaryWriter  # type: ignore[import-untyped]
 
 from appliance.workers.safe_files import directory, open_append, write_whole
 
+# The TensorBoard tag of a key, where it is not the key itself.
+TENSORBOARD_TAGS = {"eval_loss": "eval/loss", "eval_accuracy": "eval/accuracy"}
+
 
 class SummaryLog:
     """Appends scalars to the event file and metrics.jsonl of one model directory."""
@@ -40,8 +52,8 @@ class SummaryLog:
         )
 
     def record(self, step: int, scalars: dict[str, float]) -> None:
-        for tag, value in scalars.items():
-            self._events.add_scalar(tag, value, step)
+        for key, value in scalars.items():
+            self._events.add_scalar(TENSORBOARD_TAGS.get(key, key), value, step)
         self._lines.write((json.dumps({"step": step, **scalars}) + "\n").encode())
         self._lines.flush()
 

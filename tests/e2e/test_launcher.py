@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -58,6 +59,24 @@ def test_a_short_job_exits_0(coordinator: RunningCoordinator, tmp_path: Path) ->
         job = client.get_job(match.group(1))
     assert (job.phase, dict(job.spec.labels)) == (Phase.SUCCEEDED, {"e2e": "launcher"})
     assert job.spec.model_dir == str(tmp_path / "out")
+
+
+def test_train_and_eval_ends_with_the_evaluation(
+    coordinator: RunningCoordinator, tmp_path: Path
+) -> None:
+    argv = _launcher(coordinator.address, tmp_path / "out", 10)
+    argv[argv.index("train")] = "train_and_eval"
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    match = re.search(
+        r"SUCCEEDED \(step 10/10  loss \S+  .*eval loss (\S+)  accuracy (\S+)%\)", last
+    )
+    assert match, last
+    written = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert match.group(1) == f"{written['eval_loss']:.4f}"
+    assert match.group(2) == f"{100 * written['eval_accuracy']:.1f}"
 
 
 def test_output_cut_short_by_its_reader_ends_quietly(

@@ -27,25 +27,52 @@ def test_serve_freezes_its_start_up_heap(serving: Served) -> None:
     assert frozen > 50_000
 
 
+def first_lines(tmp_path: Path, env: dict[str, str]) -> tuple[str, str]:
+    """The first two lines `appliance serve` prints, run from the folder holding the venv."""
+    proc = subprocess.Popen(
+        [BIN / "appliance", "serve", "--data-dir", tmp_path / "data", "--grpc-port", "0",
+         "--http-port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        cwd=BIN.parent.parent,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        return proc.stdout.readline(), proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize("activated", [False, True])
+def test_the_hint_names_a_csctl_a_new_shell_finds(tmp_path: Path, activated: bool) -> None:
+    """`make install` does not activate the venv: in a new shell `csctl` is not found, so the
+    hint names the venv's csctl by its path and says how to make plain `csctl` work."""
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != BIN]
+    env = {**os.environ, "PATH": os.pathsep.join(([str(BIN)] if activated else []) + path)}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    first, hint = first_lines(tmp_path, env)
+    grpc = re.match(r"appliance (127\.0\.0\.1:\d+) \(gRPC\)", first)
+    assert grpc, first
+    venv_bin = Path(BIN.parent.name, BIN.name)  # .venv/bin
+    if activated:
+        assert hint == f"try: csctl --server {grpc.group(1)} get jobs -a\n"
+    else:
+        assert hint == (
+            f"try: {venv_bin / 'csctl'} --server {grpc.group(1)} get jobs -a "
+            f"(plain `csctl` once you run: . {venv_bin / 'activate'})\n"
+        )
+
+
 @pytest.mark.parametrize("in_pod", [False, True])
 def test_a_wildcard_bind_prints_an_address_a_user_can_dial(tmp_path: Path, in_pod: bool) -> None:
     """Bound to 0.0.0.0 (as in the chart), `csctl --server 0.0.0.0:50051` is no advice: locally
     loopback reaches it; in a pod, the user comes in through kubectl port-forward."""
     env = {**os.environ, "APPLIANCE_HOST": "0.0.0.0"}
+    env["PATH"] = os.pathsep.join([str(BIN), env["PATH"]])  # csctl found: the plain hint
     env.pop("KUBERNETES_SERVICE_HOST", None)
     if in_pod:
         env["KUBERNETES_SERVICE_HOST"] = "10.96.0.1"  # what the kubelet sets in every pod
-    proc = subprocess.Popen(
-        [BIN / "appliance", "serve", "--data-dir", tmp_path / "data", "--grpc-port", "0",
-         "--http-port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    try:
-        first, hint = proc.stdout.readline(), proc.stdout.readline()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+    first, hint = first_lines(tmp_path, env)
     assert "0.0.0.0:" not in first + hint, first + hint
     grpc = re.match(r"appliance (127\.0\.0\.1:\d+) \(gRPC\), http://127\.0\.0\.1:\d+ ", first)
     assert grpc, first

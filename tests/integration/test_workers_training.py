@@ -183,7 +183,17 @@ async def test_train_and_eval_reports_metrics_and_summaries(tmp_path: Path) -> N
         [reference.learning_rates[i] for i in (1, 3, 5)]
     )
     assert all(line["samples_per_second"] > 0 for line in training)
-    assert [line["step"] for line in lines if "eval/loss" in line] == [3, 6]
+    evaluations = [line for line in lines if "eval_loss" in line]  # as named in metrics.json
+    assert [line["step"] for line in evaluations] == [3, 6]
+    assert evaluations[-1]["eval_loss"] == metrics["eval_loss"]
+    assert evaluations[-1]["eval_accuracy"] == metrics["eval_accuracy"]
+    # The last report carries the final evaluation to whoever follows the job.
+    last = job.fake.progress[-1]
+    assert (last.step, last.eval_loss, last.eval_accuracy) == (
+        num_steps,
+        metrics["eval_loss"],
+        metrics["eval_accuracy"],
+    )
     assert list(model_dir.glob("events.out.tfevents.*"))
 
 

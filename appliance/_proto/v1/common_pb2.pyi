@@ -10,10 +10,10 @@ import builtins as _builtins
 import sys
 import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import TypeAlias as _TypeAlias, Never as _Never
+if sys.version_info >= (3, 10):
+    from typing import TypeAlias as _TypeAlias
 else:
-    from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
+    from typing_extensions import TypeAlias as _TypeAlias
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -127,6 +127,8 @@ class Progress(_message.Message):
     REPORTED_AT_FIELD_NUMBER: _builtins.int
     CHECKPOINT_STEP_FIELD_NUMBER: _builtins.int
     RESUMED_FROM_STEP_FIELD_NUMBER: _builtins.int
+    EVAL_LOSS_FIELD_NUMBER: _builtins.int
+    EVAL_ACCURACY_FIELD_NUMBER: _builtins.int
     LEARNING_RATE_FIELD_NUMBER: _builtins.int
     step: _builtins.int
     num_steps: _builtins.int
@@ -139,6 +141,10 @@ class Progress(_message.Message):
     """The newest checkpoint of the run (the one it resumed from until it writes one)."""
     resumed_from_step: _builtins.int
     """The checkpoint step this attempt resumed from (0: from the start)."""
+    eval_loss: _builtins.float
+    """The newest evaluation of the run (modes eval and train_and_eval); unset before one."""
+    eval_accuracy: _builtins.float
+    """The fraction of the evaluation's predictions that were right."""
     learning_rate: _builtins.float
     """The learning rate of the step reported (0: not reported, e.g. an evaluation)."""
     def __init__(
@@ -152,12 +158,21 @@ class Progress(_message.Message):
         reported_at: _builtins.float = ...,
         checkpoint_step: _builtins.int = ...,
         resumed_from_step: _builtins.int = ...,
+        eval_loss: _builtins.float | None = ...,
+        eval_accuracy: _builtins.float | None = ...,
         learning_rate: _builtins.float = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_eval_accuracy", b"_eval_accuracy", "_eval_loss", b"_eval_loss", "eval_accuracy", b"eval_accuracy", "eval_loss", b"eval_loss"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_step", b"checkpoint_step", "learning_rate", b"learning_rate", "loss", b"loss", "num_steps", b"num_steps", "reported_at", b"reported_at", "resumed_from_step", b"resumed_from_step", "samples_per_second", b"samples_per_second", "step", b"step", "steps_per_second", b"steps_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_eval_accuracy", b"_eval_accuracy", "_eval_loss", b"_eval_loss", "checkpoint_step", b"checkpoint_step", "eval_accuracy", b"eval_accuracy", "eval_loss", b"eval_loss", "learning_rate", b"learning_rate", "loss", b"loss", "num_steps", b"num_steps", "reported_at", b"reported_at", "resumed_from_step", b"resumed_from_step", "samples_per_second", b"samples_per_second", "step", b"step", "steps_per_second", b"steps_per_second"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__eval_accuracy: _TypeAlias = _typing.Literal["eval_accuracy"]  # noqa: Y015
+    _WhichOneofArgType__eval_accuracy: _TypeAlias = _typing.Literal["_eval_accuracy", b"_eval_accuracy"]  # noqa: Y015
+    _WhichOneofReturnType__eval_loss: _TypeAlias = _typing.Literal["eval_loss"]  # noqa: Y015
+    _WhichOneofArgType__eval_loss: _TypeAlias = _typing.Literal["_eval_loss", b"_eval_loss"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__eval_accuracy) -> _WhichOneofReturnType__eval_accuracy | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__eval_loss) -> _WhichOneofReturnType__eval_loss | None: ...
 
 Global___Progress: _TypeAlias = Progress  # noqa: Y015

@@ -4,6 +4,8 @@ Every call has a timeout and retries on a backoff ladder when the API server is 
 (429, honouring Retry-After), failing (5xx) or unreachable; after the ladder it raises
 KubeUnavailable, which callers show as a condition, never as a crash. Objects cross this
 module as plain dicts (the JSON the API speaks), so nothing else imports `kubernetes`.
+The ladder is a loop of its own (`_call`): with tenacity, honouring Retry-After takes a
+custom wait and an exception to carry the header, which is no shorter than the loop.
 """
 
 from __future__ import annotations

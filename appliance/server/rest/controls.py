@@ -11,7 +11,7 @@ from appliance.domain.auth import Principal
 from appliance.domain.spec import Priority, validate_labels
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
-from appliance.server.rest.models import JobOut, LeaseOut, PriorityName, job_out, lease_out
+from appliance.server.rest.models import JobOut, LeaseOut, PriorityIn, job_out, lease_out
 from appliance.services.jobs import JobService
 
 JobId = Annotated[str, Path(description="The job's name, wsjob-<id>.", max_length=64)]
@@ -29,7 +29,7 @@ class JobPatchIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    priority: PriorityName | None = Field(default=None, description="New queue priority.")
+    priority: PriorityIn | None = Field(default=None, description="New queue priority.")
     labels: LabelsPatch | None = None
 
 

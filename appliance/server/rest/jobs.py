@@ -53,7 +53,7 @@ def jobs_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
         """Submit a wsjob. It is validated like every other door (a request that can never fit
         the cluster is rejected, naming the field) and persisted QUEUED."""
         spec = await jobs.validate(**body.spec_fields())
-        job = await jobs.submit(spec, ANONYMOUS_USER, by=by, door="rest")
+        job = await jobs.submit(spec, body.user or ANONYMOUS_USER, by=by, door="rest")
         return _json(job_out(job), 201, {"Location": f"/api/v1/jobs/{job.id}"})
 
     @router.get("/jobs", response_model=JobListOut)

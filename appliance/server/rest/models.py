@@ -1,15 +1,18 @@
 """Typed REST bodies (pydantic v2) and their conversions from the domain types.
 
 The REST shapes mirror the gRPC messages field for field (appliance/protocol/convert.py), with
-JSON-friendly enums: phases as "QUEUED", modes as "train", priorities as "p2".
+JSON-friendly values: phases as "QUEUED", modes as "train", priorities as "P2" (as csctl shows
+them; "p2" is taken too), and moments as RFC 3339 UTC strings ("2026-01-02T03:04:05Z"), null
+for one that has not happened (appliance/domain/timestamps.py: csctl -o json writes the same).
 """
 
 from __future__ import annotations
 
+import datetime
 import enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from appliance.domain.bulk_cancel import MAX_IDS, CancelSelection
 from appliance.domain.dependencies import MAX_DEPENDENCIES
@@ -26,6 +29,7 @@ from appliance.domain.job import (
 from appliance.domain.phases import Phase
 from appliance.domain.selectors import MAX_SELECTOR_CHARS, parse_selector
 from appliance.domain.spec import MAX_RESTARTS, MAX_STEPS, Mode, Priority
+from appliance.domain.timestamps import utc_moment
 
 StrictInt = Annotated[int, Field(strict=True)]
 StrictBool = Annotated[bool, Field(strict=True)]
@@ -34,10 +38,23 @@ StrictBool = Annotated[bool, Field(strict=True)]
 class PriorityName(enum.StrEnum):
     """P0 runs first (admin-only), P2 is the default, P3 runs last."""
 
-    P0 = "p0"
-    P1 = "p1"
-    P2 = "p2"
-    P3 = "p3"
+    P0 = "P0"
+    P1 = "P1"
+    P2 = "P2"
+    P3 = "P3"
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+# A priority in a request: P0..P3, in either case (csctl and the launcher take "p1").
+PriorityIn = Annotated[PriorityName, BeforeValidator(_upper)]
+# A moment in a response: RFC 3339, UTC, to the second; null when it has not happened.
+Moment = Annotated[
+    datetime.datetime | None,
+    Field(description="RFC 3339, UTC (2026-01-02T03:04:05Z); null: not (yet) happened."),
+]
 
 
 class _Out(BaseModel):
@@ -59,7 +76,7 @@ class JobSubmitIn(BaseModel):
     labels: dict[str, str] = Field(
         default_factory=dict, description='Kubernetes-style labels, e.g. {"team": "nlp"}.'
     )
-    priority: PriorityName = Field(default=PriorityName.P2, description="Queue priority.")
+    priority: PriorityIn = Field(default=PriorityName.P2, description="Queue priority.")
     model_dir: str = Field(
         default="", description="Where checkpoints and summaries go; empty = under the data dir."
     )
@@ -81,6 +98,13 @@ class JobSubmitIn(BaseModel):
         max_length=MAX_DEPENDENCIES,
         description='Jobs it waits for: "wsjob-…" (afterok: it succeeded), or "afterok:…", '
         '"afterany:…" (it ended), "afternotok:…" (it failed or was cancelled).',
+    )
+    user: str = Field(
+        default="",
+        max_length=253,
+        description="Whose job it is while authentication is off: the user the request names, "
+        'as at every door (the Python client and csctl name your OS user); empty: "anonymous". '
+        "With authentication on the job is the token's user's, and this is ignored.",
     )
 
     def spec_fields(self) -> dict[str, Any]:
@@ -188,9 +212,9 @@ class SpecOut(_Out):
 
 class AttemptOut(_Out):
     number: int
-    scheduled_at: float
-    started_at: float = Field(description="When it was RUNNING; 0 if it never got there.")
-    ended_at: float
+    scheduled_at: Moment
+    started_at: Moment = Field(description="When it was RUNNING; null if it never got there.")
+    ended_at: Moment
     systems: list[str]
     reason: str = Field(description="Why it ended.")
     ended_in: Phase = Field(description="QUEUED when requeued, else the job's final phase.")
@@ -203,13 +227,19 @@ class ProgressOut(_Out):
     loss: float = 0.0
     steps_per_second: float = 0.0
     samples_per_second: float = 0.0
-    reported_at: float = Field(default=0.0, description="Unix time of the report; 0 = none yet.")
+    reported_at: Moment = Field(default=None, description="The report's time; null: none yet.")
     checkpoint_step: int = Field(default=0, description="The newest checkpoint of the run.")
     resumed_from_step: int = Field(
         default=0, description="The checkpoint step this attempt resumed from (0: the start)."
     )
     learning_rate: float = Field(
         default=0.0, description="The learning rate of the step reported (0: not reported)."
+    )
+    eval_loss: float | None = Field(
+        default=None, description="The newest evaluation's loss (eval, train_and_eval)."
+    )
+    eval_accuracy: float | None = Field(
+        default=None, description="The newest evaluation's accuracy, a fraction of 1."
     )
 
 
@@ -228,7 +258,7 @@ class ReplicaOut(_Out):
 
 class LeaseOut(_Out):
     lease_seconds: float = Field(description="Cancelled after this long without a heartbeat.")
-    expires_at: float = Field(description="Unix time the lease runs out unless renewed.")
+    expires_at: Moment = Field(description="When the lease runs out unless renewed.")
     holder: str
 
 
@@ -243,9 +273,9 @@ class JobOut(_Out):
         description="1 = next to run in its queue; 0 when not queued. In lists too, read fresh "
         "every call."
     )
-    estimated_start: float = Field(
-        default=0.0,
-        description="A queued job's estimated start (Unix time; 0 when it cannot be estimated): "
+    estimated_start: Moment = Field(
+        default=None,
+        description="A queued job's estimated start (null when it cannot be estimated): "
         "an estimate from the running jobs' steps left and rates and the jobs ahead of it. In "
         "lists too, read fresh every call.",
     )
@@ -261,10 +291,10 @@ class JobOut(_Out):
         default_factory=list, description="Jobs that wait for this one (full view)."
     )
     progress: ProgressOut
-    created_at: float
-    updated_at: float
-    started_at: float
-    finished_at: float
+    created_at: Moment
+    updated_at: Moment
+    started_at: Moment = Field(description="When it first ran; null: not yet.")
+    finished_at: Moment = Field(description="When it ended; null: not yet.")
     replicas: list[ReplicaOut] = Field(description="Empty in list views.")
     lease: LeaseOut | None = Field(description="None for a detached job.")
 
@@ -287,7 +317,7 @@ class EventOut(_Out):
     job_id: str
     kind: EventKind
     seq: int = Field(description="Order of phase events; 0 for progress events.")
-    time: float
+    time: Moment
     from_phase: Phase | None
     to_phase: Phase | None
     reason: str
@@ -326,10 +356,12 @@ def progress_out(p: Progress) -> ProgressOut:
         loss=p.loss,
         steps_per_second=p.steps_per_second,
         samples_per_second=p.samples_per_second,
-        reported_at=p.reported_at,
+        reported_at=utc_moment(p.reported_at),
         checkpoint_step=p.checkpoint_step,
         resumed_from_step=p.resumed_from_step,
         learning_rate=p.learning_rate,
+        eval_loss=p.eval_loss,
+        eval_accuracy=p.eval_accuracy,
     )
 
 
@@ -350,8 +382,9 @@ def replica_out(r: Replica) -> ReplicaOut:
 
 def attempt_out(a: Attempt) -> AttemptOut:
     return AttemptOut(
-        number=a.number, scheduled_at=a.scheduled_at, started_at=a.started_at,
-        ended_at=a.ended_at, systems=list(a.systems), reason=a.reason, ended_in=a.ended_in,
+        number=a.number, scheduled_at=utc_moment(a.scheduled_at),
+        started_at=utc_moment(a.started_at), ended_at=utc_moment(a.ended_at),
+        systems=list(a.systems), reason=a.reason, ended_in=a.ended_in,
         resumed_from=a.resumed_from,
     )  # fmt: skip
 
@@ -378,17 +411,17 @@ def job_out(job: Job) -> JobOut:
         reason=job.reason,
         pending_reason=job.pending_reason,
         queue_position=job.queue_position,
-        estimated_start=job.estimated_start,
+        estimated_start=utc_moment(job.estimated_start),
         systems=list(job.systems),
         attempt=job.attempt,
         restarts=job.restarts,
         attempts=[attempt_out(a) for a in job.attempts],
         dependents=list(job.dependents),
         progress=progress_out(job.progress),
-        created_at=job.created_at,
-        updated_at=job.updated_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
+        created_at=utc_moment(job.created_at),
+        updated_at=utc_moment(job.updated_at),
+        started_at=utc_moment(job.started_at),
+        finished_at=utc_moment(job.finished_at),
         replicas=[replica_out(r) for r in job.replicas],
         lease=lease_out(job.lease) if job.lease is not None else None,
     )
@@ -396,7 +429,9 @@ def job_out(job: Job) -> JobOut:
 
 def lease_out(lease: Lease) -> LeaseOut:
     return LeaseOut(
-        lease_seconds=lease.lease_seconds, expires_at=lease.expires_at, holder=lease.holder
+        lease_seconds=lease.lease_seconds,
+        expires_at=utc_moment(lease.expires_at),
+        holder=lease.holder,
     )
 
 
@@ -405,7 +440,7 @@ def event_out(ev: JobEvent) -> EventOut:
         job_id=ev.job_id,
         kind=ev.kind,
         seq=ev.seq,
-        time=ev.time,
+        time=utc_moment(ev.time),
         from_phase=ev.from_phase,
         to_phase=ev.to_phase,
         reason=ev.reason,

@@ -11,8 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from appliance.domain.auth import Principal
 from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
 from appliance.domain.spec import MAX_REASON
+from appliance.domain.timestamps import utc_moment
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
+from appliance.server.rest.models import Moment
 from appliance.services.jobs import JobService
 from appliance.services.nodes import MAX_NODE_NAME, NodeService
 
@@ -29,7 +31,7 @@ class NodeOut(BaseModel):
     used: int
     jobs: list[str] = Field(description="Jobs holding part of the node.")
     reason: str = Field(description="Why an admin set the state.")
-    since: float = Field(description="When the state was set (Unix time; 0: never changed).")
+    since: Moment = Field(description="When the state was set; null: never changed.")
 
 
 class NodeListOut(BaseModel):
@@ -62,7 +64,7 @@ class NodeStateIn(BaseModel):
 
 class NodeEventOut(BaseModel):
     node: str
-    time: float
+    time: Moment
     state: NodeState
     reason: str
     by: str = Field(description="Who changed it.")
@@ -123,7 +125,9 @@ def nodes_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
         events = await states.events(name)
         return NodeEventListOut(
             events=[
-                NodeEventOut(node=e.node, time=e.time, state=e.state, reason=e.reason, by=e.by)
+                NodeEventOut(
+                    node=e.node, time=utc_moment(e.time), state=e.state, reason=e.reason, by=e.by
+                )
                 for e in events
             ]
         )
@@ -135,5 +139,5 @@ def _node_out(usage: NodeUsage, holders: list[str]) -> NodeOut:
     node = usage.node
     return NodeOut(
         name=node.name, kind=node.kind, state=node.state.value, capacity=node.capacity,
-        used=usage.used, jobs=holders, reason=node.reason, since=node.since,
+        used=usage.used, jobs=holders, reason=node.reason, since=utc_moment(node.since),
     )  # fmt: skip

@@ -11,9 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from appliance.domain.auth import Principal
 from appliance.domain.queues import MAX_GROUPS, MAX_WEIGHT, MIN_WEIGHT, QueueStatus
+from appliance.domain.timestamps import utc_moment
 from appliance.domain.usage import UsageBy, UsageRow
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
+from appliance.server.rest.models import Moment
 from appliance.services.jobs import JobService
 from appliance.services.usage import UsageService
 
@@ -37,7 +39,7 @@ class QueueOut(BaseModel):
     groups: list[str] = Field(description="Who may submit (empty: anyone).")
     source: str = Field(description="file, admin or builtin.")
     updated_by: str
-    updated_at: float
+    updated_at: Moment
     used_systems: int
     used_memoryx_bytes: int
     borrowed_systems: int = Field(description="Systems it holds beyond its quota.")
@@ -87,8 +89,8 @@ class UsageRowOut(BaseModel):
 
 
 class UsageOut(BaseModel):
-    since: float
-    until: float
+    since: Moment
+    until: Moment
     by: UsageBy
     rows: list[UsageRowOut]
 
@@ -131,7 +133,10 @@ def queues_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
         """Usage accounting per user, group or queue over a window (all users' usage)."""
         query, rows = await usage.report(since, until, group_by.value)
         return UsageOut(
-            since=query.since, until=query.until, by=query.by, rows=[_row(r) for r in rows]
+            since=utc_moment(query.since),
+            until=utc_moment(query.until),
+            by=query.by,
+            rows=[_row(r) for r in rows],
         )
 
     return router
@@ -148,7 +153,7 @@ def queue_out(status: QueueStatus) -> QueueOut:
         systems=spec.systems, memoryx_bytes=spec.memoryx_bytes, weight=spec.weight,
         borrow_systems=spec.borrow_systems, borrow_memoryx_bytes=spec.borrow_memoryx_bytes,
         lend=spec.lend, groups=list(spec.groups), source=spec.source.value,
-        updated_by=spec.updated_by, updated_at=spec.updated_at,
+        updated_by=spec.updated_by, updated_at=utc_moment(spec.updated_at),
         used_systems=status.used_systems, used_memoryx_bytes=status.used_memoryx_bytes,
         borrowed_systems=status.borrowed_systems, lent_systems=status.lent_systems,
         pending=status.pending, running=status.running, share=status.share,

@@ -8,7 +8,8 @@ layer's squared gradient norm from the MemoryXs (each waits until it holds the l
 adds them in layer order and derives the clip scale; then every MemoryX applies the update
 with the step's learning rate and that scale. No clipped update is applied before the
 global norm is known. The loss of a step is the mean over the global batch's predictions.
-Evaluation runs every `runconfig.eval_steps` (train_and_eval) and at the end; checkpoints every
+Evaluation runs every `runconfig.eval_steps` (train_and_eval) and at the end, before the last
+report (progress carries the newest evaluation to the user); checkpoints every
 `runconfig.checkpoint_steps` and at the end; summaries every `runconfig.log_steps`.
 """
 
@@ -60,6 +61,9 @@ class TrainingLoop:
         self.start_step = checkpoints.read_checkpoint(Path(resume)).step if resume else 0
         self.checkpoint_step = self.start_step  # the newest checkpoint of the run
         self._written: int | None = None  # the step of the last checkpoint this run wrote
+        # The newest evaluation (reported with the progress) and the step it was made at.
+        self._evaluation: dict[str, float] = {}
+        self._evaluated_at: int | None = None
 
     async def run(self) -> dict[str, Any] | None:
         """Run the job; returns its final metrics, or None if the coordinator said stop."""
@@ -90,7 +94,8 @@ class TrainingLoop:
             if runconfig.log_steps and (done % runconfig.log_steps == 0 or final):
                 self._summarise(done, loss, learning_rate, last_log)
             evaluate = runconfig.eval_steps and done % runconfig.eval_steps == 0
-            if layout.mode == "train_and_eval" and evaluate and not final:
+            # The last evaluation comes before the last report, which carries it to the user.
+            if layout.mode == "train_and_eval" and (evaluate or final):
                 metrics.update(await self._evaluate(done))
             checkpointed = False
             if runconfig.checkpoint_steps and done % runconfig.checkpoint_steps == 0 and not final:
@@ -105,8 +110,8 @@ class TrainingLoop:
                 if not await self._report(done, loss, steps_per_second, final, learning_rate):
                     return None
         await self._checkpoint(layout.num_steps)
-        if layout.mode == "train_and_eval":
-            metrics.update(await self._evaluate(layout.num_steps))
+        if layout.mode == "train_and_eval" and self._evaluated_at != layout.num_steps:
+            metrics.update(await self._evaluate(layout.num_steps))  # resumed at the end
         return metrics
 
     async def _train_step(self, step: int) -> tuple[float, float]:
@@ -130,14 +135,9 @@ class TrainingLoop:
             predictions += sum(r.num_predictions for r in results)
         evaluation = {"eval_loss": loss_sum / predictions, "eval_accuracy": correct / predictions}
         log.info("evaluation at step %d: %s", version, evaluation)
+        self._evaluation, self._evaluated_at = evaluation, version
         if self.summaries:
-            self.summaries.record(
-                version,
-                {
-                    "eval/loss": evaluation["eval_loss"],
-                    "eval/accuracy": evaluation["eval_accuracy"],
-                },
-            )
+            self.summaries.record(version, evaluation)
         return evaluation
 
     def _summarise(self, done: int, loss: float, learning_rate: float, last: _Rate) -> None:
@@ -211,6 +211,8 @@ class TrainingLoop:
             checkpoint_step=self.checkpoint_step,
             resumed_from_step=self.start_step,
             learning_rate=lr,
+            eval_loss=self._evaluation.get("eval_loss"),
+            eval_accuracy=self._evaluation.get("eval_accuracy"),
         )
 
 

@@ -3,6 +3,7 @@ run on the clock at a known rate: GetJob, ListJobs (csctl --show-pending, get jo
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,9 +77,14 @@ def test_queued_jobs_are_estimated_from_the_running_jobs_steps_left(
 
         http = f"http://127.0.0.1:{sim.coordinator.http_port}/api/v1/jobs"
         rest = httpx.get(f"{http}/{three}", timeout=10).json()
-        assert abs(rest["estimated_start"] - long_ends) < 1.0
+        assert abs(_unix(rest["estimated_start"]) - long_ends) < 1.0  # RFC 3339, to the second
         rest_listed = {j["id"]: j for j in httpx.get(http, timeout=10).json()["jobs"]}
-        assert abs(rest_listed[one]["estimated_start"] - short_ends) < 1.0
+        assert abs(_unix(rest_listed[one]["estimated_start"]) - short_ends) < 1.0
+        assert rest_listed[four]["estimated_start"] is None
 
         for job_id in (long, short, three, one, four):
             client.cancel_job(job_id)
+
+
+def _unix(moment: str) -> float:
+    return datetime.datetime.fromisoformat(moment).timestamp()

@@ -23,7 +23,7 @@ def test_patch_priority_and_labels(parked: Rest) -> None:
         json={"priority": "p1", "labels": {"set": {"team": "cv"}, "remove": ["tmp"]}},
     )
     assert patched.status_code == 200, patched.text
-    assert patched.json()["spec"]["priority"] == "p1"
+    assert patched.json()["spec"]["priority"] == "P1"
     assert patched.json()["spec"]["labels"] == {"team": "cv"}
     bad = parked.http.patch(f"/api/v1/jobs/{job['id']}", json={"priority": "p9"})
     assert bad.status_code == 422 and bad.json()["error"]["field"]
@@ -32,7 +32,7 @@ def test_patch_priority_and_labels(parked: Rest) -> None:
         json={"priority": "p3", "labels": {"set": {"bad key!": "x"}}},
     )
     assert half_bad.status_code == 422 and half_bad.json()["error"]["field"] == "labels"
-    assert parked.job(job["id"])["spec"]["priority"] == "p1"  # nothing of it was applied
+    assert parked.job(job["id"])["spec"]["priority"] == "P1"  # nothing of it was applied
     parked.http.post(f"/api/v1/jobs/{job['id']}/cancel")
     frozen = parked.http.patch(f"/api/v1/jobs/{job['id']}", json={"priority": "p3"})
     assert frozen.status_code == 409 and "frozen" in frozen.json()["error"]["message"]

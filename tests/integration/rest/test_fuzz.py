@@ -3,6 +3,7 @@ and every response must match the schema the API publishes."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import hypothesis
@@ -57,12 +58,31 @@ def _fuzz(operation: Any, mode: GenerationMode, base_url: str) -> int:
         count += 1
         response = case.call(base_url=base_url, timeout=10)
         case.validate_response(response, checks=CHECKS)
+        if "application/json" in str(response.headers.get("content-type")):
+            _moments_are_rfc3339(response.json(), f"{case.method} {case.path}")
         if response.status_code in (400, 422):  # a rejected input names what to fix
             error = response.json()["error"]
             assert error["field"], f"{case.method} {case.path} {response.request.body!r}: {error}"
 
     check()
     return count
+
+
+MOMENT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+MOMENT_KEYS = re.compile(r".*_at|time|since")
+
+
+def _moments_are_rfc3339(body: Any, where: str) -> None:
+    """Every moment a response gives is RFC 3339 in UTC, or null: never Unix seconds."""
+    if isinstance(body, list):
+        for item in body:
+            _moments_are_rfc3339(item, where)
+    elif isinstance(body, dict):
+        for key, value in body.items():
+            if MOMENT_KEYS.fullmatch(key) and not isinstance(value, dict | list):
+                assert value is None or MOMENT.fullmatch(str(value)), f"{where}: {key}={value!r}"
+            else:
+                _moments_are_rfc3339(value, where)
 
 
 def _has_inputs(label: str) -> bool:

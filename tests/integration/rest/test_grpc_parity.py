@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc
 from appliance.protocol import convert
 from appliance.server.rest.models import event_out, job_out
+from csctl.render import job_document
 from tests.integration.coordinator.harness import wait_until
 from tests.integration.rest.conftest import Rest
 
@@ -50,6 +52,33 @@ def test_a_finished_job_reads_the_same_through_both_doors(
     ]
 
 
+def test_rest_and_csctl_write_moments_and_priorities_alike(
+    rest: Rest, stub: cluster_pb2_grpc.ClusterServiceStub
+) -> None:
+    """One representation everywhere: RFC 3339 times (null when not happened) and P0..P3."""
+    job = rest.submit(num_steps=2, priority="p3")
+    rest.wait_phase(job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
+    through_rest = rest.job(job["id"])
+    by_csctl = job_document(
+        convert.job_from_pb(stub.GetJob(pb.GetJobRequest(job_id=job["id"]))), with_params=False
+    )
+    moments = ("created_at", "updated_at", "started_at", "finished_at")
+    for key in moments:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", through_rest[key]), key
+        assert through_rest[key] == by_csctl[key], key
+    assert through_rest["progress"]["reported_at"] == by_csctl["progress"]["reported_at"]
+    assert through_rest["spec"]["priority"] == by_csctl["spec"]["priority"] == "P3"
+    assert through_rest["lease"] is None  # ended: no lease held
+
+
+def test_a_moment_not_happened_is_null(parked: Rest) -> None:
+    queued = parked.job(parked.submit()["id"])  # parked: it stays QUEUED
+    assert queued["phase"] == "QUEUED"
+    assert queued["started_at"] is None and queued["finished_at"] is None
+    assert queued["progress"]["reported_at"] is None
+    assert queued["created_at"].endswith("Z")
+
+
 def test_queued_and_cancelled_jobs_and_lists_match(
     parked: Rest, rest: Rest, stub: cluster_pb2_grpc.ClusterServiceStub
 ) -> None:
@@ -66,7 +95,7 @@ def test_queued_and_cancelled_jobs_and_lists_match(
             job = parked.submit(labels={"door": "both"}, priority=priority)
             job_id = job["id"]
             wait_until(lambda: same(job_id), 10, f"REST and gRPC to agree on a {priority} job")  # noqa: B023
-            assert _via_grpc(parked_stub, job["id"])["spec"]["priority"] == priority
+            assert _via_grpc(parked_stub, job["id"])["spec"]["priority"] == priority.upper()
             parked.http.post(f"/api/v1/jobs/{job['id']}/cancel", json={"reason": "parity"})
             assert same(job["id"])  # a cancelled job no longer changes
 

@@ -61,7 +61,7 @@ def test_every_change_shows_on_the_next_get(parked: Rest) -> None:
     )
     assert parked.job(job["id"]) == parked.job(job["id"])
     assert parked.http.patch(url, json={"priority": "p1"}).status_code == 200
-    assert parked.job(job["id"])["spec"]["priority"] == "p1"
+    assert parked.job(job["id"])["spec"]["priority"] == "P1"
     labels = {"labels": {"set": {"team": "cv"}, "remove": []}}
     assert parked.http.patch(url, json=labels).status_code == 200
     assert parked.job(job["id"])["spec"]["labels"] == {"team": "cv"}

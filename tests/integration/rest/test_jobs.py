@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 from typing import Any
 
+from appliance.client import ApplianceClient
 from tests.integration.rest.conftest import SMALL_PARAMS, Rest
 
 
@@ -30,7 +32,7 @@ def test_a_job_runs_to_success_and_the_stream_ends_there(rest: Rest) -> None:
     assert submitted["phase"] == "QUEUED"
     assert submitted["user"] == "anonymous"
     assert submitted["spec"]["params_yaml"] == SMALL_PARAMS
-    assert submitted["spec"]["priority"] == "p2" and submitted["spec"]["mode"] == "train"
+    assert submitted["spec"]["priority"] == "P2" and submitted["spec"]["mode"] == "train"
 
     events = _sse(rest, submitted["id"])  # returns only because the server ends the stream
 
@@ -70,7 +72,7 @@ def test_params_as_a_json_object_priority_and_mode(parked: Rest) -> None:
     )
     got = parked.job(job["id"])
     assert (got["spec"]["max_restarts"], got["attempt"]) == (2, 0)  # queued: none begun
-    assert got["spec"]["priority"] == "p1" and got["spec"]["mode"] == "eval"
+    assert got["spec"]["priority"] == "P1" and got["spec"]["mode"] == "eval"
     assert got["spec"]["model_dir"] == "/tmp/appliance-rest-model"
     assert "hidden_sizes" in got["spec"]["params_yaml"]
     assert got["pending_reason"] and got["queue_position"] >= 1
@@ -127,3 +129,23 @@ def test_a_live_stream_ends_when_the_job_is_cancelled(parked: Rest) -> None:
                 if seen == ["QUEUED"]:  # the recorded event arrived: now change the job live
                     parked.http.post(f"/api/v1/jobs/{job['id']}/cancel")
     assert seen == ["QUEUED", "CANCELLED"]
+
+
+def test_with_authentication_off_a_job_is_the_user_the_request_names(parked: Rest) -> None:
+    """One rule for every door (README, "Whose job it is"): the gRPC client names the OS user,
+    a REST body its `user`; a request naming none is anonymous's."""
+    assert parked.submit(user="alice")["user"] == "alice"
+    assert parked.submit()["user"] == "anonymous"
+    with ApplianceClient(parked.running.address) as client:
+        params = {"model": {"name": "fc_mnist", "hidden_sizes": [4]}}
+        job = client.submit(params=params, num_csx=1, num_steps=2, detach=True)
+        assert job.status.user == getpass.getuser()
+
+
+def test_a_user_name_that_is_not_one_is_refused_naming_the_field(parked: Rest) -> None:
+    response = parked.http.post(
+        "/api/v1/jobs",
+        json={"params": SMALL_PARAMS, "num_csx": 1, "num_steps": 2, "user": "a b\x1b"},
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == "user"

@@ -7,12 +7,13 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from appliance.domain.job import ReplicaPhase
+from appliance.domain.inventory import default_pool
+from appliance.domain.job import Lease, ReplicaPhase
 from appliance.domain.phases import ACTIVE, TERMINAL, TRANSITIONS, Outcome, Phase
-from appliance.domain.plan import Role
+from appliance.domain.plan import Role, plan_replicas
 from appliance.domain.queue import Placement
 from appliance.scheduler.admission import admit
-from appliance.store.jobs import JobStore, PhaseChange
+from appliance.store.jobs import JobStore, NewJob, PhaseChange
 from appliance.store.tables import PlacementRow, ReplicaRow
 from tests.integration.store.driving import (
     PATH_TO,
@@ -20,6 +21,7 @@ from tests.integration.store.driving import (
     T0,
     drive,
     in_table_order,
+    make_spec,
     placements_for,
     run_together,
     snapshot,
@@ -210,6 +212,19 @@ def test_leaving_for_a_terminal_phase_releases_placements(
     released = {n: held_by_both[n] - held_by_a.get(n, 0) for n in held_by_both}
     assert usage(store) == {n: used for n, used in released.items() if used}
     assert store.get_job("wsjob-a").systems == ("cs2-01", "cs2-02")  # kept as history
+
+
+def test_an_ended_job_holds_no_lease(store: JobStore) -> None:
+    spec = make_spec()
+    leased = NewJob("wsjob-a", "alice", spec, plan_replicas(spec, default_pool()), 60.0, "vm:1")
+    store.create_jobs([leased], T0)
+    drive(store, "wsjob-a", Phase.RUNNING)
+    assert store.get_job("wsjob-a").lease == Lease(60.0, T0 + 60.0, "vm:1")
+
+    assert store.set_phase("wsjob-a", Phase.SUCCEEDED, "done", T0 + 2).applied
+    assert store.get_job("wsjob-a").lease is None  # released, not "held until T0 + 60"
+    [summary] = store.job_summaries(["wsjob-a"])
+    assert summary.lease is None
 
 
 def test_schedule_is_all_or_nothing(store: JobStore) -> None:

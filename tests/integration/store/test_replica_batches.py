@@ -104,6 +104,22 @@ def test_a_failure_stops_the_batch_and_after_the_end_it_reads_stopped(store: Job
     assert _phases(store, A)["chief-0"] is ReplicaPhase.STOPPED  # the teardown's doing
 
 
+def test_a_replica_the_teardown_stops_after_success_says_it_ended_as_it_should(
+    store: JobStore,
+) -> None:
+    names = _started(store, A, Phase.RUNNING)
+    worker = next(n for n in names if n != "chief-0")
+    [written] = store.record_exits([(A, [_exit("chief-0", 0)])], T0 + 3)
+    assert written.change is not None and store.get_job(A).phase is Phase.SUCCEEDED
+
+    store.record_exits([(A, [ReplicaExit(worker, 1, 143, "killed by SIGTERM", "", True)])], T0 + 4)
+    [stopped] = [r for r in store.replicas(A) if r.name == worker]
+    assert (stopped.phase, stopped.exit_code) == (ReplicaPhase.STOPPED, 143)
+    assert stopped.message == (
+        "stopped by the teardown after the job succeeded (killed by SIGTERM)"
+    )
+
+
 def test_no_exit_is_written_for_a_requeue_another_attempt_or_no_job(store: JobStore) -> None:
     names = _started(store, A, Phase.RUNNING)
     _started(store, B, Phase.RUNNING)

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 from fake_cluster_service import FakeCluster
@@ -17,6 +18,7 @@ from fake_cluster_service import FakeCluster
 from appliance._proto.v1 import cluster_pb2
 from appliance.client import launcher as run
 from appliance.domain.phases import Phase
+from appliance.domain.spec import Mode
 
 
 def _launch(cluster: FakeCluster, params_file: Path, *extra: str) -> tuple[int, str]:
@@ -167,3 +169,47 @@ def test_ctrl_c_cancels_the_job_and_exits_130(
     assert (job.phase, job.reason) == (Phase.CANCELLED, run.CANCEL_REASON)
     assert f"{job.id} cancelled" in output
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_every_option_has_help_and_mode_says_what_each_does() -> None:
+    """One CLI library (click) for every command line, and help on every option."""
+    assert isinstance(run.launch, click.Command)
+    options = [p for p in run.launch.params if isinstance(p, click.Option)]
+    assert len(options) >= 16
+    assert [o.name for o in options if not o.help] == []
+    (mode,) = [o for o in options if o.name == "mode"]
+    assert mode.help is not None
+    assert all(m.value in mode.help for m in Mode)
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run.main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("Usage: python -m appliance.run [OPTIONS]")
+    assert "--job_labels K=V" in shown and "train_and_eval" in shown
+
+
+def test_values_after_a_variadic_option_are_each_its_own() -> None:
+    """The Model Zoo's spelling: --job_labels a=1 b=2 gives both, up to the next option."""
+    spread = run.spread_variadic(
+        ["--job_labels", "a=1", "b=2", "--detach", "--depends_on", "wsjob-1", "afterany:wsjob-2",
+         "--num_csx", "2"]
+    )  # fmt: skip
+    assert spread == [
+        "--job_labels", "a=1", "--job_labels", "b=2", "--detach",
+        "--depends_on", "wsjob-1", "--depends_on", "afterany:wsjob-2", "--num_csx", "2",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["--params", "p.yaml"], ["--params", "p.yaml", "--num_steps", "x"],
+     ["--params", "p.yaml", "--num_steps", "1", "--mode", "fly"],
+     ["--params", "p.yaml", "--num_steps", "1", "stray"]],
+)  # fmt: skip
+def test_a_command_line_that_is_not_one_exits_2_with_one_error_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.endswith("(see --help)\n") and err.count("\n") == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -308,3 +309,47 @@ async def test_warm_waits_while_a_listing_runs(
     assert [r[0][0] for r in listed] == NEWEST_FIRST[:2]
     assert warmed.rendered == 3  # what the listing had not read
     assert sorted(render.rendered) == IDS
+
+
+class FirstPass(logging.Handler):
+    """Catches the line the first pass of `render_ahead` logs."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.logged = asyncio.Event()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "ahead of the first listing" in record.getMessage():
+            self.records.append(record)
+            self.logged.set()
+
+
+async def rendered_ahead_record(listing: JobListing) -> logging.LogRecord:
+    """The line the first pass of `render_ahead` logs."""
+    logger = logging.getLogger("appliance.services.listing")
+    first, level = FirstPass(), logger.level
+    logger.addHandler(first)
+    logger.setLevel(logging.DEBUG)
+    passes = asyncio.create_task(listing.render_ahead(EVERYTHING, every=3600))
+    try:
+        await asyncio.wait_for(first.logged.wait(), 30)
+    finally:
+        passes.cancel()
+        logger.removeHandler(first)
+        logger.setLevel(level)
+    (record,) = first.records
+    return record
+
+
+async def test_rendering_ahead_on_a_new_store_is_no_line_at_start_up(ctx: Context) -> None:
+    record = await rendered_ahead_record(JobListing(ctx, Renders(), max_cached=100))
+    assert record.levelname == "DEBUG"  # "rendered 0 job summaries" is noise to a newcomer
+
+
+async def test_rendering_ahead_a_history_is_said_at_start_up(
+    ctx: Context, render: Renders
+) -> None:
+    record = await rendered_ahead_record(JobListing(ctx, render, max_cached=100))
+    assert record.levelname == "INFO"
+    assert f"rendered {len(IDS)} job summaries" in record.getMessage()

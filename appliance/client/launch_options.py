@@ -1,0 +1,154 @@
+"""The launcher's command line (`python -m appliance.run`): its options, in the Model Zoo's
+run.py spelling (--num_csx, --model_dir, --job_labels a=1 b=2), with click as every command
+line of the project; appliance/client/launcher.py runs what they ask for."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import click
+
+from appliance.client import DEFAULT_ADDRESS
+from appliance.client.lease import DEFAULT_LEASE_SECONDS
+from appliance.client.user_config import ENV_SERVER, ENV_TOKEN
+from appliance.domain.spec import Mode
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """The launcher's command line, parsed."""
+
+    params: str
+    num_csx: int
+    num_steps: int
+    model_dir: str
+    mode: str
+    checkpoint_path: str | None
+    job_labels: tuple[str, ...]
+    job_priority: str
+    max_restarts: int | None
+    job_queue: str | None
+    depends_on: tuple[str, ...]
+    not_preemptible: bool
+    detach: bool
+    lease_seconds: float
+    server: str
+    token: str | None
+
+
+# Options that take every value up to the next option, as the Model Zoo's run.py spells them
+# (`--job_labels team=nlp run=7`); click takes such an option once per value.
+_VARIADIC = frozenset({"--job_labels", "--depends_on"})
+
+
+def spread_variadic(argv: Sequence[str]) -> list[str]:
+    """`--job_labels a=1 b=2` as `--job_labels a=1 --job_labels b=2`: each value after a
+    variadic option, up to the next option, gets the option of its own."""
+    spread: list[str] = []
+    variadic: str | None = None
+    for arg in argv:
+        if arg.startswith("-"):
+            variadic = arg if arg in _VARIADIC else None
+        elif variadic is not None and spread[-1] != variadic:
+            spread.append(variadic)
+        spread.append(arg)
+    return spread
+
+
+_OPTIONS = [
+    click.option("-p", "--params", required=True, help="Params YAML file (Model Zoo style)."),
+    click.option(
+        "--num_csx", type=int, default=1, show_default=True, help="CS-2 systems to run on."
+    ),
+    click.option(
+        "--num_steps", type=int, default=None, help="Steps to run (not with --mode compile)."
+    ),
+    click.option(
+        "-o",
+        "--model_dir",
+        default="",
+        help="Output directory, on a filesystem the appliance shares (default: your own directory "
+        "on the appliance, users/<you>/<job id>; printed at the end).",
+    ),
+    click.option(
+        "-m",
+        "--mode",
+        type=click.Choice([m.value for m in Mode]),
+        default=Mode.TRAIN.value,
+        show_default=True,
+        help="train; eval (evaluate the weights of --checkpoint_path); train_and_eval (train, "
+        "evaluating every runconfig.eval_steps and at the end, and print the final evaluation); "
+        "compile (print the compile report: layers, memory, bytes per step; nothing runs).",
+    ),
+    click.option("--checkpoint_path", default=None, help="Checkpoint to start from (.npz)."),
+    click.option(
+        "--job_labels",
+        multiple=True,
+        metavar="K=V",
+        help="Labels for the job: one or more K=V after the option.",
+    ),
+    click.option(
+        "--job_priority",
+        default="p2",
+        show_default=True,
+        help="p1 runs first, p3 last (p0: admins only).",
+    ),
+    click.option(
+        "--max_restarts",
+        type=int,
+        default=None,
+        help="Restart from the newest checkpoint after a retryable failure (a replica killed by a "
+        "signal, a lost node) up to this many times (default: the cluster's, 0 unless set).",
+    ),
+    click.option(
+        "--job_queue",
+        default=None,
+        help="The queue to submit to (default: default); `csctl get queues` lists them.",
+    ),
+    click.option(
+        "--depends_on",
+        multiple=True,
+        metavar="[COND:]JOB",
+        help="Run only after these jobs, one or more after the option: wsjob-… (it succeeded), or "
+        "afterany:… (it ended), afternotok:… (it failed or was cancelled). A broken dependency "
+        "cancels the job.",
+    ),
+    click.option(
+        "--not_preemptible",
+        is_flag=True,
+        help="Never preempted by a job of higher priority (admins only).",
+    ),
+    click.option("--detach", is_flag=True, help="Submit without a lease, print the id and exit."),
+    click.option(
+        "--lease_seconds",
+        type=float,
+        default=DEFAULT_LEASE_SECONDS,
+        show_default=True,
+        help="The job is cancelled when this launcher is gone this long (0 = detached).",
+    ),
+    click.option(
+        "--server",
+        envvar=ENV_SERVER,
+        default=DEFAULT_ADDRESS,
+        metavar="HOST:PORT",
+        help=f"The appliance's gRPC address (default ${ENV_SERVER}, else {DEFAULT_ADDRESS}).",
+    ),
+    click.option(
+        "--token",
+        default=None,
+        metavar="TOKEN",  # the client looks in $CSCTL_TOKEN, then csctl's file
+        help=f"Bearer token when authentication is on (default ${ENV_TOKEN}, else the `token:` of "
+        "csctl's config file).",
+    ),
+]
+
+
+def launch_options(fn: F) -> F:
+    """Add the launcher's options to the click command `fn`."""
+    for option in reversed(_OPTIONS):
+        fn = option(fn)
+    return fn
