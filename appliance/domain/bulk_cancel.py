@@ -122,10 +122,11 @@ def checked_selection(selection: CancelSelection, by: Principal | None) -> Cance
         raise InvalidSpec(
             "all selects every user's jobs; leave out user and mine, or all", field="all"
         )
-    if not (user or labels or s.selector or s.all):
+    if not (user or labels or s.selector.narrows or s.all):
         raise InvalidSpec(
-            "say whose jobs to cancel: user, mine, labels (or a label selector) or job ids "
-            "(phases only narrow a selection), or all for every user's jobs",
+            "say whose jobs to cancel: user, mine, labels (or a label selector with k=v, "
+            "'k in (...)' or k; k!=v, notin and !k only narrow) or job ids (phases only narrow "
+            "a selection), or all for every user's jobs",
             field="all",
         )
     if s.all and by is not None and not by.admin:

@@ -73,6 +73,13 @@ class LabelSelector:
     def __bool__(self) -> bool:
         return bool(self.requirements)
 
+    @property
+    def narrows(self) -> bool:
+        """Whether it names jobs by a label they have (k=v, k in (...), k): a selector of only
+        negations (k!=v, k notin (...), !k) matches every job without the key, so it does not
+        say whose jobs are meant."""
+        return any(not r.op.negated for r in self.requirements)
+
     def __str__(self) -> str:
         return ",".join(str(r) for r in self.requirements)
 
@@ -174,16 +181,16 @@ class _Parser:
         values: list[str] = []
         while True:
             kind, token = self._peek()
-            if kind == "word":
-                values.append(token)
-                self.at += 1
-                kind, token = self._peek()
-            if token == ")":
+            if kind != "word":
+                if not values and token == ")":
+                    self._fail(f"the values of {key!r} must not be empty", found=False)
+                self._fail(f"expected a value of {key!r}")  # `(a,,b)`, `(,a)`, `(a,)`
+            values.append(token)
+            self.at += 1
+            if self._peek() == ("op", ")"):
                 self.at += 1
                 break
             self._expect(",", "',' or ')' in the values")
-        if not values:
-            self._fail(f"the values of {key!r} must not be empty", found=False)
         if len(values) > MAX_VALUES:
             self._fail(f"the values of {key!r} must be at most {MAX_VALUES}", found=False)
         return tuple(dict.fromkeys(values))

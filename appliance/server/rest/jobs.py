@@ -15,6 +15,7 @@ from appliance.domain.errors import InvalidSpec
 from appliance.domain.listing import DEFAULT_LIMIT, MAX_LIMIT, JobQuery
 from appliance.domain.phases import Phase
 from appliance.domain.selectors import parse_selectors
+from appliance.domain.timestamps import utc_moment
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.events import MEDIA_TYPE, sse_stream
@@ -167,7 +168,7 @@ def _resume_seq(last_event_id: str | None) -> int:
 def _waiting(position: int, reason: str, start: float) -> dict[str, object]:
     """A listed queued job's fresh queue position, its reason when the scheduler gave one, and
     its estimated start."""
-    fresh: dict[str, object] = {"queue_position": position, "estimated_start": start}
+    fresh: dict[str, object] = {"queue_position": position, "estimated_start": utc_moment(start)}
     if reason:
         fresh["pending_reason"] = reason
     return fresh

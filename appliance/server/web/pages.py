@@ -14,9 +14,10 @@ from appliance.domain.inventory import NodeKind, NodeUsage
 from appliance.domain.job import Job
 from appliance.domain.listing import DEFAULT_LIMIT, JobQuery
 from appliance.domain.phases import Phase
+from appliance.domain.selectors import LabelSelector, parse_selector
 from appliance.domain.spec import Priority
 from appliance.domain.usage import UsageBy
-from appliance.server.web.fields import labels, one_of
+from appliance.server.web.fields import one_of
 from appliance.server.web.render import PREFIX, HtmlRoute, age, page
 from appliance.server.web.session import Sessions
 from appliance.services.jobs import JobService
@@ -60,7 +61,8 @@ def pages_router(jobs: JobService, sessions: Sessions) -> APIRouter:
             user = by.user
         wanted = Phase(one_of(phase, list(Phase), "phase")) if phase else None
         query = JobQuery(
-            include_terminal=all, user=user, labels=labels(label, "label"), limit=DEFAULT_LIMIT,
+            include_terminal=all, user=user, limit=DEFAULT_LIMIT,
+            selector=parse_selector(label, "label") if label else LabelSelector(),
             phases=frozenset({wanted}) if wanted else frozenset(),
         )  # fmt: skip
         rows = [_row(job) for job in await listed(query)]

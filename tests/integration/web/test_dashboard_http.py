@@ -92,6 +92,28 @@ def test_priority_labels_and_node_state_follow_the_apis_rules(
     client.post(f"/ui/jobs/{job}/cancel", data={"csrf": csrf})
 
 
+def test_the_jobs_page_filters_with_kubectls_label_selectors(
+    dashboard: Dashboard, session: tuple[httpx.Client, str]
+) -> None:
+    client, _ = session
+    dashboard.park()
+    nlp = dashboard.submit("alice", labels={"team": "nlp"})
+    cv = dashboard.submit("alice", labels={"team": "cv", "exp": "3"})
+    bare = dashboard.submit("alice")
+    shown = {
+        selector: {job for job in (nlp, cv, bare) if f'data-job="{job}"' in page.text}
+        for selector in ("team!=nlp", "team in (cv,x)", "team notin (cv)", "!team", "exp")
+        if (page := client.get("/ui/jobs", params={"label": selector})).status_code == 200
+    }
+    assert shown == {
+        "team!=nlp": {cv, bare},
+        "team in (cv,x)": {cv},
+        "team notin (cv)": {nlp, bare},
+        "!team": {bare},
+        "exp": {cv},
+    }
+
+
 @pytest.mark.parametrize(
     ("method", "path", "data", "status", "field"),
     [

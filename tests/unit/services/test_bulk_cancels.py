@@ -13,6 +13,7 @@ from appliance.domain.auth import Principal
 from appliance.domain.bulk_cancel import MAX_IDS, CancelSelection
 from appliance.domain.errors import InvalidSpec, PermissionDenied
 from appliance.domain.phases import Phase
+from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import JobSpec, validate_spec
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services import bulk_cancels
@@ -190,6 +191,8 @@ async def test_a_refused_job_is_not_met_again_by_the_next_chunk(
     [
         (CancelSelection(), None, "all", "say whose jobs to cancel"),
         (CancelSelection(phases=frozenset({Phase.QUEUED})), None, "all", "phases only narrow"),
+        (CancelSelection(selector=parse_selector("!nothing")), ROOT, "all", "!k only narrow"),
+        (CancelSelection(selector=parse_selector("a!=b,c notin (d)")), ROOT, "all", "only narrow"),
         (CancelSelection(user="a", job_ids=("wsjob-000000000000",)), None, "job_ids", "not both"),
         (CancelSelection(user="../../etc"), None, "user", "user must be 1-253 characters"),
         (CancelSelection(user="x" * 300), None, "user", "user must be 1-253 characters"),
