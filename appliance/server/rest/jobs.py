@@ -20,17 +20,15 @@ from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.events import MEDIA_TYPE, sse_stream
 from appliance.server.rest.models import (
-    CancelIn,
-    CancelJobsIn,
     CancelJobsOut,
     CancelOut,
     EventListOut,
     JobListOut,
     JobOut,
-    JobSubmitIn,
     event_out,
     job_out,
 )
+from appliance.server.rest.requests import CancelIn, CancelJobsIn, JobSubmitIn
 from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.jobs import JobService
 
