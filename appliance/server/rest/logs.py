@@ -1,13 +1,14 @@
 """/api/v1/jobs/{id}/logs: a job's replica logs as text, optionally followed (as csctl logs -f
-over gRPC GetJobLogs: the same LogService, the same authorization)."""
+over gRPC GetJobLogs: the same LogService, the same authorization). A followed log re-checks
+its caller as the event stream does (rest/events.py `rechecked`): a revoked token ends it."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.responses import StreamingResponse
 
 from appliance.domain.auth import Principal
@@ -15,6 +16,7 @@ from appliance.domain.display import printable
 from appliance.domain.errors import ApplianceError
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
+from appliance.server.rest.events import Idle, rechecked
 from appliance.services.jobs import check_job_id
 from appliance.services.logs import LogService
 
@@ -63,6 +65,7 @@ def logs_router(logs: LogService, caller: CallerDependency) -> APIRouter:
                 description="Of what is written so far, only each replica's last N lines.",
             ),
         ] = None,
+        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
         by: Principal | None = authenticated,
     ) -> StreamingResponse:
         """A job's replica logs (what `csctl logs` prints), with the authorization of gRPC
@@ -71,7 +74,7 @@ def logs_router(logs: LogService, caller: CallerDependency) -> APIRouter:
         await logs.check(job_id, replica, by=by)  # an error is a status, before any line
         chunks = logs.read(job_id, replica, follow, by=by, tail=tail)
         return StreamingResponse(
-            _lines(chunks, prefixed=not replica),
+            _lines(chunks, lambda: caller(authorization), prefixed=not replica),
             media_type=MEDIA_TYPE,
             headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
         )
@@ -80,12 +83,18 @@ def logs_router(logs: LogService, caller: CallerDependency) -> APIRouter:
 
 
 async def _lines(
-    chunks: AsyncIterator[tuple[str, list[str]]], *, prefixed: bool
+    chunks: AsyncIterator[tuple[str, list[str]]],
+    recheck: Callable[[], Awaitable[object]],
+    *,
+    prefixed: bool,
 ) -> AsyncIterator[bytes]:
-    """The lines as text, one chunk per read; an error once the status is sent ends the body
-    with a line saying it."""
+    """The lines as text, one chunk per read; an error once the status is sent (the token
+    revoked meanwhile) ends the body with a line saying it."""
     try:
-        async for name, lines in chunks:
+        async for chunk in rechecked(chunks, recheck):
+            if chunk is Idle.TICK:
+                continue
+            name, lines = chunk
             prefix = f"[{name}] " if prefixed else ""
             yield "".join(f"{prefix}{printable(line)}\n" for line in lines).encode()
     except ApplianceError as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from appliance.domain.errors import InvalidSpec, Unauthenticated
 from appliance.domain.inventory import NodeState
@@ -64,14 +64,19 @@ def actions_router(jobs: JobService, sessions: Sessions, auth: Authenticator) ->
         await nodes.set_state(name, NodeState(wanted), reason, by=by)
         return RedirectResponse(f"{PREFIX}/cluster", 303)
 
-    @router.get("/login")
+    @router.get("/login", response_class=HTMLResponse)
     async def login_form(request: Request) -> Response:
+        """The form; with authentication off, a page saying there is nothing to log in to."""
         sessions.share(request, None)
         return page(request, "login.html", {"title": "Log in", "auth_on": auth.enabled})
 
     @router.post("/login")
     async def log_in(request: Request) -> Response:
-        """Check the token, then keep it in the session cookie; never echoed or logged."""
+        """Check the token, then open a session for it (its id is the cookie); the token is
+        never echoed or logged. With authentication off there is no session to open: back to
+        the dashboard, no cookie set."""
+        if not auth.enabled:
+            return RedirectResponse("/", 303)
         sessions.share(request, None)
         form = await sessions.form(request)
         token = form.get("token", "").strip()
@@ -90,7 +95,7 @@ def actions_router(jobs: JobService, sessions: Sessions, auth: Authenticator) ->
     async def log_out(request: Request) -> Response:
         await sessions.form(request)
         answer = RedirectResponse(LOGIN, 303)
-        sessions.log_out(answer)
+        sessions.log_out(answer, request)
         return answer
 
     return router

@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from appliance.server.auth import Authenticator
 from appliance.server.web.actions import actions_router
 from appliance.server.web.pages import pages_router
-from appliance.server.web.render import HERE, PREFIX
+from appliance.server.web.render import HERE, NOT_FRAMED, PREFIX
 from appliance.server.web.session import Sessions
 from appliance.server.web.streams import streams_router
 from appliance.services.jobs import JobService
@@ -45,10 +45,13 @@ def install_web(app: FastAPI, jobs: JobService, logs: LogService, auth: Authenti
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(
+        """Never framed by another site; Swagger UI's inline script rules out the pages' CSP."""
+        answer = get_swagger_ui_html(
             openapi_url=app.openapi_url or "/openapi.json",
             title=f"{app.title} API",
             swagger_js_url=f"{VENDOR}/swagger-ui-bundle.js",
             swagger_css_url=f"{VENDOR}/swagger-ui.css",
             swagger_favicon_url=f"{VENDOR}/favicon-32x32.png",
         )
+        answer.headers.update(NOT_FRAMED)
+        return answer

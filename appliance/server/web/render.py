@@ -23,6 +23,21 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 PREFIX = "/ui"
 LOGIN = f"{PREFIX}/login"
+# Every page: never framed by another site (clickjacking), and only this origin's scripts,
+# styles, images and connections (the templates have no inline script or style; htmx is told
+# not to add its own <style> in base.html).
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+NOT_FRAMED = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
+PAGE_HEADERS = {
+    **NOT_FRAMED,
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
 
 
 def age(since: float, now: float) -> str:
@@ -61,7 +76,7 @@ def page(request: Request, name: str, context: dict[str, Any], status: int = 200
     if request.headers.get("hx-request") and request.headers.get("hx-target"):
         name = "_" + name
     values = {"request": request, **getattr(request.state, "shared", {}), **context}
-    return HTMLResponse(templates.get_template(name).render(values), status)
+    return HTMLResponse(templates.get_template(name).render(values), status, PAGE_HEADERS)
 
 
 def error_page(request: Request, status: int, message: str, field: str | None) -> HTMLResponse:
@@ -78,7 +93,13 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 class HtmlRoute(APIRoute):
     """Errors of a page or an action as a page (status and message), and a missing or
-    revoked login as a redirect to the login form."""
+    revoked login as a redirect to the login form. A page (an HTMLResponse route) answers
+    HEAD as well as GET; a live feed does not (its body never ends)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        if self.methods and "GET" in self.methods and self.response_class is HTMLResponse:
+            self.methods.add("HEAD")
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

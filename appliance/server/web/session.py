@@ -1,39 +1,88 @@
-"""Who uses the dashboard: a token given once in the login form, kept in an HttpOnly,
-SameSite=Strict cookie (never in a URL or a log line), checked on every request like a
-bearer token (a revoked token logs the browser out). Every action is a POST that carries a
-per-session CSRF token and, when the browser says where it comes from, this origin."""
+"""Who uses the dashboard: a token given once in the login form opens a session. The browser
+holds only the session's id, random and opaque, in an HttpOnly, SameSite=Strict cookie (never
+in a URL or a log line): a leaked cookie is not a REST or gRPC credential, and logging out
+ends the session for good. The token stays in this process's memory and is checked on every
+request like a bearer token (a revoked token ends its sessions). Every action is a POST that
+carries a per-session CSRF token and, when the browser says where it comes from, this origin.
+
+Sessions live in memory only: a coordinator restart (or a failover to another coordinator)
+logs every browser out."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 from fastapi import Request, Response
 
 from appliance.domain.auth import Principal
-from appliance.domain.errors import InvalidSpec, PermissionDenied
+from appliance.domain.errors import InvalidSpec, PermissionDenied, Unauthenticated
 from appliance.server.auth import Authenticator
 
 COOKIE = "appliance_session"
 MAX_FORM_FIELDS = 20
 MAX_FIELD = 4096
 FORM_TYPE = "application/x-www-form-urlencoded"
+IDLE_SECONDS = 8 * 3600.0  # a session unused this long has ended
+LIFETIME_SECONDS = 24 * 3600.0  # and any session this old, however used
+MAX_SESSIONS = 10_000  # beyond this, logging in ends the least recently used session
+ENDED = "your session has ended; log in again"
+
+
+@dataclass
+class _Session:
+    token: str
+    opened: float
+    used: float
 
 
 class Sessions:
-    def __init__(self, auth: Authenticator) -> None:
+    """The open sessions of this process, by id (the module docstring says what they keep);
+    one event loop uses them, so they need no lock."""
+
+    def __init__(
+        self,
+        auth: Authenticator,
+        clock: Callable[[], float] = time.monotonic,
+        max_sessions: int = MAX_SESSIONS,
+    ) -> None:
         self.auth = auth
         self._key = secrets.token_bytes(32)  # CSRF tokens of this process's sessions
+        self._clock = clock
+        self._max = max_sessions
+        self._open: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
 
     async def caller(self, request: Request) -> Principal | None:
         """A FastAPI dependency: the logged-in caller (None: authentication is off); raises
-        Unauthenticated without a valid session. What every page shows of it is kept for
-        the templates."""
-        token = request.cookies.get(COOKIE)
-        principal = self.auth.caller(f"Bearer {token}" if token else None)
+        Unauthenticated without a valid session (unknown, expired, or its token revoked).
+        What every page shows of it is kept for the templates."""
+        principal = None
+        if self.auth.enabled:
+            principal = self._principal(request.cookies.get(COOKIE, ""))
         self.share(request, principal)
+        return principal
+
+    def _principal(self, session_id: str) -> Principal:
+        session = self._open.get(session_id)
+        now = self._clock()
+        if session is None:
+            raise Unauthenticated(ENDED)
+        if now - session.used > IDLE_SECONDS or now - session.opened > LIFETIME_SECONDS:
+            del self._open[session_id]
+            raise Unauthenticated(ENDED)
+        try:
+            principal = self.auth.principal(f"Bearer {session.token}")
+        except Unauthenticated:
+            del self._open[session_id]  # revoked: this session is over, whatever comes next
+            raise
+        session.used = now
+        self._open.move_to_end(session_id)
         return principal
 
     async def act(self, request: Request) -> tuple[Principal | None, dict[str, str]]:
@@ -77,12 +126,20 @@ class Sessions:
         return fields
 
     def log_in(self, response: Response, request: Request, token: str) -> None:
+        """Open a session for `token` (checked by the caller) and give its id as the cookie."""
+        while len(self._open) >= self._max:
+            self._open.popitem(last=False)
+        session_id = secrets.token_urlsafe(32)
+        now = self._clock()
+        self._open[session_id] = _Session(token, opened=now, used=now)
         response.set_cookie(
-            COOKIE, token, httponly=True, samesite="strict", path="/",
+            COOKIE, session_id, httponly=True, samesite="strict", path="/",
             secure=request.url.scheme == "https",
         )  # fmt: skip
 
-    def log_out(self, response: Response) -> None:
+    def log_out(self, response: Response, request: Request) -> None:
+        """End the request's session (its cookie is refused from now on) and drop the cookie."""
+        self._open.pop(request.cookies.get(COOKIE, ""), None)
         response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
 
 

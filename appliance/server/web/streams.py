@@ -1,19 +1,19 @@
 """The dashboard's live feeds, Server-Sent Events: a `changed` event whenever what a list
 shows changed (the pages re-fetch their live part), a job's events (the REST stream's frames),
-and a job's log lines followed until it ends."""
+and a job's log lines followed until it ends. Each re-checks its session before every frame and
+keep-alive (rest/events.py `rechecked`): a logout or a revoked token ends it."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import StreamingResponse
 
 from appliance.domain.auth import Principal
-from appliance.domain.errors import ApplianceError
-from appliance.server.rest.events import MEDIA_TYPE, error_frame, sse_stream
+from appliance.server.rest.events import MEDIA_TYPE, sse_stream
 from appliance.server.web.render import PREFIX, HtmlRoute
 from appliance.server.web.session import Sessions
 from appliance.services.jobs import JobService
@@ -21,7 +21,9 @@ from appliance.services.logs import LogService
 
 JobId = Annotated[str, Path(max_length=64)]
 MAX_LOG_LINES = 200  # lines per frame: a burst of log is sent in parts
+LOG_TAIL = 500  # of what each replica wrote so far, the lines sent: dashboard.js keeps 500
 CHANGED = b"event: changed\ndata: {}\n\n"
+LOG_END = b"event: end\ndata: {}\n\n"
 NO_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -32,8 +34,9 @@ def streams_router(jobs: JobService, logs: LogService, sessions: Sessions) -> AP
     @router.get("/stream")
     async def changes(request: Request, by: Principal | None = caller) -> StreamingResponse:
         """`changed` after each change a list shows (coalesced by the use case)."""
-        recheck = lambda: sessions.caller(request)  # noqa: E731 - a revoked token ends it
-        return _sse(sse_stream(jobs.changes(), recheck, frame=lambda _: CHANGED))
+        return _sse(
+            sse_stream(jobs.changes(), _recheck(sessions, request), frame=lambda _: CHANGED)
+        )
 
     @router.get("/jobs/{job_id}/events")
     async def job_events(
@@ -42,14 +45,18 @@ def streams_router(jobs: JobService, logs: LogService, sessions: Sessions) -> AP
         await jobs.get(job_id)  # 404 before the stream starts
         after = request.headers.get("last-event-id", "")
         seq = int(after) if after.isdigit() and len(after) < 19 else 0
-        return _sse(sse_stream(jobs.watch(job_id, seq), lambda: sessions.caller(request)))
+        return _sse(sse_stream(jobs.watch(job_id, seq), _recheck(sessions, request)))
 
     @router.get("/jobs/{job_id}/logs")
     async def job_logs(
         request: Request, job_id: JobId, by: Principal | None = caller
     ) -> StreamingResponse:
+        """Each replica's last LOG_TAIL lines, then every new one until the job ends."""
         await jobs.get(job_id)
-        return _sse(_log_frames(logs.read(job_id, follow=True, by=by)))
+        chunks = logs.read(job_id, follow=True, by=by, tail=LOG_TAIL)
+        return _sse(
+            sse_stream(chunks, _recheck(sessions, request), frame=_log_frames, end=LOG_END)
+        )
 
     return router
 
@@ -58,14 +65,15 @@ def _sse(frames: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(frames, media_type=MEDIA_TYPE, headers=NO_CACHE)
 
 
-async def _log_frames(chunks: AsyncIterator[tuple[str, list[str]]]) -> AsyncIterator[bytes]:
-    try:
-        async for replica, lines in chunks:
-            for start in range(0, len(lines), MAX_LOG_LINES):
-                part = lines[start : start + MAX_LOG_LINES]
-                data = json.dumps({"replica": replica, "lines": part})
-                yield f"event: log\ndata: {data}\n\n".encode()
-    except ApplianceError as exc:
-        yield error_frame(exc)
-        return
-    yield b"event: end\ndata: {}\n\n"
+def _recheck(sessions: Sessions, request: Request) -> Callable[[], Awaitable[object]]:
+    """What a feed runs before each frame: the request's session, still valid."""
+    return lambda: sessions.caller(request)
+
+
+def _log_frames(chunk: tuple[str, list[str]]) -> bytes:
+    replica, lines = chunk
+    frames = []
+    for start in range(0, len(lines), MAX_LOG_LINES):
+        data = json.dumps({"replica": replica, "lines": lines[start : start + MAX_LOG_LINES]})
+        frames.append(f"event: log\ndata: {data}\n\n")
+    return "".join(frames).encode()

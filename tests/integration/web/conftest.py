@@ -27,6 +27,12 @@ from tests.integration.coordinator.harness import (
 from tests.integration.rest.conftest import SMALL_PARAMS
 
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
+# Run in every page before its own scripts: what the page's Content-Security-Policy blocked.
+WATCH_CSP = (
+    "window.__cspViolations = [];"
+    "document.addEventListener('securitypolicyviolation', (e) =>"
+    " window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`));"
+)
 USERS = {"alice": (["nlp"], False), "bob": (["cv"], False), "root": ([], True)}
 
 
@@ -109,6 +115,7 @@ def browser() -> Iterator[Any]:
         options.add_argument(argument)
     chrome = webdriver.Chrome(options=options, service=Service(executable_path=driver))
     chrome.set_page_load_timeout(30)
+    chrome.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_CSP})
     try:
         yield chrome
     finally:

@@ -45,6 +45,11 @@ def log_in(browser: Any, dashboard: Dashboard, user: str) -> None:
     wait_for(browser, f"{user} logged in", lambda d: text(d, "#who").startswith(user))
 
 
+def csp_violations(browser: Any) -> list[str]:
+    """What this page's Content-Security-Policy blocked (conftest.WATCH_CSP records it)."""
+    return list(browser.execute_script("return window.__cspViolations || ['not watched'];"))
+
+
 def mark_page(browser: Any) -> None:
     """A mark that a reload would wipe: what changes while it stays came live."""
     browser.execute_script("window.__notReloaded = true;")
@@ -119,6 +124,7 @@ def test_queue_and_job_pages_follow_changes_live(
     assert "RUNNING" in text(browser, "#events-table")
     assert "cs2-01" in text(browser, "#replicas-table")
     wait_for(browser, "the whole log", lambda d: "ended" in text(d, "#log-status"))
+    assert csp_violations(browser) == []  # the live page works under the strict policy
     browser.save_screenshot(str(shots / "job.png"))
     browser.execute_script("document.getElementById('chart').scrollIntoView();")
     browser.save_screenshot(str(shots / "job-curves-and-log.png"))
@@ -161,6 +167,7 @@ def test_an_admin_drains_a_system_from_the_cluster_picture(
     browser.find_element(By.ID, "set-cs2-02").click()
     wait_for(browser, "the tile drained", lambda d: state_of(d, "cs2-02") == "drain")
     assert "fan swap" in text(browser, tile)
+    assert csp_violations(browser) == []
     browser.save_screenshot(str(shots / "cluster.png"))
 
     log_in(browser, dashboard, "bob")  # no admin: no state forms to use

@@ -5,6 +5,7 @@ field (never a 500), and the live feed of changes."""
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -191,6 +192,69 @@ def test_a_forged_or_revoked_session_goes_back_to_the_login(dashboard: Dashboard
         assert client.get("/ui/cluster").headers["location"] == "/ui/login"
         with client.stream("GET", "/ui/stream") as feed:
             assert feed.status_code == 303
+
+
+def test_the_cookie_is_an_opaque_session_id_that_logout_ends(dashboard: Dashboard) -> None:
+    """Not the token: a leaked cookie is no API credential, and replayed after the logout (or
+    forged) it is refused."""
+    bob = dashboard.tokens["bob"]
+    with httpx.Client(base_url=dashboard.base_url, timeout=30) as client:
+        answer = log_in(client, bob)
+        session_id = client.cookies["appliance_session"]
+        assert session_id != bob and bob not in answer.headers["set-cookie"]
+        assert ">bob<" in client.get("/").text
+        as_bearer = {"Authorization": f"Bearer {session_id}"}
+        assert client.get("/api/v1/jobs", headers=as_bearer).status_code == 401
+        answer = client.post("/ui/logout", data={"csrf": csrf_of(client)})
+        assert answer.status_code == 303 and "appliance_session" not in client.cookies
+    for replayed in (session_id, secrets.token_urlsafe(32)):
+        with httpx.Client(base_url=dashboard.base_url, timeout=30) as client:
+            client.cookies.set("appliance_session", replayed)
+            assert client.get("/ui/cluster").headers["location"] == "/ui/login"
+            with client.stream("GET", "/ui/stream") as feed:
+                assert feed.status_code == 303
+
+
+PAGES = ["/", "/ui/queue", "/ui/jobs", "/ui/cluster", "/ui/queues", "/ui/login"]
+
+
+def test_pages_may_not_be_framed_and_load_only_this_sites_files(
+    dashboard: Dashboard, session: tuple[httpx.Client, str]
+) -> None:
+    client, _ = session
+    for path in [*PAGES, "/ui/jobs/wsjob-000000000000"]:  # an error page too
+        answer = client.get(path)
+        assert answer.headers["x-frame-options"] == "DENY", path
+        policy = answer.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy and "default-src 'self'" in policy, policy
+        assert "unsafe" not in policy
+    docs = client.get("/docs")  # Swagger UI's inline script: not framed, no stricter policy
+    assert docs.headers["x-frame-options"] == "DENY"
+    assert docs.headers["content-security-policy"] == "frame-ancestors 'none'"
+
+
+def test_pages_answer_head_and_the_feeds_do_not(
+    dashboard: Dashboard, session: tuple[httpx.Client, str]
+) -> None:
+    client, _ = session
+    for path in PAGES:
+        answer = client.head(path)
+        assert answer.status_code == 200 and answer.content == b"", path
+        assert answer.headers["content-type"].startswith("text/html")
+    assert client.head("/ui/stream").status_code == 405  # its body never ends
+
+
+def test_with_authentication_off_there_is_nothing_to_log_in_to(tmp_path: Path) -> None:
+    running = RunningCoordinator(tmp_path / "data").start()
+    try:
+        base = f"http://127.0.0.1:{running.coordinator.http_port}"
+        with httpx.Client(base_url=base, timeout=30) as client:
+            assert "Authentication is off" in client.get("/ui/login").text
+            answer = client.post("/ui/login", data={"token": "anything"})
+            assert answer.status_code == 303 and answer.headers["location"] == "/"
+            assert "set-cookie" not in answer.headers and not client.cookies
+    finally:
+        running.stop()
 
 
 def test_without_authentication_every_caller_acts_as_rest_allows(tmp_path: Path) -> None:

@@ -5,10 +5,11 @@
 
 (function () {
   const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
-  const MAX_LOG_LINES = 500;
+  const MAX_LOG_LINES = 500;  // as streams.py LOG_TAIL: no more old lines are sent
 
-  function rfc3339(seconds) {
-    return new Date(seconds * 1000).toISOString().replace(/\.\d+Z$/, "Z");
+  // REST's events carry their moment as RFC 3339 UTC already (null: not happened).
+  function moment(value) {
+    return value || "-";
   }
 
   function chart(root) {
@@ -45,7 +46,7 @@
     source.addEventListener("phase", (message) => {
       const event = JSON.parse(message.data);
       const row = rows.insertRow();
-      for (const text of [rfc3339(event.time), event.from_phase || "-", event.to_phase, event.reason]) {
+      for (const text of [moment(event.time), event.from_phase || "-", event.to_phase, event.reason]) {
         row.insertCell().textContent = text;
       }
       htmx.trigger("#live", "refresh");
