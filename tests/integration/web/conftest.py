@@ -7,6 +7,7 @@ Without chromium and chromedriver the browser tests skip, unless APPLIANCE_REQUI
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -96,8 +97,9 @@ def _browser_binaries() -> tuple[str, str] | None:
     return (chromium, driver) if chromium and driver else None
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless Debian chromium driven by selenium (failing, not skipping, in CI)."""
     found = _browser_binaries()
     if found is None:
         message = "no chromium and chromedriver (apt-get install chromium chromium-driver)"
@@ -107,9 +109,9 @@ def browser() -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    chromium, driver = found
+    binary, driver = found
     options = webdriver.ChromeOptions()
-    options.binary_location = chromium
+    options.binary_location = binary
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                      "--window-size=1280,1000", "--disable-gpu", "--no-first-run"):  # fmt: skip
         options.add_argument(argument)
@@ -120,6 +122,12 @@ def browser() -> Iterator[Any]:
         yield chrome
     finally:
         chrome.quit()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as chrome:
+        yield chrome
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.integration.web.conftest import Dashboard
+from tests.integration.web.conftest import Dashboard, chromium
 
 WAIT = 30.0
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
@@ -222,3 +222,38 @@ def test_docs_load_from_local_assets(browser: Any, dashboard: Dashboard, shots: 
     assert loaded and all(url.startswith(dashboard.base_url) for url in loaded), loaded
     browser.save_screenshot(str(shots / "docs.png"))
     assert httpx.get(f"{dashboard.base_url}/openapi.json").status_code == 200
+
+
+AXE = Path(__file__).parents[3] / "deploy/web/node_modules/axe-core/axe.min.js"
+
+
+def accessibility_violations(browser: Any) -> list[str]:
+    """axe-core's WCAG 2 A/AA findings on the page as it stands (contrast, names, labels)."""
+    browser.execute_script(AXE.read_text())
+    found = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document, {runOnly: ['wcag2a', 'wcag2aa']})"
+        ".then(r => done(r.violations.map("
+        "  v => v.id + ': ' + v.nodes.map(n => n.target).join(' '))))"
+        ".catch(e => done(['axe failed: ' + e]));"
+    )
+    return list(found)
+
+
+def test_every_page_passes_wcag_aa_checks(dashboard: Dashboard) -> None:
+    """Readable contrast, names on every control, labels on every field: axe-core (pinned in
+    deploy/web) on each page with content, as an admin sees it (the most controls). In a
+    browser of its own: after the other tests, the module's browser held all six of its
+    connections to the coordinator and a page load hung (noted, not yet understood)."""
+    assert AXE.is_file(), f"{AXE} is missing: run make install (deploy/web/build.sh)"
+    dashboard.park()
+    job = dashboard.submit("root", labels={"team": "nlp"})
+    found = {}
+    with chromium() as browser:
+        log_in(browser, dashboard, "root")
+        browser.set_script_timeout(WAIT)
+        for path in ("/", "/ui/jobs?all=true", "/ui/cluster", "/ui/queues", f"/ui/jobs/{job}"):
+            browser.get(f"{dashboard.base_url}{path}")
+            wait_for(browser, f"{path} drawn", lambda d: text(d, "main") != "")
+            found[path] = accessibility_violations(browser)
+    assert found == {path: [] for path in found}
