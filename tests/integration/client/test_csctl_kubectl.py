@@ -121,7 +121,11 @@ def test_cancel_jobs_takes_the_same_selectors(
     csctl: Csctl,
     labelled: dict[str, str],
 ) -> None:
-    cancelled = csctl("cancel", "jobs", "-l", "team notin (nlp),!owner")
+    # Only negations match every job without the key: they narrow, they do not say whose jobs.
+    refused = csctl("cancel", "jobs", "-l", "team notin (nlp),!owner")
+    assert refused.exit_code != 0 and "only narrow" in refused.stderr
+    assert all(observer.get_job(job_id).phase is Phase.QUEUED for job_id in labelled.values())
+    cancelled = csctl("cancel", "jobs", "-l", "team notin (nlp),!owner", "--all-users")
     assert (cancelled.exit_code, cancelled.stdout) == (0, "cancelled 2 jobs\n")
     phases = {name: observer.get_job(job_id).phase for name, job_id in labelled.items()}
     assert {name for name, phase in phases.items() if phase is Phase.CANCELLED} == {"cv", "bare"}
