@@ -1,11 +1,30 @@
 // The job page's live parts: its events (a phase change re-renders the job's facts through
 // htmx), its loss and learning-rate curves (uPlot, from progress events) and its log tail.
-// The list pages need nothing here: htmx's SSE extension refreshes them on `changed`.
+// The list pages' live part is htmx's SSE extension (refreshed on `changed`). Every page
+// closes its streams when it is hidden: a page kept in the back-forward cache kept them open,
+// and after a few pages the browser's six connections to the coordinator were all held and
+// the next page never loaded. A page shown again from that cache is reloaded, fresh.
 "use strict";
 
 (function () {
   const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
   const MAX_LOG_LINES = 500;  // as streams.py LOG_TAIL: no more old lines are sent
+  const sources = [];
+
+  function stream(url) {
+    const source = new EventSource(url);
+    sources.push(source);
+    return source;
+  }
+
+  window.addEventListener("pagehide", () => {
+    for (const source of sources) source.close();
+    // htmx's SSE extension closes an element's stream when the element is cleaned up.
+    document.querySelectorAll("[sse-connect]").forEach((element) => htmx.remove(element));
+  });
+  window.addEventListener("pageshow", (event) => {
+    if (event.persisted) window.location.reload();
+  });
 
   // REST's events carry their moment as RFC 3339 UTC already (null: not happened).
   function moment(value) {
@@ -42,7 +61,7 @@
 
   function followEvents(root, add) {
     const rows = document.querySelector("#events-table tbody");
-    const source = new EventSource(`/ui/jobs/${root.dataset.jobId}/events`);
+    const source = stream(`/ui/jobs/${root.dataset.jobId}/events`);
     source.addEventListener("phase", (message) => {
       const event = JSON.parse(message.data);
       const row = rows.insertRow();
@@ -73,7 +92,7 @@
   function followLog(root) {
     const log = document.getElementById("log");
     const status = document.getElementById("log-status");
-    const source = new EventSource(`/ui/jobs/${root.dataset.jobId}/logs`);
+    const source = stream(`/ui/jobs/${root.dataset.jobId}/logs`);
     source.addEventListener("log", (message) => {
       const chunk = JSON.parse(message.data);
       const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
