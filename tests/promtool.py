@@ -1,6 +1,6 @@
-"""promtool for tests: built once by deploy/tools/build-promtool.sh from the pinned Prometheus
-Go module and cached outside the repository. Without Go the tests that need it skip, saying
-why; with APPLIANCE_REQUIRE_PROMTOOL=1 (CI) they fail instead."""
+"""promtool for tests, found by deploy/tools/promtool.sh (on PATH, Debian's, or built from the
+pinned Prometheus Go module) and cached outside the repository. Where none can be had the tests
+that need it skip, saying why; with APPLIANCE_REQUIRE_PROMTOOL=1 (CI) they fail instead."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BUILD = REPO / "deploy" / "tools" / "build-promtool.sh"
+BUILD = REPO / "deploy" / "tools" / "promtool.sh"
 REQUIRE_ENV = "APPLIANCE_REQUIRE_PROMTOOL"
 
 
@@ -21,7 +21,7 @@ def find_promtool() -> Path:
         ["bash", str(BUILD)], capture_output=True, text=True, timeout=900, check=False
     )
     if done.returncode != 0:
-        why = f"deploy/tools/build-promtool.sh failed, so no promtool: {done.stderr.strip()}"
+        why = f"deploy/tools/promtool.sh failed, so no promtool: {done.stderr.strip()}"
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{REQUIRE_ENV}=1 but {why}", pytrace=False)
         pytest.skip(why)

@@ -193,9 +193,6 @@ stage_wheels() {
     src=$(mktemp -d)
     cleanup_dirs+=("$src")
     mkdir -p "$wheels/app" "$wheels/deps"
-    # The dashboard's browser assets are package data copied from npm (git-ignored): a tree
-    # where `make install` has not run yet gets them here, or the image would serve no /docs.
-    [ -f "$repo/appliance/server/web/static/vendor/htmx.min.js" ] || "$repo/deploy/web/build.sh" >&2
     # What setuptools packages (pyproject.toml: appliance*, csctl*, the README); building from
     # a copy leaves no build/ or egg-info behind in the working tree.
     (cd "$repo" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - \

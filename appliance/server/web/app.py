@@ -4,7 +4,6 @@ cluster gets a working /docs)."""
 
 from __future__ import annotations
 
-import logging
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -20,7 +19,6 @@ from appliance.server.web.streams import streams_router
 from appliance.services.jobs import JobService
 from appliance.services.logs import LogService
 
-log = logging.getLogger(__name__)
 
 STATIC = HERE / "static"
 VENDOR = f"{PREFIX}/static/vendor"
@@ -31,12 +29,6 @@ COOKIE_PATHS = (f"{PREFIX}/",)
 
 def install_web(app: FastAPI, jobs: JobService, logs: LogService, auth: Authenticator) -> None:
     """The dashboard on `app` (made with docs_url=None: /docs is served here)."""
-    if not (STATIC / "vendor" / "htmx.min.js").exists():
-        log.warning(
-            "the dashboard's browser assets are missing (%s): run `make install` "
-            "(deploy/web/build.sh) to copy them from npm",
-            STATIC / "vendor",
-        )
     sessions = Sessions(auth)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
     app.include_router(pages_router(jobs, sessions))

@@ -4,10 +4,12 @@ page are saved (see conftest.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -243,7 +245,11 @@ def accessibility_violations(browser: Any) -> list[str]:
 def test_every_page_passes_wcag_aa_checks(browser: Any, dashboard: Dashboard) -> None:
     """Readable contrast, names on every control, labels on every field: axe-core (pinned in
     deploy/web) on each page with content, as an admin sees it (the most controls)."""
-    assert AXE.is_file(), f"{AXE} is missing: run make install (deploy/web/build.sh)"
+    if not AXE.is_file():
+        why = f"{AXE} is missing: make test installs it with npm (deploy/web/build.sh --deps)"
+        if os.environ.get("APPLIANCE_REQUIRE_BROWSER") == "1":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
     dashboard.park()
     job = dashboard.submit("root", labels={"team": "nlp"})
     log_in(browser, dashboard, "root")
