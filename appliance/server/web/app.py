@@ -4,7 +4,6 @@ cluster gets a working /docs)."""
 
 from __future__ import annotations
 
-
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
@@ -18,7 +17,6 @@ from appliance.server.web.session import Sessions
 from appliance.server.web.streams import streams_router
 from appliance.services.jobs import JobService
 from appliance.services.logs import LogService
-
 
 STATIC = HERE / "static"
 VENDOR = f"{PREFIX}/static/vendor"
