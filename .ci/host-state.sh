@@ -4,8 +4,14 @@
 # network links, mounts, network namespaces, the sysctls the kubelet and kube-proxy touch,
 # the directories they write outside their own, and the processes of the node's programs.
 set -uo pipefail
+# A table that holds nothing but its built-in chains with policy ACCEPT is the same as no table:
+# the first program to look at one (kube-proxy probing, on a fresh machine) makes it, empty.
 for ipt in iptables-save ip6tables-save; do
-  command -v "$ipt" >/dev/null && "$ipt" | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//'
+  command -v "$ipt" >/dev/null && "$ipt" | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//' | awk '
+    /^\*/ { block = $0 "\n"; empty = 1; next }
+    /^COMMIT/ { if (!empty) printf "%sCOMMIT\n", block; next }
+    { block = block $0 "\n" }
+    !/^:(PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) ACCEPT *$/ { empty = 0 }'
 done
 ip -o link | awk -F': ' '{print "link", $2}' | sed 's/@.*//'
 awk '{print "mount", $2}' /proc/self/mounts | sort
