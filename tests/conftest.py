@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import fuzz_report
+from tests import fuzz_report, timing
 from tests.postgres import REQUIRE_ENV, PostgresServer, PostgresUnavailable, postgres_server
 
 _skipped_postgres: list[str] = []
@@ -67,3 +67,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(line)
     if _skipped_postgres:
         terminalreporter.write_line(f"PostgreSQL tests skipped: {_skipped_postgres[0]}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test's timeout from tests/timing.py: its tier's budget, or the one it asks for
+    (`@pytest.mark.timeout(N)`), stretched by APPLIANCE_TEST_SLOWDOWN."""
+    for item in items:
+        asked = item.get_closest_marker("timeout")
+        seconds = asked.args[0] if asked and asked.args else timing.budget_of(item.path)
+        item.add_marker(pytest.mark.timeout(seconds * timing.SLOWDOWN), append=False)

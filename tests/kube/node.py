@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests import timing
 from tests.kube.cluster import REPO, CannotRun, free_port
 
 NODE_SCRIPT = REPO / "deploy" / "kube-testenv" / "node.sh"
@@ -162,7 +163,9 @@ def _listening(port: int) -> bool:
 
 
 def wait_for(check: Any, what: str, timeout: float = 120) -> Any:
-    """Poll `check` until it returns something true; its value. No sleep stands in for it."""
+    """Poll `check` until it returns something true; its value. No sleep stands in for it.
+    `timeout` is stretched by APPLIANCE_TEST_SLOWDOWN (tests/timing.py)."""
+    timeout = timing.scaled(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()

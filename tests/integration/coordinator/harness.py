@@ -18,6 +18,7 @@ import psutil
 from appliance.config import Settings
 from appliance.server.app import Coordinator
 from appliance.server.auth import create_token
+from tests import timing
 
 # The users of the authentication tests: (groups, admin).
 USERS = {"alice": (["nlp"], False), "carol": (["nlp"], False), "bob": (["cv"], False),
@@ -118,7 +119,9 @@ def kill_workers(coordinator: str) -> None:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    """Poll a real condition until it holds (the condition is the synchronisation)."""
+    """Poll a real condition until it holds (the condition is the synchronisation), for
+    `timeout` seconds stretched by APPLIANCE_TEST_SLOWDOWN (tests/timing.py)."""
+    timeout = timing.scaled(timeout)
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -59,7 +59,7 @@ def test_an_interrupted_run_ends_exactly_as_an_uninterrupted_one(
     steps = STEPS["fc" if model is FC else "gpt"]
     with ApplianceClient(coordinator.address, detach=True) as client:
         reference = client.submit(params=params, num_csx=num_csx, num_steps=steps)
-        uninterrupted = reference.wait(timeout=300)
+        uninterrupted = reference.wait(timeout=120)
         assert uninterrupted.phase is Phase.SUCCEEDED, uninterrupted.reason
 
         job = client.submit(
@@ -70,8 +70,8 @@ def test_an_interrupted_run_ends_exactly_as_an_uninterrupted_one(
             os.kill(next(r.pid for r in job.status.replicas if r.name == "cs2-0"), signal.SIGKILL)
         else:
             urgent = client.submit(params=params, num_csx=4, num_steps=5, priority="p1")
-            assert urgent.wait(timeout=300).phase is Phase.SUCCEEDED
-        final = job.wait(timeout=300)
+            assert urgent.wait(timeout=150).phase is Phase.SUCCEEDED
+        final = job.wait(timeout=150)
 
     assert final.phase is Phase.SUCCEEDED, final.reason
     first, second = final.attempts

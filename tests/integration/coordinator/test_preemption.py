@@ -36,15 +36,15 @@ def test_a_p1_job_preempts_a_p3_job_which_resumes_exactly_where_it_was_stopped(
 ) -> None:
     with ApplianceClient(coordinator.address, detach=True) as client:
         reference = client.submit(params=PARAMS, num_csx=4, num_steps=STEPS, priority="p3")
-        uninterrupted = reference.wait(timeout=300)
+        uninterrupted = reference.wait(timeout=120)
         assert uninterrupted.phase is Phase.SUCCEEDED, uninterrupted.reason
 
         victim = client.submit(params=PARAMS, num_csx=4, num_steps=STEPS, priority="p3")
         wait_until(lambda: victim.status.progress.step >= 50, 120, "the P3 job to train")
         urgent = client.submit(params=SHORT, num_csx=2, num_steps=200, priority="p1")
-        done = urgent.wait(timeout=300)
+        done = urgent.wait(timeout=150)
         assert done.phase is Phase.SUCCEEDED, done.reason
-        final = victim.wait(timeout=300)
+        final = victim.wait(timeout=150)
         events = victim.events()
 
     assert final.phase is Phase.SUCCEEDED, final.reason

@@ -58,19 +58,19 @@ def test_a_queue_below_its_quota_reclaims_the_systems_another_borrows(
         assert (nlp["QUOTA"], nlp["USED"], nlp["BORROWED"], nlp["RUNNING"]) == ("2", "4", "2", "2")
         assert (vision["USED"], vision["LENT"]) == ("0", "2")
 
-        arrival = client.submit(params=PARAMS, num_csx=2, num_steps=300, queue="vision")
+        # Long enough to be still running when csctl reads the queues on a busy machine.
+        arrival = client.submit(params=PARAMS, num_csx=2, num_steps=1500, queue="vision")
         wait_until(
-            lambda: arrival.status.phase in (Phase.RUNNING, Phase.SUCCEEDED), 60,
-            "vision's job to run within seconds",
-        )  # fmt: skip
+            lambda: arrival.status.phase is Phase.RUNNING, 60, "vision's job to run within seconds"
+        )
         after = csctl(address, "get", "queues")
         nlp, vision = _row(after, "nlp"), _row(after, "vision")
         assert (nlp["USED"], nlp["BORROWED"], nlp["PENDING"]) == ("2", "0", "1")
         assert (vision["USED"], vision["LENT"]) == ("2", "0")
         assert first.status.phase is Phase.RUNNING  # within its quota: never a victim
 
-        assert arrival.wait(timeout=300).phase is Phase.SUCCEEDED
-        final = borrower.wait(timeout=300)
+        assert arrival.wait(timeout=150).phase is Phase.SUCCEEDED
+        final = borrower.wait(timeout=150)
         events = [e.reason for e in borrower.events()]
         arrived_at = arrival.status.started_at
         client.cancel_job(first.id)

@@ -15,9 +15,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from tests import timing
 from tests.integration.web.conftest import Dashboard
 
-WAIT = 30.0
+WAIT = timing.scaled(30.0)
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 

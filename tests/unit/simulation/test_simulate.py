@@ -78,7 +78,7 @@ def test_the_command_writes_a_summary_and_a_plot(tmp_path: Path) -> None:
     done = subprocess.run(
         [APPLIANCE, "simulate", "--trace", str(trace),
          "--systems", "4", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True, text=True, timeout=150, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "12 jobs on 4 systems (2 MemoryX, 1 SwarmX)" in done.stdout
