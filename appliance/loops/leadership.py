@@ -95,7 +95,8 @@ class LeaderElector:
                 return
             limit = self._valid_until - self.clock() if won else self.timing.renew_deadline
             try:
-                await asyncio.wait_for(self.try_acquire_or_renew(), max(limit, 0.01))
+                async with asyncio.timeout(max(limit, 0.01)):
+                    await self.try_acquire_or_renew()
             except Exception as exc:  # the lock's store is unreachable: try again
                 log.warning("leader election round failed: %s", str(exc) or type(exc).__name__)
                 if not won:
@@ -114,8 +115,7 @@ class LeaderElector:
         epoch, self.epoch = self.epoch, None
         released = LeaseRecord("", epoch, self.timing.duration)
         try:
-            await asyncio.wait_for(
-                self.lock.update(released, self._observed.version), self.timing.renew_deadline
-            )
+            async with asyncio.timeout(self.timing.renew_deadline):
+                await self.lock.update(released, self._observed.version)
         except Exception as exc:
             log.warning("could not release the %s: %s", self.lock.description, exc)

@@ -110,7 +110,8 @@ class Reconciler(ReplicaEventHandling):
         last_timed = loop.time()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wanted.wait(), self.sweep_interval)
+                async with asyncio.timeout(self.sweep_interval):  # not wait_for: see scheduling
+                    await wanted.wait()
             wanted.clear()
             # Leases and timeouts are checked once a second, not on every wake-up: a burst of
             # phase changes (bulk cancel) must not scan every active job each time.

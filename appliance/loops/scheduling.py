@@ -64,8 +64,12 @@ class SchedulerLoop:
         trace = _Trace(self.ctx.settings.scheduler_trace)
         try:
             while True:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that
+                # comes as the event is set, and the loop never stopped (a coordinator's stop
+                # hung on a busy machine).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wanted.wait(), self.ctx.settings.scheduler_interval)
+                    async with asyncio.timeout(self.ctx.settings.scheduler_interval):
+                        await wanted.wait()
                 wanted.clear()
                 started = loop.time()
                 try:

@@ -245,7 +245,8 @@ class Coordinator:
         assert self.elector is not None
         try:
             timeout = self.settings.lease_timing.renew_deadline
-            return await asyncio.wait_for(self.elector.try_acquire_or_renew(), timeout)
+            async with asyncio.timeout(timeout):
+                return await self.elector.try_acquire_or_renew()
         except Exception as exc:
             log.warning("first leader election round failed: %s", exc)
             return False

@@ -75,7 +75,8 @@ class Offload:
             # Waiting for a free checker is not the input's fault: the bound is kept by the
             # checker; this is the backstop for one that cannot be interrupted.
             backstop = self.seconds * BACKSTOP_FACTOR * (1 + self._waiting // self.workers)
-            return await asyncio.wait_for(work, backstop)
+            async with asyncio.timeout(backstop):
+                return await work
         except BrokenProcessPool:
             log.error("a checker process died checking %s of %d bytes; restarting", field, size)
             self.close()

@@ -151,7 +151,8 @@ class ReplicaService:
                         f"({state.phase.value}); ask again"
                     )
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changes.get(), remaining)
+                    async with asyncio.timeout(remaining):
+                        await changes.get()
 
     async def report_progress(
         self, job_id: str, attempt: int, progress: Progress, checkpointed: bool = False
