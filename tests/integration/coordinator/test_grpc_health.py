@@ -91,14 +91,16 @@ def test_probes_need_no_token_when_authentication_is_on(tmp_path: Path) -> None:
 
 @pytest.fixture
 def pair(postgres: PostgresServer, tmp_path: Path) -> Iterator[list[RunningCoordinator]]:
-    """Two coordinators electing a leader in one PostgreSQL database: the first leads."""
+    """Two coordinators electing a leader in one PostgreSQL database: the first leads. The
+    lease is long enough that a busy machine never makes the leader miss a renewal (a stop
+    releases it, so the standby still takes over at once)."""
     with postgres.fresh_database() as url, contextlib.ExitStack() as stack:
         coordinators = []
         for name in ("first", "second"):
             running = RunningCoordinator(
                 tmp_path / name, database_url=url, leader_election="database",
-                coordinator_id=name, lease_duration_seconds=3.0,
-                lease_renew_deadline_seconds=2.0, lease_retry_period_seconds=0.2,
+                coordinator_id=name, lease_duration_seconds=30.0,
+                lease_renew_deadline_seconds=20.0, lease_retry_period_seconds=0.2,
             ).start()  # fmt: skip
             stack.callback(running.stop)
             coordinators.append(running)

@@ -78,7 +78,8 @@ def test_a_drained_system_lets_its_job_finish_and_takes_no_new_one(
 ) -> None:
     address = coordinator.address
     with ApplianceClient(address, detach=True) as client:
-        job = client.submit(params=PARAMS, num_csx=1, num_steps=400)
+        # Long enough to be still running when csctl drains on a busy machine.
+        job = client.submit(params=PARAMS, num_csx=1, num_steps=2000)
         wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
         (system,) = job.status.systems
         said = csctl(address, "system", "drain", system, "--reason", "window")
