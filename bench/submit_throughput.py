@@ -6,13 +6,16 @@ channel (its own HTTP/2 connection) and submits back to back until the shared co
 After the run the coordinator is stopped and the jobs are counted in the SQLite file itself:
 only jobs persisted as QUEUED count.
 
-    python -m bench.submit_throughput [--jobs 5000] [--clients 50]
+    python -m bench.submit_throughput [--jobs 5000] [--clients 50] [--runs 3]
+        [--trees b35e5b1,HEAD]   # other commits' coordinators measured side by side; the
+                                 # goal is judged on the last tree
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -25,9 +28,11 @@ from bench.common import (
     EXAMPLE_PARAMS,
     SYSTEMS,
     CoordinatorProcess,
+    commit_tree,
     emit,
     fresh_dir,
-    prepare_store,
+    median_run,
+    prepare_store_with,
     summarize_ms,
 )
 
@@ -80,23 +85,18 @@ async def load(address: str, jobs: int, clients: int, time_limit: float) -> dict
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=5000)
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--time-limit", type=float, default=90.0)
-    parser.add_argument("--no-record", action="store_true")
-    parser.add_argument("--profile", type=Path, help="cProfile the coordinator into this file")
-    args = parser.parse_args()
-
+def measure(
+    tree: Path | None, jobs: int, clients: int, time_limit: float, profile: Path | None
+) -> dict[str, Any]:
+    """One run of the load against the coordinator of `tree` (None: this checkout)."""
     data_dir = fresh_dir("submit")
-    prepare_store(data_dir, maintenance=SYSTEMS)
-    coordinator = CoordinatorProcess(data_dir, profile=args.profile)
+    prepare_store_with(tree, data_dir, SYSTEMS)
+    coordinator = CoordinatorProcess(data_dir, profile=profile, tree=tree)
     try:
         address = coordinator.wait_address()
         cpu_before = coordinator.thread_cpu()
         own_before = time.process_time()
-        run = asyncio.run(load(address, args.jobs, args.clients, args.time_limit))
+        run = asyncio.run(load(address, jobs, clients, time_limit))
         own_cpu = time.process_time() - own_before
         cpu_after = coordinator.thread_cpu()
         rss = coordinator.rss_bytes()
@@ -116,7 +116,46 @@ def main() -> None:
     finally:
         db.close()
     queued = persisted.get("QUEUED", 0)
-    rate = queued / run["elapsed_s"]
+    return {
+        **run,
+        "persisted_by_phase": persisted,
+        "events_rows": events,
+        "persisted_queued_per_s": round(queued / run["elapsed_s"], 1),
+        "all_persisted": queued == jobs,
+        "coordinator_rss_mb": round(rss / 2**20, 1),
+        "coordinator_cpu_s": round(sum(cpu.values()), 2),
+        "coordinator_cpu_s_by_thread": cpu,
+        "loadgen_cpu_s": round(own_cpu, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--time-limit", type=float, default=90.0)
+    parser.add_argument("--runs", type=int, default=1, help="runs of each tree, interleaved")
+    parser.add_argument(
+        "--trees", default="HEAD",
+        help="commits to measure side by side, comma-separated (HEAD: this checkout)",
+    )  # fmt: skip
+    parser.add_argument("--no-record", action="store_true")
+    parser.add_argument("--profile", type=Path, help="cProfile this checkout's coordinator")
+    args = parser.parse_args()
+
+    trees = [(ref, commit_tree(ref) if ref != "HEAD" else ("HEAD", None))
+             for ref in args.trees.split(",")]  # fmt: skip
+    runs: dict[str, list[dict[str, Any]]] = {commit: [] for _, (commit, _) in trees}
+    for _ in range(args.runs):  # interleaved, so that a busy moment hits every tree alike
+        for _, (commit, tree) in trees:
+            profile = args.profile if tree is None else None
+            runs[commit].append(measure(tree, args.jobs, args.clients, args.time_limit, profile))
+            print(json.dumps({commit: runs[commit][-1]["persisted_queued_per_s"]}), flush=True)
+    by_tree = {commit: median_run(tree_runs, "persisted_queued_per_s")
+               for commit, tree_runs in runs.items()}  # fmt: skip
+    for commit, tree_runs in runs.items():
+        by_tree[commit]["runs_per_s"] = [r["persisted_queued_per_s"] for r in tree_runs]
+    mine = by_tree[trees[-1][1][0]]
     emit(
         "submit_throughput",
         {
@@ -124,15 +163,11 @@ def main() -> None:
             f"{args.clients} concurrent gRPC clients, SQLite",
             "jobs": args.jobs,
             "clients": args.clients,
-            **run,
-            "persisted_by_phase": persisted,
-            "events_rows": events,
-            "persisted_queued_per_s": round(rate, 1),
-            "coordinator_rss_mb": round(rss / 2**20, 1),
-            "coordinator_cpu_s_by_thread": cpu,
-            "loadgen_cpu_s": round(own_cpu, 2),
+            "runs": args.runs,
+            "trees": by_tree,
+            "persisted_queued_per_s": mine["persisted_queued_per_s"],
             "profiled": args.profile is not None,
-            "met": rate >= GOAL_JOBS_PER_S and queued == args.jobs,
+            "met": mine["persisted_queued_per_s"] >= GOAL_JOBS_PER_S and mine["all_persisted"],
         },
     )
 
