@@ -49,6 +49,9 @@ class Backend(Protocol):
     # one's) and, with authentication on, its replica token (server/replica_tokens.py). Kept
     # out of command lines and pod specs: a Kubernetes backend puts it in a Secret.
     replica_secrets: Callable[[str, int], Mapping[str, str]]
+    # Whether its replicas write into the jobs' model directories (the coordinator makes
+    # each owner's directory, with its mode, before they start); the simulated one's do not.
+    writes_model_dirs: bool
 
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
         """Start every replica of the job (idempotent for replicas already running)."""

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from pathlib import Path
 
 from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, ReplicaEventKind
 from appliance.domain.job import Job, JobEvent, ReplicaPhase
@@ -21,6 +22,7 @@ from appliance.loops.replica_events import ReplicaEventHandling
 from appliance.loops.requeuing import Requeuer
 from appliance.loops.settling import ConsequentFailures
 from appliance.services.context import Context
+from appliance.services.model_dirs import ModelDirs
 from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
 from appliance.store.jobs import JobStore
@@ -38,10 +40,13 @@ class Reconciler(ReplicaEventHandling):
         backend: Backend,
         replicas: ReplicaService,
         sweep_interval: float = SWEEP_INTERVAL,
+        model_dirs: ModelDirs | None = None,
     ) -> None:
         """`sweep_interval`: seconds between the timed checks of leases, timeouts and nodes
-        (a simulation on a virtual clock makes them rarer)."""
+        (a simulation on a virtual clock makes them rarer); `model_dirs`: the owners'
+        directories, made sure of before a job's replicas start (the submits' ModelDirs)."""
         self.ctx = ctx
+        self.model_dirs = model_dirs
         self.backend = backend
         self.sweep_interval = sweep_interval
         self.replicas = replicas
@@ -188,6 +193,9 @@ class Reconciler(ReplicaEventHandling):
             return
         self.active.add(job_id)
         try:
+            if self.model_dirs is not None and self.backend.writes_model_dirs:
+                # Made at the owner's first submit; made again if it went since.
+                await asyncio.to_thread(self.model_dirs.ensure_owner_dir, Path(job.spec.model_dir))
             await self.backend.launch(job, job.replicas)
         except BackendUnavailable as exc:
             # Not the job's fault: keep it SCHEDULED, say why, retry on the next sweep; fail it

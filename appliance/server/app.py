@@ -161,7 +161,9 @@ class Coordinator:
         self._health = serve_health_and_reflection(self._grpc, readiness.problem, services)
         self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
         self.backend.coordinator_address = s.coordinator_address or f"127.0.0.1:{self.grpc_port}"
-        self.reconciler = Reconciler(self.ctx, self.backend, replicas)
+        self.reconciler = Reconciler(
+            self.ctx, self.backend, replicas, model_dirs=self.jobs.model_dirs
+        )
         if self.leadership.elected:
             self.leadership.identity = identity = self._identity()
             lock = await self._lease_lock(election)

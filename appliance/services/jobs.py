@@ -108,7 +108,10 @@ class JobService:
         )
         await self.queues.check_can_run(queue, plan)
         job_id = new_job_id()
-        spec = await asyncio.to_thread(self.model_dirs.place, spec, resume, user, job_id, by)
+        if self.model_dirs.needs_disk(spec, resume, user):  # no disk I/O on the event loop
+            spec = await asyncio.to_thread(self.model_dirs.place, spec, resume, user, job_id, by)
+        else:
+            spec = self.model_dirs.place(spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
         new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups)
         view = self.ctx.queue

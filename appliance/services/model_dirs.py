@@ -35,12 +35,20 @@ class ModelDirs:
         self.allowed = tuple(Path(os.path.realpath(p)) for p in allowed)
         # The root as configured too: a user names paths under it before links are resolved.
         self._roots = {self.root, Path(os.path.abspath(root))}
+        # Owners' directories this coordinator made (or found): a submit into one needs no
+        # disk I/O. A launch makes sure it is still there (ensure_owner_dir).
+        self._made: set[Path] = set()
 
     def user_dir(self, user: str) -> Path:
         return self.root / "users" / user
 
     def group_dir(self, group: str) -> Path:
         return self.root / "groups" / group
+
+    def needs_disk(self, spec: JobSpec, checkpoint: str | None, user: str) -> bool:
+        """Whether `place` touches the disk for this submit (resolving a path it was given, or
+        making the owner's directory): if not, it can run on the event loop."""
+        return bool(spec.model_dir or checkpoint) or self.user_dir(user) not in self._made
 
     def place(
         self, spec: JobSpec, checkpoint: str | None, user: str, job_id: str, by: Principal | None
@@ -90,19 +98,34 @@ class ModelDirs:
             field=field,
         )
 
-    def _make_owner_dir(self, model_dir: Path) -> None:
-        """Make users/<user> or groups/<group> when the model dir is in one (0750)."""
+    def ensure_owner_dir(self, model_dir: Path) -> None:
+        """Make users/<user> or groups/<group> (0750) when `model_dir` is in one and it is
+        not there: before a job's replicas start, which would make it with a wider mode."""
+        owner = self._owner_dir(model_dir)
+        if owner is not None and not owner.is_dir():
+            self._made.discard(owner)
+            self._make_owner_dir(model_dir)
+
+    def _owner_dir(self, model_dir: Path) -> Path | None:
         for kind in ("users", "groups"):
             base = self.root / kind
             if model_dir.is_relative_to(base) and model_dir != base:
-                owner = base / model_dir.relative_to(base).parts[0]
-                try:
-                    owner.mkdir(mode=0o750, parents=True, exist_ok=True)
-                except OSError as exc:
-                    raise Unavailable(
-                        f"the coordinator cannot make the model directory {owner} "
-                        f"({exc.strerror}); tell an admin"
-                    ) from None
+                return base / model_dir.relative_to(base).parts[0]
+        return None
+
+    def _make_owner_dir(self, model_dir: Path) -> None:
+        """Make users/<user> or groups/<group> when the model dir is in one (0750), once."""
+        owner = self._owner_dir(model_dir)
+        if owner is None or owner in self._made:
+            return
+        try:
+            owner.mkdir(mode=0o750, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise Unavailable(
+                f"the coordinator cannot make the model directory {owner} "
+                f"({exc.strerror}); tell an admin"
+            ) from None
+        self._made.add(owner)
 
 
 def canonical(path: str) -> Path:

@@ -158,10 +158,17 @@ class QueueService:
         self.ctx.bus.wake_scheduler()
 
     async def check_submit(self, name: str, by: Principal | None) -> QueueSpec:
-        """The queue a job is submitted to, if it exists and `by` may submit to it."""
-        spec = await self.ctx.read(self.ctx.store.queue_spec, name)
+        """The queue a job is submitted to, if it exists and `by` may submit to it. Decided
+        on the store's kept copy of the definitions when it has one (no trip to a reader
+        thread per submit); a refusal is decided on a fresh read."""
+        store = self.ctx.store
+        kept = store.cached_queue_specs()
+        spec = kept.get(name) if kept is not None else None
+        if spec is None or spec.source is Source.KEPT:
+            specs = await self.ctx.read(store.queue_specs)
+            spec = next((q for q in specs if q.name == name), None)
+            known = ", ".join(q.name for q in specs)
         if spec is None:
-            known = ", ".join(q.name for q in await self.ctx.read(self.ctx.store.queue_specs))
             raise InvalidSpec(
                 f"queue {name} does not exist; the queues are {known}", field="queue"
             )

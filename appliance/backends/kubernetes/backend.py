@@ -48,6 +48,8 @@ ARCHIVE_LIMIT_BYTES = 64 << 20
 
 
 class KubernetesBackend:
+    writes_model_dirs = True
+
     def __init__(
         self,
         api: KubeApi,

@@ -42,6 +42,8 @@ class _Running:
 
 
 class LocalBackend:
+    writes_model_dirs = True
+
     def __init__(
         self,
         data_dir: Path,

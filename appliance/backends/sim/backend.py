@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 
 class SimBackend:
+    writes_model_dirs = False
+
     def __init__(
         self,
         calls: ReplicaCalls,

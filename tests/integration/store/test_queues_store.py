@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
+from sqlalchemy.orm import Session
 
 from appliance.domain.dependencies import Condition, Dependency
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound
@@ -17,6 +18,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
 from appliance.domain.queues import QueueSpec, Source, resolve_quotas, validate_queue
 from appliance.domain.spec import validate_spec
+from appliance.store import queue_defs
 from appliance.store.jobs import JobStore, NewJob
 from appliance.store.queue_defs import QueueLoad
 from tests.integration.store.driving import PARAMS, PATH_TO, T0, define_queues, placements_for
@@ -44,6 +46,54 @@ def fits(queues: list[QueueSpec]) -> None:
     resolve_quotas(queues, 4, 64 * GIB)
 
 
+def spec_of(store: JobStore, name: str) -> QueueSpec | None:
+    """The queue as read, and as the kept copy has it after the read."""
+    read = {q.name: q for q in store.queue_specs()}.get(name)
+    kept = store.cached_queue_specs()
+    assert kept is not None and kept.get(name) == read
+    return read
+
+
+def test_the_kept_copy_of_the_definitions_goes_with_every_change(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert store.cached_queue_specs() is None  # nothing read yet
+    store.queue_specs()
+    assert list(store.cached_queue_specs() or {}) == ["default"]
+    store.put_queue(*_named(validate_queue(name="nlp", systems=1)), fits)
+    assert store.cached_queue_specs() is None  # the change dropped it
+    assert spec_of(store, "nlp") is not None
+    store.delete_queue("nlp")
+    assert store.cached_queue_specs() is None
+    assert spec_of(store, "nlp") is None
+    store.apply_queues_file([validate_queue(name="cv", systems=1)], "digest-1", fits)
+    assert store.cached_queue_specs() is None
+    # A refused change drops it too (nothing was written, but nothing is lost by reading).
+    store.queue_specs()
+    with pytest.raises(NotFound):
+        store.delete_queue("vision")
+    assert store.cached_queue_specs() is None
+
+    # A read that overlaps a change is not kept: it may have seen the definitions before it.
+    read_specs, changed = queue_defs._specs, []
+
+    def read_during_a_change(s: Session) -> list[QueueSpec]:
+        found = read_specs(s)
+        if not changed:  # the change's own check reads them too
+            changed.append(True)
+            store.put_queue(*_named(validate_queue(name="nlp", systems=1)), fits)
+        return found
+
+    monkeypatch.setattr(queue_defs, "_specs", read_during_a_change)
+    assert "nlp" not in [q.name for q in store.queue_specs()]  # read before the change
+    assert store.cached_queue_specs() is None
+    monkeypatch.undo()
+    store.queue_specs()
+    assert store.cached_queue_specs() is not None
+    monkeypatch.setattr(queue_defs, "SPECS_MAX_AGE", -1.0)  # too old: read again
+    assert store.cached_queue_specs() is None
+
+
 def test_the_file_wins_when_it_changes_and_run_time_changes_stand_until_then(
     store: JobStore,
 ) -> None:
@@ -54,7 +104,7 @@ def test_the_file_wins_when_it_changes_and_run_time_changes_stand_until_then(
     store.put_queue(*_named(validate_queue(name="nlp", systems=1, updated_by="root")), fits)
     store.put_queue(*_named(validate_queue(name="cv", systems=1)), fits)
     assert not store.apply_queues_file([nlp], "digest-1", fits).applied
-    assert store.queue_spec("nlp") == validate_queue(name="nlp", systems=1, updated_by="root")
+    assert spec_of(store, "nlp") == validate_queue(name="nlp", systems=1, updated_by="root")
     # The file is edited: it replaces every definition, except a busy queue it drops.
     submit(store, "wsjob-cv", "cv")
     vision = validate_queue(name="vision", systems=1, source=Source.FILE)
@@ -97,7 +147,7 @@ def test_a_queue_is_deleted_only_when_empty(store: JobStore) -> None:
         store.delete_queue("nlp")
     assert store.set_phase("wsjob-a", Phase.CANCELLED, "no", T0 + 1).applied
     store.delete_queue("nlp")
-    assert store.queue_spec("nlp") is None
+    assert spec_of(store, "nlp") is None
     # A submit that checked the queue before it was deleted is refused as it is written.
     with pytest.raises(InvalidSpec, match="queue nlp does not exist") as caught:
         submit(store, "wsjob-late", "nlp")

@@ -32,6 +32,8 @@ class RecordingBackend:
     """Starts nothing: records launches and teardowns, fails launches on request, and
     reports what a restart would find."""
 
+    writes_model_dirs = False
+
     def __init__(self) -> None:
         self.coordinator_address = "127.0.0.1:1"
         self.replica_secrets: Callable[[str, int], Mapping[str, str]] = no_secrets

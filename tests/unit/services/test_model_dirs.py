@@ -122,3 +122,30 @@ def test_a_path_out_of_reach_is_refused_before_anything_of_it_is_looked_up(
     with pytest.raises(PermissionDenied) as refused:
         dirs.place(spec(given), None, "alice", JOB, ALICE)
     assert repr(given) in refused.value.message and "/etc" not in refused.value.message
+
+
+def test_an_owners_directory_is_made_once_and_again_before_a_launch_if_it_went(
+    dirs: ModelDirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submit into a directory already made touches no disk (it runs on the event loop); a
+    launch makes it again, with its mode, if it was removed since."""
+    assert dirs.needs_disk(spec(), None, "alice")  # the first submit makes it
+    placed = dirs.place(spec(), None, "alice", JOB, ALICE)
+    assert not dirs.needs_disk(spec(), None, "alice")
+    assert dirs.needs_disk(spec(), None, "bob")  # another owner's is not made yet
+    assert dirs.needs_disk(spec(str(dirs.root / "users" / "alice" / "run")), None, "alice")
+    made = dirs.root / "users" / "alice"
+
+    def no_disk(*args: object, **kwargs: object) -> None:
+        raise AssertionError("touched the disk")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "mkdir", no_disk)
+        patch.setattr(Path, "stat", no_disk)
+        second = dirs.place(spec(), None, "alice", "wsjob-modeldirs00002", ALICE)
+    assert second.model_dir == str(made / "wsjob-modeldirs00002")
+
+    made.rmdir()
+    dirs.ensure_owner_dir(Path(placed.model_dir))
+    assert made.is_dir() and stat.S_IMODE(made.stat().st_mode) == 0o750
+    dirs.ensure_owner_dir(Path("/elsewhere/run"))  # not an owner's: nothing to make
