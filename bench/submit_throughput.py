@@ -165,6 +165,8 @@ def main() -> None:
             "clients": args.clients,
             "runs": args.runs,
             "trees": by_tree,
+            # The last tree's median run, as the results table reads it.
+            **{key: mine[key] for key in ("elapsed_s", "persisted_by_phase", "latency")},
             "persisted_queued_per_s": mine["persisted_queued_per_s"],
             "profiled": args.profile is not None,
             "met": mine["persisted_queued_per_s"] >= GOAL_JOBS_PER_S and mine["all_persisted"],
