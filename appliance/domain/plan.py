@@ -21,6 +21,13 @@ class Role(enum.StrEnum):
     SWARMX = "swarmx"
 
 
+CHIEF_REPLICA = f"{Role.CHIEF}-0"  # the name of a job's one chief replica
+
+# A plan's replica groups as (role, count, demand): what the scheduler groups queued jobs by
+# (jobs of one shape fit or do not fit alike).
+PlanShape = tuple[tuple[str, int, int], ...]
+
+
 @dataclasses.dataclass(frozen=True)
 class ReplicaGroup:
     role: Role

@@ -17,6 +17,7 @@ from pathlib import Path
 from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, ReplicaEventKind
 from appliance.domain.job import Job, JobEvent, ReplicaPhase
 from appliance.domain.phases import Phase
+from appliance.domain.plan import CHIEF_REPLICA
 from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.loops.replica_events import ReplicaEventHandling
 from appliance.loops.requeuing import Requeuer
@@ -26,7 +27,6 @@ from appliance.services.model_dirs import ModelDirs
 from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
 from appliance.store.jobs import JobStore
-from appliance.store.replica_batches import CHIEF
 from appliance.store.requeues import RequeueRequest
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class Reconciler(ReplicaEventHandling):
         """Replicas ended while no coordinator watched: decide from the exit codes they left."""
         codes = self.backend.exit_codes(job_id)
         failed = {name: code for name, code in codes.items() if code != 0}
-        if not failed and codes.get(CHIEF) == 0 and phase is Phase.RUNNING:
+        if not failed and codes.get(CHIEF_REPLICA) == 0 and phase is Phase.RUNNING:
             reason = "chief finished all steps while the coordinator was away"
             await self.ctx.set_phase(job_id, Phase.SUCCEEDED, reason, expected=phase)
             return

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 
 from appliance.backends.base import Backend, ReplicaEvent, ReplicaEventKind
 from appliance.domain.phases import Phase
+from appliance.domain.plan import CHIEF_REPLICA
 from appliance.domain.restarts import EXIT_PEER_FAILED, resume_point
 from appliance.loops.requeuing import Requeuer
 from appliance.loops.settling import ConsequentFailures
 from appliance.services.context import Context
 from appliance.services.replicas import ReplicaService
 from appliance.store.replica_batches import (
-    CHIEF,
     CHIEF_FINISHED,
     ReplicaExit,
     exit_message,
@@ -87,7 +87,7 @@ class ReplicaEventHandling:
     async def _finished_while_stopping(self, event: ReplicaEvent, state: StopState) -> bool:
         """The chief of the current attempt ended all its steps as a requeue was asked for
         (its last report came before the request): the job is done, not to be run again."""
-        if not (state.stopping and event.replica == CHIEF and event.exit_code == 0):
+        if not (state.stopping and event.replica == CHIEF_REPLICA and event.exit_code == 0):
             return False
         if not state.is_current(event.attempt) or state.phase is not Phase.RUNNING:
             return False
@@ -157,7 +157,7 @@ class ReplicaEventHandling:
         tail = await self.backend.log_tail(
             event.job_id, event.replica, self.ctx.settings.log_tail_lines
         )
-        decisive = event.exit_code != 0 or event.replica == CHIEF
+        decisive = event.exit_code != 0 or event.replica == CHIEF_REPLICA
         return ReplicaExit(
             event.replica, event.attempt, event.exit_code, event.message, tail, decisive
         )
@@ -210,7 +210,7 @@ class ReplicaEventHandling:
                 return
             self._consequences.drop(event.job_id)
             await self._fail_or_restart(event, reason)
-        elif event.replica == CHIEF:
+        elif event.replica == CHIEF_REPLICA:
             if phase is Phase.RUNNING:
                 await self.ctx.set_phase(
                     event.job_id,

@@ -9,7 +9,7 @@ Passes are coalesced: wake-ups that arrive during a pass (a burst of submits) le
 pass, after a gap as long as the pass took (at least MIN_PASS_GAP, at most MAX_PASS_GAP): the
 scheduler takes at most about half of the coordinator's time however busy it is, and short
 jobs ending one after another do not wait long for their successors. The queue is the
-in-memory index (services/queue_view.py), not a read of the store; a pass's decisions are
+in-memory index (services/backlog_view.py), not a read of the store; a pass's decisions are
 written in one transaction, and the reasons jobs wait are published to the view, not written
 to every queued row.
 """
@@ -26,15 +26,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from appliance.domain.backlog import QueuedJob, RunningJob
 from appliance.domain.dependencies import DependencyState, verdicts
 from appliance.domain.fair_share import Usage, weighted_share
 from appliance.domain.inventory import NodeKind, NodeUsage
 from appliance.domain.phases import Phase
-from appliance.domain.queue import QueuedJob, RunningJob
 from appliance.domain.queues import QueueSpec, Quota, Source, resolve_quotas
-from appliance.scheduler.admission import Admission, admit_queue
+from appliance.scheduler.admission import Admission, admit_backlog
+from appliance.scheduler.backlog_index import BacklogIndex
 from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
-from appliance.scheduler.queue_index import QueueIndex
 from appliance.scheduler.quotas import QuotaBook
 from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
 from appliance.services.context import Context
@@ -46,7 +46,7 @@ MIN_PASS_GAP = 0.005
 MAX_PASS_GAP = 0.1
 # Links of a dependency chain one pass cancels, when a link breaks.
 MAX_CASCADE = 64
-_NOTHING = admit_queue(QueueIndex(), [])  # the decision on an empty queue
+_NOTHING = admit_backlog(BacklogIndex(), [])  # the decision on an empty queue
 
 
 class SchedulerLoop:
@@ -56,7 +56,7 @@ class SchedulerLoop:
 
     async def run(self) -> None:
         # E.g. taking office: the queue and the pool as the store has them now.
-        self.ctx.queue.forget()
+        self.ctx.backlog.forget()
         self.ctx.store.forget_pool()
         self.ctx.metrics.forget_starts()
         wanted = self.ctx.bus.schedule_wanted
@@ -79,7 +79,7 @@ class SchedulerLoop:
                     admitted = 0
                 took = loop.time() - started
                 self.ctx.metrics.scheduler_pass.observe(took)
-                trace.write(started, took, admitted, len(self.ctx.queue))
+                trace.write(started, took, admitted, len(self.ctx.backlog))
                 if self._capped:
                     wanted.set()  # it stopped at its limit: go on at once
                     await asyncio.sleep(0)
@@ -90,7 +90,7 @@ class SchedulerLoop:
 
     async def run_once(self) -> int:
         """One pass; returns how many jobs were admitted."""
-        view = self.ctx.queue
+        view = self.ctx.backlog
         index = await view.current()
         generation = view.generation
         if not len(index):
@@ -122,7 +122,7 @@ class SchedulerLoop:
 
     async def _admit(
         self,
-        index: QueueIndex,
+        index: BacklogIndex,
         skip: set[str],
         said: dict[str, str],
         generation: int,
@@ -150,8 +150,8 @@ class SchedulerLoop:
         book = QuotaBook(quotas, queue_holdings(running or [], kinds)) if shared else None
         shares = await self._shares(quotas, size, now) if shared else {}
         limit = settings.scheduler_max_admissions
-        skip = skip | self.ctx.queue.entered_after(generation)
-        decision = admit_queue(index, usage, book, shares, skip, limit)
+        skip = skip | self.ctx.backlog.entered_after(generation)
+        decision = admit_backlog(index, usage, book, shares, skip, limit)
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
         # (the next pass, at most MAX_PASS_GAP later, sees what this one admitted).
         if decision.admitted or settings.preemption_policy == "never" or not decision.heads:

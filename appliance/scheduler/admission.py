@@ -16,7 +16,7 @@ priority queue.
 What a pass costs grows with what it admits, not with the queue. Behind a head, whether a
 job can start depends only on its plan's shape (and the pass's state), so the pass asks
 which shapes of the queue would fit now and jumps to the first job of one of them
-(scheduler/queue_index.py) instead of walking every job in between. The jobs it steps over
+(scheduler/backlog_index.py) instead of walking every job in between. The jobs it steps over
 wait, each for a reason that follows from its shape and the state the pass had then: the
 pass keeps that state (a few counts per stretch) and says the reason when it is asked
 (`Admission.reason`), instead of writing one for every queued job.
@@ -29,12 +29,12 @@ import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
 
+from appliance.domain.backlog import Placement, QueuedJob
 from appliance.domain.inventory import NodeUsage
-from appliance.domain.plan import Role
-from appliance.domain.queue import Placement, QueuedJob
+from appliance.domain.plan import PlanShape, Role
 from appliance.domain.queues import DEFAULT_QUEUE, Quota
-from appliance.scheduler.placement import KIND_OF_ROLE, Counts, FreeCapacity, Shape
-from appliance.scheduler.queue_index import Order, QueueIndex
+from appliance.scheduler.backlog_index import BacklogIndex, Order
+from appliance.scheduler.placement import KIND_OF_ROLE, Counts, FreeCapacity
 from appliance.scheduler.quotas import NOTHING, Need, QuotaBook, never_fits
 
 _UNLIMITED = Quota(1 << 62, 1 << 62)
@@ -68,7 +68,7 @@ class _Stretch:
     borrowing: bool
     counts: Counts
     used: dict[str, Need]
-    said: dict[Shape, str] = dataclasses.field(default_factory=dict)
+    said: dict[PlanShape, str] = dataclasses.field(default_factory=dict)
 
 
 class Admission:
@@ -114,11 +114,11 @@ def admit(
 ) -> Admission:
     """Decide on `queue` (any order) over `pool`. `book`: the queues' quotas and holdings
     (None: one default queue owning the pool); `shares`: each queue's weighted fair share."""
-    return admit_queue(QueueIndex(queue), pool, book, shares)
+    return admit_backlog(BacklogIndex(queue), pool, book, shares)
 
 
-def admit_queue(
-    index: QueueIndex,
+def admit_backlog(
+    index: BacklogIndex,
     pool: Sequence[NodeUsage],
     book: QuotaBook | None = None,
     shares: Mapping[str, float] | None = None,
@@ -148,7 +148,7 @@ def admit_queue(
     return Admission(state)
 
 
-def _with_jobs(index: QueueIndex, skip: Collection[str]) -> list[str]:
+def _with_jobs(index: BacklogIndex, skip: Collection[str]) -> list[str]:
     """The queues with a job to decide on (a queue whose jobs all wait for others has none)."""
     skipped: dict[str, int] = {}
     for job_id in skip:
@@ -163,7 +163,7 @@ class _Pass:
 
     def __init__(
         self,
-        index: QueueIndex,
+        index: BacklogIndex,
         pool: Sequence[NodeUsage],
         book: QuotaBook,
         skip: Collection[str],
@@ -183,7 +183,7 @@ class _Pass:
         self.stretches: dict[str, list[_Stretch]] = {}
         self.heads: dict[str, Head] = {}
         self.heads_in_order: list[Head] = []
-        self._needs: dict[Shape, Need] = {}
+        self._needs: dict[PlanShape, Need] = {}
         self._admitted: set[str] = set()
         self._starts: dict[str, list[Order]] = {}  # of each queue's stretches, once decided
 
@@ -264,7 +264,7 @@ class _Pass:
             self.said[job.job_id] = f"can never run: {why}"
         return bool(why)
 
-    def need(self, shape: Shape) -> Need:
+    def need(self, shape: PlanShape) -> Need:
         need = self._needs.get(shape)
         if need is None:
             systems = sum(count for role, count, _ in shape if role == Role.CS2.value)
@@ -272,7 +272,7 @@ class _Pass:
             need = self._needs[shape] = Need(systems, memoryx)
         return need
 
-    def _fits_behind(self, name: str, shape: Shape) -> bool:
+    def _fits_behind(self, name: str, shape: PlanShape) -> bool:
         need = self.need(shape)
         return (
             not never_fits(name, self.book.quotas[name], need)
@@ -280,7 +280,7 @@ class _Pass:
             and self.capacity.fits(shape)
         )
 
-    def _next_of_shape(self, name: str, shape: Shape, after: Order) -> Order | None:
+    def _next_of_shape(self, name: str, shape: PlanShape, after: Order) -> Order | None:
         order = self.index.next_of_shape(name, shape, after)
         while order is not None and self.index.at(name, order).job_id in self.skip:
             order = self.index.next_of_shape(name, shape, order)
@@ -347,7 +347,7 @@ class _Pass:
             reason = stretch.said[shape] = self._stepped_over(job.queue, shape, stretch)
         return reason
 
-    def _stepped_over(self, name: str, shape: Shape, stretch: _Stretch) -> str:
+    def _stepped_over(self, name: str, shape: PlanShape, stretch: _Stretch) -> str:
         """Why a job of that shape waited where the pass stepped over it."""
         need = self.need(shape)
         why = never_fits(name, self.book.quotas[name], need)

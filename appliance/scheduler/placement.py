@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sortedcontainers import SortedList
 
+from appliance.domain.backlog import Placement
 from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
-from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
-from appliance.domain.queue import Placement
+from appliance.domain.plan import PlanShape, ReplicaGroup, ReplicaPlan, Role
 
 KIND_OF_ROLE = {
     Role.CS2: NodeKind.SYSTEM,
@@ -75,7 +75,6 @@ def lacks(kind: NodeKind, count: int, demand: int, available: int) -> str:
     return f"needs {count} {label} x {unit}, room for {available}"
 
 
-Shape = tuple[tuple[str, int, int], ...]
 Counts = tuple[int, dict[tuple[NodeKind, int], int]]
 
 
@@ -141,11 +140,11 @@ class FreeCapacity:
             complete = complete and len(nodes) == group.count
         return placements, complete
 
-    def fits(self, shape: Shape) -> bool:
+    def fits(self, shape: PlanShape) -> bool:
         """Whether `place` would place all of a plan of this shape (nothing is built)."""
         return not self._lacking(shape, self.counts())
 
-    def shortfall(self, shape: Shape, counts: Counts | None = None) -> str:
+    def shortfall(self, shape: PlanShape, counts: Counts | None = None) -> str:
         """What of a plan of this shape did not fit when `counts` were taken (by default:
         now), "; "-joined as `fit` says it ("" if it fits)."""
         counts = self.counts() if counts is None else counts
@@ -156,7 +155,7 @@ class FreeCapacity:
         ]
         return "; ".join(said)
 
-    def _lacking(self, shape: Shape, counts: Counts) -> list[tuple[NodeKind, int, int, int]]:
+    def _lacking(self, shape: PlanShape, counts: Counts) -> list[tuple[NodeKind, int, int, int]]:
         """(kind, count, demand, room) of each group of the shape that does not fit."""
         _, slots = counts
         lacking = []

@@ -25,8 +25,8 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 
+from appliance.domain.backlog import QueuedJob, RunningJob
 from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
-from appliance.domain.queue import QueuedJob, RunningJob
 from appliance.scheduler.placement import fit
 
 SEARCH_BUDGET = 2_000

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from appliance.domain.backlog import QueuedJob, RunningJob
 from appliance.domain.inventory import NodeKind
-from appliance.domain.queue import QueuedJob, RunningJob
 from appliance.domain.queues import Quota
 from appliance.scheduler.quotas import NOTHING, Need, QuotaBook
 

@@ -20,14 +20,14 @@ from typing import ParamSpec, TypeVar
 from sqlalchemy.exc import OperationalError
 
 from appliance.config import Settings
+from appliance.domain.backlog import Placement
 from appliance.domain.errors import NotFound, Unavailable
 from appliance.domain.phases import HOLDS_RESOURCES, Phase
-from appliance.domain.queue import Placement
+from appliance.services.backlog_view import BacklogView
 from appliance.services.bus import JobBus
 from appliance.services.group_commit import GroupCommit
 from appliance.services.leadership import Leadership
 from appliance.services.metrics import Metrics
-from appliance.services.queue_view import QueueView
 from appliance.services.start_estimates import StartEstimates
 from appliance.store.jobs import JobStore, PhaseChange, PhaseMove
 
@@ -51,8 +51,8 @@ class Context:
     leadership: Leadership = dataclasses.field(default_factory=Leadership)
     # What every door counts (services/metrics.py): bumped here for each phase change.
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
-    # The queue in memory, and why each queued job waits (services/queue_view.py).
-    queue: QueueView = dataclasses.field(init=False)
+    # The queue in memory, and why each queued job waits (services/backlog_view.py).
+    backlog: BacklogView = dataclasses.field(init=False)
     # When each queued job is estimated to start (services/start_estimates.py).
     estimates: StartEstimates = dataclasses.field(init=False)
 
@@ -60,9 +60,9 @@ class Context:
     _moves: GroupCommit[PhaseMove, PhaseChange] = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.queue = QueueView(self.store, self.read)
+        self.backlog = BacklogView(self.store, self.read)
         sim_step = self.settings.sim_step_seconds if self.settings.backend == "sim" else None
-        self.estimates = StartEstimates(self.store, self.read, self.queue, self.clock, sim_step)
+        self.estimates = StartEstimates(self.store, self.read, self.backlog, self.clock, sim_step)
         self._moves = GroupCommit[PhaseMove, PhaseChange](self._write_moves)
 
     async def db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -171,7 +171,7 @@ class Context:
         if event is None:
             return
         if Phase.QUEUED in (event.from_phase, event.to_phase):
-            self.queue.mark(event.job_id)
+            self.backlog.mark(event.job_id)
         self.metrics.phase_changed(event)
         self.bus.publish(event)
         if event.from_phase in HOLDS_RESOURCES and event.to_phase not in HOLDS_RESOURCES:

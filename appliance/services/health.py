@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from appliance.backends.base import Backend
 from appliance.services.context import Context
 
-MAX_REASON = 200
+MAX_PROBLEM = 200
 
 
 class Readiness:
@@ -30,6 +30,6 @@ class Readiness:
         try:
             await self.ctx.db(self.ctx.store.phase_of, "wsjob-readinessprobe")
         except Exception as exc:  # the store is down: not ready, and say why
-            return str(exc)[:MAX_REASON] or type(exc).__name__
+            return str(exc)[:MAX_PROBLEM] or type(exc).__name__
         problem = self.backend.health()
-        return problem[:MAX_REASON] if problem else None
+        return problem[:MAX_PROBLEM] if problem else None

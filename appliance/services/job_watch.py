@@ -59,9 +59,9 @@ class JobWatch:
                 for job in await self.ctx.read(self.ctx.store.job_summaries, list(taken))
             }
             if any(job.phase is Phase.QUEUED for job in found.values()):
-                await self.ctx.queue.current()  # positions as of every change so far
+                await self.ctx.backlog.current()  # positions as of every change so far
             jobs = [
-                await self.ctx.estimates.shown(self.ctx.queue.shown(job))
+                await self.ctx.estimates.shown(self.ctx.backlog.shown(job))
                 for job_id, ended in taken.items()
                 if (job := found.get(job_id)) is not None
                 and query_matches(query, job, ended=ended)

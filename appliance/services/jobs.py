@@ -13,6 +13,7 @@ from appliance.domain.auth import (
     check_may_use_priority,
     may_act_on,
 )
+from appliance.domain.backlog import QueuedJob
 from appliance.domain.bounded_yaml import check_nesting
 from appliance.domain.compile import CompileReport, compile_job
 from appliance.domain.errors import InvalidSpec, job_not_found
@@ -20,7 +21,6 @@ from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent, without_details
 from appliance.domain.plan import ReplicaPlan, plan_replicas
-from appliance.domain.queue import QueuedJob
 from appliance.domain.spec import (
     MAX_HOLDER,
     MAX_REASON,
@@ -114,7 +114,7 @@ class JobService:
             spec = self.model_dirs.place(spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
         new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups)
-        view = self.ctx.queue
+        view = self.ctx.backlog
         view.expect(job_id)
         try:
             job = await self._batcher.write(new)
@@ -174,14 +174,14 @@ class JobService:
         check_job_id(job_id)
         store = self.ctx.store
         version, queued = await self.ctx.read(store.job_version, job_id)
-        position = await self.ctx.queue.position(job_id) if queued else 0
+        position = await self.ctx.backlog.position(job_id) if queued else 0
         cached = self._views.get(job_id, version, position)
         if cached is not None:
             job = cached
         else:
             job, version = await self.ctx.read(store.get_job_version, job_id)
             self._views.put(job_id, version, job)
-        job = await self.ctx.estimates.shown(self.ctx.queue.shown(job))
+        job = await self.ctx.estimates.shown(self.ctx.backlog.shown(job))
         return job if may_act_on(by, job.user, job.groups) else without_details(job)
 
     def listing(
@@ -211,7 +211,7 @@ class JobService:
             await self._check_owner(job_id, by, "re-prioritise")
             check_may_use_priority(by, priority)
         job = await self.ctx.db(self.ctx.store.set_priority, job_id, priority, self.ctx.clock())
-        self.ctx.queue.mark(job_id)
+        self.ctx.backlog.mark(job_id)
         self.ctx.bus.wake_scheduler()
         self.ctx.bus.touched(job_id)
         return job

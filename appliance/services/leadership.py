@@ -15,7 +15,7 @@ from collections.abc import Callable
 from appliance.domain.leadership import standby_message
 
 
-class Role(enum.Enum):
+class Standing(enum.Enum):
     ONLY = "only"  # no election (SQLite, or election off): always acts, nothing fenced
     STANDBY = "standby"
     TAKING_OFFICE = "taking office"  # fence raised, adopting replicas: writes, serves nobody
@@ -32,7 +32,7 @@ class Leadership:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.identity = identity
-        self.role = Role.STANDBY if elected else Role.ONLY
+        self.role = Standing.STANDBY if elected else Standing.ONLY
         self.clock = clock
         self.leader = ""  # the leader as last seen in the lease
         self.leader_epoch = 0
@@ -41,28 +41,28 @@ class Leadership:
 
     @property
     def elected(self) -> bool:
-        return self.role is not Role.ONLY
+        return self.role is not Standing.ONLY
 
     def epoch(self) -> int | None:
         """The epoch to act and write under now; None when not leading (or past the renew
         deadline). The store's fence calls this in every phase write."""
-        if self.role not in (Role.TAKING_OFFICE, Role.LEADING):
+        if self.role not in (Standing.TAKING_OFFICE, Standing.LEADING):
             return None
         return self._epoch if self.clock() < self._valid_until else None
 
     def acting(self) -> bool:
         """Whether to start or stop replicas now."""
-        return self.role is Role.ONLY or self.epoch() is not None
+        return self.role is Standing.ONLY or self.epoch() is not None
 
     def problem(self) -> str | None:
         """None while this coordinator serves callers; else the one line they get."""
-        if self.role is Role.ONLY or (self.role is Role.LEADING and self.acting()):
+        if self.role is Standing.ONLY or (self.role is Standing.LEADING and self.acting()):
             return None
-        if self.role is Role.TAKING_OFFICE and self.acting():
+        if self.role is Standing.TAKING_OFFICE and self.acting():
             return "this coordinator was just elected and is adopting replicas; retry shortly"
-        if self.role is Role.STANDBY and self.leader == self.identity:
+        if self.role is Standing.STANDBY and self.leader == self.identity:
             return "this coordinator was just elected and is taking office; retry shortly"
-        if self.role in (Role.LEADING, Role.STEPPED_DOWN):
+        if self.role in (Standing.LEADING, Standing.STEPPED_DOWN):
             return (
                 "this coordinator lost its leadership lease and is stepping down; retry "
                 "through the appliance's Service address"
@@ -82,12 +82,12 @@ class Leadership:
 
     def take_office(self) -> None:
         """The fence is raised to this coordinator's epoch: it may write (and adopt)."""
-        self.role = Role.TAKING_OFFICE
+        self.role = Standing.TAKING_OFFICE
 
     def serve(self) -> None:
         """Replicas adopted, loops running: callers are served."""
-        self.role = Role.LEADING
+        self.role = Standing.LEADING
 
     def step_down(self) -> None:
-        self.role = Role.STEPPED_DOWN
+        self.role = Standing.STEPPED_DOWN
         self._epoch = None

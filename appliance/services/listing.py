@@ -22,7 +22,7 @@ by `warm`: at start, then every RENDER_AHEAD_EVERY seconds for what changed mean
 
 A queued job's queue position and pending reason are the exception: they move when other jobs
 enter, leave or overtake in the queue, without this job's version. So they are never part of
-a rendering: they are read on every call from the queue in memory (services/queue_view.py)
+a rendering: they are read on every call from the queue in memory (services/backlog_view.py)
 and handed out beside the renderings.
 """
 
@@ -205,7 +205,7 @@ class JobListing(Generic[T]):
         queued = [job_id for job_id, _, is_queued in found if is_queued]
         if not queued:
             return [(rendering, 0, "", 0.0) for _, rendering, _ in found]
-        view = self._ctx.queue
+        view = self._ctx.backlog
         where = await view.positions(queued)
         starts = await self._ctx.estimates.of(queued)
         return [

@@ -26,7 +26,7 @@ from appliance.domain.phases import HOLDS_RESOURCES, Phase
 from appliance.domain.plan import Role
 from appliance.domain.spec import sim_step_seconds
 from appliance.scheduler.start_estimates import Holder, Waiting, estimate_starts
-from appliance.services.queue_view import QueueView
+from appliance.services.backlog_view import BacklogView
 from appliance.store.jobs import JobStore
 
 MAX_ESTIMATED = 500  # queued jobs given an estimate, in queue order
@@ -40,7 +40,7 @@ class StartEstimates:
         self,
         store: JobStore,
         read: Callable[..., Awaitable[Any]],
-        queue: QueueView,
+        queue: BacklogView,
         clock: Callable[[], float],
         default_step_seconds: float | None = None,
         max_age: float = MAX_AGE_SECONDS,

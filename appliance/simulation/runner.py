@@ -172,13 +172,13 @@ async def _submit_and_sample(
         if batch:
             ctx.store.create_jobs(batch, ctx.clock())
             for new in batch:
-                ctx.queue.mark(new.job_id)
+                ctx.backlog.mark(new.job_id)
             ctx.bus.wake_scheduler()
         if now >= next_sample:
-            await ctx.queue.current()
+            await ctx.backlog.current()
             usage = ctx.store.pool_usage()
             used = sum(u.used for u in usage if u.node.kind is NodeKind.SYSTEM)
-            samples.append(Sample(now, len(ctx.queue), used))
+            samples.append(Sample(now, len(ctx.backlog), used))
             next_sample = now + every
             if submitted == len(order) and _all_ended(ctx):
                 return ids

@@ -16,14 +16,15 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 
+from appliance.domain.backlog import Placement
 from appliance.domain.errors import Conflict, InvalidSpec, NotFound, job_not_found
 from appliance.domain.job import Job, JobEvent, Replica, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan, Role
-from appliance.domain.queue import Placement
 from appliance.domain.queues import DEFAULT_QUEUE, Source
 from appliance.domain.spec import JobSpec, Priority, validate_labels
 from appliance.store.attempts import AttemptStore
+from appliance.store.backlog import BacklogStore
 from appliance.store.base import in_chunks
 from appliance.store.dependencies import DependencyStore
 from appliance.store.leadership import LeadershipStore
@@ -33,7 +34,6 @@ from appliance.store.phase_writes import PhaseChange as PhaseChange
 from appliance.store.phase_writes import PhaseMove as PhaseMove
 from appliance.store.phase_writes import write_phases
 from appliance.store.pool import PoolStore
-from appliance.store.queue import QueueStore
 from appliance.store.queue_defs import QueueDefStore
 from appliance.store.replica_batches import ReplicaBatchStore
 from appliance.store.replicas import ReplicaStore
@@ -84,7 +84,7 @@ _REPLICAS_OF = select(*ReplicaRow.__table__.columns).where(
 
 class JobStore(
     PoolStore,
-    QueueStore,
+    BacklogStore,
     ListingStore,
     AttemptStore,
     RequeueStore,

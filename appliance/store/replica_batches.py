@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Table, bindparam, case, literal, or_, select,
 from appliance.domain.errors import NotFound, stale_attempt
 from appliance.domain.job import Progress, ReplicaPhase
 from appliance.domain.phases import Phase
-from appliance.domain.plan import Role
+from appliance.domain.plan import CHIEF_REPLICA
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
 from appliance.store.requeues import StopState, read_stop_states
@@ -124,7 +124,6 @@ _EXIT = (
 )
 
 
-CHIEF = f"{Role.CHIEF}-0"
 CHIEF_FINISHED = "chief finished all steps"
 
 
@@ -261,7 +260,7 @@ class ReplicaBatchStore(StoreBase):
                         count += 1
                         written.add(job_id)
                         if end.decisive:
-                            finished = end.replica == CHIEF and end.exit_code == 0
+                            finished = end.replica == CHIEF_REPLICA and end.exit_code == 0
                             if finished and state.phase is Phase.RUNNING:
                                 move = PhaseMove(
                                     job_id, Phase.SUCCEEDED, CHIEF_FINISHED, state.phase

@@ -18,10 +18,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, bindparam, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
+from appliance.domain.backlog import RunningJob
 from appliance.domain.errors import NotFound
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import Phase
-from appliance.domain.queue import RunningJob
 from appliance.domain.spec import Priority
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases

@@ -61,8 +61,8 @@ async def store_context(tmp_path: Path) -> AsyncIterator[Context]:
 
 def shown(ctx: Context, job_id: str) -> Job:
     """The job as the doors show it: a queued job with its position and its reason from the
-    scheduler's last pass (services/queue_view.py)."""
-    return ctx.queue.shown(ctx.store.get_job(job_id))
+    scheduler's last pass (services/backlog_view.py)."""
+    return ctx.backlog.shown(ctx.store.get_job(job_id))
 
 
 def create(ctx: Context, jobs: Iterable[NewJob], now: float) -> None:
@@ -70,4 +70,4 @@ def create(ctx: Context, jobs: Iterable[NewJob], now: float) -> None:
     jobs = list(jobs)
     ctx.store.create_jobs(jobs, now)
     for job in jobs:
-        ctx.queue.mark(job.job_id)
+        ctx.backlog.mark(job.job_id)

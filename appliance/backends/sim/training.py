@@ -29,11 +29,10 @@ from appliance.backends.sim.calls import Directive, ReplicaCalls
 from appliance.backends.sim.failures import Failure
 from appliance.domain.errors import ApplianceError, Conflict, DeadlineExceeded, Unavailable
 from appliance.domain.job import Progress
-from appliance.domain.plan import Role
+from appliance.domain.plan import CHIEF_REPLICA
 
 log = logging.getLogger(__name__)
 
-CHIEF = f"{Role.CHIEF}-0"
 EXIT_KILLED = 137  # 128 + SIGKILL
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 AWAIT_RUNNING_SECONDS = 60.0
@@ -94,7 +93,7 @@ class SimulatedAttempt:
 
     def exit_all(self, code: int, message: str) -> None:
         """End every replica still alive, the chief last (it stops its peers first)."""
-        for replica in sorted(self.alive, key=lambda name: name == CHIEF):
+        for replica in sorted(self.alive, key=lambda name: name == CHIEF_REPLICA):
             self.exit(replica, code, message)
 
     # ---- the attempt ------------------------------------------------------------------------
@@ -170,7 +169,7 @@ class SimulatedAttempt:
             newest = min(step, self.num_steps - 1) // every * every
             if newest > self.checkpoint_step:
                 self.checkpoint_step = newest
-                self._write_log(CHIEF, f"checkpoint at step {newest}")
+                self._write_log(CHIEF_REPLICA, f"checkpoint at step {newest}")
 
     # ---- reports ----------------------------------------------------------------------------
 
@@ -182,14 +181,18 @@ class SimulatedAttempt:
             if (step, self.checkpoint_step) != self._reported or final:
                 self._reported = (step, self.checkpoint_step)
                 progress = self._progress(step)
-                self._write_log(CHIEF, f"step {step}/{self.num_steps} loss {progress.loss:.4f}")
+                self._write_log(
+                    CHIEF_REPLICA, f"step {step}/{self.num_steps} loss {progress.loss:.4f}"
+                )
                 directive: Directive = await calls.report_progress(job_id, attempt, progress)
             else:
                 directive = await calls.directive(job_id, attempt)
             if directive.keep_running and directive.checkpoint_now:
                 self.checkpoint_step = step
                 self._reported = (step, step)
-                self._write_log(CHIEF, f"asked for a checkpoint now: checkpoint at step {step}")
+                self._write_log(
+                    CHIEF_REPLICA, f"asked for a checkpoint now: checkpoint at step {step}"
+                )
                 progress = self._progress(step)
                 directive = await calls.report_progress(job_id, attempt, progress, True)
         except Unavailable as exc:  # the store is away for now: try again at the next report
@@ -197,7 +200,7 @@ class SimulatedAttempt:
             return True
         if directive.keep_running or final:
             return True
-        self._write_log(CHIEF, f"the coordinator says stop; stopping at step {step}")
+        self._write_log(CHIEF_REPLICA, f"the coordinator says stop; stopping at step {step}")
         self.exit_all(0, "told to stop")
         return False
 

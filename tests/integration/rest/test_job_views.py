@@ -142,7 +142,7 @@ async def test_queue_positions_in_queue_order(service: JobService) -> None:
         assert (await service.get(job_id)).queue_position == position
         assert store.get_job(job_id).queue_position == position
     store.set_priority(ids[0], Priority.P0, NOW + 1)  # the last job jumps the queue
-    service.ctx.queue.mark(ids[0])  # as JobService.set_priority does
+    service.ctx.backlog.mark(ids[0])  # as JobService.set_priority does
     assert (await service.get(ids[0])).queue_position == 1
     assert (await service.get(expected[0])).queue_position == 2
 

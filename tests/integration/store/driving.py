@@ -6,11 +6,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from appliance.domain.backlog import Placement
 from appliance.domain.inventory import NodeUsage, default_pool
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.phases import Outcome, Phase
 from appliance.domain.plan import plan_replicas
-from appliance.domain.queue import Placement
 from appliance.domain.queues import validate_queue
 from appliance.domain.spec import JobSpec, Mode, Priority, validate_spec
 from appliance.scheduler.admission import admit

@@ -7,11 +7,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from appliance.domain.backlog import Placement
 from appliance.domain.inventory import default_pool
 from appliance.domain.job import Lease, ReplicaPhase
 from appliance.domain.phases import ACTIVE, TERMINAL, TRANSITIONS, Outcome, Phase
 from appliance.domain.plan import Role, plan_replicas
-from appliance.domain.queue import Placement
 from appliance.scheduler.admission import admit
 from appliance.store.jobs import JobStore, NewJob, PhaseChange
 from appliance.store.tables import PlacementRow, ReplicaRow

@@ -140,7 +140,7 @@ async def test_policy_never_and_equal_priority_preempt_nothing(
     await SchedulerLoop(never).run_once()
     assert not ctx.store.requeue_requests()
     ctx.store.set_priority(URGENT, Priority.P3, NOW)
-    ctx.queue.mark(URGENT)  # as the priority door does
+    ctx.backlog.mark(URGENT)  # as the priority door does
     await SchedulerLoop(ctx).run_once()
     assert not ctx.store.requeue_requests()
     assert "waiting to preempt" not in shown(ctx, URGENT).pending_reason

@@ -253,7 +253,7 @@ async def test_a_job_that_enters_the_queue_during_a_pass_waits_for_the_next(
         [job] = new_jobs([evaluate], Priority.P2, 1)
         spec = dataclasses.replace(job.spec, depends_on=(Dependency(train),))
         create(ctx, [dataclasses.replace(job, spec=spec)], NOW + 1)
-        await ctx.queue.current()  # e.g. a GetJob of it, in the middle of the pass
+        await ctx.backlog.current()  # e.g. a GetJob of it, in the middle of the pass
         return found
 
     monkeypatch.setattr(scheduler, "_dependencies", a_submit_meanwhile)

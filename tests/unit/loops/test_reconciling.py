@@ -17,8 +17,9 @@ from appliance.backends.base import (
 )
 from appliance.domain.job import Job, Progress, Replica
 from appliance.domain.phases import Phase
+from appliance.domain.plan import CHIEF_REPLICA as CHIEF
 from appliance.domain.restarts import EXIT_PEER_FAILED
-from appliance.loops.reconciling import CHIEF, Reconciler
+from appliance.loops.reconciling import Reconciler
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
 from appliance.services.leadership import Leadership

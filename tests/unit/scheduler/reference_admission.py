@@ -23,9 +23,9 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
+from appliance.domain.backlog import Placement, QueuedJob
 from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
 from appliance.domain.plan import ReplicaPlan, Role
-from appliance.domain.queue import Placement, QueuedJob
 from appliance.domain.queues import DEFAULT_QUEUE, Quota
 from appliance.scheduler.quotas import Need, QuotaBook, never_fits
 

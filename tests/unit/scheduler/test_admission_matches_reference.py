@@ -7,13 +7,13 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from appliance.domain.backlog import QueuedJob
 from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
-from appliance.domain.queue import QueuedJob
 from appliance.domain.queues import Quota
 from appliance.domain.spec import Priority
-from appliance.scheduler.admission import admit_queue
-from appliance.scheduler.queue_index import QueueIndex
+from appliance.scheduler.admission import admit_backlog
+from appliance.scheduler.backlog_index import BacklogIndex
 from appliance.scheduler.quotas import Need, QuotaBook
 from tests.unit.scheduler import reference_admission
 
@@ -98,7 +98,7 @@ def test_indexed_admission_decides_and_explains_as_the_plain_walk(
     expected = reference_admission.admit(
         [j for j in queue if j.job_id not in skip], pool, *fresh()
     )
-    got = admit_queue(QueueIndex(queue), pool, *fresh(), skip=skip)
+    got = admit_backlog(BacklogIndex(queue), pool, *fresh(), skip=skip)
 
     assert [(d.job_id, d.placements) for d in got.admitted] == [
         (d.job_id, d.placements) for d in expected.admitted
@@ -113,7 +113,7 @@ def test_indexed_admission_decides_and_explains_as_the_plain_walk(
     # A pass that stops at a limit admits the first jobs the whole pass does, and says of the
     # jobs it reached what the whole pass says.
     limit = data.draw(st.integers(1, 4))
-    capped = admit_queue(QueueIndex(queue), pool, *fresh(), skip=skip, limit=limit)
+    capped = admit_backlog(BacklogIndex(queue), pool, *fresh(), skip=skip, limit=limit)
     assert [d.job_id for d in capped.admitted] == [d.job_id for d in got.admitted][:limit]
     assert capped.capped == (len(got.admitted) >= limit)
     for job_id, reason in expected.pending.items():

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from appliance.domain.backlog import Placement, QueuedJob
 from appliance.domain.inventory import Node, NodeKind, NodeState, NodeUsage
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
-from appliance.domain.queue import Placement, QueuedJob
 from appliance.domain.spec import Priority
 from appliance.scheduler.admission import Admission, admit
 

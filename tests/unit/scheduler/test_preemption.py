@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from appliance.domain.backlog import QueuedJob, RunningJob
 from appliance.domain.inventory import NodeState, NodeUsage
-from appliance.domain.queue import QueuedJob, RunningJob
 from appliance.domain.spec import Priority
 from appliance.scheduler.preemption import choose_victims
 from tests.unit.scheduler.test_gang_admission import GIB, job, pool

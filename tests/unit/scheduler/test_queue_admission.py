@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from appliance.domain.backlog import QueuedJob, RunningJob
 from appliance.domain.inventory import NodeKind
-from appliance.domain.queue import QueuedJob, RunningJob
 from appliance.domain.queues import Quota
 from appliance.domain.spec import Priority
 from appliance.scheduler.admission import admit

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from appliance.services.context import Context
-from appliance.services.health import MAX_REASON, Readiness
+from appliance.services.health import MAX_PROBLEM, Readiness
 from appliance.store.engine import make_engine
 from appliance.store.jobs import JobStore
 
@@ -25,7 +25,7 @@ async def test_ready_until_the_backend_or_the_store_is_not(ctx: Context, tmp_pat
     assert await Readiness(ctx, backend).problem() is None  # type: ignore[arg-type]
     backend.problem = "the Kubernetes API answers 503 " * 20
     said = await Readiness(ctx, backend).problem()  # type: ignore[arg-type]
-    assert said is not None and said.startswith("the Kubernetes API") and len(said) == MAX_REASON
+    assert said is not None and said.startswith("the Kubernetes API") and len(said) == MAX_PROBLEM
 
     nowhere = make_engine(f"sqlite:///{tmp_path / 'no-such-dir' / 'jobs.db'}")
     gone = dataclasses.replace(ctx, store=JobStore(nowhere))

@@ -64,7 +64,7 @@ async def test_renderings_are_cached_while_positions_are_read_fresh(
     assert sorted(render.rendered[: len(IDS)]) == IDS and render.rendered[len(IDS) :] == [IDS[0]]
 
     ctx.store.set_priority(IDS[4], Priority.P0, NOW + 1)  # the newest jumps the queue
-    ctx.queue.mark(IDS[4])  # as the priority door does
+    ctx.backlog.mark(IDS[4])  # as the priority door does
     third, _ = await listing.page(JobQuery(include_terminal=True))
     assert [r[1] for r in third] == [1, 4, 3, 2, 0]
     assert render.rendered[len(IDS) :] == [IDS[0], IDS[4]]
@@ -279,14 +279,14 @@ async def test_warm_waits_while_a_listing_runs(
 ) -> None:
     listing = JobListing(ctx, render, max_cached=100)
     held, reached = asyncio.Event(), asyncio.Event()
-    positions = ctx.queue.positions
+    positions = ctx.backlog.positions
 
     async def held_positions(job_ids: list[str]) -> dict[str, int]:
         reached.set()
         await held.wait()  # the listing stays under way, its summaries rendered
         return await positions(job_ids)
 
-    monkeypatch.setattr(ctx.queue, "positions", held_positions)
+    monkeypatch.setattr(ctx.backlog, "positions", held_positions)
     listing_call = asyncio.create_task(listing.page(JobQuery(include_terminal=True, limit=2)))
     await reached.wait()
     key_reads: list[JobQuery] = []

@@ -1,4 +1,4 @@
-"""The queue in memory (services/queue_view.py) stays the store's queue, whatever the doors do:
+"""The queue in memory (services/backlog_view.py) stays the store's queue, whatever the doors do:
 random sequences of submits, priority changes, cancels (one and in bulk), scheduler passes,
 requeues and ends, each through the use case a door calls; after every step the index holds
 exactly the queued jobs, in queue order, at the positions the store counts."""
@@ -19,7 +19,7 @@ from tests.unit.harness import PARAMS
 
 
 async def _agrees(ctx: Context) -> None:
-    index = await ctx.queue.current()
+    index = await ctx.backlog.current()
     stored = ctx.store.queued_jobs()
     by_queue: dict[str, list[str]] = {}
     for job in stored:
@@ -28,7 +28,7 @@ async def _agrees(ctx: Context) -> None:
     for name, ids in by_queue.items():
         assert [job.job_id for job in index.in_order(name)] == ids
     positions = ctx.store.queue_positions([job.job_id for job in stored])
-    assert await ctx.queue.positions(positions) == positions
+    assert await ctx.backlog.positions(positions) == positions
     assert len(index) == len(stored)
 
 

@@ -1,7 +1,7 @@
 """The queue as the scheduler and the doors see it: an in-memory index kept current, and the
 last pass's decision, which says why each queued job waits.
 
-The index (scheduler/queue_index.py) is built from the store on first use (and again when
+The index (scheduler/backlog_index.py) is built from the store on first use (and again when
 the scheduler starts, e.g. on taking office). After that it is never walked against the
 store: every change of a job's queue entry (a phase change into or out of QUEUED, a new
 priority) marks the job, and the next use re-reads the marked jobs only. A change is
@@ -23,18 +23,18 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Protocol
 
+from appliance.domain.backlog import QueuedJob
 from appliance.domain.job import Job
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan
-from appliance.domain.queue import QueuedJob
-from appliance.scheduler.queue_index import QueueIndex
+from appliance.scheduler.backlog_index import BacklogIndex
 
 
 class Decided(Protocol):
     def reason(self, job_id: str) -> str | None: ...
 
 
-class QueueStore(Protocol):
+class BacklogReads(Protocol):
     def queued_jobs(self, known: Mapping[str, ReplicaPlan] | None = None) -> list[QueuedJob]: ...
 
     def queue_entries(
@@ -42,11 +42,11 @@ class QueueStore(Protocol):
     ) -> tuple[list[QueuedJob], list[str]]: ...
 
 
-class QueueView:
-    def __init__(self, store: QueueStore, read: Callable[..., Awaitable[object]]) -> None:
+class BacklogView:
+    def __init__(self, store: BacklogReads, read: Callable[..., Awaitable[object]]) -> None:
         self._store = store
         self._read = read
-        self._index: QueueIndex | None = None
+        self._index: BacklogIndex | None = None
         self._marked: set[str] = set()
         self._lock = asyncio.Lock()
         self._decided: Decided | None = None
@@ -95,7 +95,7 @@ class QueueView:
         self._decided, self._said = None, {}
         self._entered.clear()
 
-    async def current(self) -> QueueIndex:
+    async def current(self) -> BacklogIndex:
         """The index, with every change marked so far applied."""
         async with self._lock:
             if self._index is None:
@@ -106,7 +106,7 @@ class QueueView:
                 finally:
                     self._building = False
                 assert isinstance(jobs, list)
-                self._index = QueueIndex(jobs)
+                self._index = BacklogIndex(jobs)
             if self._marked:
                 index, marked = self._index, self._marked
                 self._marked = set()

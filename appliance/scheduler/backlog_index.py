@@ -7,7 +7,7 @@ same plan shape are also kept in order by shape, so that admission can jump to t
 of a shape that fits instead of walking every job between (scheduler/admission.py).
 
 The index holds no truth of its own: it is rebuilt from the store, and kept current by
-re-reading the jobs whose queue entry may have changed (services/queue_view.py).
+re-reading the jobs whose queue entry may have changed (services/backlog_view.py).
 """
 
 from __future__ import annotations
@@ -16,24 +16,26 @@ from collections.abc import Iterable, Iterator
 
 from sortedcontainers import SortedDict, SortedList
 
-from appliance.domain.queue import QueuedJob
+from appliance.domain.backlog import QueuedJob
+from appliance.domain.plan import PlanShape
 
 Order = tuple[int, float, str]
-Shape = tuple[tuple[str, int, int], ...]
 
 
-class QueueIndex:
+class BacklogIndex:
     def __init__(self, jobs: Iterable[QueuedJob] = ()) -> None:
         self._jobs: dict[str, QueuedJob] = {job.job_id: job for job in jobs}
         self._queues: dict[str, SortedDict[Order, QueuedJob]] = {}  # queue -> {order: job}
-        self._shapes: dict[str, dict[Shape, SortedList[Order]]] = {}  # queue -> shape -> orders
+        self._shapes: dict[
+            str, dict[PlanShape, SortedList[Order]]
+        ] = {}  # queue -> shape -> orders
         # Built a queue at a time, each sorted once (100,000 jobs put one by one took seconds).
         by_queue: dict[str, list[tuple[Order, QueuedJob]]] = {}
         for job in self._jobs.values():
             by_queue.setdefault(job.queue, []).append((job.order, job))
         for queue, entries in by_queue.items():
             self._queues[queue] = SortedDict(entries)
-            shapes: dict[Shape, list[Order]] = {}
+            shapes: dict[PlanShape, list[Order]] = {}
             for order, job in entries:  # one order tuple per job, shared by both
                 shapes.setdefault(job.plan.shape, []).append(order)
             self._shapes[queue] = {shape: SortedList(orders) for shape, orders in shapes.items()}
@@ -98,10 +100,10 @@ class QueueIndex:
         start = jobs.bisect_right(after)
         return (jobs[key] for key in jobs.islice(start))
 
-    def shapes(self, queue: str) -> list[Shape]:
+    def shapes(self, queue: str) -> list[PlanShape]:
         return list(self._shapes.get(queue, ()))
 
-    def next_of_shape(self, queue: str, shape: Shape, after: Order | None) -> Order | None:
+    def next_of_shape(self, queue: str, shape: PlanShape, after: Order | None) -> Order | None:
         """The order of the queue's first job of `shape` after `after` (None: none left)."""
         orders = self._shapes.get(queue, {}).get(shape)
         if not orders:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from appliance.domain.backlog import QueuedJob
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
-from appliance.domain.queue import QueuedJob
 from appliance.domain.spec import Priority
-from appliance.scheduler.queue_index import QueueIndex
+from appliance.scheduler.backlog_index import BacklogIndex
 
 PLANS = [
     ReplicaPlan((ReplicaGroup(Role.CHIEF, 1), ReplicaGroup(Role.CS2, n, demand=1)), 1 << 20)
@@ -35,7 +35,7 @@ def queued(draw: st.DrawFn) -> list[QueuedJob]:
     return jobs
 
 
-def described(index: QueueIndex) -> dict[str, object]:
+def described(index: BacklogIndex) -> dict[str, object]:
     queues = sorted(index.queues())
     return {
         "len": len(index),
@@ -49,7 +49,7 @@ def described(index: QueueIndex) -> dict[str, object]:
     }
 
 
-def _of_shape(index: QueueIndex, queue: str, shape: object) -> list[str]:
+def _of_shape(index: BacklogIndex, queue: str, shape: object) -> list[str]:
     found, after = [], None
     while (order := index.next_of_shape(queue, shape, after)) is not None:  # type: ignore[arg-type]
         found.append(index.at(queue, order).job_id)
@@ -62,7 +62,7 @@ def _of_shape(index: QueueIndex, queue: str, shape: object) -> list[str]:
 def test_built_at_once_is_built_one_by_one(
     first: list[QueuedJob], more: list[QueuedJob], removed: list[int]
 ) -> None:
-    at_once, one_by_one = QueueIndex(first), QueueIndex()
+    at_once, one_by_one = BacklogIndex(first), BacklogIndex()
     for job in first:
         one_by_one.put(job)
     assert described(at_once) == described(one_by_one)

@@ -1,5 +1,5 @@
 """A submit enters the queue in memory with the entry it wrote, without a store read
-(services/queue_view.py: expect, enter), unless the job changed between its write and its
+(services/backlog_view.py: expect, enter), unless the job changed between its write and its
 entry, or the write failed: then the job is read again, as any marked job."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from appliance.domain.backlog import QueuedJob
 from appliance.domain.phases import Phase
-from appliance.domain.queue import QueuedJob
 from appliance.domain.spec import Priority, validate_spec
 from appliance.services.context import Context
 from appliance.services.jobs import JobService
@@ -38,25 +38,25 @@ def entry(job_id: str) -> QueuedJob:
 async def test_submits_enter_the_index_without_a_store_read(
     ctx: Context, entries_read: list[int]
 ) -> None:
-    await ctx.queue.current()  # built (from an empty store)
+    await ctx.backlog.current()  # built (from an empty store)
     jobs = JobService(ctx)
     submitted = []
     for priority in (Priority.P3, Priority.P1, Priority.P2, Priority.P1):
         spec = validate_spec(params_yaml=PARAMS, num_csx=1, num_steps=5, priority=priority)
         submitted.append((await jobs.submit(spec, "alice")).id)
-    positions = await ctx.queue.positions(submitted)
+    positions = await ctx.backlog.positions(submitted)
     assert positions == ctx.store.queue_positions(submitted)
     assert sorted(positions.values()) == [1, 2, 3, 4]
     assert entries_read == []
     # The scheduler's next pass leaves them to the pass after, as jobs a refresh found.
-    assert ctx.queue.entered_after(0) == set(submitted)
+    assert ctx.backlog.entered_after(0) == set(submitted)
     jobs.close()
 
 
 async def test_a_job_that_changed_before_its_entry_is_read_again(
     ctx: Context, entries_read: list[int]
 ) -> None:
-    view = ctx.queue
+    view = ctx.backlog
     await view.current()
     view.expect("wsjob-late0000000001")
     ctx.store.create_jobs(new_jobs(["wsjob-late0000000001"]), NOW)  # the submit's write
@@ -73,7 +73,7 @@ async def test_a_job_that_changed_before_its_entry_is_read_again(
 async def test_a_failed_write_leaves_the_job_to_a_read(
     ctx: Context, entries_read: list[int], written: bool
 ) -> None:
-    view = ctx.queue
+    view = ctx.backlog
     await view.current()
     view.expect("wsjob-fail0000000001")
     if written:  # e.g. the commit happened, and its caller was cancelled
@@ -85,7 +85,7 @@ async def test_a_failed_write_leaves_the_job_to_a_read(
 
 
 async def test_an_entry_before_the_index_is_built_is_left_to_the_build(ctx: Context) -> None:
-    view = ctx.queue
+    view = ctx.backlog
     view.expect("wsjob-early000000001")
     ctx.store.create_jobs(new_jobs(["wsjob-early000000001"]), NOW)
     view.enter("wsjob-early000000001", entry("wsjob-early000000001"))

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from sqlalchemy import bindparam, func, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
+from appliance.domain.backlog import QueuedJob
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan
-from appliance.domain.queue import QueuedJob
 from appliance.domain.spec import Priority
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.rows import PLAN_AS_READ, plan_from_json
@@ -36,7 +36,7 @@ _QUEUE_ORDER = (
 )
 
 
-class QueueStore(StoreBase):
+class BacklogStore(StoreBase):
     """JobStore's part for the queue."""
 
     def _queue_position(
