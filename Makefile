@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo serve test lint proto bench clean
+.PHONY: install demo serve test test-unit lint proto bench clean
 
 # Quiet, as a newcomer's first screen should be: one line, then pip's errors if any. setuptools
 # says on every editable install that a folder named like a package takes precedence (true of
@@ -35,6 +35,9 @@ serve: $(STAMP)
 
 test: $(STAMP) $(TEST_ASSETS)  ## unit, integration (SQLite and PostgreSQL) and end-to-end tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-unit: $(STAMP)  ## the unit tier alone: no servers, about a minute (make test runs it too)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

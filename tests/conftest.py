@@ -70,9 +70,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test's timeout from tests/timing.py: its tier's budget, or the one it asks for
-    (`@pytest.mark.timeout(N)`), stretched by APPLIANCE_TEST_SLOWDOWN."""
+    """Every test is marked with its tier (`pytest -m unit`, see tests/timing.py), and its
+    timeout is its tier's budget, or the one it asks for (`@pytest.mark.timeout(N)`), stretched
+    by APPLIANCE_TEST_SLOWDOWN."""
     for item in items:
+        tier = timing.tier_of(item.path)
+        if tier:
+            item.add_marker(getattr(pytest.mark, tier))
         asked = item.get_closest_marker("timeout")
         seconds = asked.args[0] if asked and asked.args else timing.budget_of(item.path)
         item.add_marker(pytest.mark.timeout(seconds * timing.SLOWDOWN), append=False)
