@@ -9,7 +9,9 @@ from collections.abc import Iterable, Iterator
 
 import click
 
+from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job
+from appliance.domain.reasons import parse_codes
 from csctl import render
 from csctl.job_tables import (
     SortBy,
@@ -25,6 +27,17 @@ from csctl.render import Table, say
 from csctl.session import Session
 
 _LIST_FORMATS = ("table", "wide", "name", "json", "yaml")
+
+
+def _reasons(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The reason codes given, checked here: an unknown one is refused in one line naming
+    --reason and listing the valid codes."""
+    try:
+        return tuple(code.value for code in sorted(parse_codes(value)))
+    except InvalidSpec as exc:
+        raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
 
 
 def _sort_by(ctx: click.Context, param: click.Parameter, value: str | None) -> SortBy | None:
@@ -45,6 +58,16 @@ def _sort_by(ctx: click.Context, param: click.Parameter, value: str | None) -> S
     "-o", "--output", type=click.Choice(_LIST_FORMATS), default="table", show_default=True
 )
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Show at most N jobs (newest).")
+@click.option(
+    "--reason",
+    "reasons",
+    multiple=True,
+    callback=_reasons,
+    metavar="CODE",
+    help="Only jobs waiting, or ended, for this reason code (the REASON column of -o wide: "
+    "Capacity, BehindHigherPriority, Quota, Dependency, Preempted, ReplicaFailed, "
+    "CancelledByUser, ...; any case; repeat or comma-separate). Finished jobs too.",
+)
 @click.option(
     "--show-pending",
     is_flag=True,
@@ -78,15 +101,17 @@ def get_jobs(
     sort_by: SortBy | None,
     no_headers: bool,
     watch: bool,
+    reasons: tuple[str, ...],
 ) -> None:
     """List jobs, newest first: active ones unless -a is given.
 
     \b
     Table columns: NAME AGE DURATION PHASE TYPE PRIORITY SYSTEMS USER LABELS
     (--show-pending adds PENDING, e.g. `#2: needs 2 systems, 0 free`, and START(EST), e.g.
-    `~5m3s`: an estimate; -o wide adds QUEUE, STEP, RESTARTS, PENDING and START(EST)). Ages
-    and durations as kubectl prints them. JSON and YAML list every job without its params;
-    `csctl get job ID` shows them. -o name prints the job ids alone, one a line.
+    `~5m3s`: an estimate; -o wide adds REASON, e.g. `Capacity`, QUEUE, STEP, RESTARTS,
+    PENDING and START(EST)). Ages and durations as kubectl prints them. JSON and YAML list
+    every job without its params; `csctl get job ID` shows them. -o name prints the job ids
+    alone, one a line.
 
     \b
     Examples:
@@ -95,18 +120,23 @@ def get_jobs(
       csctl get jobs -a -l team=nlp,model=gpt3 -o wide
       csctl get jobs -a -l 'team in (nlp,cv),!tmp' --sort-by PRIORITY
       csctl get jobs -a --max-jobs 20 -o json
+      csctl get jobs --reason Capacity,BehindHigherPriority -o wide
       csctl get jobs -w
     """
     client = session.client()
     if watch:
         if max_jobs is not None:
             raise click.UsageError("--max-jobs cannot be used with --watch")
+        listed = client.watch_jobs(
+            all=include_all, mine=my_jobs, selector=selector, reasons=reasons
+        )
         _watch_jobs(
-            client.watch_jobs(all=include_all, mine=my_jobs, selector=selector),
-            output=output, pending=show_pending, sort_by=sort_by, headers=not no_headers,
+            listed, output=output, pending=show_pending, sort_by=sort_by, headers=not no_headers,
         )  # fmt: skip
         return
-    jobs = client.list_jobs(all=include_all, mine=my_jobs, selector=selector, limit=max_jobs)
+    jobs = client.list_jobs(
+        all=include_all, mine=my_jobs, selector=selector, limit=max_jobs, reasons=reasons
+    )
     # Listed summaries carry each queued job's queue position and pending reason: no GetJob.
     now = time.time()
     _sort(jobs, sort_by, now)
@@ -122,7 +152,8 @@ def get_jobs(
         )
         say("\n".join(table.lines))
     else:
-        say("No jobs found." if include_all else "No active jobs (-a shows finished ones).")
+        found_all = include_all or reasons
+        say("No jobs found." if found_all else "No active jobs (-a shows finished ones).")
 
 
 def _sort(jobs: list[Job], sort_by: SortBy | None, now: float) -> None:

@@ -27,7 +27,8 @@ from csctl.render import (
 JOB_COLUMNS = ("NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "SYSTEMS", "USER", "LABELS")
 # --show-pending adds where a queued job stands and when it is estimated to start.
 PENDING_COLUMNS = (*JOB_COLUMNS, "PENDING", "START(EST)")
-WIDE_COLUMNS = (*JOB_COLUMNS, "QUEUE", "STEP", "RESTARTS", "PENDING", "START(EST)")
+# REASON: the code of why the job waits (its pending reason), else of why it ended.
+WIDE_COLUMNS = (*JOB_COLUMNS, "REASON", "QUEUE", "STEP", "RESTARTS", "PENDING", "START(EST)")
 
 
 def age(job: Job, now: float) -> str:
@@ -51,6 +52,12 @@ def pending_text(job: Job, now: float = 0.0) -> str:
     if job.queue_position:
         return f"#{job.queue_position}: {job.pending_reason}"
     return job.pending_reason
+
+
+def reason_code(job: Job, now: float = 0.0) -> str:
+    """The code of what the job waits for, else of why it ended or was last requeued: the
+    code `--reason` filters on (`-` for none)."""
+    return job.pending_reason_code or job.reason_code or "-"
 
 
 def estimated_start(job: Job, now: float) -> str:
@@ -88,6 +95,7 @@ COLUMNS: dict[str, Column] = {
         lambda j, now: f"{j.progress.step}/{j.spec.num_steps}", lambda j, now: j.progress.step
     ),
     "RESTARTS": Column(lambda j, now: str(j.restarts), lambda j, now: j.restarts),
+    "REASON": _text(reason_code),
     "PENDING": Column(pending_text, lambda j, now: j.queue_position or float("inf")),
     "START(EST)": Column(estimated_start, lambda j, now: j.estimated_start or float("inf")),
 }
@@ -98,8 +106,8 @@ def row(job: Job, columns: Sequence[str], now: float) -> list[str]:
 
 
 def columns_of(*, wide: bool = False, pending: bool = False) -> tuple[str, ...]:
-    """`-o wide` adds QUEUE, STEP, RESTARTS, PENDING and START(EST); --show-pending adds the
-    last two."""
+    """`-o wide` adds REASON, QUEUE, STEP, RESTARTS, PENDING and START(EST); --show-pending
+    adds the last two."""
     return WIDE_COLUMNS if wide else PENDING_COLUMNS if pending else JOB_COLUMNS
 
 

@@ -94,6 +94,7 @@ def event_document(event: JobEvent) -> dict[str, Any]:
         "from_phase": str(event.from_phase) if event.from_phase else None,
         "to_phase": str(event.to_phase) if event.to_phase else None,
         "reason": event.reason,
+        "reason_code": event.reason_code,
     }
 
 

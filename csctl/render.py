@@ -142,6 +142,8 @@ def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
         "phase": job.phase.value,
         "reason": job.reason,
         "pending_reason": job.pending_reason,
+        "reason_code": job.reason_code,
+        "pending_reason_code": job.pending_reason_code,
         "queue_position": job.queue_position,
         "estimated_start": timestamp(job.estimated_start),
         "systems": list(job.systems),

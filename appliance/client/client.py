@@ -33,6 +33,7 @@ from appliance.domain.compile import CompileReport
 from appliance.domain.dependencies import Dependency
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job, JobEvent
+from appliance.domain.reasons import parse_codes
 from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import Mode, Priority, validate_labels, validate_spec
 from appliance.protocol import convert
@@ -207,18 +208,21 @@ class ApplianceClient(ClusterCalls):
         limit: int | None = None,
         mine: bool = False,
         selector: str = "",
+        reasons: Iterable[str] = (),
     ) -> list[Job]:
         """Jobs newest first: active ones, or every one with `all`; at most `limit` of them.
 
         `user` keeps one user's jobs; every label in `labels` must match, and `selector`, a
         label selector as kubectl writes it (`team in (nlp,cv),!tmp`). `mine` keeps the
         caller's: its token's user when the appliance has authentication on, else this
-        process's user name (the one `submit` sends).
+        process's user name (the one `submit` sends). `reasons`: only jobs whose reason or
+        pending reason has one of these codes (domain/reasons.py ReasonCode; any case), ended
+        ones too.
         """
         if limit is not None and limit <= 0:
             raise InvalidSpec(f"limit must be a positive number, got {limit}", field="limit")
         request = self._list_request(all=all, user=user, labels=labels, mine=mine,
-                                     selector=selector)  # fmt: skip
+                                     selector=selector, reasons=reasons)  # fmt: skip
         if limit is None:
             pages: Iterator[cluster_pb2.ListJobsResponse] = self._stream(
                 self._stub.StreamJobs, request
@@ -242,6 +246,7 @@ class ApplianceClient(ClusterCalls):
         labels: Mapping[str, str] | None = None,
         mine: bool = False,
         selector: str = "",
+        reasons: Iterable[str] = (),
     ) -> Iterator[list[Job] | None]:
         """The jobs `list_jobs` would list, then each such job again whenever it changes (a
         phase, a priority, labels; a new job), like `kubectl get -w`: batches of the listed
@@ -249,7 +254,7 @@ class ApplianceClient(ClusterCalls):
         `all`, a job that ends comes once more, in its final phase. Runs until the caller
         stops iterating or the connection breaks (Unavailable)."""
         request = self._list_request(all=all, user=user, labels=labels, mine=mine,
-                                     selector=selector)  # fmt: skip
+                                     selector=selector, reasons=reasons)  # fmt: skip
         for response in self._stream(self._stub.WatchJobs, request):
             if response.jobs:
                 yield [convert.job_from_pb(job) for job in response.jobs]
@@ -264,6 +269,7 @@ class ApplianceClient(ClusterCalls):
         labels: Mapping[str, str] | None,
         mine: bool,
         selector: str,
+        reasons: Iterable[str] = (),
     ) -> cluster_pb2.ListJobsRequest:
         return cluster_pb2.ListJobsRequest(
             all=all,
@@ -271,6 +277,7 @@ class ApplianceClient(ClusterCalls):
             labels=validate_labels(labels or {}),
             mine=mine,
             label_selector=str(parse_selector(selector, field="selector")),
+            reasons=[code.value for code in sorted(parse_codes(reasons))],
         )
 
     def cancel_job(self, job_id: str, *, reason: str = "") -> CancelResult:

@@ -17,6 +17,7 @@ from typing import Any
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.ids import is_job_id
 from appliance.domain.phases import TERMINAL, Phase
+from appliance.domain.reasons import Reason, ReasonCode, said
 
 MAX_DEPENDENCIES = 64
 
@@ -76,24 +77,30 @@ class DependencyState:
     phase: Phase | None
 
 
-def verdicts(states: Iterable[DependencyState]) -> tuple[dict[str, str], dict[str, str]]:
-    """(waiting, broken): the queued jobs still waiting for a dependency and the ones whose
-    dependency can no longer be met (to be cancelled), each with the reason naming it."""
-    waiting: dict[str, str] = {}
-    broken: dict[str, str] = {}
+def verdicts(states: Iterable[DependencyState]) -> tuple[dict[str, Reason], dict[str, Reason]]:
+    """(waiting, broken): the queued jobs still waiting for a dependency (DEPENDENCY) and the
+    ones whose dependency can no longer be met, to be cancelled (DEPENDENCY_FAILED), each
+    with the reason naming it."""
+    waiting: dict[str, Reason] = {}
+    broken: dict[str, Reason] = {}
     for dep in states:
         if dep.phase is None or dep.condition.broken_by(dep.phase):
             ended = dep.phase.value if dep.phase is not None else "gone"
             broken.setdefault(
                 dep.job_id,
-                f"dependency {dep.depends_on} is {ended} and this job was to run only after it "
-                f"{dep.condition.met_as}",
-            )
+                said(
+                    ReasonCode.DEPENDENCY_FAILED, job=dep.depends_on, ended=ended,
+                    met_as=dep.condition.met_as,
+                ),
+            )  # fmt: skip
         elif not dep.condition.met_by(dep.phase):
             waiting.setdefault(
                 dep.job_id,
-                f"waiting for {dep.depends_on} ({dep.phase.value}) {dep.condition.wanted}",
-            )
+                said(
+                    ReasonCode.DEPENDENCY, job=dep.depends_on, phase=dep.phase.value,
+                    wanted=dep.condition.wanted,
+                ),
+            )  # fmt: skip
     return {j: r for j, r in waiting.items() if j not in broken}, broken
 
 

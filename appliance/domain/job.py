@@ -121,6 +121,9 @@ class Job:
     # A queued job's estimated start (Unix time; 0: no estimate), like queue_position read
     # fresh from the queue on every call (services/start_estimates.py).
     estimated_start: float = 0.0
+    # The codes of `reason` and `pending_reason` (domain/reasons.py ReasonCode; "": none).
+    reason_code: str = ""
+    pending_reason_code: str = ""
 
     def __str__(self) -> str:
         """`wsjob-… SUCCEEDED: chief finished all steps (step 200/200  loss 2.0091)`: what
@@ -147,6 +150,7 @@ class JobEvent:
     to_phase: Phase | None = None
     reason: str = ""
     progress: Progress | None = None
+    reason_code: str = ""  # the code of `reason` (domain/reasons.py; "": none)
 
     def __str__(self) -> str:
         """`wsjob-…: QUEUED -> SCHEDULED: reserved cs2-01` or `wsjob-…: step 40/100  loss …`:

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from appliance.domain.phases import Phase
+from appliance.domain.reasons import ReasonCode
 from appliance.domain.selectors import LabelSelector
 
 DEFAULT_LIMIT = 500
@@ -26,6 +27,14 @@ class JobQuery:
     phases: frozenset[Phase] = frozenset()
     # Evaluated with `labels` (which it may repeat), where they are: in the store's query.
     selector: LabelSelector = dataclasses.field(default_factory=LabelSelector)
+    # When given, only jobs whose reason or pending reason has one of these codes, ended
+    # ones too (include_terminal is then ignored: why a job ended is a reason).
+    reasons: frozenset[ReasonCode] = frozenset()
+    # With `reasons`, filled in by the list use case (services/listing.py): the queued jobs
+    # the scheduler's last pass says wait for one of them (None: match every job on its row),
+    # and the queued jobs it did not decide on (matched on their row).
+    waiting: frozenset[str] | None = None
+    undecided: frozenset[str] = frozenset()
 
 
 # (id, created_at, version): one version of a job's summary; what a summary shows changes

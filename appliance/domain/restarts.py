@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from appliance.domain.reasons import Reason, ReasonCode, resume_point, said
+
 # The exit code of a replica that ended because a replica it called failed (workers and
 # coordinator agree on it here).
 EXIT_PEER_FAILED = 4
@@ -36,14 +38,15 @@ def retryable(exit_code: int | None, extra_codes: Collection[int], lost: bool = 
 
 
 def restart_or_fail(
-    failure: str, limit: int, used: int, newest_checkpoint: int | None, *, exact: bool = True
-) -> tuple[str | None, str | None]:
+    failure: Reason, limit: int, used: int, newest_checkpoint: int | None, *, exact: bool = True
+) -> tuple[Reason | None, Reason | None]:
     """After a retryable `failure`, with `used` of `limit` restarts spent: (the reason to
-    requeue the job with, None) while restarts are left, else (None, the reason to fail it).
-    `newest_checkpoint` None: the job is asked for a checkpoint first, resumed from that.
-    Not `exact`: the gang still trains until it is stopped, and may write a later one."""
+    requeue the job with, None) while restarts are left, else (None, the reason to fail it:
+    `failure`'s code, saying no restarts are left). `newest_checkpoint` None: the job is
+    asked for a checkpoint first, resumed from that. Not `exact`: the gang still trains
+    until it is stopped, and may write a later one."""
     if used >= limit:
-        return None, f"{failure} (no restarts left: {used} of {limit} used)" if limit else failure
+        return None, failure.but(exhausted=(used, limit)) if limit else failure
     if newest_checkpoint is None:
         where = "the checkpoint it writes now"
     elif not exact:
@@ -54,22 +57,19 @@ def restart_or_fail(
         )
     else:
         where = resume_point(newest_checkpoint)
-    return f"{failure}; restarting from {where} (restart {used + 1} of {limit})", None
+    requeue = said(
+        ReasonCode.RESTARTING, failure=failure.message, cause=failure.code_text, resume=where,
+        restart=used + 1, limit=limit,
+    )  # fmt: skip
+    return requeue, None
 
 
-def resume_point(newest_checkpoint: int) -> str:
-    """Where a run resumes from, said in a reason: `step 400`, or the start."""
-    return f"step {newest_checkpoint}" if newest_checkpoint else "the start (no checkpoint yet)"
-
-
-def restate_resume_point(reason: str, was: int, newest: int) -> str:
+def restate_resume_point(reason: Reason, was: int, newest: int) -> Reason:
     """`reason`, made by restart_or_fail when the newest checkpoint was `was`, naming `newest`
     instead: one the chief reported after the decision, before its gang was stopped."""
-    if newest <= was:
+    if newest <= was or reason.code is not ReasonCode.RESTARTING:
         return reason
-    return reason.replace(
-        f"restarting from {resume_point(was)}", f"restarting from {resume_point(newest)}", 1
-    )
+    return reason.but(resume=resume_point(newest))
 
 
 def restart_limit(spec_limit: int | None, cluster_default: int) -> int:

@@ -18,6 +18,7 @@ from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, R
 from appliance.domain.job import Job, JobEvent, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import CHIEF_REPLICA
+from appliance.domain.reasons import ReasonCode, said
 from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.loops.replica_events import ReplicaEventHandling
 from appliance.loops.requeuing import Requeuer
@@ -90,18 +91,18 @@ class Reconciler(ReplicaEventHandling):
         codes = self.backend.exit_codes(job_id)
         failed = {name: code for name, code in codes.items() if code != 0}
         if not failed and codes.get(CHIEF_REPLICA) == 0 and phase is Phase.RUNNING:
-            reason = "chief finished all steps while the coordinator was away"
+            reason = said(ReasonCode.COMPLETED, away=True)
             await self.ctx.set_phase(job_id, Phase.SUCCEEDED, reason, expected=phase)
             return
         if failed:
             # A cause before its consequences (the chief ended because a CS-2 did).
             name, code = min(failed.items(), key=lambda f: (f[1] == EXIT_PEER_FAILED, f[0]))
-            reason = f"replica {name} exited with exit code {code} while the coordinator was away"
+            reason = said(ReasonCode.REPLICA_FAILED, replica=name, exit_code=code, away=True)
             ended = ReplicaEvent(job_id, name, ReplicaEventKind.EXITED, exit_code=code)
         else:
             # Gone without a trace: killed with their host, or (sim backend) with the
             # coordinator's process. Lost, then: retryable, as a pod lost with its node is.
-            reason = "replicas gone after a coordinator restart: " + ", ".join(missing)
+            reason = said(ReasonCode.REPLICAS_LOST, replicas=missing)
             ended = ReplicaEvent(job_id, missing[0], ReplicaEventKind.EXITED, lost=True)
         final = await self.requeues.restart_if_allowed(ended, reason)
         if final is not None:
@@ -164,9 +165,8 @@ class Reconciler(ReplicaEventHandling):
         await self.nodes.take_away_stranded()
         for job in await self.ctx.db(store.expired_leases, now):
             assert job.lease is not None
-            holder = f" from {job.lease.holder}" if job.lease.holder else ""
-            reason = (
-                f"client lease expired: no heartbeat{holder} for {job.lease.lease_seconds:.0f} s"
+            reason = said(
+                ReasonCode.LEASE_EXPIRED, holder=job.lease.holder, seconds=job.lease.lease_seconds
             )
             await self.ctx.set_phase(job.id, Phase.CANCELLED, reason, expected=job.phase)
         # Replicas may wait to start as long as the backend lets them (a pod pending for a
@@ -183,7 +183,7 @@ class Reconciler(ReplicaEventHandling):
                     for r in await self.ctx.db(store.replicas, job.id)
                     if r.phase is not ReplicaPhase.READY
                 ]
-                reason = f"replicas not ready after {limit:.0f} s: {', '.join(waiting)}"
+                reason = said(ReasonCode.NOT_READY, seconds=limit, replicas=waiting)
                 await self.ctx.set_phase(job.id, Phase.FAILED, reason, expected=Phase.INITIALIZING)
 
     async def _launch(self, job: Job) -> None:
@@ -207,26 +207,29 @@ class Reconciler(ReplicaEventHandling):
                     self.ctx.store.set_condition,
                     job_id,
                     Phase.SCHEDULED,
-                    f"waiting for the backend to start replicas: {exc}",
+                    said(ReasonCode.BACKEND, error=str(exc)),
                 )
                 return
             await self.ctx.set_phase(
                 job_id,
                 Phase.FAILED,
-                f"could not start replicas for {waited:.0f} s: {exc}",
+                said(ReasonCode.LAUNCH_FAILED, seconds=waited, error=str(exc)),
                 expected=Phase.SCHEDULED,
             )
             return
         except Exception as exc:
             log.exception("launching %s failed", job_id)
             await self.ctx.set_phase(
-                job_id, Phase.FAILED, f"could not start replicas: {exc}", expected=Phase.SCHEDULED
+                job_id,
+                Phase.FAILED,
+                said(ReasonCode.LAUNCH_FAILED, error=str(exc)),
+                expected=Phase.SCHEDULED,
             )
             return
         change = await self.ctx.set_phase(
             job_id,
             Phase.INITIALIZING,
-            f"started {len(job.replicas)} replicas",
+            said(ReasonCode.STARTED, replicas=len(job.replicas)),
             expected=Phase.SCHEDULED,
         )
         if change.applied:

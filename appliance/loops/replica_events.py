@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from appliance.backends.base import Backend, ReplicaEvent, ReplicaEventKind
 from appliance.domain.phases import Phase
 from appliance.domain.plan import CHIEF_REPLICA
-from appliance.domain.restarts import EXIT_PEER_FAILED, resume_point
+from appliance.domain.reasons import Reason, ReasonCode, said
+from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.loops.requeuing import Requeuer
 from appliance.loops.settling import ConsequentFailures
 from appliance.services.context import Context
@@ -105,15 +106,16 @@ class ReplicaEventHandling:
         current = state.is_current(event.attempt)
         if not (state.checkpoint_wanted and current and event.exit_code != 0):
             return False
-        code = "an unknown exit code" if event.exit_code is None else event.exit_code
         job = await self.ctx.db(self.ctx.store.get_job, event.job_id, with_replicas=False)
-        where = resume_point(job.progress.checkpoint_step)
-        why = f"{event.replica} exited ({code}) before the checkpoint; resumes from {where}"
+        note = (event.replica, event.exit_code, job.progress.checkpoint_step)
+        why = said(ReasonCode.REPLICA_FAILED, replica=event.replica).but(
+            died_before_checkpoint=note
+        )
         if await self.ctx.db(self.ctx.store.give_up_checkpoint, event.job_id, state.attempt, why):
             self.ctx.bus.wake_reconciler()
         return True
 
-    async def _fail_or_restart(self, event: ReplicaEvent, reason: str) -> None:
+    async def _fail_or_restart(self, event: ReplicaEvent, reason: Reason) -> None:
         """The job's current attempt failed with `reason`: restart it if its policy allows,
         else fail it."""
         self.ctx.metrics.replica_failed(event.replica)
@@ -199,12 +201,10 @@ class ReplicaEventHandling:
             return
         code = event.exit_code
         if code != 0:
-            detail = f" ({event.message})" if event.message else ""
-            if code is None and event.message:  # never ran, or lost: the message says why
-                reason = f"replica {event.replica} failed: {event.message}"
-            else:
-                what = f"exit code {code}" if code is not None else "an unknown exit code"
-                reason = f"replica {event.replica} exited with {what}{detail}"
+            reason = said(
+                ReasonCode.REPLICA_FAILED, replica=event.replica, exit_code=code,
+                message=event.message,
+            )  # fmt: skip
             if code == EXIT_PEER_FAILED and not event.lost:
                 self._consequences.hold(event, reason, self.ctx.clock())  # loops/settling.py
                 return
@@ -220,7 +220,11 @@ class ReplicaEventHandling:
                 )
             else:
                 await self.ctx.set_phase(
-                    event.job_id, Phase.FAILED, f"chief exited while the job was {phase.value}"
+                    event.job_id,
+                    Phase.FAILED,
+                    said(
+                        ReasonCode.REPLICA_FAILED, replica=event.replica, while_phase=phase.value
+                    ),
                 )
 
 

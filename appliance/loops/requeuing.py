@@ -14,11 +14,11 @@ import logging
 from collections.abc import Sequence
 
 from appliance.backends.base import Backend, ReplicaEvent
+from appliance.domain.reasons import Reason
 from appliance.domain.restarts import (
     restart_limit,
     restart_or_fail,
     restate_resume_point,
-    resume_point,
     retryable,
 )
 from appliance.services.context import Context
@@ -35,7 +35,7 @@ class Requeuer:
         # Jobs whose attempt is being torn down to run again.
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
-    async def restart_if_allowed(self, event: ReplicaEvent, reason: str) -> str | None:
+    async def restart_if_allowed(self, event: ReplicaEvent, reason: Reason) -> Reason | None:
         """Restart the job after `reason` if its policy allows (None), else the reason to fail
         it with."""
         settings = self.ctx.settings
@@ -59,20 +59,19 @@ class Requeuer:
         for request in requests:
             if request.job_id in self.tasks:
                 continue
-            reason = request.reason
+            reason = request.said
             if request.checkpoint_by:
                 if request.checkpoint_step is not None:
-                    reason += f"; checkpointed at step {request.checkpoint_step}"
+                    reason = reason.but(checkpointed=request.checkpoint_step)
                 elif now >= request.checkpoint_by:
-                    where = resume_point(request.newest_checkpoint)
                     grace = self.ctx.settings.preemption_grace_seconds
-                    reason += f"; no checkpoint within {grace:.0f} s: resumes from {where}"
+                    reason = reason.but(no_checkpoint=(grace, request.newest_checkpoint))
                 else:
                     continue
             self.start(request.job_id, request.attempt, reason, backoff=0.0)
 
     def start(
-        self, job_id: str, attempt: int, reason: str, backoff: float, resumes_from: int = -1
+        self, job_id: str, attempt: int, reason: Reason, backoff: float, resumes_from: int = -1
     ) -> None:
         if job_id in self.tasks:
             return  # one requeue of a job at a time
@@ -82,7 +81,7 @@ class Requeuer:
         self.tasks[job_id] = task
 
     async def _requeue(
-        self, job_id: str, attempt: int, reason: str, backoff: float, resumes_from: int
+        self, job_id: str, attempt: int, reason: Reason, backoff: float, resumes_from: int
     ) -> None:
         """Tear the whole gang down, wait `backoff`, then queue the job again: its next
         attempt is scheduled like any queued job, in its place (its submit time orders it).
@@ -102,7 +101,7 @@ class Requeuer:
             if backoff:
                 await asyncio.sleep(backoff)
             position = await self.ctx.db(self.ctx.store.position_on_requeue, job_id)
-            reason = f"{reason}; requeued at position {position}"
+            reason = reason.but(position=position)
             await self.ctx.write_phases(
                 self.ctx.store.requeue_now, job_id, attempt, reason, self.ctx.clock()
             )

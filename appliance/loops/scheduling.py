@@ -32,6 +32,7 @@ from appliance.domain.fair_share import Usage, weighted_share
 from appliance.domain.inventory import NodeKind, NodeUsage
 from appliance.domain.phases import Phase
 from appliance.domain.queues import QueueSpec, Quota, Source, resolve_quotas
+from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.scheduler.admission import Admission, admit_backlog
 from appliance.scheduler.backlog_index import BacklogIndex
 from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
@@ -100,11 +101,11 @@ class SchedulerLoop:
         # and phases queued for the writer (everything it decides on was committed first).
         reads = await self.ctx.read(_pass_reads, self.ctx.store)
         pending, cancelled = await self._dependencies(reads.dependencies)
-        said = dict(pending)
+        given = dict(pending)
         skip = set(pending) | cancelled
-        decision = await self._admit(index, skip, said, generation, reads)
+        decision = await self._admit(index, skip, given, generation, reads)
         self._capped = decision.capped
-        view.publish(decision, said, generation)
+        view.publish(decision, given, generation)
         if not decision.admitted:
             return 0
         submitted = [index.get(d.job_id) for d in decision.admitted]
@@ -124,12 +125,12 @@ class SchedulerLoop:
         self,
         index: BacklogIndex,
         skip: set[str],
-        said: dict[str, str],
+        given: dict[str, Reason],
         generation: int,
         reads: _PassReads,
     ) -> Admission:
         """Decide on the jobs free to run, and ask for the preemptions and reclaims the heads
-        need; `said` gets the reasons of the heads that wait for them. The index may have
+        need; `given` gets the reasons of the heads that wait for them. The index may have
         changed while this pass read the store (a door brought it up to date): a job that
         entered it after `generation` waits for the next pass, whose reads cover it."""
         store, settings = self.ctx.store, self.ctx.settings
@@ -165,10 +166,11 @@ class SchedulerLoop:
                 candidates = borrowers(job, running, quotas, kinds, now)
                 chosen = choose_victims(job, running, usage, now, candidates, room, fewest=False)
                 if chosen is not None:
-                    said[job.job_id] = await self._reclaim_for(job, chosen, running, kinds)
+                    given[job.job_id] = await self._reclaim_for(job, chosen, running, kinds)
                     continue
-            waits = decision.reason(job.job_id) or ""
-            said[job.job_id] = await self._preempt_for(job, running, usage, waits, room)
+            # A head always has its reason (a blocked job is said to wait when it is made one).
+            waits = decision.why(job.job_id) or said(ReasonCode.CAPACITY, shortfall="")
+            given[job.job_id] = await self._preempt_for(job, running, usage, waits, room)
         return decision
 
     async def _shares(
@@ -186,7 +188,7 @@ class SchedulerLoop:
 
     async def _dependencies(
         self, states: list[DependencyState]
-    ) -> tuple[dict[str, str], set[str]]:
+    ) -> tuple[dict[str, Reason], set[str]]:
         """The queued jobs still waiting for others, with why, and the jobs cancelled because
         a dependency can no longer be met (in one pass, the whole chain after a broken link);
         from `states` as the pass read them, read again after each cancelling link."""
@@ -209,25 +211,24 @@ class SchedulerLoop:
         chosen: Preemption,
         running: list[RunningJob],
         kinds: Mapping[str, NodeKind],
-    ) -> str:
+    ) -> Reason:
         """Reclaim for `head`: ask the chosen borrowers to stop; returns its pending reason."""
-        priority, queue = head.priority.name, head.queue
-        reason = f"preempted by {head.job_id} ({priority}): queue {queue} reclaims its quota"
+        reason = said(
+            ReasonCode.RECLAIMED, by=head.job_id, priority=head.priority.name, queue=head.queue
+        )
         await self._request(head, chosen.victims, reason, running)
         stopping = (*chosen.waiting_for, *chosen.victims)
-        systems = sum(holding(v, kinds).systems for v in stopping)
-        borrowing = sorted({v.queue for v in stopping})
-        names = ", ".join(v.job_id for v in stopping)
-        return (
-            f"waiting to reclaim {systems} system{'s' if systems != 1 else ''} lent to queue "
-            f"{', '.join(borrowing)} ({names})"
-        )
+        return said(
+            ReasonCode.RECLAIM, systems=sum(holding(v, kinds).systems for v in stopping),
+            queues=sorted({v.queue for v in stopping}),
+            jobs=", ".join(v.job_id for v in stopping),
+        )  # fmt: skip
 
     async def _request(
         self,
         head: QueuedJob,
         victims: Sequence[RunningJob],
-        reason: str,
+        reason: Reason,
         running: list[RunningJob],
     ) -> None:
         """Ask each victim to stop (checkpoint first when it can), and count it as stopping
@@ -248,22 +249,25 @@ class SchedulerLoop:
         head: QueuedJob,
         running: list[RunningJob],
         usage: Sequence[NodeUsage],
-        waits: str,
+        waits: Reason,
         room: Room,
-    ) -> str:
+    ) -> Reason:
         """Ask the victims that make room for `head` to stop (checkpoint first when they can);
         returns the head's pending reason: whom it waits for, else `waits` (with the jobs
         that would make room but may not be preempted, when there are)."""
         now = self.ctx.clock()
         chosen = choose_victims(head, running, usage, now, room=room)
         if chosen is None:
-            return waits + _exempt(head, running, usage, now, room)
-        reason = f"preempted by {head.job_id} ({head.priority.name})"
+            exempt = _exempt(head, running, usage, now, room)
+            return waits.but(exempt=exempt) if exempt else waits
+        reason = said(ReasonCode.PREEMPTED, by=head.job_id, priority=head.priority.name)
         await self._request(head, chosen.victims, reason, running)
         stopping = (*chosen.waiting_for, *chosen.victims)
-        names = ", ".join(f"{v.job_id} ({v.priority.name})" for v in stopping)
-        how = "checkpoint and stop" if any(v.checkpointable for v in stopping) else "stop"
-        return f"waiting to preempt {names}: they {how}"
+        return said(
+            ReasonCode.PREEMPTING,
+            victims=tuple((v.job_id, v.priority.name) for v in stopping),
+            checkpoint=any(v.checkpointable for v in stopping),
+        )
 
 
 def _exempt(
@@ -272,9 +276,10 @@ def _exempt(
     usage: Sequence[NodeUsage],
     now: float,
     room: Room,
-) -> str:
-    """What to add to the head's reason when jobs that may not be preempted (opted out, or
-    preempted recently) are what keeps it waiting: "; not preempting ...", else ""."""
+) -> tuple[tuple[str, float], ...]:
+    """The jobs that may not be preempted (opted out: until 0; preempted recently: until
+    when they may be again) that keep the head waiting, to add to its reason (the `exempt`
+    note); none when they are not what keeps it waiting."""
     freed = [
         dataclasses.replace(r, preemptible=True, protected_until=0.0)
         if int(r.priority) > int(head.priority) and not r.stopping
@@ -283,17 +288,13 @@ def _exempt(
     ]
     chosen = choose_victims(head, freed, usage, now, room=room)
     if chosen is None or not chosen.victims:
-        return ""
+        return ()
     exempt = {r.job_id: r for r in running if not r.preemptible or r.protected_until > now}
-    names = [_why_exempt(exempt[v.job_id], now) for v in chosen.victims if v.job_id in exempt]
-    return f"; not preempting {', '.join(names)}" if names else ""
-
-
-def _why_exempt(job: RunningJob, now: float) -> str:
-    if not job.preemptible:
-        return f"{job.job_id} (never preempted)"
-    until = time.strftime("%H:%M:%S", time.localtime(job.protected_until))
-    return f"{job.job_id} (preempted before: not until {until})"
+    return tuple(
+        (v.job_id, exempt[v.job_id].protected_until if exempt[v.job_id].preemptible else 0.0)
+        for v in chosen.victims
+        if v.job_id in exempt
+    )
 
 
 class _Trace:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from appliance.backends.base import ReplicaEvent
+from appliance.domain.reasons import Reason
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class HeldFailure:
     """A replica's end that a cause may still explain."""
 
     event: ReplicaEvent
-    reason: str
+    reason: Reason
     due: float
 
 
@@ -31,7 +32,7 @@ class ConsequentFailures:
         self.window = window
         self._held: dict[str, HeldFailure] = {}
 
-    def hold(self, event: ReplicaEvent, reason: str, now: float) -> None:
+    def hold(self, event: ReplicaEvent, reason: Reason, now: float) -> None:
         self._held.setdefault(event.job_id, HeldFailure(event, reason, now + self.window))
 
     def drop(self, job_id: str) -> None:

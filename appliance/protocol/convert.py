@@ -189,6 +189,8 @@ def job_to_pb(job: Job) -> cluster_pb2.Job:
         attempt=job.attempt,
         restarts=job.restarts,
         estimated_start=job.estimated_start,
+        reason_code=job.reason_code,
+        pending_reason_code=job.pending_reason_code,
     )
     if job.replicas:  # a summary has none of these
         msg.replicas.extend(replica_to_pb(r) for r in job.replicas)
@@ -231,6 +233,8 @@ def job_from_pb(msg: cluster_pb2.Job) -> Job:
         attempts=tuple(attempt_from_pb(a) for a in msg.attempts),
         dependents=tuple(msg.dependents),
         estimated_start=msg.estimated_start,
+        reason_code=msg.reason_code,
+        pending_reason_code=msg.pending_reason_code,
     )
 
 
@@ -252,8 +256,9 @@ def attempt_from_pb(msg: cluster_pb2.Attempt) -> Attempt:
 
 def event_to_pb(ev: JobEvent) -> cluster_pb2.JobEvent:
     msg = cluster_pb2.JobEvent(
-        job_id=ev.job_id, kind=_KIND_TO_PB[ev.kind], seq=ev.seq, time=ev.time, reason=ev.reason
-    )
+        job_id=ev.job_id, kind=_KIND_TO_PB[ev.kind], seq=ev.seq, time=ev.time, reason=ev.reason,
+        reason_code=ev.reason_code,
+    )  # fmt: skip
     if ev.from_phase is not None:
         msg.from_phase = phase_to_pb(ev.from_phase)
     if ev.to_phase is not None:
@@ -274,6 +279,7 @@ def event_from_pb(msg: cluster_pb2.JobEvent) -> JobEvent:
         to_phase=phase_from_pb(msg.to_phase),
         reason=msg.reason,
         progress=progress_from_pb(msg.progress) if kind is EventKind.PROGRESS else None,
+        reason_code=msg.reason_code,
     )
 
 

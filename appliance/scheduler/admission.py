@@ -33,6 +33,7 @@ from appliance.domain.backlog import Placement, QueuedJob
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.plan import PlanShape, Role
 from appliance.domain.queues import DEFAULT_QUEUE, Quota
+from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.scheduler.backlog_index import BacklogIndex, Order
 from appliance.scheduler.placement import KIND_OF_ROLE, Counts, FreeCapacity
 from appliance.scheduler.quotas import NOTHING, Need, QuotaBook, never_fits
@@ -68,7 +69,7 @@ class _Stretch:
     borrowing: bool
     counts: Counts
     used: dict[str, Need]
-    said: dict[PlanShape, str] = dataclasses.field(default_factory=dict)
+    said: dict[PlanShape, Reason] = dataclasses.field(default_factory=dict)
 
 
 class Admission:
@@ -88,15 +89,20 @@ class Admission:
         """The first head (with one queue: the one a preemption may make room for)."""
         return self.heads[0].job if self.heads else None
 
-    def reason(self, job_id: str) -> str | None:
+    def why(self, job_id: str) -> Reason | None:
         """Why a job left in the queue waits (None: admitted, not queued then, or not reached
         by a pass that stopped at its limit)."""
         return self._state.reason(job_id)
 
+    def reason(self, job_id: str) -> str | None:
+        """The message of `why`."""
+        why = self._state.reason(job_id)
+        return why.message if why is not None else None
+
     @property
-    def pending(self) -> dict[str, str]:
-        """Every job left in the queue, with why it waits (as many strings as jobs: for
-        small queues and tests; the scheduler asks `reason` for the jobs someone reads)."""
+    def pending_reasons(self) -> dict[str, Reason]:
+        """Every job left in the queue, with why it waits (as many reasons as jobs: for
+        small queues and tests; the scheduler asks `why` for the jobs someone reads)."""
         state = self._state
         return {
             job.job_id: reason
@@ -104,6 +110,11 @@ class Admission:
             for job in state.index.in_order(name)
             if job.job_id not in state.skip and (reason := state.reason(job.job_id)) is not None
         }
+
+    @property
+    def pending(self) -> dict[str, str]:
+        """`pending_reasons`' messages."""
+        return {job_id: why.message for job_id, why in self.pending_reasons.items()}
 
 
 def admit(
@@ -179,7 +190,7 @@ class _Pass:
         }
         self.capacity = FreeCapacity(pool, demands)
         self.admitted: list[Decision] = []
-        self.said: dict[str, str] = {}  # reasons of the jobs the pass looked at one by one
+        self.said: dict[str, Reason] = {}  # reasons of the jobs the pass looked at one by one
         self.stretches: dict[str, list[_Stretch]] = {}
         self.heads: dict[str, Head] = {}
         self.heads_in_order: list[Head] = []
@@ -207,7 +218,9 @@ class _Pass:
                     if self.capped:
                         return
                 else:
-                    reason = self.capacity.shortfall(job.plan.shape)
+                    reason = said(
+                        ReasonCode.CAPACITY, shortfall=self.capacity.shortfall(job.plan.shape)
+                    )
                     self._block(job, need, placements, reason, within_quota=True)
                     self._backfill(name, job.order)
                     return
@@ -247,7 +260,11 @@ class _Pass:
                 if self.capped:
                     return
                 continue
-            reason = why or self.capacity.shortfall(job.plan.shape)
+            reason = (
+                said(ReasonCode.QUOTA, why=why)
+                if why
+                else said(ReasonCode.CAPACITY, shortfall=self.capacity.shortfall(job.plan.shape))
+            )
             self._block(job, need, placements, reason, within_quota=within, holds=not why)
             self._stretch(name, job.order, None, self.heads[name], borrowing=True)
             return
@@ -261,7 +278,7 @@ class _Pass:
         waits saying so, and holds nothing back: the jobs behind it go on."""
         why = never_fits(job.queue, self.book.quotas[job.queue], need)
         if why:
-            self.said[job.job_id] = f"can never run: {why}"
+            self.said[job.job_id] = said(ReasonCode.NEVER_FITS, why=why)
         return bool(why)
 
     def need(self, shape: PlanShape) -> Need:
@@ -297,7 +314,7 @@ class _Pass:
         job: QueuedJob,
         need: Need,
         placements: list[Placement],
-        reason: str,
+        reason: Reason,
         *,
         within_quota: bool,
         holds: bool = True,
@@ -324,10 +341,10 @@ class _Pass:
 
     # ---- reasons, said when asked -----------------------------------------------------------
 
-    def reason(self, job_id: str) -> str | None:
-        said = self.said.get(job_id)
-        if said is not None:
-            return said
+    def reason(self, job_id: str) -> Reason | None:
+        given = self.said.get(job_id)
+        if given is not None:
+            return given
         job = self.index.get(job_id)
         if job is None or job_id in self._admitted:
             return None
@@ -347,22 +364,20 @@ class _Pass:
             reason = stretch.said[shape] = self._stepped_over(job.queue, shape, stretch)
         return reason
 
-    def _stepped_over(self, name: str, shape: PlanShape, stretch: _Stretch) -> str:
+    def _stepped_over(self, name: str, shape: PlanShape, stretch: _Stretch) -> Reason:
         """Why a job of that shape waited where the pass stepped over it."""
         need = self.need(shape)
         why = never_fits(name, self.book.quotas[name], need)
         if why:
-            return f"can never run: {why}"
+            return said(ReasonCode.NEVER_FITS, why=why)
         if stretch.borrowing or not QuotaBook(self.book.quotas, stretch.used).within(name, need):
             return self._behind(stretch.head, "")
         return self._behind(stretch.head, self.capacity.shortfall(shape, stretch.counts))
 
-    def _behind(self, head: Head, reason: str) -> str:
-        where = f" in queue {head.job.queue}" if self.book.shared else ""
-        behind = f"behind {describe(head.job)}{where}"
-        return f"{reason}; {behind}" if reason else behind
-
-
-def describe(job: QueuedJob) -> str:
-    systems = job.plan.group(Role.CS2).count
-    return f"{job.job_id} ({job.priority.name}, {systems} system{'s' if systems != 1 else ''})"
+    def _behind(self, head: Head, shortfall: str) -> Reason:
+        job = head.job
+        return said(
+            ReasonCode.BEHIND_HIGHER_PRIORITY, shortfall=shortfall, head=job.job_id,
+            priority=job.priority.name, systems=job.plan.group(Role.CS2).count,
+            queue=job.queue if self.book.shared else "",
+        )  # fmt: skip

@@ -49,6 +49,10 @@ class BacklogIndex:
     def get(self, job_id: str) -> QueuedJob | None:
         return self._jobs.get(job_id)
 
+    def job_ids(self) -> list[str]:
+        """Every job in the index, in no particular order."""
+        return list(self._jobs)
+
     def put(self, job: QueuedJob) -> None:
         """Add the job, or move it to its new place (its priority changed)."""
         order = job.order

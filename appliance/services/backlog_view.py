@@ -27,11 +27,12 @@ from appliance.domain.backlog import QueuedJob
 from appliance.domain.job import Job
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan
+from appliance.domain.reasons import Reason, ReasonCode
 from appliance.scheduler.backlog_index import BacklogIndex
 
 
 class Decided(Protocol):
-    def reason(self, job_id: str) -> str | None: ...
+    def why(self, job_id: str) -> Reason | None: ...
 
 
 class BacklogReads(Protocol):
@@ -50,7 +51,7 @@ class BacklogView:
         self._marked: set[str] = set()
         self._lock = asyncio.Lock()
         self._decided: Decided | None = None
-        self._said: Mapping[str, str] = {}
+        self._said: Mapping[str, Reason] = {}
         self._building = False
         # Each refresh that changed the index is a generation; a job that entered the queue
         # after the generation the last pass decided on has no reason from it yet.
@@ -138,21 +139,36 @@ class BacklogView:
         next pass, which will have read theirs."""
         return {job_id for job_id, entered in self._entered.items() if entered > generation}
 
-    def publish(self, decided: Decided, said: Mapping[str, str], generation: int) -> None:
+    def publish(self, decided: Decided, said: Mapping[str, Reason], generation: int) -> None:
         """The scheduler's last decision, on the index of `generation`, and the reasons it
         gave beyond it (waiting for a dependency, for a preemption) which come first."""
         self._decided, self._said = decided, said
         self._decided_generation = generation
         self._entered = {j: g for j, g in self._entered.items() if g > generation}
 
-    def reason(self, job_id: str) -> str | None:
+    def reason(self, job_id: str) -> Reason | None:
         """Why a queued job waits, as of the last pass (None: not decided on yet)."""
         if job_id in self._entered:
             return None  # it entered the queue after the last pass
         said = self._said.get(job_id)
         if said is not None:
             return said
-        return self._decided.reason(job_id) if self._decided is not None else None
+        return self._decided.why(job_id) if self._decided is not None else None
+
+    async def waiting_for(self, codes: frozenset[ReasonCode]) -> tuple[set[str], set[str]]:
+        """(matched, undecided): the queued jobs the last pass says wait for one of `codes`,
+        and those it did not decide on (their stored reason is what every door shows). None
+        of either before the first pass: then every queued job shows its stored reason."""
+        index = await self.current()
+        matched: set[str] = set()
+        undecided: set[str] = set()
+        for job_id in index.job_ids():
+            why = self.reason(job_id)
+            if why is None:
+                undecided.add(job_id)
+            elif why.code in codes:
+                matched.add(job_id)
+        return matched, undecided
 
     def shown(self, job: Job) -> Job:
         """The job with the queue position and pending reason every door shows: for a queued
@@ -161,7 +177,15 @@ class BacklogView:
         if job.phase is not Phase.QUEUED or self._index is None:
             return job
         position = self._index.position(job.id)
-        reason = self.reason(job.id) or job.pending_reason
-        if (position, reason) == (job.queue_position, job.pending_reason):
+        why = self.reason(job.id)
+        reason = why.message if why is not None else job.pending_reason
+        code = why.code_text if why is not None else job.pending_reason_code
+        if (position, reason, code) == (
+            job.queue_position,
+            job.pending_reason,
+            job.pending_reason_code,
+        ):
             return job
-        return dataclasses.replace(job, queue_position=position, pending_reason=reason)
+        return dataclasses.replace(
+            job, queue_position=position, pending_reason=reason, pending_reason_code=code
+        )

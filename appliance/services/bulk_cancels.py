@@ -90,7 +90,7 @@ class BulkCancel:
     ) -> BulkCancelResult:
         """Cancel what `selection` names; `by` is the caller (None: authentication off)."""
         s = checked_selection(selection, by)
-        reason = s.reason or (f"cancelled by {by.user}" if by else "cancelled by user")
+        reason = s.reason  # "": "cancelled by" whom (services/cancels.py)
         tally = _Tally()
         if s.job_ids:
             for start in range(0, len(s.job_ids), CHUNK):

@@ -18,6 +18,7 @@ from appliance.domain.auth import Principal, check_may_act_on
 from appliance.domain.errors import ApplianceError, Conflict, NotFound, job_not_found
 from appliance.domain.job import Job
 from appliance.domain.phases import Outcome, Phase
+from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.services.context import Context
 from appliance.services.group_commit import GroupCommit
 from appliance.store.jobs import JobOwner, JobStore, PhaseChange, PhaseMove
@@ -26,7 +27,7 @@ from appliance.store.jobs import JobOwner, JobStore, PhaseChange, PhaseMove
 @dataclasses.dataclass(frozen=True)
 class CancelRequest:
     job_id: str
-    reason: str  # recorded as the job's reason
+    reason: str  # recorded as the job's reason ("": "cancelled by" whom)
     by: Principal | None = None  # the authenticated caller; None: authentication is off
 
 
@@ -121,7 +122,18 @@ def decide_cancel(request: CancelRequest, owner: JobOwner | None) -> PhaseMove |
         return f"job {request.job_id} was already cancelled"
     if owner.phase.terminal:
         return f"job {request.job_id} already {owner.phase.value}; nothing to cancel"
-    return PhaseMove(request.job_id, Phase.CANCELLED, request.reason, expected=owner.phase)
+    return PhaseMove(
+        request.job_id, Phase.CANCELLED, cancel_reason(request, owner.user), owner.phase
+    )
+
+
+def cancel_reason(request: CancelRequest, owner: str) -> Reason:
+    """Why a job of `owner` is cancelled: by a user (its owner, a member of its groups, anyone
+    when authentication is off) or by an admin acting on someone else's job."""
+    by = request.by
+    admin = by is not None and by.admin and by.user != owner
+    code = ReasonCode.CANCELLED_BY_ADMIN if admin else ReasonCode.CANCELLED_BY_USER
+    return said(code, text=request.reason, by=by.user if by is not None else "")
 
 
 def _not_found(request: CancelRequest) -> NotFound:

@@ -23,6 +23,7 @@ from appliance.config import Settings
 from appliance.domain.backlog import Placement
 from appliance.domain.errors import NotFound, Unavailable
 from appliance.domain.phases import HOLDS_RESOURCES, Phase
+from appliance.domain.reasons import Reason
 from appliance.services.backlog_view import BacklogView
 from appliance.services.bus import JobBus
 from appliance.services.group_commit import GroupCommit
@@ -91,7 +92,7 @@ class Context:
             raise Unavailable(f"the job store is unavailable ({first_line}); retry") from exc
 
     async def set_phase(
-        self, job_id: str, target: Phase, reason: str, expected: Phase | None = None
+        self, job_id: str, target: Phase, reason: Reason, expected: Phase | None = None
     ) -> PhaseChange:
         """JobStore.set_phase, then tell watchers and wake the loops that care.
 
@@ -143,7 +144,7 @@ class Context:
         self,
         job_id: str,
         attempt: int,
-        reason: str,
+        reason: Reason,
         *,
         checkpoint_within: float = 0.0,
         preempted_by: str = "",

@@ -26,10 +26,12 @@ def query_matches(query: JobQuery, job: Job, *, ended: bool = False) -> bool:
     if query.phases:
         if job.phase not in query.phases:
             return False
-    elif job.phase.terminal and not (query.include_terminal or ended):
+    elif job.phase.terminal and not (query.include_terminal or ended or query.reasons):
         return False
     if query.user and job.user != query.user:
         return False
+    if query.reasons and not {job.reason_code, job.pending_reason_code} & query.reasons:
+        return False  # (a queued job: as shown, its reason read fresh from the queue)
     labels = job.spec.labels
     if any(labels.get(key) != value for key, value in query.labels.items()):
         return False
@@ -61,10 +63,11 @@ class JobWatch:
             if any(job.phase is Phase.QUEUED for job in found.values()):
                 await self.ctx.backlog.current()  # positions as of every change so far
             jobs = [
-                await self.ctx.estimates.shown(self.ctx.backlog.shown(job))
+                shown
                 for job_id, ended in taken.items()
                 if (job := found.get(job_id)) is not None
-                and query_matches(query, job, ended=ended)
+                and query_matches(query, shown := self.ctx.backlog.shown(job), ended=ended)
             ]
+            jobs = [await self.ctx.estimates.shown(job) for job in jobs]
             if jobs:
                 yield jobs

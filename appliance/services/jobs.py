@@ -197,8 +197,7 @@ class JobService:
         """Cancel a job; cancelling a terminal job changes nothing and says so. Concurrent
         cancels are group-committed (services/cancels.py)."""
         check_job_id(job_id)
-        why = validate_text(reason, "reason", MAX_REASON)
-        why = why or (f"cancelled by {by.user}" if by else "cancelled by user")
+        why = validate_text(reason, "reason", MAX_REASON)  # "": "cancelled by" whom
         answer = await self._cancels.cancel(CancelRequest(job_id, why, by))
         return answer.job, answer.changed, answer.message
 

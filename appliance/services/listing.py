@@ -23,7 +23,8 @@ by `warm`: at start, then every RENDER_AHEAD_EVERY seconds for what changed mean
 A queued job's queue position and pending reason are the exception: they move when other jobs
 enter, leave or overtake in the queue, without this job's version. So they are never part of
 a rendering: they are read on every call from the queue in memory (services/backlog_view.py)
-and handed out beside the renderings.
+and handed out beside the renderings. A filter on reason codes matches a queued job on that
+fresh reason too (`_waiting`), and every other job on its row, in the store's query.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from appliance.domain.errors import InvalidSpec, Unavailable
 from appliance.domain.job import Job
 from appliance.domain.listing import DEFAULT_LIMIT, MAX_LIMIT, JobKey, JobQuery
 from appliance.domain.phases import TERMINAL, Phase
+from appliance.domain.reasons import Reason
 from appliance.services.context import Context
 from appliance.services.kept_renderings import Keeping
 
@@ -60,10 +62,10 @@ _KEPT_PHASES = TERMINAL | {Phase.QUEUED}
 
 
 # One listed job: the door's rendering of its summary, its fresh queue position (0 unless the
-# job is queued), why it waits as of the scheduler's last pass ("": as the rendering says) and
-# when it is estimated to start (0.0: no estimate; services/start_estimates.py).
+# job is queued), why it waits as of the scheduler's last pass (None: as the rendering says)
+# and when it is estimated to start (0.0: no estimate; services/start_estimates.py).
 # A plain tuple: a stream of 100,000 jobs must cost no per-job object.
-Listed: TypeAlias = tuple[T, int, str, float]
+Listed: TypeAlias = tuple[T, int, Reason | None, float]
 
 # What the cache holds of a key: the rendering, and whether the job is queued (its rendering
 # has no position).
@@ -112,6 +114,7 @@ class JobListing(Generic[T]):
     async def page(self, query: JobQuery) -> tuple[list[Listed[T]], str]:
         """One page of `query` and the token of the next page ("" at the end)."""
         check_query(query)
+        query = await self._waiting(query)
         with self._listing():
             keys, token = await self._ctx.read(self._ctx.store.list_job_keys, query)
             return await self._listed(keys), token
@@ -122,6 +125,7 @@ class JobListing(Generic[T]):
         check_query(query, MAX_STREAM_PAGE, STREAM_PAGE)
         page = dataclasses.replace(query, limit=query.limit or STREAM_PAGE)
         while True:
+            page = await self._waiting(page)
             with self._listing():  # not while the caller has a page: it may be slow
                 keys, token = await self._ctx.read(self._ctx.store.list_job_keys, page)
                 listed = await self._listed(keys) if keys else []
@@ -179,6 +183,19 @@ class JobListing(Generic[T]):
             first = False
             await asyncio.sleep(every)
 
+    async def _waiting(self, query: JobQuery) -> JobQuery:
+        """`query`, filtering on reason codes, with the queued jobs that wait for one of them
+        as of the scheduler's last pass: a queued job's reason is read fresh from the queue
+        in memory, as every door shows it, not from its row (which says why it waited when
+        it entered the queue). The store matches the rows of the jobs the pass did not decide
+        on, and of every other job."""
+        if not query.reasons:
+            return query
+        matched, undecided = await self._ctx.backlog.waiting_for(query.reasons)
+        return dataclasses.replace(
+            query, waiting=frozenset(matched), undecided=frozenset(undecided)
+        )
+
     @contextlib.contextmanager
     def _listing(self) -> Iterator[None]:
         self._listings += 1
@@ -204,12 +221,12 @@ class JobListing(Generic[T]):
             found.append((key[0], *hit))
         queued = [job_id for job_id, _, is_queued in found if is_queued]
         if not queued:
-            return [(rendering, 0, "", 0.0) for _, rendering, _ in found]
+            return [(rendering, 0, None, 0.0) for _, rendering, _ in found]
         view = self._ctx.backlog
         where = await view.positions(queued)
         starts = await self._ctx.estimates.of(queued)
         return [
-            (rendering, where.get(job_id, 0), view.reason(job_id) or "" if is_queued else "",
+            (rendering, where.get(job_id, 0), view.reason(job_id) if is_queued else None,
              starts.get(job_id, 0.0))
             for job_id, rendering, is_queued in found
         ]  # fmt: skip

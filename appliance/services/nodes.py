@@ -16,7 +16,8 @@ from appliance.domain.auth import Principal
 from appliance.domain.errors import InvalidSpec, NotFound, PermissionDenied
 from appliance.domain.inventory import Node, NodeEvent, NodeState, NodeUsage
 from appliance.domain.phases import Phase
-from appliance.domain.restarts import restart_limit, restart_or_fail, resume_point
+from appliance.domain.reasons import ReasonCode, said
+from appliance.domain.restarts import restart_limit, restart_or_fail
 from appliance.domain.spec import MAX_REASON, validate_text
 from appliance.services.context import Context
 
@@ -91,17 +92,19 @@ class NodeService:
         if state is None or state.phase.terminal or state.attempt != attempt:
             return  # ended, or a later attempt
         job = await self.ctx.db(self.ctx.store.get_job, job_id, with_replicas=False)
-        why = f"{_LABELS.get(node.kind.value, 'node')} {node.name} went to {node.state.value}"
-        why += f": {node.reason}" if node.reason else ""
+        why = said(
+            ReasonCode.NODE_ERROR, kind=_LABELS.get(node.kind.value, "node"), node=node.name,
+            state=node.state.value, why=node.reason,
+        )  # fmt: skip
         if state.stopping:
             # Already leaving (preempted, reclaimed, or restarting): it is requeued anyway. A
             # checkpoint it was asked for may never come from a node in error, so the requeue
             # goes ahead now, from its newest checkpoint, saying why.
             if state.checkpoint_wanted and node.state is NodeState.ERROR:
-                where = resume_point(job.progress.checkpoint_step)
+                note = (why.message, job.progress.checkpoint_step)
                 given_up = await self.ctx.db(
                     self.ctx.store.give_up_checkpoint, job_id, attempt,
-                    f"{why}: no checkpoint awaited; resumes from {where}",
+                    why.but(node_no_checkpoint=note),
                 )  # fmt: skip
                 if given_up:
                     self.ctx.bus.wake_reconciler()

@@ -22,6 +22,7 @@ from appliance.domain.job import Job, JobEvent, Replica, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan, Role
 from appliance.domain.queues import DEFAULT_QUEUE, Source
+from appliance.domain.reasons import Reason, ReasonCode, as_reason, said
 from appliance.domain.spec import JobSpec, Priority, validate_labels
 from appliance.store.attempts import AttemptStore
 from appliance.store.backlog import BacklogStore
@@ -72,6 +73,8 @@ class NewJob:
     groups: tuple[str, ...] = ()
 
 
+# Why a new job waits, until a scheduler pass says why; and what its first event says.
+_WAITING = said(ReasonCode.SCHEDULER)
 _FULL_VIEWS_OF = select(*SUMMARY, JobRow.params_yaml).where(
     JobRow.id.in_(bindparam("ids", expanding=True))
 )
@@ -113,14 +116,14 @@ class JobStore(
                 "num_csx": n.spec.num_csx, "num_steps": n.spec.num_steps,
                 "model_dir": n.spec.model_dir, "params_yaml": n.spec.params_yaml,
                 "labels": dict(n.spec.labels), "plan": plan_to_json(n.plan), "reason": "",
-                "pending_reason": "waiting for the scheduler", "systems": "",
+                "pending_reason": _WAITING.message, "systems": "",
                 "created_at": now, "updated_at": now, "started_at": 0.0, "finished_at": 0.0,
                 "progress": {}, "lease_seconds": n.lease_seconds,
                 "lease_expires_at": now + n.lease_seconds if n.lease_seconds else 0.0,
                 "lease_holder": n.lease_holder, "groups": list(n.groups),
                 "max_restarts": n.spec.max_restarts, "preemptible": n.spec.preemptible,
                 "queue": n.spec.queue, "account_group": n.groups[0] if n.groups else "",
-                "queued_at": now,
+                "queued_at": now, "pending_reason_code": _WAITING.code_text,
             }
             for n in new
         ]  # fmt: skip
@@ -129,9 +132,11 @@ class JobStore(
             for n in new
             for k, v in n.spec.labels.items()
         ]
+        submitted = ReasonCode.SUBMITTED
         events = [
             {"job_id": n.job_id, "time": now, "from_phase": None,
-             "to_phase": Phase.QUEUED.value, "reason": f"submitted by {n.user}"}
+             "to_phase": Phase.QUEUED.value, "reason": said(submitted, user=n.user).message,
+             "reason_code": submitted.value}
             for n in new
         ]  # fmt: skip
         dependencies = [
@@ -169,7 +174,8 @@ class JobStore(
             conn.execute(insert(JobEventRow), events)
         return [
             Job(id=n.job_id, user=n.user, spec=n.spec, phase=Phase.QUEUED, created_at=now,
-                updated_at=now, pending_reason="waiting for the scheduler",
+                updated_at=now, pending_reason=_WAITING.message,
+                pending_reason_code=_WAITING.code_text,
                 lease=lease_of(n.lease_seconds, now + n.lease_seconds, n.lease_holder),
                 groups=n.groups)
             for n in new
@@ -244,15 +250,21 @@ class JobStore(
     # ---- phase: the one writer ----------------------------------------------------------------
 
     def set_phase(
-        self, job_id: str, target: Phase, reason: str, now: float, expected: Phase | None = None
+        self,
+        job_id: str,
+        target: Phase,
+        reason: Reason | str,
+        now: float,
+        expected: Phase | None = None,
     ) -> PhaseChange:
         """Move a job to `target` if the table allows it; record the event; release resources.
+        (`reason` a plain string: a message without a code, as tests of the store give.)
 
         `expected` pins the phase the caller decided on (compare-and-set); without it the
         current phase is read in the same transaction. Raises NotFound for an unknown job.
         """
         with self.engine.begin() as conn:
-            move = PhaseMove(job_id, target, reason, expected)
+            move = PhaseMove(job_id, target, as_reason(reason), expected)
             return _found(write_phases(conn, [move], now, fence=self.fence))
 
     def set_phases(self, moves: Sequence[PhaseMove], now: float) -> list[PhaseChange | NotFound]:
@@ -282,7 +294,7 @@ class JobStore(
             moves = []
             for job_id, placements in decisions:
                 systems = [p.node for p in placements if p.role is Role.CS2]
-                reason = "reserved " + ", ".join(systems) if systems else "reserved"
+                reason = said(ReasonCode.ADMITTED, systems=", ".join(systems))
                 columns = {"systems": ",".join(systems)}
                 moves.append(PhaseMove(job_id, Phase.SCHEDULED, reason, Phase.QUEUED, columns))
             outcomes = write_phases(conn, moves, now, fence=self.fence)
@@ -313,18 +325,19 @@ class JobStore(
             conn.execute(insert(ReplicaRow), replica_rows)
         return outcomes
 
-    def set_condition(self, job_id: str, phase: Phase, text: str) -> bool:
+    def set_condition(self, job_id: str, phase: Phase, reason: Reason) -> bool:
         """Say why a job in `phase` is not moving on: written to its pending_reason, the field
         every door shows as the reason a job waits (no phase change)."""
+        text, code = reason.message, reason.code_text
         with self._sessions.begin() as s:
             result = s.execute(
                 update(JobRow)
                 .where(
                     JobRow.id == job_id,
                     JobRow.phase == phase.value,
-                    JobRow.pending_reason != text,
+                    (JobRow.pending_reason != text) | (JobRow.pending_reason_code != code),
                 )
-                .values(pending_reason=text, version=JobRow.version + 1)
+                .values(pending_reason=text, pending_reason_code=code, version=JobRow.version + 1)
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 

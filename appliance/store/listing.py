@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import Dialect, bindparam, select, tuple_
+from sqlalchemy import Dialect, and_, bindparam, cast, func, or_, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 
 from appliance.domain.errors import InvalidSpec
@@ -71,7 +71,7 @@ class ListingStore(StoreBase):
         a caller needs to reuse the summaries it already has (job_summaries reads the others);
         and the next page token ("" at the end). The page size is the caller's to check."""
         columns = (JobRow.id, JobRow.created_at, JobRow.version)  # covered by ix_jobs_created
-        rows = self._driver_rows(_page_stmt(query, columns))
+        rows = self._driver_rows(_page_stmt(query, columns, self.engine.dialect.name))
         limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
         if len(rows) <= limit:
             return rows, ""
@@ -164,13 +164,15 @@ def _driver_form(stmt: Any, dialect: Dialect) -> Callable[..., tuple[str, Any]]:
     return call
 
 
-def _page_stmt(query: JobQuery, columns: Sequence[Any]) -> Any:
+def _page_stmt(query: JobQuery, columns: Sequence[Any], dialect: str = "sqlite") -> Any:
     """One page of a list query: filters, keyset position, newest first, one row extra."""
     limit = query.limit if query.limit > 0 else DEFAULT_LIMIT
     stmt = select(*columns)
+    if query.reasons:
+        stmt = stmt.where(_has_reason(query, dialect))
     if query.phases:
         stmt = stmt.where(JobRow.phase.in_(sorted(p.value for p in query.phases)))
-    elif not query.include_terminal:
+    elif not query.include_terminal and not query.reasons:  # a reason: ended jobs have one too
         stmt = stmt.where(ACTIVE_PHASES_SQL)
     if query.user:
         stmt = stmt.where(JobRow.user == query.user)
@@ -185,6 +187,33 @@ def _page_stmt(query: JobQuery, columns: Sequence[Any]) -> Any:
         # newest job on for the OR of the two comparisons, so page N cost N pages).
         stmt = stmt.where(tuple_(JobRow.created_at, JobRow.id) < tuple_(created, last_id))
     return stmt.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit + 1)
+
+
+def _has_reason(query: JobQuery, dialect: str) -> Any:
+    """The job's reason or pending reason has one of the query's codes: as its row says, or,
+    for a queued job the scheduler decided on, as the list use case found (`waiting`)."""
+    codes = sorted(code.value for code in query.reasons)
+    on_row = or_(JobRow.reason_code.in_(codes), JobRow.pending_reason_code.in_(codes))
+    if query.waiting is None:
+        return on_row
+    queued = JobRow.phase == Phase.QUEUED.value
+    return or_(
+        and_(~queued, on_row),
+        and_(queued, JobRow.id.in_(_listed(query.waiting, dialect))),
+        and_(queued, on_row, JobRow.id.in_(_listed(query.undecided, dialect))),
+    )
+
+
+def _listed(job_ids: frozenset[str], dialect: str) -> Any:
+    """A select of `job_ids` bound as one JSON parameter: a queue of 100,000 jobs waiting for
+    capacity is one value, not 100,000 (SQLite allows 32,766; PostgreSQL 65,535)."""
+    ids = json.dumps(sorted(job_ids))
+    if dialect == "postgresql":
+        rows = func.jsonb_array_elements_text(cast(ids, postgresql.JSONB))
+    else:
+        rows = func.json_each(ids)
+    listed = rows.table_valued("value")
+    return select(listed.c.value)
 
 
 def _has_label(key: str, values: Sequence[str]) -> Any:

@@ -35,6 +35,7 @@ from appliance.domain.errors import NotFound, job_not_found
 from appliance.domain.inventory import NodeKind
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Outcome, Phase, check_move
+from appliance.domain.reasons import Reason, as_reason
 from appliance.store.base import in_chunks
 from appliance.store.fence import Fence
 from appliance.store.tables import (
@@ -50,14 +51,18 @@ from appliance.store.tables import (
 @dataclasses.dataclass(frozen=True)
 class PhaseMove:
     """A phase change asked for: `job_id` to `target`, decided on `expected` (compare-and-set;
-    None: from whatever phase the job is in). `reason` is recorded with the event."""
+    None: from whatever phase the job is in). `reason` is recorded with the event (a plain
+    string, as tests of the store give, is a message without a code)."""
 
     job_id: str
     target: Phase
-    reason: str
+    reason: Reason
     expected: Phase | None = None
     # More columns of the job's row written with the move (a schedule's systems).
     columns: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", as_reason(self.reason))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,10 +195,11 @@ def _write(
     left a resource-holding phase held; record an event for each move written. Returns the
     events by job. Moves that write the same values are one UPDATE (a scheduler pass's, each
     reserving other systems, too: those are written after, in one executemany)."""
-    groups: dict[tuple[Phase, Phase, str], list[str]] = {}
+    groups: dict[tuple[Phase, Phase, str, str], list[str]] = {}
     for move in moves:
-        row_reason = move.reason if _writes_reason(move.target) else ""
-        groups.setdefault((sources[move.job_id], move.target, row_reason), []).append(move.job_id)
+        said = move.reason
+        row_reason = (said.message, said.code_text) if _writes_reason(move.target) else ("", "")
+        groups.setdefault((sources[move.job_id], move.target, *row_reason), []).append(move.job_id)
     by_job = {move.job_id: move for move in moves}
     if len(moves) > 1 and conn.dialect.name != "sqlite":
         # Lock the rows in id order first, as every multi-row writer does, so two writers
@@ -202,14 +208,15 @@ def _write(
             conn.execute(_LOCK, {"ids": chunk})
     written: list[dict[str, Any]] = []
     released: list[str] = []
-    for (source, target, reason), job_ids in groups.items():
+    for (source, target, reason, code), job_ids in groups.items():
         stmt = _move_stmt(target)
-        params = {"b_source": source.value, "b_now": now, "b_reason": reason}
+        params = {"b_source": source.value, "b_now": now, "b_reason": reason, "b_code": code}
         for chunk in in_chunks(job_ids):
             ids = [job_id for (job_id,) in conn.execute(stmt, {**params, "ids": chunk})]
             written += (
                 {"job_id": job_id, "time": now, "from_phase": source.value,
-                 "to_phase": target.value, "reason": by_job[job_id].reason}
+                 "to_phase": target.value, "reason": by_job[job_id].reason.message,
+                 "reason_code": by_job[job_id].reason.code_text}
                 for job_id in ids
             )  # fmt: skip
             if source in HOLDS_RESOURCES and target not in HOLDS_RESOURCES:
@@ -230,6 +237,7 @@ def _write(
         w["job_id"]: JobEvent(
             job_id=w["job_id"], kind=EventKind.PHASE, time=now, seq=seqs[w["job_id"]],
             from_phase=Phase(w["from_phase"]), to_phase=Phase(w["to_phase"]), reason=w["reason"],
+            reason_code=w["reason_code"],
         )
         for w in written
     }  # fmt: skip
@@ -277,14 +285,18 @@ def _move_stmt(target: Phase) -> ReturningUpdate[str]:
     if target in TERMINAL:
         values["finished_at"] = now
         values["reason"] = bindparam("b_reason")
+        values["reason_code"] = bindparam("b_code")
         values["pending_reason"] = ""
+        values["pending_reason_code"] = ""
     elif target is Phase.QUEUED:  # requeued: why, until the scheduler says why it waits
         values["pending_reason"] = bindparam("b_reason")
+        values["pending_reason_code"] = bindparam("b_code")
         values["restarts"] = JobRow.restarts + 1
     else:
         values["pending_reason"] = ""
+        values["pending_reason_code"] = ""
     if target not in HOLDS_RESOURCES:  # a requeue asked for is done (or moot)
-        values.update(stop_reason="", checkpoint_by=0.0, checkpoint_step=None)
+        values.update(stop_reason="", stop_reason_code="", checkpoint_by=0.0, checkpoint_step=None)
     return (
         update(JobRow)
         .where(

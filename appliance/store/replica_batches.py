@@ -27,6 +27,7 @@ from appliance.domain.errors import NotFound, stale_attempt
 from appliance.domain.job import Progress, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import CHIEF_REPLICA
+from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
 from appliance.store.requeues import StopState, read_stop_states
@@ -124,12 +125,12 @@ _EXIT = (
 )
 
 
-CHIEF_FINISHED = "chief finished all steps"
+CHIEF_FINISHED = said(ReasonCode.COMPLETED)
 
 
-def all_ready(replicas: int) -> str:
+def all_ready(replicas: int) -> Reason:
     """Why a job runs: every one of its replicas registered."""
-    return f"all {replicas} replicas ready"
+    return said(ReasonCode.REPLICAS_READY, replicas=replicas)
 
 
 def exit_phase(job_phase: Phase | None, exit_code: int | None) -> ReplicaPhase:

@@ -22,6 +22,7 @@ from appliance.domain.backlog import RunningJob
 from appliance.domain.errors import NotFound
 from appliance.domain.job import EventKind, JobEvent
 from appliance.domain.phases import Phase
+from appliance.domain.reasons import Reason, ReasonCode, as_reason, notes, said
 from appliance.domain.spec import Priority
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
@@ -57,6 +58,12 @@ class RequeueRequest:
     checkpoint_step: int | None  # the checkpoint written on request, once reported
     newest_checkpoint: int  # the newest checkpoint the chief reported (0: none)
     preempted_by: str
+    reason_code: str = ""  # the code of `reason` (domain/reasons.py)
+
+    @property
+    def said(self) -> Reason:
+        """`reason` with its code, to add notes to."""
+        return Reason.stored_as(self.reason_code, self.reason)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +119,7 @@ class RequeueStore(StoreBase):
         self,
         job_id: str,
         attempt: int,
-        reason: str,
+        reason: Reason | str,
         now: float,
         *,
         checkpoint_by: float = 0.0,
@@ -125,6 +132,7 @@ class RequeueStore(StoreBase):
         `retry`: a restart after a failure, which counts against the job's max_restarts.
         Asking for a checkpoint first (the requeue then waits for it) records an event, the job
         staying in its phase. Returns whether it was written, and that event if any."""
+        reason = as_reason(reason)
         with self._sessions.begin() as s:
             self.fence.check(s.connection())  # asks for replicas to stop: the leader's alone
             written = s.execute(
@@ -136,7 +144,8 @@ class RequeueStore(StoreBase):
                     JobRow.stop_reason == "",
                 )
                 .values(
-                    stop_reason=reason,
+                    stop_reason=reason.message,
+                    stop_reason_code=reason.code_text,
                     checkpoint_by=checkpoint_by,
                     preempted_by=preempted_by,
                     preemptions=JobRow.preemptions + (1 if preempted_by else 0),
@@ -149,7 +158,7 @@ class RequeueStore(StoreBase):
                 return False, None
             if not checkpoint_by:
                 return True, None
-            note = f"{reason}; asked for a checkpoint within {checkpoint_by - now:.0f} s"
+            note = reason.but(checkpoint_within=checkpoint_by - now)
             return True, _record_note(s, job_id, Phase(written.phase), note, now)
 
     def withdraw_moot_preemptions(self, now: float) -> list[JobEvent]:
@@ -167,6 +176,7 @@ class RequeueStore(StoreBase):
                     why = f"{row.preempted_by} no longer has the higher priority"
                 else:
                     continue
+                asked = f"preemption by {row.preempted_by}"
                 withdrawn = s.execute(
                     update(JobRow)
                     .where(
@@ -174,18 +184,18 @@ class RequeueStore(StoreBase):
                         JobRow.checkpoint_step.is_(None), JobRow.stop_reason != "",
                     )
                     .values(
-                        stop_reason="", checkpoint_by=0.0, preempted_by="",
+                        stop_reason="", stop_reason_code="", checkpoint_by=0.0, preempted_by="",
                         preemptions=JobRow.preemptions - 1, version=JobRow.version + 1,
                     )
                 )  # fmt: skip
                 if not withdrawn.rowcount:  # type: ignore[attr-defined]
                     continue
-                note = f"preemption by {row.preempted_by} withdrawn: {why}"
+                note = said(ReasonCode.REQUEUE_WITHDRAWN, asked=asked, why=why)
                 events.append(_record_note(s, row.id, Phase(row.phase), note, now))
         return events
 
     def requeue_now(
-        self, job_id: str, attempt: int, reason: str, now: float
+        self, job_id: str, attempt: int, reason: Reason | str, now: float
     ) -> list[PhaseChange | NotFound]:
         """Move `attempt` of the job back to QUEUED with `reason`, only while that attempt still
         holds resources with a requeue asked for (so a late or repeated task can never requeue
@@ -203,18 +213,19 @@ class RequeueStore(StoreBase):
             ).first()
             if row is None:
                 return []
-            move = PhaseMove(job_id, Phase.QUEUED, reason, Phase(row.phase))
+            move = PhaseMove(job_id, Phase.QUEUED, as_reason(reason), Phase(row.phase))
             return write_phases(s.connection(), [move], now, fence=self.fence)
 
-    def give_up_checkpoint(self, job_id: str, attempt: int, why: str) -> bool:
+    def give_up_checkpoint(self, job_id: str, attempt: int, why: Reason) -> bool:
         """The checkpoint asked of `attempt` cannot come (a replica of the gang died): the
-        requeue goes ahead at once, from the newest complete checkpoint, saying `why`."""
+        requeue goes ahead at once, from the newest complete checkpoint, saying why (the
+        notes of `why`, added to the reason the requeue was asked with)."""
         with self._sessions.begin() as s:
             result = s.execute(
                 update(JobRow)
                 .where(*_awaiting_checkpoint(job_id, attempt))
                 .values(
-                    stop_reason=JobRow.stop_reason + f"; {why}", checkpoint_by=0.0,
+                    stop_reason=JobRow.stop_reason + notes(why.params), checkpoint_by=0.0,
                     version=JobRow.version + 1,
                 )
             )  # fmt: skip
@@ -246,20 +257,21 @@ class RequeueStore(StoreBase):
                 update(JobRow)
                 .where(JobRow.id == job_id)
                 .values(
-                    stop_reason="", checkpoint_by=0.0, preempted_by="",
+                    stop_reason="", stop_reason_code="", checkpoint_by=0.0, preempted_by="",
                     preemptions=JobRow.preemptions - (1 if row.preempted_by else 0),
                     version=JobRow.version + 1,
                 )
             )  # fmt: skip
             asked = f"preemption by {row.preempted_by}" if row.preempted_by else row.stop_reason
-            note = f"{asked} withdrawn: the job reached its last step"
+            why = "the job reached its last step"
+            note = said(ReasonCode.REQUEUE_WITHDRAWN, asked=asked, why=why)
             return True, _record_note(s, job_id, Phase(row.phase), note, now)
 
     def requeue_requests(self) -> list[RequeueRequest]:
         """Every requeue asked for and not yet done."""
         stmt = select(
             JobRow.id, JobRow.phase, JobRow.attempt, JobRow.stop_reason, JobRow.checkpoint_by,
-            JobRow.checkpoint_step, JobRow.progress, JobRow.preempted_by,
+            JobRow.checkpoint_step, JobRow.progress, JobRow.preempted_by, JobRow.stop_reason_code,
         ).where(JobRow.phase.in_(HOLDING_PHASES), JobRow.stop_reason != "")  # fmt: skip
         with self._sessions() as s:
             return [
@@ -272,6 +284,7 @@ class RequeueStore(StoreBase):
                     r.checkpoint_step,
                     int((r.progress or {}).get("checkpoint_step", 0)),
                     r.preempted_by,
+                    r.stop_reason_code,
                 )
                 for r in s.execute(stmt)
             ]
@@ -342,11 +355,19 @@ def _awaiting_checkpoint(job_id: str, attempt: int) -> tuple[ColumnElement[bool]
     )
 
 
-def _record_note(s: Session, job_id: str, phase: Phase, note: str, now: float) -> JobEvent:
+def _record_note(s: Session, job_id: str, phase: Phase, note: Reason, now: float) -> JobEvent:
     """An event that says something happened to the job while it stays in `phase`."""
+    text, code = note.message, note.code_text
     seq = s.execute(
         insert(JobEventRow)
-        .values(job_id=job_id, time=now, from_phase=phase.value, to_phase=phase.value, reason=note)
+        .values(
+            job_id=job_id,
+            time=now,
+            from_phase=phase.value,
+            to_phase=phase.value,
+            reason=text,
+            reason_code=code,
+        )
         .returning(JobEventRow.seq)
     ).scalar_one()
-    return JobEvent(job_id, EventKind.PHASE, now, seq, phase, phase, reason=note)
+    return JobEvent(job_id, EventKind.PHASE, now, seq, phase, phase, reason=text, reason_code=code)

@@ -26,6 +26,7 @@ SUMMARY = (
     JobRow.progress, JobRow.lease_seconds, JobRow.lease_expires_at, JobRow.lease_holder,
     JobRow.groups, JobRow.attempt, JobRow.max_restarts, JobRow.restarts,
     JobRow.preemptible, JobRow.retries, JobRow.queue,
+    JobRow.reason_code, JobRow.pending_reason_code,
 )  # fmt: skip
 
 # SUMMARY as the driver gives it, for reads of many summaries: the JSON columns undecoded
@@ -56,7 +57,7 @@ def job_from_values(
     (job_id, user, phase, priority, mode, num_csx, num_steps, model_dir, labels, reason,
      pending_reason, systems, created_at, updated_at, started_at, finished_at, progress,
      lease_seconds, lease_expires_at, lease_holder, groups, attempt, max_restarts, restarts,
-     preemptible, retries, queue) = v  # fmt: skip
+     preemptible, retries, queue, reason_code, pending_reason_code) = v  # fmt: skip
     spec = JobSpec(
         params_yaml=params_yaml, num_csx=num_csx, num_steps=num_steps, mode=_MODES[mode],
         labels=dict(_shared_json(labels) or {}), priority=_PRIORITIES[priority],
@@ -77,6 +78,7 @@ def job_from_values(
         ),
         groups=tuple(_shared_json(groups) or ()), replicas=replicas, queue_position=position,
         attempt=attempt, restarts=restarts, retries=retries,
+        reason_code=reason_code, pending_reason_code=pending_reason_code,
     )  # fmt: skip
 
 
@@ -168,4 +170,5 @@ def event_from_row(r: JobEventRow) -> JobEvent:
         from_phase=Phase(r.from_phase) if r.from_phase else None,
         to_phase=Phase(r.to_phase),
         reason=r.reason,
+        reason_code=r.reason_code,
     )

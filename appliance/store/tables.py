@@ -98,6 +98,11 @@ class JobRow(Base):
     account_group: Mapped[str] = mapped_column(String(253), default="", server_default="")
     # When its current wait in the queue began (submit, or the last requeue).
     queued_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # The codes of `reason`, `pending_reason` and `stop_reason` (domain/reasons.py; "": none,
+    # as rows written before codes have).
+    reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    pending_reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    stop_reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),
@@ -160,6 +165,7 @@ class JobEventRow(Base):
     from_phase: Mapped[str | None] = mapped_column(String(16), nullable=True)
     to_phase: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
+    reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
 
 class ReplicaRow(Base):

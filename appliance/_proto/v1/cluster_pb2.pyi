@@ -257,6 +257,8 @@ class Job(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _builtins.int
     DEPENDENTS_FIELD_NUMBER: _builtins.int
     ESTIMATED_START_FIELD_NUMBER: _builtins.int
+    REASON_CODE_FIELD_NUMBER: _builtins.int
+    PENDING_REASON_CODE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     user: _builtins.str
     phase: _common_pb2.Phase.ValueType
@@ -281,6 +283,11 @@ class Job(_message.Message):
     jobs have left and their rates, the jobs ahead of it in the queue and their steps; 0 when
     it cannot be estimated (a running job with no rate yet, a job that cannot fit).
     """
+    reason_code: _builtins.str
+    """The codes of `reason` and `pending_reason` (appliance/domain/reasons.py ReasonCode, e.g.
+    "Capacity", "CancelledByUser"; "" for none). 25, 26: 21-24 are left to the spec's fields.
+    """
+    pending_reason_code: _builtins.str
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -326,10 +333,12 @@ class Job(_message.Message):
         attempts: _abc.Iterable[Global___Attempt] | None = ...,
         dependents: _abc.Iterable[_builtins.str] | None = ...,
         estimated_start: _builtins.float = ...,
+        reason_code: _builtins.str = ...,
+        pending_reason_code: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "pending_reason_code", b"pending_reason_code", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "reason_code", b"reason_code", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -430,6 +439,7 @@ class ListJobsRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     MINE_FIELD_NUMBER: _builtins.int
     LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
+    REASONS_FIELD_NUMBER: _builtins.int
     all: _builtins.bool
     """Include terminal jobs."""
     user: _builtins.str
@@ -447,6 +457,12 @@ class ListJobsRequest(_message.Message):
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Every label must match."""
 
+    @_builtins.property
+    def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only jobs whose reason_code or pending_reason_code is one of these (case-insensitive;
+        an unknown code is INVALID_ARGUMENT naming the valid ones).
+        """
+
     def __init__(
         self,
         *,
@@ -457,10 +473,11 @@ class ListJobsRequest(_message.Message):
         page_token: _builtins.str = ...,
         mine: _builtins.bool = ...,
         label_selector: _builtins.str = ...,
+        reasons: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "label_selector", b"label_selector", "labels", b"labels", "limit", b"limit", "mine", b"mine", "page_token", b"page_token", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "label_selector", b"label_selector", "labels", b"labels", "limit", b"limit", "mine", b"mine", "page_token", b"page_token", "reasons", b"reasons", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -721,6 +738,7 @@ class JobEvent(_message.Message):
     TO_PHASE_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
+    REASON_CODE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     kind: Global___JobEventKind.ValueType
     seq: _builtins.int
@@ -729,6 +747,8 @@ class JobEvent(_message.Message):
     from_phase: _common_pb2.Phase.ValueType
     to_phase: _common_pb2.Phase.ValueType
     reason: _builtins.str
+    reason_code: _builtins.str
+    """The code of `reason` (ReasonCode; "" for none)."""
     @_builtins.property
     def progress(self) -> _common_pb2.Progress: ...
     def __init__(
@@ -742,10 +762,11 @@ class JobEvent(_message.Message):
         to_phase: _common_pb2.Phase.ValueType = ...,
         reason: _builtins.str = ...,
         progress: _common_pb2.Progress | None = ...,
+        reason_code: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_phase", b"from_phase", "job_id", b"job_id", "kind", b"kind", "progress", b"progress", "reason", b"reason", "seq", b"seq", "time", b"time", "to_phase", b"to_phase"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_phase", b"from_phase", "job_id", b"job_id", "kind", b"kind", "progress", b"progress", "reason", b"reason", "reason_code", b"reason_code", "seq", b"seq", "time", b"time", "to_phase", b"to_phase"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

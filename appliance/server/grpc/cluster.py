@@ -11,6 +11,7 @@ from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
+from appliance.domain.reasons import parse_codes
 from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import Mode, Priority, validate_labels
 from appliance.protocol import convert
@@ -278,6 +279,7 @@ def query_from_request(msg: cluster_pb2.ListJobsRequest, by: Principal | None = 
         limit=msg.limit,
         page_token=msg.page_token,
         selector=parse_selector(msg.label_selector),
+        reasons=parse_codes(msg.reasons),
     )
 
 

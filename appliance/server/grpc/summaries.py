@@ -24,6 +24,7 @@ MAX_RESPONSE_BYTES = 2 << 20  # well under gRPC's default 4 MiB receive limit
 _JOBS_FIELD_TAG = b"\x0a"  # ListJobsResponse.jobs: field 1, length-delimited
 _QUEUE_POSITION_TAG = b"\x38"  # Job.queue_position: field 7, varint
 _PENDING_REASON_TAG = b"\x32"  # Job.pending_reason: field 6, length-delimited
+_PENDING_REASON_CODE_TAG = b"\xd2\x01"  # Job.pending_reason_code: field 26, length-delimited
 _ESTIMATED_START_TAG = b"\xa1\x01"  # Job.estimated_start: field 20, 64-bit
 
 
@@ -54,9 +55,11 @@ def responses(
     for data, position, reason, start in listed:
         if position:
             data += _QUEUE_POSITION_TAG + _varint(position)
-        if reason:
-            text = reason.encode()
+        if reason is not None:
+            text = reason.message.encode()
             data += _PENDING_REASON_TAG + _varint(len(text)) + text
+            code = reason.code_text.encode()
+            data += _PENDING_REASON_CODE_TAG + _varint(len(code)) + code
         if start:
             data += _ESTIMATED_START_TAG + struct.pack("<d", start)
         if parts and size + len(data) > max_bytes:

@@ -14,6 +14,7 @@ from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.listing import DEFAULT_LIMIT, MAX_LIMIT, JobQuery
 from appliance.domain.phases import Phase
+from appliance.domain.reasons import Reason, parse_codes
 from appliance.domain.selectors import parse_selectors
 from appliance.domain.timestamps import utc_moment
 from appliance.server.rest.auth import CallerDependency
@@ -69,6 +70,14 @@ def jobs_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
         phase: Annotated[
             list[Phase], Query(description="Only jobs in these phases (repeatable).")
         ] = [],  # noqa: B006
+        reason: Annotated[
+            list[str],
+            Query(
+                description="Only jobs whose reason_code or pending_reason_code is one of these "
+                "(case-insensitive; comma-separate or repeat); finished jobs too.",
+                max_length=1024,
+            ),
+        ] = [],  # noqa: B006
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size.")] = DEFAULT_LIMIT,
         page_token: Annotated[
             str, Query(description="next_page_token of the previous page.", max_length=512)
@@ -84,6 +93,7 @@ def jobs_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
             limit=limit,
             page_token=page_token,
             phases=frozenset(phase),
+            reasons=parse_codes(reason),
         )
         listed, token = await listing.page(query)
         found = [
@@ -163,10 +173,11 @@ def _resume_seq(last_event_id: str | None) -> int:
     return int(last_event_id)
 
 
-def _waiting(position: int, reason: str, start: float) -> dict[str, object]:
+def _waiting(position: int, reason: Reason | None, start: float) -> dict[str, object]:
     """A listed queued job's fresh queue position, its reason when the scheduler gave one, and
     its estimated start."""
     fresh: dict[str, object] = {"queue_position": position, "estimated_start": utc_moment(start)}
-    if reason:
-        fresh["pending_reason"] = reason
+    if reason is not None:
+        fresh["pending_reason"] = reason.message
+        fresh["pending_reason_code"] = reason.code_text
     return fresh

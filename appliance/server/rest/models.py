@@ -179,6 +179,15 @@ class JobOut(_Out):
     finished_at: Moment = Field(description="When it ended; null: not yet.")
     replicas: list[ReplicaOut] = Field(description="Empty in list views.")
     lease: LeaseOut | None = Field(description="None for a detached job.")
+    reason_code: str = Field(
+        default="",
+        description="The code of `reason` (e.g. CancelledByUser, ReplicaFailed; empty: none).",
+    )
+    pending_reason_code: str = Field(
+        default="",
+        description="The code of `pending_reason` (e.g. Capacity, BehindHigherPriority, Quota; "
+        "empty: none). In lists too, read fresh every call.",
+    )
 
 
 class JobListOut(_Out):
@@ -204,6 +213,7 @@ class EventOut(_Out):
     to_phase: Phase | None
     reason: str
     progress: ProgressOut | None
+    reason_code: str = Field(default="", description="The code of `reason` (empty: none).")
 
 
 class EventListOut(_Out):
@@ -306,6 +316,8 @@ def job_out(job: Job) -> JobOut:
         finished_at=utc_moment(job.finished_at),
         replicas=[replica_out(r) for r in job.replicas],
         lease=lease_out(job.lease) if job.lease is not None else None,
+        reason_code=job.reason_code,
+        pending_reason_code=job.pending_reason_code,
     )
 
 
@@ -327,4 +339,5 @@ def event_out(ev: JobEvent) -> EventOut:
         to_phase=ev.to_phase,
         reason=ev.reason,
         progress=progress_out(ev.progress) if ev.progress is not None else None,
+        reason_code=ev.reason_code,
     )

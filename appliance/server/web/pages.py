@@ -14,6 +14,7 @@ from appliance.domain.inventory import NodeKind, NodeUsage
 from appliance.domain.job import Job
 from appliance.domain.listing import DEFAULT_LIMIT, JobQuery
 from appliance.domain.phases import Phase
+from appliance.domain.reasons import Reason
 from appliance.domain.selectors import LabelSelector, parse_selector
 from appliance.domain.spec import Priority
 from appliance.domain.usage import UsageBy
@@ -109,7 +110,7 @@ def pages_router(jobs: JobService, sessions: Sessions) -> APIRouter:
     return router
 
 
-def _waiting(job: Job, position: int, reason: str, estimated_start: float) -> Job:
+def _waiting(job: Job, position: int, reason: Reason | None, estimated_start: float) -> Job:
     """A listed queued job with its fresh position, reason and estimated start (as the REST
     list shows it)."""
     if not position:
@@ -117,7 +118,8 @@ def _waiting(job: Job, position: int, reason: str, estimated_start: float) -> Jo
     return dataclasses.replace(
         job,
         queue_position=position,
-        pending_reason=reason or job.pending_reason,
+        pending_reason=reason.message if reason is not None else job.pending_reason,
+        pending_reason_code=reason.code_text if reason is not None else job.pending_reason_code,
         estimated_start=estimated_start,
     )
 

@@ -73,17 +73,25 @@ def test_bad_label_selector_is_a_usage_error(csctl: Csctl) -> None:
     assert "selector 'team=a=b': expected ',' between requirements, found '='" in result.stderr
 
 
-def test_wide_adds_queue_step_restarts_pending_and_start(
+def test_wide_adds_reason_queue_step_restarts_pending_and_start(
     csctl: Csctl, cluster: FakeCluster
 ) -> None:
-    cluster.service.add_job(pending_reason="needs 4 systems, 2 free", queue_position=2)
+    cluster.service.add_job(
+        pending_reason="needs 4 systems, 2 free", pending_reason_code="Capacity", queue_position=2
+    )
+    cluster.service.add_job(
+        phase=Phase.CANCELLED, reason="cancelled by bob", reason_code="CancelledByAdmin"
+    )
 
-    result = csctl("get", "jobs", "-o", "wide")
+    result = csctl("get", "jobs", "-a", "-o", "wide")
 
-    header, row = result.stdout.splitlines()
-    assert header.split()[-5:] == ["QUEUE", "STEP", "RESTARTS", "PENDING", "START(EST)"]
-    assert row.split()[5:10] == ["P2", "alice", "default", "0/10", "0"]
-    assert row.endswith("   #2: needs 4 systems, 2 free   -")
+    header, *rows = result.stdout.splitlines()
+    assert header.split()[-6:] == ["REASON", "QUEUE", "STEP", "RESTARTS", "PENDING", "START(EST)"]
+    queued = next(r for r in rows if "QUEUED" in r)
+    cancelled = next(r for r in rows if "CANCELLED" in r)
+    assert queued.split()[5:11] == ["P2", "alice", "Capacity", "default", "0/10", "0"]
+    assert queued.endswith("   #2: needs 4 systems, 2 free   -")
+    assert cancelled.split()[6:8] == ["alice", "CancelledByAdmin"]
 
 
 def test_json_and_yaml_lists_parse_back(csctl: Csctl, cluster: FakeCluster) -> None:

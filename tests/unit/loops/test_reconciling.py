@@ -105,6 +105,10 @@ def _last_reason(ctx: Context) -> str:
     return ctx.store.events(JOB)[-1].reason
 
 
+def _last_code(ctx: Context, job_id: str = JOB) -> str:
+    return ctx.store.events(job_id)[-1].reason_code
+
+
 async def test_a_sweep_launches_scheduled_jobs_and_moves_them_to_initializing(
     ctx: Context, reconciler: Reconciler, backend: RecordingBackend
 ) -> None:
@@ -141,6 +145,7 @@ async def test_a_replica_that_exits_non_zero_fails_the_job_and_it_is_torn_down(
     await reconciler.on_replica_event(exited)
     assert ctx.store.get_job(JOB).phase is Phase.FAILED
     assert _last_reason(ctx) == "replica cs2-0 exited with exit code 137"
+    assert _last_code(ctx) == ctx.store.get_job(JOB).reason_code == "ReplicaFailed"
     [cs2] = [r for r in ctx.store.replicas(JOB) if r.name == "cs2-0"]
     assert (cs2.exit_code, cs2.log_tail) == (137, "last words of cs2-0")
     await reconciler.sweep(timed=False)
@@ -182,6 +187,7 @@ async def test_timed_sweeps_cancel_expired_leases_and_fail_stuck_starts(
     assert _last_reason(ctx).startswith(
         f"replicas not ready after {ctx.settings.init_timeout_seconds:.0f} s: "
     )
+    assert _last_code(ctx) == "NotReady"
 
     create(ctx, new_jobs(["wsjob-reconcile00001"], lease_seconds=30.0), clock.now)
     clock.now += 31
@@ -191,6 +197,7 @@ async def test_timed_sweeps_cancel_expired_leases_and_fail_stuck_starts(
     assert ctx.store.events(leased.id)[-1].reason == (
         "client lease expired: no heartbeat for 30 s"
     )
+    assert leased.reason_code == _last_code(ctx, leased.id) == "LeaseExpired"
 
 
 async def test_on_kubernetes_pods_may_wait_the_pending_timeout_before_the_init_timeout(
@@ -285,6 +292,7 @@ async def test_a_retryable_failure_tears_the_gang_down_and_requeues_the_job(
         "replica cs2-0 exited with exit code 137; restarting from the start (no checkpoint yet) "
         "(restart 1 of 1); requeued at position 1"
     )
+    assert _last_code(ctx) == job.pending_reason_code == "Restarting"
     # An exit of the ended attempt arriving late changes nothing, queued or running again.
     await restarting.on_replica_event(killed)
     assert ctx.store.get_job(JOB).phase is Phase.QUEUED
@@ -298,6 +306,7 @@ async def test_a_retryable_failure_tears_the_gang_down_and_requeues_the_job(
     await restarting.on_replica_event(again)
     assert ctx.store.get_job(JOB).phase is Phase.FAILED
     assert _last_reason(ctx).endswith("(no restarts left: 1 of 1 used)")
+    assert ctx.store.get_job(JOB).reason_code == "ReplicaFailed"  # the cause's code
 
 
 async def test_replicas_gone_without_a_trace_after_a_restart_are_lost_and_retried(
@@ -314,6 +323,7 @@ async def test_replicas_gone_without_a_trace_after_a_restart_are_lost_and_retrie
     assert (job.phase, job.restarts, job.retries) == (Phase.QUEUED, 1, 1)
     assert _last_reason(ctx).startswith("replicas gone after a coordinator restart: chief-0, ")
     assert "restarting from the start (no checkpoint yet) (restart 1 of 1)" in _last_reason(ctx)
+    assert _last_code(ctx) == "Restarting"
 
 
 async def test_a_checkpoint_reported_after_the_decision_is_the_one_the_reason_names(
@@ -334,6 +344,7 @@ async def test_a_checkpoint_reported_after_the_decision_is_the_one_the_reason_na
         "replica cs2-0 exited with exit code 137; restarting from step 200 (restart 1 of 1); "
         "requeued at position 1"
     )
+    assert _last_code(ctx) == "Restarting"
 
 
 async def test_a_plain_failure_is_never_retried(ctx: Context, restarting: Reconciler) -> None:

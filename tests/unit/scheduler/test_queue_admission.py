@@ -8,6 +8,7 @@ import dataclasses
 from appliance.domain.backlog import QueuedJob, RunningJob
 from appliance.domain.inventory import NodeKind
 from appliance.domain.queues import Quota
+from appliance.domain.reasons import ReasonCode
 from appliance.domain.spec import Priority
 from appliance.scheduler.admission import admit
 from appliance.scheduler.preemption import choose_victims
@@ -47,6 +48,7 @@ def test_each_queue_runs_within_its_quota_before_any_borrows() -> None:
     assert (
         result.pending["nlp-2"] == "queue nlp uses 2 of its 2 systems; cohort has 0 idle to lend"
     )
+    assert result.pending_reasons["nlp-2"].code is ReasonCode.QUOTA
 
 
 def test_a_queue_borrows_idle_quota_and_the_lowest_share_borrows_first() -> None:
@@ -76,6 +78,7 @@ def test_a_borrowing_limit_and_a_queue_that_does_not_lend() -> None:
     # A job its queue may never hold waits saying so, and does not hold up the ones behind.
     small = in_queue(job("nlp-2", 1, at=2), "nlp")
     result = admit([*queue, small], four_systems(), QuotaBook(limited, {}))
+    assert result.pending_reasons["nlp-1"].code is ReasonCode.NEVER_FITS
     assert result.pending["nlp-1"] == (
         "can never run: queue nlp may hold at most 3 systems (its quota and borrowing limit); "
         "the job needs 4"
@@ -112,6 +115,10 @@ def test_the_head_of_a_queue_keeps_its_quota_from_the_jobs_behind_it() -> None:
     assert head.job.job_id == "nlp-big" and head.within_quota
     assert result.pending["nlp-big"] == "needs 2 systems, 1 free"
     assert result.pending["nlp-small"] == "behind nlp-big (P2, 2 systems) in queue nlp"
+    codes = {job_id: why.code for job_id, why in result.pending_reasons.items()}
+    assert codes == {
+        "nlp-big": ReasonCode.CAPACITY, "nlp-small": ReasonCode.BEHIND_HIGHER_PRIORITY,
+    }  # fmt: skip
 
 
 def test_one_default_queue_is_todays_single_queue() -> None:
