@@ -57,6 +57,7 @@ MAX_LABELS = 64
 MAX_MODEL_DIR = 4096
 MAX_RESTARTS = 100
 MAX_USER = 253
+MAX_COMMENT = 256
 # The simulated backend's step time for one job (backends/sim), in seconds; checked at submit
 # whatever the backend, so a job moved to a simulated appliance never fails on it later.
 SIM_STEP_SECONDS_LABEL = "appliance.io/sim-step-seconds"
@@ -123,6 +124,14 @@ class JobSpec:
             storage=Storage.ELSEWHERE,  # rows of job_dependencies
         ),
     )
+    comment: str = field(
+        default="",
+        metadata=about(
+            "Free text about the job (Slurm's --comment): one line, at most 256 characters.",
+            option="--comment",
+            max_chars=MAX_COMMENT,
+        ),
+    )
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -145,6 +154,7 @@ def validate_spec(
     preemptible: bool = True,
     queue: str | None = None,
     depends_on: Iterable[Any] | None = None,
+    comment: str = "",
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -202,6 +212,7 @@ def validate_spec(
         preemptible=preemptible,
         queue=validate_queue_name(queue) if queue else DEFAULT_QUEUE,
         depends_on=parse_dependencies(depends_on),
+        comment=validate_text(comment, "comment", MAX_COMMENT),
     )
     spec.__dict__["params"] = params  # seed the cached parse: YAML is parsed once per submit
     return spec
