@@ -22,10 +22,11 @@ from appliance.domain.spec_document import SpecField, field_default, spec_fields
 
 MODE_TO_PB = {m: common_pb2.Mode.Value(f"MODE_{m.name}") for m in Mode}
 PRIORITY_TO_PB = {p: common_pb2.Priority.Value(f"PRIORITY_{p.name}") for p in Priority}
-# The spec's enums and their numbers on the wire (0: unspecified, the field's default).
-_ENUMS: Mapping[type[enum.Enum], Mapping[Any, int]] = {
-    Mode: MODE_TO_PB,
-    Priority: PRIORITY_TO_PB,
+# The spec's enums: their numbers on the wire (0: unspecified, the field's default), and what
+# an unknown number is said to be.
+_ENUMS: Mapping[type[enum.Enum], tuple[Mapping[Any, int], str]] = {
+    Mode: (MODE_TO_PB, "is not a known mode"),
+    Priority: (PRIORITY_TO_PB, "is not one of P0-P3"),
 }
 
 
@@ -38,8 +39,9 @@ class _Wire(NamedTuple):
 def _wire(f: SpecField) -> _Wire:
     field = cluster_pb2.JobSpec.DESCRIPTOR.fields_by_name[f.name]
     name, default = f.name, field_default(f)
-    to_pb = _ENUMS.get(f.hint) if isinstance(f.hint, type) else None
-    if to_pb is not None:
+    known = _ENUMS.get(f.hint) if isinstance(f.hint, type) else None
+    if known is not None:
+        to_pb, unknown = known
         from_pb = {int(number): member for member, number in to_pb.items()}
 
         def decode_enum(msg: cluster_pb2.JobSpec) -> Any:
@@ -47,7 +49,7 @@ def _wire(f: SpecField) -> _Wire:
             if not number:
                 return default
             if number not in from_pb:
-                raise InvalidSpec(f"{name} {number} is not a known {name}", field=name)
+                raise InvalidSpec(f"{name} {number} {unknown}", field=name)
             return from_pb[number]
 
         return _Wire(name, to_pb.__getitem__, decode_enum)

@@ -92,8 +92,8 @@ def test_spec_from_pb_reads_zero_and_unset_as_defaults_and_refuses_unknown_numbe
     assert empty.preemptible is True and empty.max_restarts is None and empty.queue == "default"
     p0 = spec_from_pb(spec_to_pb(dataclasses.replace(empty, priority=Priority.P0)))
     assert p0.priority is Priority.P0  # 1 on the wire: not the default
-    for field in ("mode", "priority"):
-        with pytest.raises(InvalidSpec, match=f"{field} 42 is not a known {field}") as raised:
+    for field, said in (("mode", "is not a known mode"), ("priority", "is not one of P0-P3")):
+        with pytest.raises(InvalidSpec, match=f"{field} 42 {said}") as raised:
             spec_from_pb(cluster_pb2.JobSpec(num_csx=1, **{field: 42}))  # type: ignore[arg-type]
         assert raised.value.field == field
     deps = spec_from_pb(cluster_pb2.JobSpec(depends_on=["afterany:wsjob-abcdefghijklmn"]))
