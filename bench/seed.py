@@ -27,13 +27,14 @@ from sqlalchemy import insert
 from appliance.config import Settings
 from appliance.domain.inventory import default_pool
 from appliance.domain.plan import plan_replicas
-from appliance.domain.spec import Priority, validate_spec
+from appliance.domain.spec import JobSpec, Priority, validate_spec
+from appliance.domain.spec_document import stored_document
 from appliance.store.engine import make_engine, migrate
 from appliance.store.rows import plan_to_json
 from appliance.store.tables import JobEventRow, JobLabelRow, JobRow, ReplicaRow
 from bench.common import EXAMPLE_PARAMS, WORK, checkpoint, prepare_store
 
-SEED_VERSION = 1
+SEED_VERSION = 2  # 2: the spec document of store revision 0010
 _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 BATCH = 5000
 
@@ -116,8 +117,10 @@ def seed(data_dir: Path, jobs: int, active: int, rng_seed: int = 7) -> dict[str,
         job_rows.append(
             {
                 "id": job_id, "user": user, "phase": phase, "priority": priority,
-                "mode": "train", "num_csx": num_csx, "num_steps": steps,
-                "model_dir": str(data_dir / "model_dirs" / job_id),
+                "spec": stored_document(JobSpec(
+                    params_yaml="", num_csx=num_csx, num_steps=steps,
+                    model_dir=str(data_dir / "model_dirs" / job_id),
+                )),
                 "params_yaml": params_yaml, "labels": labels, "plan": plans[num_csx],
                 "reason": {"SUCCEEDED": "chief finished all steps",
                            "FAILED": "replica cs2-0 exited with exit code 1",

@@ -141,6 +141,8 @@ def job_detail_table(job: Job, *, now: float) -> str:
     if job.attempts:
         rows = [attempt_row(a, now) for a in job.attempts]
         text += "\n\n" + format_table(ATTEMPT_COLUMNS, rows)
+    if job.spec.comment:
+        text += f"\n\nCOMMENT: {job.spec.comment}"
     if job.reason:
         text += f"\n\nREASON: {job.reason}"
     if job.replicas:

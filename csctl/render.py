@@ -11,6 +11,7 @@ import yaml
 
 from appliance.domain.display import printable
 from appliance.domain.job import Attempt, Job, Replica
+from appliance.domain.job_document import job_document as domain_job_document
 from appliance.domain.timestamps import rfc3339
 
 ATTEMPT_COLUMNS = ("ATTEMPT", "SYSTEMS", "FROM-STEP", "RAN", "ENDED", "THEN", "REASON")
@@ -120,66 +121,11 @@ def _cells(row: Sequence[str]) -> list[str]:
 
 
 def job_document(job: Job, *, with_params: bool) -> dict[str, Any]:
-    """A job as plain data for JSON/YAML; params (the full YAML) only when asked for."""
-    spec: dict[str, Any] = {
-        "num_csx": job.spec.num_csx,
-        "num_steps": job.spec.num_steps,
-        "mode": job.spec.mode.value,
-        "priority": job.spec.priority.name,  # P2, as the tables and the REST API write it
-        "labels": dict(job.spec.labels),
-        "model_dir": job.spec.model_dir,
-        "max_restarts": job.spec.max_restarts,
-        "preemptible": job.spec.preemptible,
-        "queue": job.spec.queue,
-        "depends_on": [str(d) for d in job.spec.depends_on],
-    }
-    if with_params:
-        spec["params"] = yaml.safe_load(job.spec.params_yaml) if job.spec.params_yaml else {}
-    progress = job.progress
-    return {
-        "name": job.id,
-        "user": job.user,
-        "phase": job.phase.value,
-        "reason": job.reason,
-        "pending_reason": job.pending_reason,
-        "reason_code": job.reason_code,
-        "pending_reason_code": job.pending_reason_code,
-        "queue_position": job.queue_position,
-        "estimated_start": timestamp(job.estimated_start),
-        "systems": list(job.systems),
-        "attempt": job.attempt,
-        "restarts": job.restarts,
-        "attempts": [
-            {
-                "number": a.number,
-                "systems": list(a.systems),
-                "reason": a.reason,
-                "ended_in": a.ended_in.value,
-                "scheduled_at": timestamp(a.scheduled_at),
-                "started_at": timestamp(a.started_at),
-                "ended_at": timestamp(a.ended_at),
-            }
-            for a in job.attempts
-        ],
-        "dependents": list(job.dependents),
-        "lease": _lease_document(job),
-        "spec": spec,
-        "progress": {
-            "step": progress.step,
-            "num_steps": progress.num_steps,
-            "loss": progress.loss,
-            "steps_per_second": progress.steps_per_second,
-            "samples_per_second": progress.samples_per_second,
-            "reported_at": timestamp(progress.reported_at),
-            "eval_loss": progress.eval_loss,
-            "eval_accuracy": progress.eval_accuracy,
-        },
-        "created_at": timestamp(job.created_at),
-        "updated_at": timestamp(job.updated_at),
-        "started_at": timestamp(job.started_at),
-        "finished_at": timestamp(job.finished_at),
-        "replicas": [_replica_document(replica) for replica in job.replicas],
-    }
+    """A job as plain data for JSON/YAML: the document REST sends (domain/job_document.py), its
+    params parsed (spec.params) when asked for, and `name` beside `id` (deprecated: the key
+    csctl used before #31; read `id`)."""
+    document = domain_job_document(job, parsed_params=with_params)
+    return {"id": document.pop("id"), "name": job.id, **document}
 
 
 def to_json(document: Any) -> str:
@@ -204,16 +150,6 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _represent_str)
 
 
-def _lease_document(job: Job) -> dict[str, Any] | None:
-    if job.lease is None:
-        return None
-    return {
-        "holder": job.lease.holder,
-        "lease_seconds": job.lease.lease_seconds,
-        "expires_at": timestamp(job.lease.expires_at),
-    }
-
-
 def replica_row(replica: Replica) -> list[str]:
     return [
         replica.name,
@@ -224,21 +160,6 @@ def replica_row(replica: Replica) -> list[str]:
         "" if replica.exit_code is None else str(replica.exit_code),
         next(iter(replica.message.splitlines()), ""),
     ]
-
-
-def _replica_document(replica: Replica) -> dict[str, Any]:
-    return {
-        "name": replica.name,
-        "role": replica.role.value,
-        "index": replica.index,
-        "node": replica.node,
-        "phase": replica.phase.value,
-        "address": replica.address,
-        "pid": replica.pid,
-        "exit_code": replica.exit_code,
-        "message": replica.message,
-        "log_tail": replica.log_tail,
-    }
 
 
 def timestamp(unix_seconds: float) -> str | None:

@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -36,6 +36,7 @@ from appliance.domain.job import Job, JobEvent
 from appliance.domain.reasons import parse_codes
 from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import Mode, Priority, validate_labels, validate_spec
+from appliance.domain.spec_document import spec_fields
 from appliance.protocol import convert
 from appliance.protocol.errors import error_from_rpc
 
@@ -142,6 +143,7 @@ class ApplianceClient(ClusterCalls):
         preemptible: bool = True,
         queue: str | None = None,
         depends_on: str | Iterable[str | Dependency] | None = None,
+        **more_spec: Any,
     ) -> JobHandle:
         """Submit a wsjob and return a handle to it.
 
@@ -152,9 +154,13 @@ class ApplianceClient(ClusterCalls):
         the job is restarted from its newest checkpoint after a retryable failure (None: the
         cluster's default). `preemptible=False` (admins only): never preempted by a job of
         higher priority. `queue`: the queue to submit to (None: `default`). `depends_on`: jobs
-        it waits for ("wsjob-…" or "afterany:wsjob-…", see domain/dependencies.py). Raises
-        InvalidSpec naming the bad field before anything is sent, or the server's error.
+        it waits for ("wsjob-…" or "afterany:wsjob-…", see domain/dependencies.py).
+        `more_spec`: the spec's other fields by name (JobSpec's, e.g. `comment="sweep 7"`).
+        Raises InvalidSpec naming the bad field before anything is sent, or the server's error.
         """
+        unknown = sorted(set(more_spec) - {f.name for f in spec_fields()})
+        if unknown:
+            raise TypeError(f"submit() got an unexpected keyword argument {unknown[0]!r}")
         detached = self.detach if detach is None else detach
         spec = validate_spec(
             params_yaml=load_params_yaml(params),
@@ -168,6 +174,7 @@ class ApplianceClient(ClusterCalls):
             preemptible=preemptible,
             queue=queue,
             depends_on=[depends_on] if isinstance(depends_on, str) else depends_on,
+            **more_spec,
         )
         request = cluster_pb2.SubmitJobRequest(
             spec=convert.spec_to_pb(spec), user=user or os_user()

@@ -5,8 +5,8 @@ line of the project; appliance/client/launcher.py runs what they ask for."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import click
 
@@ -14,6 +14,7 @@ from appliance.client import DEFAULT_ADDRESS
 from appliance.client.lease import DEFAULT_LEASE_SECONDS
 from appliance.client.user_config import ENV_SERVER, ENV_TOKEN
 from appliance.domain.spec import Mode
+from appliance.domain.spec_document import spec_fields
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -38,6 +39,20 @@ class LaunchOptions:
     lease_seconds: float
     server: str
     token: str | None
+    # The spec fields with a launcher option of their own (FieldInfo.option, e.g. --comment),
+    # by field name: only those given.
+    spec_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any]) -> LaunchOptions:
+        """The options from click's values (spec_options gathered from their options)."""
+        spec = {
+            key.removeprefix(_SPEC_PREFIX): value
+            for key, value in given.items()
+            if key.startswith(_SPEC_PREFIX) and value is not None
+        }
+        rest = {k: v for k, v in given.items() if not k.startswith(_SPEC_PREFIX)}
+        return cls(**rest, spec_options=spec)
 
 
 # Options that take every value up to the next option, as the Model Zoo's run.py spells them
@@ -147,8 +162,28 @@ _OPTIONS = [
 ]
 
 
+_SPEC_PREFIX = "spec__"
+_CLICK_TYPES = {str: click.STRING, int: click.INT, float: click.FLOAT}
+
+
+def _spec_options() -> list[Callable[[F], F]]:
+    """An option for each spec field that names one (FieldInfo.option): the field's type, no
+    default (the spec's), the field's description as help."""
+    return [
+        click.option(
+            f.info.option,
+            _SPEC_PREFIX + f.name,
+            type=_CLICK_TYPES.get(f.hint, click.STRING),
+            default=None,
+            help=f.info.doc,
+        )
+        for f in spec_fields()
+        if f.info.option
+    ]
+
+
 def launch_options(fn: F) -> F:
     """Add the launcher's options to the click command `fn`."""
-    for option in reversed(_OPTIONS):
+    for option in reversed([*_OPTIONS[:-4], *_spec_options(), *_OPTIONS[-4:]]):
         fn = option(fn)
     return fn

@@ -73,7 +73,7 @@ def launch(out: TextIO, /, **given: Any) -> int:
         if given["mode"] != Mode.COMPILE.value:
             raise click.UsageError("--num_steps is required (except with --mode compile)")
         given["num_steps"] = 1
-    return _launch(LaunchOptions(**given), out)
+    return _launch(LaunchOptions.of(given), out)
 
 
 def load_params(params_file: str, checkpoint_path: str | None) -> str | dict[str, Any]:
@@ -200,6 +200,7 @@ def _submit_and_follow(
                 preemptible=not args.not_preemptible,
                 queue=args.job_queue,
                 depends_on=list(args.depends_on),
+                **args.spec_options,
             )
         except InvalidSpec as exc:
             return _error(exc.message, EXIT_BAD_INPUT)

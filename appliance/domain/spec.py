@@ -8,6 +8,7 @@ import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import field
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -19,6 +20,7 @@ from appliance.domain.display import hidden_character
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import parse_params
 from appliance.domain.queues import DEFAULT_QUEUE, validate_queue_name
+from appliance.domain.spec_fields import Storage, about
 
 
 class Mode(enum.StrEnum):
@@ -55,6 +57,7 @@ MAX_LABELS = 64
 MAX_MODEL_DIR = 4096
 MAX_RESTARTS = 100
 MAX_USER = 253
+MAX_COMMENT = 256
 # The simulated backend's step time for one job (backends/sim), in seconds; checked at submit
 # whatever the backend, so a job moved to a simulated appliance never fails on it later.
 SIM_STEP_SECONDS_LABEL = "appliance.io/sim-step-seconds"
@@ -66,27 +69,69 @@ _DNS_SUBDOMAIN_RE = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
 _USER_RE = re.compile(r"^[A-Za-z0-9_][-A-Za-z0-9_.@]*$")
+COLUMN = Storage.COLUMN
 
 
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
-    """A validated request to run a wsjob. Build it with `validate_spec`."""
+    """A validated request to run a wsjob. Build it with `validate_spec`.
 
-    params_yaml: str
-    num_csx: int
-    num_steps: int
-    mode: Mode = Mode.TRAIN
-    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    priority: Priority = Priority.P2
-    model_dir: str = ""
+    Each field is described once, here (domain/spec_fields.py): its document, its protobuf
+    field (of the same name), the REST bodies, where the store keeps it and the launcher's
+    option are derived from it. ARCHITECTURE.md's checklist says how to add one."""
+
+    params_yaml: str = field(
+        metadata=about("The params as submitted (empty in list views).", storage=COLUMN)
+    )
+    num_csx: int = field(metadata=about("How many CS-2 systems to run on."))
+    num_steps: int = field(metadata=about("Training steps to run."))
+    mode: Mode = field(default=Mode.TRAIN, metadata=about("What to run."))
+    labels: Mapping[str, str] = field(
+        default_factory=dict,
+        # A column: changed in place (update_labels), and rows of job_labels for filtering.
+        metadata=about('Kubernetes-style labels, e.g. {"team": "nlp"}.', storage=COLUMN),
+    )
+    priority: Priority = field(
+        default=Priority.P2, metadata=about("Queue priority.", storage=COLUMN)
+    )
+    model_dir: str = field(
+        default="",
+        metadata=about("Where checkpoints and summaries go; empty = under the data dir."),
+    )
     # How many times the job may be restarted after a retryable failure (None: the cluster's
     # default, APPLIANCE_RESTART_MAX_RESTARTS).
-    max_restarts: int | None = None
+    max_restarts: int | None = field(
+        default=None,
+        metadata=about(
+            "Restarts allowed after a retryable failure; null = the cluster's default."
+        ),
+    )
     # False: never preempted by a job of higher priority (only admins may say so).
-    preemptible: bool = True
+    preemptible: bool = field(
+        default=True,
+        metadata=about("false: never preempted by a job of higher priority (admins only)."),
+    )
     # The queue it is submitted to (domain/queues.py), and the jobs it waits for.
-    queue: str = DEFAULT_QUEUE
-    depends_on: tuple[Dependency, ...] = ()
+    queue: str = field(
+        default=DEFAULT_QUEUE,
+        metadata=about("The queue it is submitted to; empty = default.", storage=COLUMN),
+    )
+    depends_on: tuple[Dependency, ...] = field(
+        default=(),
+        metadata=about(
+            'Jobs it waits for: "wsjob-…" (afterok: it succeeded), or "afterok:…", '
+            '"afterany:…" (it ended), "afternotok:…" (it failed or was cancelled).',
+            storage=Storage.ELSEWHERE,  # rows of job_dependencies
+        ),
+    )
+    comment: str = field(
+        default="",
+        metadata=about(
+            "Free text about the job (Slurm's --comment): one line, at most 256 characters.",
+            option="--comment",
+            max_chars=MAX_COMMENT,
+        ),
+    )
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -109,6 +154,7 @@ def validate_spec(
     preemptible: bool = True,
     queue: str | None = None,
     depends_on: Iterable[Any] | None = None,
+    comment: str = "",
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -166,6 +212,7 @@ def validate_spec(
         preemptible=preemptible,
         queue=validate_queue_name(queue) if queue else DEFAULT_QUEUE,
         depends_on=parse_dependencies(depends_on),
+        comment=validate_text(comment, "comment", MAX_COMMENT),
     )
     spec.__dict__["params"] = params  # seed the cached parse: YAML is parsed once per submit
     return spec

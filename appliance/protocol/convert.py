@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from appliance._proto.v1 import cluster_pb2, common_pb2
 from appliance.domain.compile import CompileReport, StreamedUnit
-from appliance.domain.dependencies import parse_dependency
 from appliance.domain.job import (
     Attempt,
     EventKind,
@@ -21,14 +20,16 @@ from appliance.domain.job import (
 )
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
-from appliance.domain.queues import DEFAULT_QUEUE
-from appliance.domain.spec import JobSpec, Mode, Priority
+from appliance.domain.spec import Mode, Priority
+from appliance.protocol.spec_pb import MODE_TO_PB, PRIORITY_TO_PB
+from appliance.protocol.spec_pb import spec_from_pb as spec_from_pb  # derived from the fields
+from appliance.protocol.spec_pb import spec_to_pb as spec_to_pb
 
 _PHASE_TO_PB = {p: common_pb2.Phase.Value(f"PHASE_{p.value}") for p in Phase}
 _PHASE_FROM_PB: dict[int, Phase] = {int(v): k for k, v in _PHASE_TO_PB.items()}
-_MODE_TO_PB = {m: common_pb2.Mode.Value(f"MODE_{m.name}") for m in Mode}
+_MODE_TO_PB = MODE_TO_PB
 _MODE_FROM_PB: dict[int, Mode] = {int(v): k for k, v in _MODE_TO_PB.items()}
-_PRIO_TO_PB = {p: common_pb2.Priority.Value(f"PRIORITY_{p.name}") for p in Priority}
+_PRIO_TO_PB = PRIORITY_TO_PB
 _PRIO_FROM_PB: dict[int, Priority] = {int(v): k for k, v in _PRIO_TO_PB.items()}
 _RPHASE_TO_PB = {
     r: common_pb2.ReplicaPhase.Value(f"REPLICA_PHASE_{r.value}") for r in ReplicaPhase
@@ -64,46 +65,6 @@ def priority_to_pb(priority: Priority) -> common_pb2.Priority.ValueType:
 
 def priority_from_pb(value: int) -> Priority | None:
     return _PRIO_FROM_PB.get(value)
-
-
-def _or_default(priority: Priority | None, default: Priority) -> Priority:
-    return default if priority is None else priority
-
-
-def spec_to_pb(spec: JobSpec) -> cluster_pb2.JobSpec:
-    msg = cluster_pb2.JobSpec(
-        params_yaml=spec.params_yaml,
-        num_csx=spec.num_csx,
-        num_steps=spec.num_steps,
-        mode=_MODE_TO_PB[spec.mode],
-        labels=spec.labels,
-        priority=_PRIO_TO_PB[spec.priority],
-        model_dir=spec.model_dir,
-        max_restarts=spec.max_restarts,
-        preemptible=spec.preemptible,
-        queue=spec.queue,
-    )
-    if spec.depends_on:  # empty repeated fields left alone: a listing builds 100,000 of these
-        msg.depends_on.extend(str(d) for d in spec.depends_on)
-    return msg
-
-
-def spec_from_pb(msg: cluster_pb2.JobSpec) -> JobSpec:
-    """For specs the server already validated (what it sends back); not for user input."""
-    return JobSpec(
-        params_yaml=msg.params_yaml,
-        num_csx=msg.num_csx,
-        num_steps=msg.num_steps,
-        mode=mode_from_pb(msg.mode) or Mode.TRAIN,
-        labels=dict(msg.labels),
-        # Not `or`: Priority.P0 is 0, so `or` read every P0 job as P2.
-        priority=_or_default(priority_from_pb(msg.priority), Priority.P2),
-        model_dir=msg.model_dir,
-        max_restarts=msg.max_restarts if msg.HasField("max_restarts") else None,
-        preemptible=msg.preemptible if msg.HasField("preemptible") else True,
-        queue=msg.queue or DEFAULT_QUEUE,
-        depends_on=tuple(d for text in msg.depends_on for d in parse_dependency(text)),
-    )
 
 
 def progress_to_pb(p: Progress) -> common_pb2.Progress:

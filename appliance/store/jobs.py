@@ -4,30 +4,30 @@
 compare-and-set on the current phase, recording an event in the same transaction. Leaving the
 resource-holding phases releases the job's placements in that same transaction, so the pool
 can never leak. The writes themselves are in store/phase_writes.py. The pool, the queue,
-listing, attempts, requeue requests and replicas are JobStore's other parts (store/pool.py,
-queue.py, listing.py, attempts.py, requeues.py, replicas.py); rows become domain objects in
-store/rows.py.
+listing, reads, controls (priority, labels, leases), attempts, requeue requests and replicas
+are JobStore's other parts (store/pool.py, backlog.py, listing.py, job_reads.py,
+job_controls.py, attempts.py, requeues.py, replicas.py); rows become domain objects in
+store/rows.py, and a spec is stored as domain/spec_document.py writes it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy import insert, select, update
 
 from appliance.domain.backlog import Placement
-from appliance.domain.errors import Conflict, InvalidSpec, NotFound, job_not_found
-from appliance.domain.job import Job, JobEvent, Replica, ReplicaPhase
+from appliance.domain.errors import InvalidSpec, NotFound
+from appliance.domain.job import Job, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan, Role
 from appliance.domain.queues import DEFAULT_QUEUE, Source
 from appliance.domain.reasons import Reason, ReasonCode, as_reason, said
-from appliance.domain.spec import JobSpec, Priority, validate_labels
-from appliance.store.attempts import AttemptStore
-from appliance.store.backlog import BacklogStore
+from appliance.domain.spec import JobSpec
+from appliance.domain.spec_document import stored_document
 from appliance.store.base import in_chunks
-from appliance.store.dependencies import DependencyStore
+from appliance.store.job_controls import JobControlStore
 from appliance.store.leadership import LeadershipStore
 from appliance.store.listing import JobOwner as JobOwner
 from appliance.store.listing import ListingStore
@@ -40,17 +40,11 @@ from appliance.store.replica_batches import ReplicaBatchStore
 from appliance.store.replicas import ReplicaStore
 from appliance.store.requeues import RequeueStore
 from appliance.store.rows import (
-    SUMMARY,
-    event_from_row,
-    job_from_row,
     lease_of,
     plan_from_json,
     plan_to_json,
-    replica_from_row,
-    sorted_replicas,
 )
 from appliance.store.tables import (
-    ACTIVE_PHASES_SQL,
     JobDependencyRow,
     JobEventRow,
     JobLabelRow,
@@ -75,54 +69,37 @@ class NewJob:
 
 # Why a new job waits, until a scheduler pass says why; and what its first event says.
 _WAITING = said(ReasonCode.SCHEDULER)
-_FULL_VIEWS_OF = select(*SUMMARY, JobRow.params_yaml).where(
-    JobRow.id.in_(bindparam("ids", expanding=True))
-)
-
-
-_REPLICAS_OF = select(*ReplicaRow.__table__.columns).where(
-    ReplicaRow.job_id.in_(bindparam("ids", expanding=True))
-)
 
 
 class JobStore(
+    JobControlStore,
     PoolStore,
-    BacklogStore,
     ListingStore,
-    AttemptStore,
     RequeueStore,
     ReplicaStore,
     ReplicaBatchStore,
     QueueDefStore,
-    DependencyStore,
     UsageStore,
     LeadershipStore,
 ):
-    """The store of jobs: this part holds jobs, phases (the one writer), replicas, priority,
-    labels, leases and events."""
-
-    def count_by_phase(self) -> dict[Phase, int]:
-        """How many jobs are in each phase (an index scan of ix_jobs_phase)."""
-        with self._sessions() as s:
-            rows = s.execute(select(JobRow.phase, func.count()).group_by(JobRow.phase))
-            return {Phase(phase): int(count) for phase, count in rows}
+    """The store of jobs: this part creates jobs and writes their phases (the one writer) and
+    their placements; reading jobs is store/job_reads.py's, priority, labels and leases
+    store/job_controls.py's."""
 
     def create_jobs(self, new: Sequence[NewJob], now: float) -> list[Job]:
         """Persist several new QUEUED jobs in one transaction (group commit of submits)."""
         jobs = [
             {
                 "id": n.job_id, "user": n.user, "phase": Phase.QUEUED.value,
-                "priority": int(n.spec.priority), "mode": n.spec.mode.value,
-                "num_csx": n.spec.num_csx, "num_steps": n.spec.num_steps,
-                "model_dir": n.spec.model_dir, "params_yaml": n.spec.params_yaml,
-                "labels": dict(n.spec.labels), "plan": plan_to_json(n.plan), "reason": "",
+                "priority": int(n.spec.priority), "spec": stored_document(n.spec),
+                "params_yaml": n.spec.params_yaml, "labels": dict(n.spec.labels),
+                "plan": plan_to_json(n.plan), "reason": "",
                 "pending_reason": _WAITING.message, "systems": "",
                 "created_at": now, "updated_at": now, "started_at": 0.0, "finished_at": 0.0,
                 "progress": {}, "lease_seconds": n.lease_seconds,
                 "lease_expires_at": now + n.lease_seconds if n.lease_seconds else 0.0,
-                "lease_holder": n.lease_holder, "groups": list(n.groups),
-                "max_restarts": n.spec.max_restarts, "preemptible": n.spec.preemptible,
-                "queue": n.spec.queue, "account_group": n.groups[0] if n.groups else "",
+                "lease_holder": n.lease_holder, "groups": list(n.groups), "queue": n.spec.queue,
+                "account_group": n.groups[0] if n.groups else "",
                 "queued_at": now, "pending_reason_code": _WAITING.code_text,
             }
             for n in new
@@ -180,72 +157,6 @@ class JobStore(
                 groups=n.groups)
             for n in new
         ]  # fmt: skip
-
-    def get_job(self, job_id: str, *, with_replicas: bool = True) -> Job:
-        return self.get_job_version(job_id, with_replicas=with_replicas)[0]
-
-    def get_job_version(self, job_id: str, *, with_replicas: bool = True) -> tuple[Job, int]:
-        """The job and the version its row had. The row is read before the replicas, and a
-        replica change bumps the version, so what is returned is at least that version."""
-        with self._sessions() as s:
-            row = s.get(JobRow, job_id)
-            if row is None:
-                raise job_not_found(job_id)
-            replicas: tuple[Replica, ...] = ()
-            if with_replicas:
-                replicas = tuple(
-                    replica_from_row(r)
-                    for r in s.scalars(select(ReplicaRow).where(ReplicaRow.job_id == job_id))
-                )
-            position = 0
-            if row.phase == Phase.QUEUED.value:
-                position = self._queue_position(s, row.priority, row.created_at, row.id, row.queue)
-            job = job_from_row(row, row.params_yaml, sorted_replicas(replicas), position)
-            job = self._with_dependencies(s, job)
-            if row.restarts:  # the attempts it ended to run again, and how the last one went
-                job = dataclasses.replace(job, attempts=tuple(self._attempts(s, job_id)))
-            return job, row.version
-
-    def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
-        """Full views of the given jobs, as get_job gives them, in no particular order (unknown
-        ids are left out): two queries a chunk instead of two a job."""
-        found: list[Job] = []
-        with self._sessions() as s:
-            conn = s.connection()
-            for chunk in in_chunks(list(job_ids)):
-                replicas: dict[str, list[Replica]] = {}
-                for m in conn.execute(_REPLICAS_OF, {"ids": chunk}).mappings():
-                    replicas.setdefault(m["job_id"], []).append(replica_from_row(m))
-                for r in conn.execute(_FULL_VIEWS_OF, {"ids": chunk}):
-                    position = 0
-                    if r.phase == Phase.QUEUED.value:
-                        position = self._queue_position(s, r.priority, r.created_at, r.id, r.queue)
-                    own = sorted_replicas(tuple(replicas.get(r.id, ())))
-                    found.append(job_from_row(r, r.params_yaml, own, position))
-        return found
-
-    def job_version(self, job_id: str) -> tuple[int, bool]:
-        """(version, whether it is queued) of a job: what a cached full view needs to be checked
-        against (a queued job's position moves with other jobs, without this job's version)."""
-        with self._sessions() as s:
-            found = s.execute(
-                select(JobRow.version, JobRow.phase).where(JobRow.id == job_id)
-            ).first()
-            if found is None:
-                raise job_not_found(job_id)
-            version, phase = found
-            return int(version), phase == Phase.QUEUED.value
-
-    def job_ids_in(self, phases: Iterable[Phase]) -> list[str]:
-        """The ids of the jobs in `phases` (an index scan of ix_jobs_phase)."""
-        stmt = select(JobRow.id).where(JobRow.phase.in_([p.value for p in phases]))
-        with self._sessions() as s:
-            return list(s.scalars(stmt))
-
-    def jobs_in(self, phases: Iterable[Phase]) -> list[Job]:
-        with self._sessions() as s:
-            rows = s.scalars(select(JobRow).where(JobRow.phase.in_([p.value for p in phases])))
-            return [job_from_row(r, r.params_yaml) for r in rows]
 
     # ---- phase: the one writer ----------------------------------------------------------------
 
@@ -340,93 +251,6 @@ class JobStore(
                 .values(pending_reason=text, pending_reason_code=code, version=JobRow.version + 1)
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
-
-    def phase_of(self, job_id: str) -> Phase | None:
-        with self._sessions() as s:
-            value = s.scalar(select(JobRow.phase).where(JobRow.id == job_id))
-            return Phase(value) if value is not None else None
-
-    def phases_of(self, job_ids: Iterable[str]) -> dict[str, Phase]:
-        ids = list(job_ids)
-        if not ids:
-            return {}
-        with self._sessions() as s:
-            rows = s.execute(select(JobRow.id, JobRow.phase).where(JobRow.id.in_(ids)))
-            return {job_id: Phase(phase) for job_id, phase in rows}
-
-    # ---- priority, labels, leases, events -----------------------------------------------------
-
-    def set_priority(self, job_id: str, priority: Priority, now: float) -> Job:
-        """Re-prioritise a job that has not finished (terminal jobs are frozen)."""
-        with self._sessions.begin() as s:
-            result = s.execute(
-                update(JobRow)
-                .where(JobRow.id == job_id, ACTIVE_PHASES_SQL)
-                .values(priority=int(priority), updated_at=now, version=JobRow.version + 1)
-            )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
-                phase = s.scalar(select(JobRow.phase).where(JobRow.id == job_id))
-                if phase is None:
-                    raise job_not_found(job_id)
-                raise Conflict(
-                    f"job {job_id} is {phase}; the priority of a finished job is frozen"
-                )
-        return self.get_job(job_id)
-
-    def update_labels(
-        self, job_id: str, set_labels: Mapping[str, str], remove: Iterable[str], now: float
-    ) -> Job:
-        """Add or change `set_labels`, drop `remove`; the JSON copy and the rows move together."""
-        with self._sessions.begin() as s:
-            row = s.get(JobRow, job_id, with_for_update=True)
-            if row is None:
-                raise job_not_found(job_id)
-            labels = {k: v for k, v in (row.labels or {}).items() if k not in set(remove)}
-            labels.update(set_labels)
-            validate_labels(labels)
-            s.execute(delete(JobLabelRow).where(JobLabelRow.job_id == job_id))
-            if labels:
-                s.execute(
-                    insert(JobLabelRow),
-                    [{"job_id": job_id, "key": k, "value": v} for k, v in labels.items()],
-                )
-            row.labels = labels
-            row.updated_at = now
-            row.version = row.version + 1
-        return self.get_job(job_id)
-
-    def renew_lease(self, job_id: str, holder: str, now: float) -> Job:
-        """Push a leased, non-terminal job's lease expiry to now + its lease duration."""
-        with self._sessions.begin() as s:
-            s.execute(
-                update(JobRow)
-                .where(JobRow.id == job_id, JobRow.lease_seconds > 0, ACTIVE_PHASES_SQL)
-                .values(
-                    lease_expires_at=now + JobRow.lease_seconds,
-                    lease_holder=holder or JobRow.lease_holder,
-                    version=JobRow.version + 1,
-                )
-            )
-        return self.get_job(job_id, with_replicas=False)
-
-    def expired_leases(self, now: float) -> list[Job]:
-        """Active leased jobs whose client has not heartbeated in time."""
-        stmt = select(JobRow).where(
-            ACTIVE_PHASES_SQL, JobRow.lease_seconds > 0, JobRow.lease_expires_at < now
-        )
-        with self._sessions() as s:
-            return [job_from_row(r) for r in s.scalars(stmt)]
-
-    def events(self, job_id: str, after_seq: int = 0) -> list[JobEvent]:
-        with self._sessions() as s:
-            if s.get(JobRow, job_id) is None:
-                raise job_not_found(job_id)
-            rows = s.scalars(
-                select(JobEventRow)
-                .where(JobEventRow.job_id == job_id, JobEventRow.seq > after_seq)
-                .order_by(JobEventRow.seq)
-            )
-            return [event_from_row(r) for r in rows]
 
 
 def _pending_replica(

@@ -26,6 +26,7 @@ from appliance.domain.reasons import Reason, ReasonCode, as_reason, notes, said
 from appliance.domain.spec import Priority
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
+from appliance.store.rows import spec_of
 from appliance.store.tables import HOLDING_PHASES, JobEventRow, JobRow, PlacementRow
 
 # Preemptions waiting for the victim's checkpoint, with their preemptor: built once (a sweep
@@ -240,13 +241,13 @@ class RequeueStore(StoreBase):
         no checkpoint was awaited from that attempt."""
         with self._sessions.begin() as s:
             row = s.execute(
-                select(JobRow.phase, JobRow.num_steps, JobRow.stop_reason, JobRow.preempted_by)
+                select(JobRow.phase, JobRow.spec, JobRow.stop_reason, JobRow.preempted_by)
                 .where(*_awaiting_checkpoint(job_id, attempt))
                 .with_for_update()
             ).first()
             if row is None:
                 return False, None
-            if step < row.num_steps:
+            if step < spec_of(row.spec)["num_steps"]:
                 s.execute(
                     update(JobRow)
                     .where(JobRow.id == job_id)
@@ -303,10 +304,10 @@ class RequeueStore(StoreBase):
     def running_jobs(self, min_run_seconds: float) -> list[RunningJob]:
         """Every job holding resources, with what it holds, as preemption decides on it."""
         jobs = select(
-            JobRow.id, JobRow.priority, JobRow.preemptible, JobRow.preemptions, JobRow.phase,
+            JobRow.id, JobRow.priority, JobRow.spec, JobRow.preemptions, JobRow.phase,
             JobRow.attempt,
             JobRow.started_at, JobRow.scheduled_at, JobRow.progress, JobRow.stop_reason,
-            JobRow.preempted_by, JobRow.model_dir, JobRow.queue, JobRow.created_at,
+            JobRow.preempted_by, JobRow.queue, JobRow.created_at,
         ).where(JobRow.phase.in_(HOLDING_PHASES))  # fmt: skip
         holdings: dict[str, list[tuple[str, int]]] = {}
         with self._sessions() as s:
@@ -324,18 +325,19 @@ class RequeueStore(StoreBase):
                 else 0
             )
             began = r.started_at or r.scheduled_at
+            spec = spec_of(r.spec)
             running.append(
                 RunningJob(
                     job_id=r.id,
                     priority=Priority(r.priority),
                     holdings=tuple(holdings.get(r.id, ())),
-                    preemptible=r.preemptible,
+                    preemptible=spec["preemptible"],
                     attempt=r.attempt,
                     protected_until=began + min_run_seconds if r.preemptions else 0.0,
                     at_risk=max(0, at_risk),
                     stopping=bool(r.stop_reason),
                     preempted_by=r.preempted_by,
-                    checkpointable=r.phase == Phase.RUNNING.value and bool(r.model_dir),
+                    checkpointable=r.phase == Phase.RUNNING.value and bool(spec["model_dir"]),
                     queue=r.queue,
                     scheduled_at=r.scheduled_at,
                     created_at=r.created_at,

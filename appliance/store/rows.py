@@ -15,30 +15,30 @@ from sqlalchemy.engine import RowMapping
 from appliance.domain.job import EventKind, Job, JobEvent, Lease, Progress, Replica, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
-from appliance.domain.spec import JobSpec, Mode, Priority
+from appliance.domain.spec import JobSpec, Priority
+from appliance.domain.spec_document import stored_values
 from appliance.store.tables import JobEventRow, JobRow, ReplicaRow
 
-# What a list shows of a job: every column but the params YAML.
+# What a list shows of a job: every column but the params YAML. The spec is the `spec` document
+# and the spec's columns (domain/spec_document.py says which): a new spec field changes neither.
 SUMMARY = (
-    JobRow.id, JobRow.user, JobRow.phase, JobRow.priority, JobRow.mode, JobRow.num_csx,
-    JobRow.num_steps, JobRow.model_dir, JobRow.labels, JobRow.reason, JobRow.pending_reason,
-    JobRow.systems, JobRow.created_at, JobRow.updated_at, JobRow.started_at, JobRow.finished_at,
-    JobRow.progress, JobRow.lease_seconds, JobRow.lease_expires_at, JobRow.lease_holder,
-    JobRow.groups, JobRow.attempt, JobRow.max_restarts, JobRow.restarts,
-    JobRow.preemptible, JobRow.retries, JobRow.queue,
-    JobRow.reason_code, JobRow.pending_reason_code,
+    JobRow.id, JobRow.user, JobRow.phase, JobRow.priority, JobRow.queue, JobRow.labels,
+    JobRow.spec, JobRow.reason, JobRow.pending_reason, JobRow.systems, JobRow.created_at,
+    JobRow.updated_at, JobRow.started_at, JobRow.finished_at, JobRow.progress,
+    JobRow.lease_seconds, JobRow.lease_expires_at, JobRow.lease_holder, JobRow.groups,
+    JobRow.attempt, JobRow.restarts, JobRow.retries, JobRow.reason_code,
+    JobRow.pending_reason_code,
 )  # fmt: skip
 
 # SUMMARY as the driver gives it, for reads of many summaries: the JSON columns undecoded
-# (text on SQLite; psycopg decodes them itself), so that job_from_values decodes labels and
-# groups once per distinct text rather than SQLAlchemy once per row (a third of a 100,000-job
-# listing's read went to that), and no column is converted on the way.
+# (text on SQLite; psycopg decodes them itself), so that job_from_values decodes labels, groups
+# and spec documents once per distinct text rather than SQLAlchemy once per row (a third of a
+# 100,000-job listing's read went to that), and no column is converted on the way.
 SUMMARY_AS_READ = tuple(
     type_coerce(c, Text).label(c.key) if isinstance(c.type, JSON) else c for c in SUMMARY
 )
 _SUMMARY_VALUES = operator.attrgetter(*(c.key for c in SUMMARY))
 _PHASES = {p.value: p for p in Phase}
-_MODES = {m.value: m for m in Mode}
 _PRIORITIES = {int(p): p for p in Priority}
 
 
@@ -54,20 +54,18 @@ def job_from_values(
     v: Sequence[Any], params_yaml: str = "", replicas: tuple[Replica, ...] = (), position: int = 0
 ) -> Job:
     """job_from_row of the SUMMARY columns' values in their order (JSON decoded or not)."""
-    (job_id, user, phase, priority, mode, num_csx, num_steps, model_dir, labels, reason,
-     pending_reason, systems, created_at, updated_at, started_at, finished_at, progress,
-     lease_seconds, lease_expires_at, lease_holder, groups, attempt, max_restarts, restarts,
-     preemptible, retries, queue, reason_code, pending_reason_code) = v  # fmt: skip
-    spec = JobSpec(
-        params_yaml=params_yaml, num_csx=num_csx, num_steps=num_steps, mode=_MODES[mode],
-        labels=dict(_shared_json(labels) or {}), priority=_PRIORITIES[priority],
-        model_dir=model_dir, max_restarts=max_restarts, preemptible=bool(preemptible),
-        queue=queue,
+    (job_id, user, phase, priority, queue, labels, spec, reason, pending_reason, systems,
+     created_at, updated_at, started_at, finished_at, progress, lease_seconds, lease_expires_at,
+     lease_holder, groups, attempt, restarts, retries, reason_code, pending_reason_code,
+     ) = v  # fmt: skip
+    job_spec = JobSpec(
+        params_yaml=params_yaml, labels=dict(_shared_json(labels) or {}),
+        priority=_PRIORITIES[priority], queue=queue, **spec_of(spec),
     )  # fmt: skip
     if isinstance(progress, str):
         progress = json.loads(progress) if progress != "{}" else None
     return Job(
-        id=job_id, user=user, spec=spec, phase=_PHASES[phase], created_at=created_at,
+        id=job_id, user=user, spec=job_spec, phase=_PHASES[phase], created_at=created_at,
         updated_at=updated_at, reason=reason, pending_reason=pending_reason,
         systems=tuple(filter(None, systems.split(","))),
         progress=Progress(**progress) if progress else _NO_PROGRESS,
@@ -80,6 +78,18 @@ def job_from_values(
         attempt=attempt, restarts=restarts, retries=retries,
         reason_code=reason_code, pending_reason_code=pending_reason_code,
     )  # fmt: skip
+
+
+def spec_of(document: str | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The decoded fields of a `spec` column, as text or decoded (shared: do not change it)."""
+    if isinstance(document, str):
+        return _spec_of_text(document)
+    return stored_values(document)
+
+
+@functools.lru_cache(maxsize=4096)
+def _spec_of_text(text: str) -> Mapping[str, Any]:
+    return stored_values(json.loads(text))
 
 
 def _shared_json(value: Any) -> Any:

@@ -17,7 +17,6 @@ from sqlalchemy import (
     Text,
     false,
     text,
-    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -45,11 +44,10 @@ class JobRow(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     user: Mapped[str] = mapped_column(String(253), index=True)
     phase: Mapped[str] = mapped_column(String(16))
+    # The spec: the fields queries need are columns (priority, queue, labels, and params_yaml,
+    # which listings leave out); `spec` holds the others, as domain/spec_document.py writes them.
     priority: Mapped[int] = mapped_column(Integer)
-    mode: Mapped[str] = mapped_column(String(32))
-    num_csx: Mapped[int] = mapped_column(Integer)
-    num_steps: Mapped[int] = mapped_column(BigInteger)
-    model_dir: Mapped[str] = mapped_column(Text, default="")
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON, server_default="{}")
     params_yaml: Mapped[str] = mapped_column(Text)
     # Labels are also rows of job_labels (for filtering); this copy is what reads return.
     labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
@@ -75,8 +73,6 @@ class JobRow(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # When the current attempt got its resources.
     scheduled_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
-    # Restarts allowed after a retryable failure (None: the cluster's default).
-    max_restarts: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Times the job went back to the queue to run again (restarts, preemptions, ...).
     restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # A requeue asked for (store/requeues.py): why (non-empty: the gang is to be torn down and
@@ -86,8 +82,6 @@ class JobRow(Base):
     checkpoint_by: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     checkpoint_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     preempted_by: Mapped[str] = mapped_column(String(64), default="", server_default="")
-    # False: never preempted (set by admins only).
-    preemptible: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # The checkpoint step the current attempt resumed from (0: from the start).
     resumed_from: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")

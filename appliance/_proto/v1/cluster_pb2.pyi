@@ -72,6 +72,7 @@ class JobSpec(_message.Message):
     PREEMPTIBLE_FIELD_NUMBER: _builtins.int
     QUEUE_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    COMMENT_FIELD_NUMBER: _builtins.int
     params_yaml: _builtins.str
     """The params YAML (Model Zoo style: model, train_input, optimizer, runconfig sections)."""
     num_csx: _builtins.int
@@ -89,6 +90,8 @@ class JobSpec(_message.Message):
     """
     queue: _builtins.str
     """The queue it is submitted to; empty: `default`."""
+    comment: _builtins.str
+    """Free text about the job (Slurm's --comment): one line, at most 256 characters."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -109,10 +112,11 @@ class JobSpec(_message.Message):
         preemptible: _builtins.bool | None = ...,
         queue: _builtins.str = ...,
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
+        comment: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "max_restarts", b"max_restarts", "preemptible", b"preemptible"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "depends_on", b"depends_on", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "comment", b"comment", "depends_on", b"depends_on", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_restarts: _TypeAlias = _typing.Literal["max_restarts"]  # noqa: Y015
     _WhichOneofArgType__max_restarts: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts"]  # noqa: Y015

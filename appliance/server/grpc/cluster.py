@@ -13,7 +13,8 @@ from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
 from appliance.domain.reasons import parse_codes
 from appliance.domain.selectors import parse_selector
-from appliance.domain.spec import Mode, Priority, validate_labels
+from appliance.domain.spec import validate_labels
+from appliance.domain.spec_document import spec_values
 from appliance.protocol import convert
 from appliance.protocol.cancels import result_to_pb, selection_from_pb
 from appliance.protocol.queues import queue_to_pb, usage_to_pb
@@ -47,7 +48,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> cluster_pb2.Job:
         by = caller()
         job = await self.jobs.submit(
-            await self.jobs.validate(**spec_fields(request.spec)),
+            await self.jobs.validate(**spec_values(convert.spec_from_pb(request.spec))),
             request.user or ANONYMOUS_USER,
             lease_seconds=request.lease_seconds,
             lease_holder=request.lease_holder,
@@ -202,7 +203,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def CompileJob(
         self, request: cluster_pb2.CompileJobRequest, context: Ctx
     ) -> cluster_pb2.CompileReport:
-        spec = await self.jobs.validate(**spec_fields(request.spec))
+        spec = await self.jobs.validate(**spec_values(convert.spec_from_pb(request.spec)))
         report = await self.jobs.compile(spec)
         return convert.compile_report_to_pb(report)
 
@@ -245,30 +246,6 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
 _QUEUE_FIELDS = (
     "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend",
 )  # fmt: skip
-
-
-def spec_fields(msg: cluster_pb2.JobSpec) -> dict[str, Any]:
-    """The fields of a submitted spec for validate_spec; enum zero means the default, unknown
-    numbers are errors."""
-    mode = convert.mode_from_pb(msg.mode) if msg.mode else Mode.TRAIN
-    if mode is None:
-        raise InvalidSpec(f"mode {msg.mode} is not a known mode", field="mode")
-    priority = convert.priority_from_pb(msg.priority) if msg.priority else Priority.P2
-    if priority is None:
-        raise InvalidSpec(f"priority {msg.priority} is not one of P0-P3", field="priority")
-    return {
-        "params_yaml": msg.params_yaml,
-        "num_csx": msg.num_csx,
-        "num_steps": msg.num_steps,
-        "mode": mode,
-        "labels": dict(msg.labels),
-        "priority": priority,
-        "model_dir": msg.model_dir,
-        "max_restarts": msg.max_restarts if msg.HasField("max_restarts") else None,
-        "preemptible": msg.preemptible if msg.HasField("preemptible") else True,
-        "queue": msg.queue or None,
-        "depends_on": list(msg.depends_on),
-    }
 
 
 def query_from_request(msg: cluster_pb2.ListJobsRequest, by: Principal | None = None) -> JobQuery:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from appliance._proto.v1 import cluster_pb2, common_pb2
 from appliance.domain.job import Job
-from appliance.protocol import convert
+from appliance.protocol import convert, spec_pb
 from appliance.services.kept_renderings import Keeping, rendering_form
 from appliance.services.listing import Listed
 
@@ -40,7 +40,9 @@ def _same(data: bytes) -> bytes:
 # Kept as they are sent; any change to this module, the conversion or the messages renders
 # everything again.
 KEEPING = Keeping(
-    rendering_form([sys.modules[__name__], convert, cluster_pb2, common_pb2]), _same, _same
+    rendering_form([sys.modules[__name__], convert, spec_pb, cluster_pb2, common_pb2]),
+    _same,
+    _same,
 )
 
 

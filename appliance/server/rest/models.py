@@ -10,36 +10,26 @@ for one that has not happened (appliance/domain/timestamps.py: csctl -o json wri
 from __future__ import annotations
 
 import datetime
-import enum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from appliance.domain.job import (
-    Attempt,
     EventKind,
     Job,
     JobEvent,
     Lease,
     Progress,
-    Replica,
     ReplicaPhase,
 )
+from appliance.domain.job_document import job_document, lease_document, progress_document
 from appliance.domain.phases import Phase
 from appliance.domain.spec import Mode
 from appliance.domain.timestamps import utc_moment
-
-StrictInt = Annotated[int, Field(strict=True)]
-StrictBool = Annotated[bool, Field(strict=True)]
-
-
-class PriorityName(enum.StrEnum):
-    """P0 runs first (admin-only), P2 is the default, P3 runs last."""
-
-    P0 = "P0"
-    P1 = "P1"
-    P2 = "P2"
-    P3 = "P3"
+from appliance.server.rest.spec_models import PriorityName as PriorityName
+from appliance.server.rest.spec_models import StrictBool as StrictBool
+from appliance.server.rest.spec_models import StrictInt as StrictInt
+from appliance.server.rest.spec_models import with_spec_fields
 
 
 def _upper(value: object) -> object:
@@ -56,7 +46,7 @@ Moment = Annotated[
 
 
 class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class CancelJobsOut(_Out):
@@ -76,7 +66,9 @@ class CancelJobsOut(_Out):
     refusal: str = Field(description="Why the first refused job was refused.")
 
 
-class SpecOut(_Out):
+class _DeclaredSpecOut(_Out):
+    """A job's spec: every JobSpec field (those not declared here: with_spec_fields)."""
+
     params_yaml: str = Field(description="The params as submitted (empty in list views).")
     num_csx: int
     num_steps: int
@@ -90,6 +82,12 @@ class SpecOut(_Out):
     depends_on: list[str] = Field(
         default_factory=list, description='"condition:job" it waits for (full view).'
     )
+
+
+if TYPE_CHECKING:
+    SpecOut = _DeclaredSpecOut
+else:
+    SpecOut = with_spec_fields(_DeclaredSpecOut, "SpecOut", strict=False)
 
 
 class AttemptOut(_Out):
@@ -151,6 +149,15 @@ class JobOut(_Out):
     phase: Phase
     reason: str = Field(description="Why the job ended (terminal phases).")
     pending_reason: str = Field(description="Why a QUEUED job waits (in lists too).")
+    reason_code: str = Field(
+        default="",
+        description="The code of `reason` (e.g. CancelledByUser, ReplicaFailed; empty: none).",
+    )
+    pending_reason_code: str = Field(
+        default="",
+        description="The code of `pending_reason` (e.g. Capacity, BehindHigherPriority, Quota; "
+        "empty: none). In lists too, read fresh every call.",
+    )
     queue_position: int = Field(
         description="1 = next to run in its queue; 0 when not queued. In lists too, read fresh "
         "every call."
@@ -179,15 +186,6 @@ class JobOut(_Out):
     finished_at: Moment = Field(description="When it ended; null: not yet.")
     replicas: list[ReplicaOut] = Field(description="Empty in list views.")
     lease: LeaseOut | None = Field(description="None for a detached job.")
-    reason_code: str = Field(
-        default="",
-        description="The code of `reason` (e.g. CancelledByUser, ReplicaFailed; empty: none).",
-    )
-    pending_reason_code: str = Field(
-        default="",
-        description="The code of `pending_reason` (e.g. Capacity, BehindHigherPriority, Quota; "
-        "empty: none). In lists too, read fresh every call.",
-    )
 
 
 class JobListOut(_Out):
@@ -213,7 +211,6 @@ class EventOut(_Out):
     to_phase: Phase | None
     reason: str
     progress: ProgressOut | None
-    reason_code: str = Field(default="", description="The code of `reason` (empty: none).")
 
 
 class EventListOut(_Out):
@@ -242,91 +239,17 @@ class ReadyOut(StatusOut):
 
 
 def progress_out(p: Progress) -> ProgressOut:
-    return ProgressOut(
-        step=p.step,
-        num_steps=p.num_steps,
-        loss=p.loss,
-        steps_per_second=p.steps_per_second,
-        samples_per_second=p.samples_per_second,
-        reported_at=utc_moment(p.reported_at),
-        checkpoint_step=p.checkpoint_step,
-        resumed_from_step=p.resumed_from_step,
-        learning_rate=p.learning_rate,
-        eval_loss=p.eval_loss,
-        eval_accuracy=p.eval_accuracy,
-    )
-
-
-def replica_out(r: Replica) -> ReplicaOut:
-    return ReplicaOut(
-        name=r.name,
-        role=r.role.value,
-        index=r.index,
-        phase=r.phase,
-        node=r.node,
-        address=r.address,
-        pid=r.pid,
-        exit_code=r.exit_code,
-        message=r.message,
-        log_tail=r.log_tail,
-    )
-
-
-def attempt_out(a: Attempt) -> AttemptOut:
-    return AttemptOut(
-        number=a.number, scheduled_at=utc_moment(a.scheduled_at),
-        started_at=utc_moment(a.started_at), ended_at=utc_moment(a.ended_at),
-        systems=list(a.systems), reason=a.reason, ended_in=a.ended_in,
-        resumed_from=a.resumed_from,
-    )  # fmt: skip
+    return ProgressOut.model_validate(progress_document(p))
 
 
 def job_out(job: Job) -> JobOut:
-    spec = job.spec
-    return JobOut(
-        id=job.id,
-        user=job.user,
-        spec=SpecOut(
-            params_yaml=spec.params_yaml,
-            num_csx=spec.num_csx,
-            num_steps=spec.num_steps,
-            mode=spec.mode,
-            labels=dict(spec.labels),
-            priority=PriorityName[spec.priority.name],
-            model_dir=spec.model_dir,
-            max_restarts=spec.max_restarts,
-            preemptible=spec.preemptible,
-            queue=spec.queue,
-            depends_on=[str(d) for d in spec.depends_on],
-        ),
-        phase=job.phase,
-        reason=job.reason,
-        pending_reason=job.pending_reason,
-        queue_position=job.queue_position,
-        estimated_start=utc_moment(job.estimated_start),
-        systems=list(job.systems),
-        attempt=job.attempt,
-        restarts=job.restarts,
-        attempts=[attempt_out(a) for a in job.attempts],
-        dependents=list(job.dependents),
-        progress=progress_out(job.progress),
-        created_at=utc_moment(job.created_at),
-        updated_at=utc_moment(job.updated_at),
-        started_at=utc_moment(job.started_at),
-        finished_at=utc_moment(job.finished_at),
-        replicas=[replica_out(r) for r in job.replicas],
-        lease=lease_out(job.lease) if job.lease is not None else None,
-        reason_code=job.reason_code,
-        pending_reason_code=job.pending_reason_code,
-    )
+    """The job's document (domain/job_document.py, csctl's too) as a JobOut: a key the models
+    lack is an error (extra="forbid"), so the two cannot drift."""
+    return JobOut.model_validate(job_document(job))
 
 
 def lease_out(lease: Lease) -> LeaseOut:
-    return LeaseOut(
-        lease_seconds=lease.lease_seconds,
-        expires_at=utc_moment(lease.expires_at),
-        holder=lease.holder,
-    )
+    return LeaseOut.model_validate(lease_document(lease))
 
 
 def event_out(ev: JobEvent) -> EventOut:
@@ -339,5 +262,4 @@ def event_out(ev: JobEvent) -> EventOut:
         to_phase=ev.to_phase,
         reason=ev.reason,
         progress=progress_out(ev.progress) if ev.progress is not None else None,
-        reason_code=ev.reason_code,
     )

@@ -3,7 +3,7 @@ use case sees it (the documents sent back are in models.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -12,10 +12,12 @@ from appliance.domain.dependencies import MAX_DEPENDENCIES
 from appliance.domain.phases import Phase
 from appliance.domain.selectors import MAX_SELECTOR_CHARS, parse_selector
 from appliance.domain.spec import MAX_RESTARTS, MAX_STEPS, Mode, Priority
+from appliance.domain.spec_document import spec_fields
 from appliance.server.rest.models import PriorityIn, PriorityName, StrictBool, StrictInt
+from appliance.server.rest.spec_models import with_spec_fields
 
 
-class JobSubmitIn(BaseModel):
+class _DeclaredJobSubmitIn(BaseModel):
     """A job to run: the model config and how much of the cluster to run it on."""
 
     model_config = ConfigDict(extra="forbid")
@@ -62,20 +64,24 @@ class JobSubmitIn(BaseModel):
     )
 
     def spec_fields(self) -> dict[str, Any]:
-        """The fields for validate_spec: the same rules as every other door."""
-        return {
-            "params_yaml": self.params,
-            "num_csx": self.num_csx,
-            "num_steps": self.num_steps,
-            "mode": self.mode,
-            "labels": self.labels,
-            "priority": Priority[self.priority.name],
-            "model_dir": self.model_dir,
-            "max_restarts": self.max_restarts,
-            "preemptible": self.preemptible,
-            "queue": self.queue or None,
-            "depends_on": self.depends_on,
-        }
+        """The fields for validate_spec: the same rules as every other door. Each spec field is
+        a field of this body of the same name (with_spec_fields adds those not declared here),
+        but the params."""
+        fields = {f.name: getattr(self, f.name) for f in spec_fields() if f.name != "params_yaml"}
+        fields.update(
+            params_yaml=self.params,
+            priority=Priority[self.priority.name],
+            queue=self.queue or None,
+        )
+        return fields
+
+
+if TYPE_CHECKING:
+    JobSubmitIn = _DeclaredJobSubmitIn
+else:
+    JobSubmitIn = with_spec_fields(
+        _DeclaredJobSubmitIn, "JobSubmitIn", strict=True, skip={"params_yaml"}
+    )
 
 
 class CancelIn(BaseModel):

@@ -4,8 +4,8 @@ its requeue was asked for, and why each event happened.
 Rows written before carry no code (""), except what their message says for sure: a job
 waiting for the scheduler, one that finished all its steps, and the submit event.
 
-Revision ID: 0011_reason_codes
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011_reason_codes"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
@@ -22,10 +22,10 @@ _JOB_CODES = ("reason_code", "pending_reason_code", "stop_reason_code")
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
+    with op.batch_alter_table("jobs", recreate="never") as batch:
         for name in _JOB_CODES:
             batch.add_column(sa.Column(name, sa.String(64), server_default="", nullable=False))
-    with op.batch_alter_table("job_events") as batch:
+    with op.batch_alter_table("job_events", recreate="never") as batch:
         batch.add_column(
             sa.Column("reason_code", sa.String(64), server_default="", nullable=False)
         )
@@ -44,8 +44,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("job_events") as batch:
+    with op.batch_alter_table("job_events", recreate="never") as batch:
         batch.drop_column("reason_code")
-    with op.batch_alter_table("jobs") as batch:
+    with op.batch_alter_table("jobs", recreate="never") as batch:
         for name in reversed(_JOB_CODES):
             batch.drop_column(name)
