@@ -16,7 +16,8 @@ from appliance.config.groups import (
     SimSettings,
     StoreSettings,
 )
-from appliance.config.settings import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, Settings, pool_of
+from appliance.config.inventory import pool_of
+from appliance.config.settings import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, Settings
 
 __all__ = [
     "DEFAULT_GRPC_PORT",

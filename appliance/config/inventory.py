@@ -8,7 +8,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from appliance.domain.inventory import Node, named_pool
+from appliance.config.groups import PoolSettings
+from appliance.domain.inventory import Node, default_pool, named_pool
 
 
 class InventoryFile(BaseModel):
@@ -51,4 +52,19 @@ def read_inventory(path: Path, *, memoryx_bytes: int, swarmx_ports: int) -> list
         inventory.swarmx,
         memoryx_bytes=memoryx_bytes,
         swarmx_ports=swarmx_ports,
+    )
+
+
+def pool_of(pool: PoolSettings) -> list[Node]:
+    """The nodes of `pool`: named by its inventory file, else as many as its counts say."""
+    if pool.inventory_file is not None:
+        return read_inventory(
+            pool.inventory_file, memoryx_bytes=pool.memoryx_bytes, swarmx_ports=pool.swarmx_ports
+        )
+    return default_pool(
+        systems=pool.systems,
+        memoryx=pool.memoryx_nodes,
+        swarmx=pool.swarmx_nodes,
+        memoryx_bytes=pool.memoryx_bytes,
+        swarmx_ports=pool.swarmx_ports,
     )

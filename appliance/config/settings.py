@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from appliance.config.groups import (
     AuthSettings,
@@ -26,9 +26,9 @@ from appliance.config.groups import (
     SimSettings,
     StoreSettings,
 )
-from appliance.config.inventory import read_inventory
-from appliance.config.kube import MEMORY_QUANTITY, ReplicaResources
-from appliance.domain.inventory import Node, default_pool
+from appliance.config.inventory import pool_of
+from appliance.config.kube_fields import KubeFields
+from appliance.domain.inventory import Node
 from appliance.domain.leadership import LeaseTiming
 from appliance.domain.simulation import parse_fail_at
 from appliance.domain.spec import MAX_SIM_STEP_SECONDS, SIM_STEP_SECONDS_LABEL
@@ -38,7 +38,7 @@ DEFAULT_HTTP_PORT = ServerSettings.http_port
 BackendName = Literal["local", "kubernetes", "sim"]
 
 
-class Settings(BaseSettings):
+class Settings(KubeFields):
     """Coordinator settings. Every field can be set as APPLIANCE_<FIELD> in the environment."""
 
     model_config = SettingsConfigDict(env_prefix="APPLIANCE_", frozen=True)
@@ -233,57 +233,6 @@ class Settings(BaseSettings):
         description="This coordinator's name in the election lease; empty = hostname and pid "
         "(the pod name in a cluster).",
     )
-    kube_namespace: str = Field(
-        default=KubeSettings.namespace,
-        description="Namespace of the job pods; empty means the pod's own namespace in-cluster, "
-        "else the kubeconfig context's namespace, else `default`.",
-    )
-    kube_config: Path | None = Field(
-        default=KubeSettings.config,
-        description="kubeconfig file; unset means in-cluster config, else ~/.kube/config.",
-    )
-    kube_image: str = Field(
-        default=KubeSettings.image, description="Image of the replica pods (the appliance image)."
-    )
-    kube_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
-        default=KubeSettings.image_pull_policy, description="imagePullPolicy of the replica pods."
-    )
-    kube_clean_pod_policy: Literal["all", "keep-failed"] = Field(
-        default=KubeSettings.clean_pod_policy,
-        description="What to delete when a job ends: every object, or all but failed jobs' pods "
-        "(kept for debugging until the job's ConfigMap is deleted).",
-    )
-    kube_pending_timeout_seconds: float = Field(
-        default=KubeSettings.pending_timeout_seconds,
-        gt=0,
-        description="A replica pod waiting this long (e.g. ImagePullBackOff) fails its job.",
-    )
-    kube_request_timeout_seconds: float = Field(
-        default=KubeSettings.request_timeout_seconds,
-        gt=0,
-        description="Timeout of one Kubernetes API call.",
-    )
-    kube_model_dirs_claim: str = Field(
-        default=KubeSettings.model_dirs_claim,
-        description="PersistentVolumeClaim (ReadWriteMany) mounted at the model dirs root in "
-        "every replica pod, so checkpoints outlive the pods; empty = an emptyDir per pod.",
-    )
-    kube_replica_memory_limit: str = Field(
-        default=KubeSettings.replica_memory_limit,
-        pattern=MEMORY_QUANTITY,
-        description="Memory limit of every replica pod's container (a Kubernetes quantity).",
-    )
-    kube_replica_resources: ReplicaResources = Field(
-        default=ReplicaResources(),
-        description="JSON of the replica pods' requests by role, e.g. "
-        '{"cs2": {"cpu": "250m", "memory": "512Mi"}}; a job is scheduled only when the nodes '
-        "have them free, and the coordinator warns at start when its largest job cannot fit.",
-    )
-    kube_watch_timeout_seconds: int = Field(
-        default=KubeSettings.watch_timeout_seconds,
-        ge=1,
-        description="The pod watch is renewed from its last resourceVersion this often.",
-    )
     queues_file: Path | None = Field(
         default=PoolSettings.queues_file,
         description="YAML defining the queues (`queues:` a list of name, systems, memoryx, "
@@ -436,18 +385,3 @@ class Settings(BaseSettings):
     def pool(self) -> list[Node]:
         """The nodes: named by the inventory file, else as many as the counts say."""
         return pool_of(self.inventory)
-
-
-def pool_of(pool: PoolSettings) -> list[Node]:
-    """The nodes of `pool`: named by its inventory file, else as many as its counts say."""
-    if pool.inventory_file is not None:
-        return read_inventory(
-            pool.inventory_file, memoryx_bytes=pool.memoryx_bytes, swarmx_ports=pool.swarmx_ports
-        )
-    return default_pool(
-        systems=pool.systems,
-        memoryx=pool.memoryx_nodes,
-        swarmx=pool.swarmx_nodes,
-        memoryx_bytes=pool.memoryx_bytes,
-        swarmx_ports=pool.swarmx_ports,
-    )
