@@ -112,7 +112,7 @@ def migrate(data_dir: Path | None) -> None:
 
     settings = _settings(data_dir, None, None)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.sqlalchemy_url)
+    engine = make_engine(settings.store.url)
     try:
         apply_migrations(engine)
     except Exception as exc:

@@ -53,7 +53,7 @@ def prepare_store(data_dir: Path, maintenance: Sequence[str] = ()) -> None:
     """Create (or migrate) the store of `data_dir`, sync the default pool, and put `maintenance`
     systems in maintenance (sync_pool keeps admin-set states, so the coordinator keeps them)."""
     settings = Settings(data_dir=data_dir)
-    engine = make_engine(settings.sqlalchemy_url)
+    engine = make_engine(settings.store.url)
     try:
         migrate(engine)
         JobStore(engine).sync_pool(settings.pool())

@@ -102,8 +102,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     for start in range(0, len(jobs), 5000):
         store.create_jobs(jobs[start : start + 5000], now)
     writer = ThreadPoolExecutor(1, thread_name_prefix="store")
-    ctx = Context(settings, store, JobBus(), writer)
-    loop = SchedulerLoop(ctx)
+    ctx = Context(store, JobBus(), writer)
+    loop = SchedulerLoop(ctx, settings.scheduler, settings.preemption)
     passes: list[dict[str, float]] = []
     profile = cProfile.Profile() if args.profile else None
     gc.collect()

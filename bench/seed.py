@@ -51,7 +51,7 @@ def seed(data_dir: Path, jobs: int, active: int, rng_seed: int = 7) -> dict[str,
     rng = random.Random(rng_seed)
     prepare_store(data_dir)
     settings = Settings(data_dir=data_dir)
-    engine = make_engine(settings.sqlalchemy_url)
+    engine = make_engine(settings.store.url)
     migrate(engine)
     params_yaml = EXAMPLE_PARAMS.read_text()
     pool = default_pool()

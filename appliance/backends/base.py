@@ -7,7 +7,9 @@ import enum
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Protocol
 
+from appliance.domain.inventory import Node
 from appliance.domain.job import Job, Replica
+from appliance.domain.leadership import LeaseLock
 
 
 class BackendUnavailable(Exception):
@@ -49,9 +51,24 @@ class Backend(Protocol):
     # one's) and, with authentication on, its replica token (server/replica_tokens.py). Kept
     # out of command lines and pod specs: a Kubernetes backend puts it in a Secret.
     replica_secrets: Callable[[str, int], Mapping[str, str]]
+    # ---- what only some backends do (OptionalParts gives the others' answers) ----------------
     # Whether its replicas write into the jobs' model directories (the coordinator makes
     # each owner's directory, with its mode, before they start); the simulated one's do not.
     writes_model_dirs: bool
+    # How long a replica may wait to start before the backend fails it (a pod waiting for a
+    # node or an image), which a job's init timeout adds to; 0: replicas start at once.
+    start_timeout: float
+    # Seconds one step of a job takes when the backend only simulates them (the start
+    # estimates of jobs that do not say); None: a real backend, whose steps take what they take.
+    simulated_step_seconds: float | None
+
+    async def fit_problem(self, pool: Sequence[Node]) -> str | None:
+        """Why the pool's largest job cannot fit where replicas run (warned of at start), or
+        None."""
+
+    def lease_lock(self, name: str) -> LeaseLock | None:
+        """The leader-election lease `name` in the cluster the replicas run in, or None when
+        there is none (the lease then lives in the database)."""
 
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
         """Start every replica of the job (idempotent for replicas already running)."""
@@ -80,6 +97,21 @@ class Backend(Protocol):
 
     async def close(self) -> None:
         """Stop watching; replicas keep running (a restarted coordinator adopts them)."""
+
+
+class OptionalParts:
+    """The answers of a backend that does none of the optional parts of the protocol: a backend
+    inherits them and overrides what it does."""
+
+    writes_model_dirs: bool = True
+    start_timeout: float = 0.0
+    simulated_step_seconds: float | None = None
+
+    async def fit_problem(self, pool: Sequence[Node]) -> str | None:
+        return None
+
+    def lease_lock(self, name: str) -> LeaseLock | None:
+        return None
 
 
 def no_secrets(job_id: str, attempt: int) -> Mapping[str, str]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from appliance.domain.errors import PermissionDenied
+from appliance.domain.phases import Phase
 from appliance.domain.queues import QueueSpec
 from appliance.domain.spec import JobSpec, Priority
 
@@ -87,3 +89,11 @@ def check_may_submit_to(principal: Principal | None, queue: QueueSpec) -> None:
             f"{', '.join(queue.groups)}",
             field="queue",
         )
+
+
+class JobOwner(NamedTuple):
+    """Where a job is and whose it is: what a decision to act on it needs."""
+
+    phase: Phase
+    user: str
+    groups: tuple[str, ...]

@@ -15,10 +15,12 @@ import logging
 from pathlib import Path
 
 from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, ReplicaEventKind
+from appliance.config import PreemptionSettings, ReplicaSettings, RestartSettings
 from appliance.domain.job import Job, JobEvent, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import CHIEF_REPLICA
 from appliance.domain.reasons import ReasonCode, said
+from appliance.domain.requeues import RequeueRequest
 from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.loops.replica_events import ReplicaEventHandling
 from appliance.loops.requeuing import Requeuer
@@ -28,7 +30,6 @@ from appliance.services.model_dirs import ModelDirs
 from appliance.services.nodes import NodeService
 from appliance.services.replicas import ReplicaService
 from appliance.store.jobs import JobStore
-from appliance.store.requeues import RequeueRequest
 
 log = logging.getLogger(__name__)
 SWEEP_INTERVAL = 1.0
@@ -42,23 +43,30 @@ class Reconciler(ReplicaEventHandling):
         replicas: ReplicaService,
         sweep_interval: float = SWEEP_INTERVAL,
         model_dirs: ModelDirs | None = None,
+        *,
+        nodes: NodeService | None = None,
+        lifetimes: ReplicaSettings = ReplicaSettings(),
+        restarts: RestartSettings = RestartSettings(),
+        preemption: PreemptionSettings = PreemptionSettings(),
     ) -> None:
         """`sweep_interval`: seconds between the timed checks of leases, timeouts and nodes
         (a simulation on a virtual clock makes them rarer); `model_dirs`: the owners'
-        directories, made sure of before a job's replicas start (the submits' ModelDirs)."""
+        directories, made sure of before a job's replicas start (the submits' ModelDirs);
+        `nodes`: the node use cases the doors call (else one of its own)."""
         self.ctx = ctx
         self.model_dirs = model_dirs
         self.backend = backend
         self.sweep_interval = sweep_interval
         self.replicas = replicas
-        self.nodes = NodeService(ctx)
+        self.nodes = nodes or NodeService(ctx, restarts, preemption)
+        self.lifetimes = lifetimes
         # Jobs whose replicas this coordinator started or adopted and has not torn down.
         self.active: set[str] = set()
         self._teardowns: dict[str, asyncio.Task[None]] = {}
         # Jobs whose attempt is being torn down to run again (store/requeues.py).
-        self.requeues = Requeuer(ctx, backend, self.active)
+        self.requeues = Requeuer(ctx, backend, self.active, restarts, preemption)
         self._recovered_at = 0.0
-        self._consequences = ConsequentFailures(ctx.settings.peer_failure_settle_seconds)
+        self._consequences = ConsequentFailures(restarts.peer_failure_settle_seconds)
 
     # ---- restart ----------------------------------------------------------------------------
 
@@ -171,7 +179,7 @@ class Reconciler(ReplicaEventHandling):
             await self.ctx.set_phase(job.id, Phase.CANCELLED, reason, expected=job.phase)
         # Replicas may wait to start as long as the backend lets them (a pod pending for a
         # node): the backend fails such a job first, with its own reason, not this timeout.
-        limit = self.ctx.settings.init_timeout_seconds + self.ctx.settings.replica_start_timeout
+        limit = self.lifetimes.init_timeout_seconds + self.backend.start_timeout
         for job in await self.ctx.db(store.jobs_in, [Phase.INITIALIZING]):
             if job.id in stopping or job.id in self.requeues.tasks:
                 continue  # being requeued: its replicas are going, not late
@@ -201,7 +209,7 @@ class Reconciler(ReplicaEventHandling):
             # Not the job's fault: keep it SCHEDULED, say why, retry on the next sweep; fail it
             # only when this lasts longer than the init timeout.
             waited = self.ctx.clock() - job.updated_at
-            if waited <= self.ctx.settings.init_timeout_seconds:
+            if waited <= self.lifetimes.init_timeout_seconds:
                 log.warning("launching %s: %s; retrying", job_id, exc)
                 await self.ctx.db(
                     self.ctx.store.set_condition,

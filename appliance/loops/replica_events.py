@@ -15,9 +15,11 @@ import logging
 from collections.abc import Sequence
 
 from appliance.backends.base import Backend, ReplicaEvent, ReplicaEventKind
+from appliance.config import ReplicaSettings
 from appliance.domain.phases import Phase
 from appliance.domain.plan import CHIEF_REPLICA
 from appliance.domain.reasons import Reason, ReasonCode, said
+from appliance.domain.requeues import StopState
 from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.loops.requeuing import Requeuer
 from appliance.loops.settling import ConsequentFailures
@@ -29,7 +31,6 @@ from appliance.store.replica_batches import (
     exit_message,
     exit_phase,
 )
-from appliance.store.requeues import StopState
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class ReplicaEventHandling:
     backend: Backend
     replicas: ReplicaService
     requeues: Requeuer
+    lifetimes: ReplicaSettings
     _consequences: ConsequentFailures
 
     async def run_events(self) -> None:
@@ -157,7 +159,7 @@ class ReplicaEventHandling:
 
     async def _exit_of(self, event: ReplicaEvent) -> ReplicaExit:
         tail = await self.backend.log_tail(
-            event.job_id, event.replica, self.ctx.settings.log_tail_lines
+            event.job_id, event.replica, self.lifetimes.log_tail_lines
         )
         decisive = event.exit_code != 0 or event.replica == CHIEF_REPLICA
         return ReplicaExit(
@@ -181,7 +183,7 @@ class ReplicaEventHandling:
         phase = found.phase if found is not None else None
         code = event.exit_code
         tail = await self.backend.log_tail(
-            event.job_id, event.replica, self.ctx.settings.log_tail_lines
+            event.job_id, event.replica, self.lifetimes.log_tail_lines
         )
         await self.ctx.db(
             store.update_replica,

@@ -14,7 +14,9 @@ import logging
 from collections.abc import Sequence
 
 from appliance.backends.base import Backend, ReplicaEvent
+from appliance.config import PreemptionSettings, RestartSettings
 from appliance.domain.reasons import Reason
+from appliance.domain.requeues import RequeueRequest
 from appliance.domain.restarts import (
     restart_limit,
     restart_or_fail,
@@ -22,14 +24,22 @@ from appliance.domain.restarts import (
     retryable,
 )
 from appliance.services.context import Context
-from appliance.store.requeues import RequeueRequest
 
 log = logging.getLogger(__name__)
 
 
 class Requeuer:
-    def __init__(self, ctx: Context, backend: Backend, active: set[str]) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        backend: Backend,
+        active: set[str],
+        restarts: RestartSettings = RestartSettings(),
+        preemption: PreemptionSettings = PreemptionSettings(),
+    ) -> None:
         self.ctx = ctx
+        self.restarts = restarts
+        self.preemption = preemption
         self.backend = backend
         self._active = active  # the reconciler's: a requeued job's replicas are gone
         # Jobs whose attempt is being torn down to run again.
@@ -38,17 +48,17 @@ class Requeuer:
     async def restart_if_allowed(self, event: ReplicaEvent, reason: Reason) -> Reason | None:
         """Restart the job after `reason` if its policy allows (None), else the reason to fail
         it with."""
-        settings = self.ctx.settings
-        if not retryable(event.exit_code, settings.restart_exit_codes, event.lost):
+        settings = self.restarts
+        if not retryable(event.exit_code, settings.exit_codes, event.lost):
             return reason
         job = await self.ctx.db(self.ctx.store.get_job, event.job_id, with_replicas=False)
-        limit = restart_limit(job.spec.max_restarts, settings.restart_max_restarts)
+        limit = restart_limit(job.spec.max_restarts, settings.max_restarts)
         requeue, failed = restart_or_fail(reason, limit, job.retries, job.progress.checkpoint_step)
         if requeue is None:
             return failed
         if await self.ctx.request_requeue(event.job_id, job.attempt, requeue, retry=True):
             self.start(
-                event.job_id, job.attempt, requeue, settings.restart_backoff_seconds,
+                event.job_id, job.attempt, requeue, settings.backoff_seconds,
                 resumes_from=job.progress.checkpoint_step,
             )  # fmt: skip
         return None  # a requeue asked for already, or an attempt that is over: nothing to do
@@ -64,7 +74,7 @@ class Requeuer:
                 if request.checkpoint_step is not None:
                     reason = reason.but(checkpointed=request.checkpoint_step)
                 elif now >= request.checkpoint_by:
-                    grace = self.ctx.settings.preemption_grace_seconds
+                    grace = self.preemption.grace_seconds
                     reason = reason.but(no_checkpoint=(grace, request.newest_checkpoint))
                 else:
                     continue

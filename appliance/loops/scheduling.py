@@ -26,10 +26,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from appliance.config import PreemptionSettings, SchedulerSettings
 from appliance.domain.backlog import QueuedJob, RunningJob
 from appliance.domain.dependencies import DependencyState, verdicts
 from appliance.domain.fair_share import Usage, weighted_share
 from appliance.domain.inventory import NodeKind, NodeUsage
+from appliance.domain.phase_moves import PhaseChange
 from appliance.domain.phases import Phase
 from appliance.domain.queues import QueueSpec, Quota, Source, resolve_quotas
 from appliance.domain.reasons import Reason, ReasonCode, said
@@ -40,7 +42,7 @@ from appliance.scheduler.quotas import QuotaBook
 from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
 from appliance.services.context import Context
 from appliance.services.queues import pool_size
-from appliance.store.jobs import JobStore, PhaseChange
+from appliance.store.jobs import JobStore
 
 log = logging.getLogger(__name__)
 MIN_PASS_GAP = 0.005
@@ -51,8 +53,15 @@ _NOTHING = admit_backlog(BacklogIndex(), [])  # the decision on an empty queue
 
 
 class SchedulerLoop:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        scheduler: SchedulerSettings = SchedulerSettings(),
+        preemption: PreemptionSettings = PreemptionSettings(),
+    ) -> None:
         self.ctx = ctx
+        self.settings = scheduler
+        self.preemption = preemption
         self._capped = False
 
     async def run(self) -> None:
@@ -62,14 +71,14 @@ class SchedulerLoop:
         self.ctx.metrics.forget_starts()
         wanted = self.ctx.bus.schedule_wanted
         loop = asyncio.get_running_loop()
-        trace = _Trace(self.ctx.settings.scheduler_trace)
+        trace = _Trace(self.settings.trace)
         try:
             while True:
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that
                 # comes as the event is set, and the loop never stopped (a coordinator's stop
                 # hung on a busy machine).
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.ctx.settings.scheduler_interval):
+                    async with asyncio.timeout(self.settings.interval):
                         await wanted.wait()
                 wanted.clear()
                 started = loop.time()
@@ -133,7 +142,7 @@ class SchedulerLoop:
         need; `given` gets the reasons of the heads that wait for them. The index may have
         changed while this pass read the store (a door brought it up to date): a job that
         entered it after `generation` waits for the next pass, whose reads cover it."""
-        store, settings = self.ctx.store, self.ctx.settings
+        store, settings, preemption = self.ctx.store, self.settings, self.preemption
         now = self.ctx.clock()
         usage, specs = reads.usage, reads.specs
         kinds = {u.node.name: u.node.kind for u in usage}
@@ -146,16 +155,16 @@ class SchedulerLoop:
         shared = len(quotas) > 1
         # What runs (every holding job and its placements: hundreds of rows on a big pool)
         # is read only when a pass decides on it: quotas, or preemption.
-        min_run = settings.preemption_min_run_seconds
+        min_run = preemption.min_run_seconds
         running = await self.ctx.db(store.running_jobs, min_run) if shared else None
         book = QuotaBook(quotas, queue_holdings(running or [], kinds)) if shared else None
         shares = await self._shares(quotas, size, now) if shared else {}
-        limit = settings.scheduler_max_admissions
+        limit = settings.max_admissions
         skip = skip | self.ctx.backlog.entered_after(generation)
         decision = admit_backlog(index, usage, book, shares, skip, limit)
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
         # (the next pass, at most MAX_PASS_GAP later, sees what this one admitted).
-        if decision.admitted or settings.preemption_policy == "never" or not decision.heads:
+        if decision.admitted or preemption.policy == "never" or not decision.heads:
             return decision
         if running is None:
             running = await self.ctx.db(store.running_jobs, min_run)
@@ -178,7 +187,7 @@ class SchedulerLoop:
     ) -> dict[str, float]:
         """Each queue's weighted fair share (domain/fair_share.py)."""
         store = self.ctx.store
-        half_life = self.ctx.settings.fair_share_half_life_seconds
+        half_life = self.settings.fair_share_half_life_seconds
         await self.ctx.db(store.fold_usage, now, half_life)
         used = await self.ctx.db(store.queue_usage, now, half_life)
         return {
@@ -233,7 +242,7 @@ class SchedulerLoop:
     ) -> None:
         """Ask each victim to stop (checkpoint first when it can), and count it as stopping
         for the heads decided after this one."""
-        grace = self.ctx.settings.preemption_grace_seconds
+        grace = self.preemption.grace_seconds
         for victim in victims:
             await self.ctx.request_requeue(
                 victim.job_id, victim.attempt, reason,

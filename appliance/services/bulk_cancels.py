@@ -27,10 +27,10 @@ from appliance.domain.bulk_cancel import (
 )
 from appliance.domain.errors import NotFound, PermissionDenied
 from appliance.domain.listing import JobQuery
+from appliance.domain.phase_moves import PhaseChange
 from appliance.domain.phases import Outcome
 from appliance.services.cancels import CancelAnswer, CancelRequest, decide_and_write
 from appliance.services.context import Context
-from appliance.store.jobs import PhaseChange
 
 CHUNK = 1_000  # jobs decided and written in one transaction
 

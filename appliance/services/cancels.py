@@ -14,14 +14,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from appliance.domain.auth import Principal, check_may_act_on
+from appliance.domain.auth import JobOwner, Principal, check_may_act_on
 from appliance.domain.errors import ApplianceError, Conflict, NotFound, job_not_found
 from appliance.domain.job import Job
+from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import Outcome, Phase
 from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.services.context import Context
 from appliance.services.group_commit import GroupCommit
-from appliance.store.jobs import JobOwner, JobStore, PhaseChange, PhaseMove
+from appliance.store.jobs import JobStore
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What every use case needs: the store (run off the event loop), the bus, settings, a clock;
+"""What every use case needs: the store (run off the event loop), the bus, a clock;
 and the one front door for phase changes.
 
 Every phase change goes through `set_phase`, `schedule` or `write_phases`: each writes through
@@ -19,9 +19,9 @@ from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import OperationalError
 
-from appliance.config import Settings
 from appliance.domain.backlog import Placement
 from appliance.domain.errors import NotFound, Unavailable
+from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import HOLDS_RESOURCES, Phase
 from appliance.domain.reasons import Reason
 from appliance.services.backlog_view import BacklogView
@@ -30,7 +30,7 @@ from appliance.services.group_commit import GroupCommit
 from appliance.services.leadership import Leadership
 from appliance.services.metrics import Metrics
 from appliance.services.start_estimates import StartEstimates
-from appliance.store.jobs import JobStore, PhaseChange, PhaseMove
+from appliance.store.jobs import JobStore
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -39,7 +39,6 @@ R = TypeVar("R")
 
 @dataclasses.dataclass
 class Context:
-    settings: Settings
     store: JobStore
     bus: JobBus
     executor: ThreadPoolExecutor
@@ -62,8 +61,7 @@ class Context:
 
     def __post_init__(self) -> None:
         self.backlog = BacklogView(self.store, self.read)
-        sim_step = self.settings.sim_step_seconds if self.settings.backend == "sim" else None
-        self.estimates = StartEstimates(self.store, self.read, self.backlog, self.clock, sim_step)
+        self.estimates = StartEstimates(self.store, self.read, self.backlog, self.clock)
         self._moves = GroupCommit[PhaseMove, PhaseChange](self._write_moves)
 
     async def db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

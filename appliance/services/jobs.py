@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from appliance.domain.auth import (
@@ -40,7 +40,6 @@ from appliance.services.job_views import JobViewCache
 from appliance.services.kept_renderings import Keeping
 from appliance.services.listing import JobListing
 from appliance.services.metrics import Door
-from appliance.services.metrics_scrape import MetricsScrape
 from appliance.services.model_dirs import ModelDirs
 from appliance.services.offload import Offload
 from appliance.services.queues import QueueService
@@ -50,6 +49,8 @@ MAX_LEASE_SECONDS = 86_400.0
 CHANGES_SETTLE_SECONDS = 0.2
 
 T = TypeVar("T")
+# Runs a blocking call off the event loop (asyncio.to_thread's shape).
+Blocking = Callable[..., Awaitable[Any]]
 
 
 def plan_submission(spec: JobSpec, pool: list[Node]) -> tuple[ReplicaPlan, str | None]:
@@ -58,15 +59,25 @@ def plan_submission(spec: JobSpec, pool: list[Node]) -> tuple[ReplicaPlan, str |
 
 
 class JobService:
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+    def __init__(
+        self,
+        ctx: Context,
+        model_dirs: ModelDirs,
+        queues: QueueService | None = None,
+        *,
+        blocking: Blocking = asyncio.to_thread,
+    ) -> None:
+        """`model_dirs`: where submits place the jobs' model dirs; `queues`: the queue use cases
+        a submit is checked against; `blocking`: how a call that touches the disk is run off
+        the event loop (a thread; inline on a virtual clock, which must not wait on threads)."""
+        self._ctx = ctx
         self._batcher = SubmitBatcher(ctx)
         self._cancels = CancelBatcher(ctx)
         self._views = JobViewCache()
         self._offload = Offload()
-        self.model_dirs = ModelDirs(ctx.settings.model_dirs, ctx.settings.model_dirs_allowed)
-        self.queues = QueueService(ctx)
-        self.metrics = MetricsScrape(ctx)
+        self._blocking = blocking
+        self.model_dirs = model_dirs
+        self._queues = queues or QueueService(ctx)
 
     async def submit(
         self,
@@ -77,12 +88,15 @@ class JobService:
         *,
         by: Principal | None = None,
         door: Door = "internal",
+        refuse_never_runs: bool = True,
     ) -> Job:
         """Plan against the pool (rejecting what can never fit), persist QUEUED, wake the queue.
 
         With `lease_seconds` the job is cancelled when its client stops heartbeating. `by` is
         the authenticated caller (None: authentication is off); the job belongs to them.
-        `door`: where the submit came in, as the metrics count it.
+        `door`: where the submit came in, as the metrics count it. `refuse_never_runs`: refuse
+        a job its queue's limits can never let run (a simulation keeps it queued instead, to
+        count it apart).
         """
         if spec.mode is Mode.COMPILE:
             raise InvalidSpec(
@@ -94,7 +108,7 @@ class JobService:
             check_may_submit(by, spec)
             user = by.user
         validate_user(user)
-        queue = await self.queues.check_submit(spec.queue, by)
+        queue = await self._queues.check_submit(spec.queue, by)
         await self._check_dependencies(spec)
         if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
             raise InvalidSpec(
@@ -106,15 +120,16 @@ class JobService:
         plan, resume = await self._offload.run(
             size, "params", plan_submission, spec, await self._pool()
         )
-        await self.queues.check_can_run(queue, plan)
+        if refuse_never_runs:
+            await self._queues.check_can_run(queue, plan)
         job_id = new_job_id()
         if self.model_dirs.needs_disk(spec, resume, user):  # no disk I/O on the event loop
-            spec = await asyncio.to_thread(self.model_dirs.place, spec, resume, user, job_id, by)
+            spec = await self._blocking(self.model_dirs.place, spec, resume, user, job_id, by)
         else:
             spec = self.model_dirs.place(spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
         new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups)
-        view = self.ctx.backlog
+        view = self._ctx.backlog
         view.expect(job_id)
         try:
             job = await self._batcher.write(new)
@@ -122,9 +137,9 @@ class JobService:
             view.enter(job_id, None)
             raise
         view.enter(job_id, QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue))
-        self.ctx.metrics.submitted(door)
-        self.ctx.bus.wake_scheduler()
-        self.ctx.bus.touched(job.id)
+        self._ctx.metrics.submitted(door)
+        self._ctx.bus.wake_scheduler()
+        self._ctx.bus.touched(job.id)
         return job
 
     async def _check_dependencies(self, spec: JobSpec) -> None:
@@ -132,7 +147,7 @@ class JobService:
         ids = [d.job_id for d in spec.depends_on]
         if not ids:
             return
-        found = await self.ctx.read(self.ctx.store.existing_jobs, ids)
+        found = await self._ctx.read(self._ctx.store.existing_jobs, ids)
         missing = [job_id for job_id in ids if job_id not in found]
         if missing:
             raise InvalidSpec(
@@ -161,9 +176,9 @@ class JobService:
 
     async def _pool(self) -> list[Node]:
         """The pool's shape, cached in the store: no trip to the store thread on the hot path."""
-        pool = self.ctx.store.cached_pool()
+        pool = self._ctx.store.cached_pool()
         if pool is None:
-            pool = await self.ctx.db(self.ctx.store.pool)
+            pool = await self._ctx.db(self._ctx.store.pool)
         return pool
 
     async def get(self, job_id: str, *, by: Principal | None = None) -> Job:
@@ -172,16 +187,16 @@ class JobService:
         version is unchanged (one small read instead of the row, its replicas and their
         conversion)."""
         check_job_id(job_id)
-        store = self.ctx.store
-        version, queued = await self.ctx.read(store.job_version, job_id)
-        position = await self.ctx.backlog.position(job_id) if queued else 0
+        store = self._ctx.store
+        version, queued = await self._ctx.read(store.job_version, job_id)
+        position = await self._ctx.backlog.position(job_id) if queued else 0
         cached = self._views.get(job_id, version, position)
         if cached is not None:
             job = cached
         else:
-            job, version = await self.ctx.read(store.get_job_version, job_id)
+            job, version = await self._ctx.read(store.get_job_version, job_id)
             self._views.put(job_id, version, job)
-        job = await self.ctx.estimates.shown(self.ctx.backlog.shown(job))
+        job = await self._ctx.estimates.shown(self._ctx.backlog.shown(job))
         return job if may_act_on(by, job.user, job.groups) else without_details(job)
 
     def listing(
@@ -189,7 +204,7 @@ class JobService:
     ) -> JobListing[T]:
         """The list use case for a door that sends summaries rendered by `render` (and keeps
         them in the store across restarts as `keeping` says)."""
-        return JobListing(self.ctx, render, max_cached, keeping)
+        return JobListing(self._ctx, render, max_cached, keeping)
 
     async def cancel(
         self, job_id: str, reason: str = "", *, by: Principal | None = None
@@ -209,10 +224,10 @@ class JobService:
         if by is not None:
             await self._check_owner(job_id, by, "re-prioritise")
             check_may_use_priority(by, priority)
-        job = await self.ctx.db(self.ctx.store.set_priority, job_id, priority, self.ctx.clock())
-        self.ctx.backlog.mark(job_id)
-        self.ctx.bus.wake_scheduler()
-        self.ctx.bus.touched(job_id)
+        job = await self._ctx.db(self._ctx.store.set_priority, job_id, priority, self._ctx.clock())
+        self._ctx.backlog.mark(job_id)
+        self._ctx.bus.wake_scheduler()
+        self._ctx.bus.touched(job_id)
         return job
 
     async def update_labels(
@@ -227,21 +242,25 @@ class JobService:
         validate_labels(set_labels)
         if by is not None:
             await self._check_owner(job_id, by, "relabel")
-        job = await self.ctx.db(
-            self.ctx.store.update_labels, job_id, dict(set_labels), list(remove), self.ctx.clock()
+        job = await self._ctx.db(
+            self._ctx.store.update_labels,
+            job_id,
+            dict(set_labels),
+            list(remove),
+            self._ctx.clock(),
         )
-        self.ctx.bus.touched(job_id)
+        self._ctx.bus.touched(job_id)
         return job
 
     async def renew_lease(self, job_id: str, holder: str, *, by: Principal | None = None) -> Job:
         check_job_id(job_id)
         if by is not None:
             await self._check_owner(job_id, by, "hold the lease of")
-        return await self.ctx.db(
-            self.ctx.store.renew_lease,
+        return await self._ctx.db(
+            self._ctx.store.renew_lease,
             job_id,
             validate_text(holder, "holder", MAX_HOLDER),
-            self.ctx.clock(),
+            self._ctx.clock(),
         )
 
     async def _check_owner(self, job_id: str, by: Principal, what: str) -> None:
@@ -251,25 +270,25 @@ class JobService:
     async def _summary(self, job_id: str) -> Job:
         """The job's summary (owner, groups, phase) read on the writer's thread, so a decision
         taken on it is ordered with the writes that follow; raises NotFound."""
-        found = await self.ctx.db(self.ctx.store.job_summaries, [job_id])
+        found = await self._ctx.db(self._ctx.store.job_summaries, [job_id])
         if not found:
             raise job_not_found(job_id)
         return found[0]
 
     async def nodes(self) -> list[tuple[NodeUsage, list[str]]]:
         """The pool with what each node holds and for which jobs."""
-        usage = await self.ctx.db(self.ctx.store.pool_usage)
-        holders = await self.ctx.db(self.ctx.store.node_holders)
+        usage = await self._ctx.db(self._ctx.store.pool_usage)
+        holders = await self._ctx.db(self._ctx.store.node_holders)
         return [(u, holders.get(u.node.name, [])) for u in usage]
 
     async def events(self, job_id: str) -> list[JobEvent]:
         check_job_id(job_id)
-        return await self.ctx.read(self.ctx.store.events, job_id)
+        return await self._ctx.read(self._ctx.store.events, job_id)
 
     async def changes(self, settle: float = CHANGES_SETTLE_SECONDS) -> AsyncIterator[None]:
         """Yields once after each change a list shows (phases, priorities, labels, nodes'
         states), changes within `settle` seconds of the first coming as one; never ends."""
-        with self.ctx.bus.changes() as changed:
+        with self._ctx.bus.changes() as changed:
             while True:
                 await changed.wait()
                 await asyncio.sleep(settle)  # a pass that moves many jobs: one refresh
@@ -285,9 +304,9 @@ class JobService:
         """
         check_job_id(job_id)
         last_seq = after_seq
-        with self.ctx.bus.subscribe(job_id) as live:
+        with self._ctx.bus.subscribe(job_id) as live:
             while True:
-                for event in await self.ctx.read(self.ctx.store.events, job_id, last_seq):
+                for event in await self._ctx.read(self._ctx.store.events, job_id, last_seq):
                     last_seq = event.seq
                     yield event
                     if event.to_phase is not None and event.to_phase.terminal:

@@ -12,6 +12,7 @@ saying so.
 
 from __future__ import annotations
 
+from appliance.config import PreemptionSettings, RestartSettings
 from appliance.domain.auth import Principal
 from appliance.domain.errors import InvalidSpec, NotFound, PermissionDenied
 from appliance.domain.inventory import Node, NodeEvent, NodeState, NodeUsage
@@ -35,8 +36,15 @@ def parse_node_state(value: str) -> NodeState:
 
 
 class NodeService:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        restarts: RestartSettings = RestartSettings(),
+        preemption: PreemptionSettings = PreemptionSettings(),
+    ) -> None:
         self.ctx = ctx
+        self.restarts = restarts
+        self.preemption = preemption
 
     async def set_state(
         self, name: str, state: NodeState, reason: str, by: Principal | None
@@ -109,7 +117,7 @@ class NodeService:
                 if given_up:
                     self.ctx.bus.wake_reconciler()
             return
-        limit = restart_limit(job.spec.max_restarts, self.ctx.settings.restart_max_restarts)
+        limit = restart_limit(job.spec.max_restarts, self.restarts.max_restarts)
         asked = (
             node.state is NodeState.MAINTENANCE
             and job.phase is Phase.RUNNING
@@ -121,7 +129,7 @@ class NodeService:
             assert failed is not None
             await self.ctx.set_phase(job_id, Phase.FAILED, failed, expected=job.phase)
             return
-        grace = self.ctx.settings.preemption_grace_seconds if asked else 0.0
+        grace = self.preemption.grace_seconds if asked else 0.0
         await self.ctx.request_requeue(
             job_id, attempt, requeue, checkpoint_within=grace, retry=True
         )

@@ -8,6 +8,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from appliance.config import SchedulerSettings
 from appliance.domain.auth import Principal, check_may_submit_to
 from appliance.domain.bounded_yaml import load_bounded
 from appliance.domain.errors import InvalidSpec, NotFound, PermissionDenied
@@ -69,11 +70,12 @@ def apply_queues_file(store: JobStore, path: Path, pool: list[Node]) -> FileAppl
 
 
 class QueueService:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, scheduler: SchedulerSettings = SchedulerSettings()) -> None:
         self.ctx = ctx
+        self.half_life = scheduler.fair_share_half_life_seconds
 
     async def list(self) -> list[QueueStatus]:
-        store, settings = self.ctx.store, self.ctx.settings
+        store = self.ctx.store
         specs = await self.ctx.read(store.queue_specs)
         if any(q.source is Source.KEPT for q in specs):  # gone once their last job ended
             await self.ctx.db(store.sweep_kept_queues)
@@ -82,7 +84,7 @@ class QueueService:
         systems, memoryx = pool_size(pool)
         quotas = resolve_quotas(specs, systems, memoryx, strict=False)
         loads = await self.ctx.read(store.queue_loads)
-        now, half_life = self.ctx.clock(), settings.fair_share_half_life_seconds
+        now, half_life = self.ctx.clock(), self.half_life
         await self.ctx.db(store.fold_usage, now, half_life)  # jobs that ended since the pass
         usage = await self.ctx.read(store.queue_usage, now, half_life)
         used = {name: loads[name].systems for name in loads}

@@ -20,6 +20,7 @@ from appliance.domain.errors import (
 )
 from appliance.domain.job import EventKind, Job, JobEvent, Progress
 from appliance.domain.phases import Phase
+from appliance.domain.requeues import StopState
 from appliance.services.context import Context
 from appliance.services.group_commit import GroupCommit
 from appliance.store.replica_batches import (
@@ -29,7 +30,6 @@ from appliance.store.replica_batches import (
     ReplicaExit,
     all_ready,
 )
-from appliance.store.requeues import StopState
 
 Started = tuple[str, str, int | None]  # job, replica, pid
 JobExits = tuple[str, Sequence[ReplicaExit]]

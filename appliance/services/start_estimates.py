@@ -49,7 +49,8 @@ class StartEstimates:
         self._read = read
         self._queue = queue
         self._clock = clock
-        self._default_step = default_step_seconds
+        # A simulating backend's step time (Backend.simulated_step_seconds), set once wired.
+        self.default_step_seconds = default_step_seconds
         self._max_age = max_age
         self._found: dict[str, float] = {}
         self._made = -float("inf")  # monotonic time of the last computation
@@ -126,7 +127,7 @@ class StartEstimates:
             return steps / job.progress.steps_per_second
         step = sim_step_seconds(job.spec.labels)
         if step is None:
-            step = self._default_step
+            step = self.default_step_seconds
         return None if step is None else steps * step
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from appliance.composition import StartupError
 from appliance.config import Settings
 from appliance.domain.errors import ApplianceError, InsufficientCapacity
 from appliance.domain.plan import plan_replicas
@@ -170,8 +171,10 @@ def simulate(
         raise click.ClickException(f"--out {out}: {exc.strerror}") from None
     try:
         outcome = run(fits, settings, sample_every)
-    except ApplianceError as exc:  # e.g. a queues file the pool cannot hold
+    except ApplianceError as exc:
         raise click.ClickException(exc.message) from None
+    except StartupError as exc:  # e.g. a queues file the pool cannot hold
+        raise click.ClickException(str(exc)) from None
     summary = report.summarize(outcome)
     report.write_json(summary, out / "summary.json")
     report.plot(outcome, out / "plot.png")

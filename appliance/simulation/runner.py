@@ -4,8 +4,9 @@ the simulated backend, on a virtual clock, over a workload, as fast as the CPU a
 Time is the event loop's (looptime): when nothing is ready to run, the clock jumps to the next
 timer instead of waiting for it, so an hour of jobs takes what their control-plane work takes.
 Nothing may wait on a thread meanwhile (the clock would run on while it waits): the store's
-calls run inline on the loop (InlineExecutor), and jobs are submitted to the store directly,
-as the submit door would persist them, not through it (its model-dir placement is a thread).
+calls, and the submits' model-dir placement, run inline on the loop (InlineExecutor). The parts
+are wired by the coordinator's composition root, and jobs are submitted through the same use
+case as the doors' (JobService.submit), those due together concurrently: one transaction.
 """
 
 from __future__ import annotations
@@ -22,23 +23,13 @@ from typing import Any
 
 import looptime
 
-from appliance.backends.sim import SimBackend
+from appliance.composition import Parts, Runtime, wire
 from appliance.config import Settings
-from appliance.domain.ids import new_job_id
 from appliance.domain.inventory import NodeKind
 from appliance.domain.job import Job
 from appliance.domain.phases import TERMINAL
-from appliance.domain.plan import plan_replicas
-from appliance.domain.spec import SIM_STEP_SECONDS_LABEL, validate_spec
-from appliance.loops.reconciling import Reconciler
-from appliance.loops.scheduling import SchedulerLoop
-from appliance.services.bus import JobBus
-from appliance.services.context import Context
-from appliance.services.queues import apply_queues_file
-from appliance.services.replicas import ReplicaService
+from appliance.domain.spec import SIM_STEP_SECONDS_LABEL, JobSpec, validate_spec
 from appliance.simulation.workload import SimJob
-from appliance.store.engine import make_engine, migrate
-from appliance.store.jobs import JobStore, NewJob
 
 EPOCH = 1_700_000_000.0  # what the virtual clock reads at the start (stored times are real)
 PARAMS = "model: {name: fc_mnist, hidden_sizes: [64]}\nrunconfig: {checkpoint_steps: %d}\n"
@@ -102,40 +93,35 @@ async def _simulate(workload: list[SimJob], settings: Settings, sample_every: fl
         settings = settings.model_copy(
             update={
                 "data_dir": Path(work),
+                "database_url": "",
+                "backend": "sim",
+                "sim_step_seconds": STEP_SECONDS,
+                "sim_failure_rate": 0.0,
+                "sim_fail_at": "",
                 "scheduler_interval": PASS_SECONDS,
                 "preemption_grace_seconds": max(settings.preemption_grace_seconds, 2 * report),
             }
         )
-        engine = make_engine(f"sqlite:///{Path(work) / 'appliance.db'}")
+        runtime = Runtime(
+            clock=lambda: EPOCH + loop.time(),
+            executor=InlineExecutor(),  # type: ignore[arg-type]
+            blocking=_inline,
+            sweep_interval=SWEEP_SECONDS,
+            report_interval=report,
+            serving=False,
+        )
+        parts = await wire(settings, runtime)
         try:
-            migrate(engine)
-            store = JobStore(engine)
-            pool = settings.pool()
-            store.sync_pool(pool)
-            if settings.queues_file is not None:
-                apply_queues_file(store, settings.queues_file, pool)
-            ctx = Context(
-                settings, store, JobBus(), InlineExecutor(),  # type: ignore[arg-type]
-                clock=lambda: EPOCH + loop.time(),
-            )  # fmt: skip
-            replicas = ReplicaService(ctx)
-            backend = SimBackend(
-                replicas, step_seconds=STEP_SECONDS, clock=ctx.clock, report_interval=report
-            )
-            reconciler = Reconciler(ctx, backend, replicas, sweep_interval=SWEEP_SECONDS)
-            tasks = [
-                loop.create_task(SchedulerLoop(ctx).run()),
-                loop.create_task(reconciler.run_events()),
-                loop.create_task(reconciler.run_sweeps()),
-            ]
+            pool = parts.ctx.store.pool()
+            tasks = [loop.create_task(run) for run in parts.loops()]
             samples: list[Sample] = []
             try:
-                ids = await _submit_and_sample(ctx, workload, sample_every, samples)
+                ids = await _submit_and_sample(parts, workload, sample_every, samples)
             finally:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-                await backend.close()
+            store = parts.ctx.store
             jobs = [
                 (sim, store.get_job(job_id)) for sim, job_id in zip(workload, ids, strict=True)
             ]
@@ -148,39 +134,47 @@ async def _simulate(workload: list[SimJob], settings: Settings, sample_every: fl
                 count[NodeKind.SWARMX],
             )
         finally:
-            engine.dispose()
+            await parts.close()
+
+
+async def _inline(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """A blocking call run at once on the loop (a thread would let the virtual clock run on)."""
+    return fn(*args, **kwargs)
 
 
 async def _submit_and_sample(
-    ctx: Context, workload: list[SimJob], every: float, samples: list[Sample]
+    parts: Parts, workload: list[SimJob], every: float, samples: list[Sample]
 ) -> list[str]:
     """Submit each job at its time; sample the queue and the systems in use every `every`
     seconds; return once every job has ended."""
     loop = asyncio.get_running_loop()
-    pool = ctx.settings.pool()
-    ids = [new_job_id() for _ in workload]
+    ctx, jobs = parts.ctx, parts.uses.jobs
+    ids = [""] * len(workload)
     order = sorted(range(len(workload)), key=lambda i: workload[i].submit_at)
     submitted = 0
     next_sample = 0.0
     while True:
         now = loop.time()
-        batch = []
+        due = []
         while submitted < len(order) and workload[order[submitted]].submit_at <= now:
-            index = order[submitted]
-            batch.append(_new_job(ids[index], workload[index], pool))
+            due.append(order[submitted])
             submitted += 1
-        if batch:
-            ctx.store.create_jobs(batch, ctx.clock())
-            for new in batch:
-                ctx.backlog.mark(new.job_id)
-            ctx.bus.wake_scheduler()
+        if due:  # submitted together: group-committed, one transaction
+            made = await asyncio.gather(
+                *(
+                    jobs.submit(_spec(workload[i]), workload[i].user, refuse_never_runs=False)
+                    for i in due
+                )
+            )
+            for index, job in zip(due, made, strict=True):
+                ids[index] = job.id
         if now >= next_sample:
             await ctx.backlog.current()
             usage = ctx.store.pool_usage()
             used = sum(u.used for u in usage if u.node.kind is NodeKind.SYSTEM)
             samples.append(Sample(now, len(ctx.backlog), used))
             next_sample = now + every
-            if submitted == len(order) and _all_ended(ctx):
+            if submitted == len(order) and _all_ended(parts):
                 return ids
             if submitted == len(order) and _stalled(samples):
                 return ids  # what is left can never run (e.g. a queue's quota is too small)
@@ -203,17 +197,17 @@ def _stalled(samples: list[Sample]) -> bool:
     return last.at - samples[0].at >= STALL_SECONDS
 
 
-def _all_ended(ctx: Context) -> bool:
-    counts = ctx.store.count_by_phase()
+def _all_ended(parts: Parts) -> bool:
+    counts = parts.ctx.store.count_by_phase()
     return not any(count for phase, count in counts.items() if phase not in TERMINAL)
 
 
-def _new_job(job_id: str, job: SimJob, pool: list[Any]) -> NewJob:
-    """The job as a submit would persist it: its duration as steps of the simulated backend."""
+def _spec(job: SimJob) -> JobSpec:
+    """The job as its user would submit it: its duration as steps of the simulated backend."""
     steps = max(1, math.ceil(job.duration / STEP_SECONDS))
     step = job.duration / steps
     label = f"{step:.6f}".rstrip("0").rstrip(".") or "0"
-    spec = validate_spec(
+    return validate_spec(
         params_yaml=PARAMS % max(1, steps // 10),
         num_csx=job.num_csx,
         num_steps=steps,
@@ -221,4 +215,3 @@ def _new_job(job_id: str, job: SimJob, pool: list[Any]) -> NewJob:
         queue=job.queue,
         labels={SIM_STEP_SECONDS_LABEL: label},
     )
-    return NewJob(job_id, job.user, spec, plan_replicas(spec, pool))

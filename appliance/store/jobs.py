@@ -20,6 +20,7 @@ from sqlalchemy import insert, select, update
 from appliance.domain.backlog import Placement
 from appliance.domain.errors import InvalidSpec, NotFound
 from appliance.domain.job import Job, ReplicaPhase
+from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan, Role
 from appliance.domain.queues import DEFAULT_QUEUE, Source
@@ -29,10 +30,7 @@ from appliance.domain.spec_document import stored_document
 from appliance.store.base import in_chunks
 from appliance.store.job_controls import JobControlStore
 from appliance.store.leadership import LeadershipStore
-from appliance.store.listing import JobOwner as JobOwner
 from appliance.store.listing import ListingStore
-from appliance.store.phase_writes import PhaseChange as PhaseChange
-from appliance.store.phase_writes import PhaseMove as PhaseMove
 from appliance.store.phase_writes import write_phases
 from appliance.store.pool import PoolStore
 from appliance.store.queue_defs import QueueDefStore

@@ -15,11 +15,12 @@ import functools
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Dialect, and_, bindparam, cast, func, or_, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 
+from appliance.domain.auth import JobOwner
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job
 from appliance.domain.listing import DEFAULT_LIMIT, JobKey, JobQuery
@@ -27,15 +28,6 @@ from appliance.domain.phases import Phase
 from appliance.store.base import IN_LIST_SIZE, StoreBase, in_chunks
 from appliance.store.rows import SUMMARY_AS_READ, job_from_values
 from appliance.store.tables import ACTIVE_PHASES_SQL, JobLabelRow, JobRenderingRow, JobRow
-
-
-class JobOwner(NamedTuple):
-    """Where a job is and whose it is: what a decision to act on it needs."""
-
-    phase: Phase
-    user: str
-    groups: tuple[str, ...]
-
 
 # Built once: a statement object carries its compiled form from call to call.
 _SUMMARIES_OF = select(*SUMMARY_AS_READ, JobRow.version).where(

@@ -12,7 +12,6 @@ statements built once.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -34,8 +33,8 @@ from sqlalchemy.sql.dml import ReturningUpdate, Update
 from appliance.domain.errors import NotFound, job_not_found
 from appliance.domain.inventory import NodeKind
 from appliance.domain.job import EventKind, JobEvent
+from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Outcome, Phase, check_move
-from appliance.domain.reasons import Reason, as_reason
 from appliance.store.base import in_chunks
 from appliance.store.fence import Fence
 from appliance.store.tables import (
@@ -46,36 +45,6 @@ from appliance.store.tables import (
     PlacementRow,
     ReplicaRow,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class PhaseMove:
-    """A phase change asked for: `job_id` to `target`, decided on `expected` (compare-and-set;
-    None: from whatever phase the job is in). `reason` is recorded with the event (a plain
-    string, as tests of the store give, is a message without a code)."""
-
-    job_id: str
-    target: Phase
-    reason: Reason
-    expected: Phase | None = None
-    # More columns of the job's row written with the move (a schedule's systems).
-    columns: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "reason", as_reason(self.reason))
-
-
-@dataclasses.dataclass(frozen=True)
-class PhaseChange:
-    """The outcome of a phase change, and the event it recorded when it was applied."""
-
-    outcome: Outcome
-    event: JobEvent | None = None
-
-    @property
-    def applied(self) -> bool:
-        return self.outcome is Outcome.APPLIED
-
 
 _PHASES_OF = select(JobRow.id, JobRow.phase).where(JobRow.id.in_(bindparam("ids", expanding=True)))
 _RELEASE = delete(PlacementRow).where(PlacementRow.job_id.in_(bindparam("ids", expanding=True)))

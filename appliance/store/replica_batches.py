@@ -25,12 +25,14 @@ from sqlalchemy import Connection, Table, bindparam, case, literal, or_, select,
 
 from appliance.domain.errors import NotFound, stale_attempt
 from appliance.domain.job import Progress, ReplicaPhase
+from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import Phase
 from appliance.domain.plan import CHIEF_REPLICA
 from appliance.domain.reasons import Reason, ReasonCode, said
+from appliance.domain.requeues import StopState
 from appliance.store.base import StoreBase, in_chunks
-from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
-from appliance.store.requeues import StopState, read_stop_states
+from appliance.store.phase_writes import write_phases
+from appliance.store.requeues import read_stop_states
 from appliance.store.tables import HOLDING_PHASES, JobRow, ReplicaRow
 
 

@@ -11,9 +11,7 @@ it wrote is recorded here when its report arrives.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, bindparam, insert, select, update
 from sqlalchemy.orm import Session, aliased
@@ -21,11 +19,13 @@ from sqlalchemy.orm import Session, aliased
 from appliance.domain.backlog import RunningJob
 from appliance.domain.errors import NotFound
 from appliance.domain.job import EventKind, JobEvent
+from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import Phase
 from appliance.domain.reasons import Reason, ReasonCode, as_reason, notes, said
+from appliance.domain.requeues import RequeueRequest, StopState
 from appliance.domain.spec import Priority
 from appliance.store.base import StoreBase, in_chunks
-from appliance.store.phase_writes import PhaseChange, PhaseMove, write_phases
+from appliance.store.phase_writes import write_phases
 from appliance.store.rows import spec_of
 from appliance.store.tables import HOLDING_PHASES, JobEventRow, JobRow, PlacementRow
 
@@ -45,47 +45,6 @@ _AWAITING_CHECKPOINT = (
         _VICTIM.checkpoint_by > 0, _VICTIM.checkpoint_step.is_(None),
     )
 )  # fmt: skip
-
-
-@dataclasses.dataclass(frozen=True)
-class RequeueRequest:
-    """A requeue asked for and not yet done."""
-
-    job_id: str
-    phase: Phase
-    attempt: int
-    reason: str
-    checkpoint_by: float  # 0: no checkpoint asked for
-    checkpoint_step: int | None  # the checkpoint written on request, once reported
-    newest_checkpoint: int  # the newest checkpoint the chief reported (0: none)
-    preempted_by: str
-    reason_code: str = ""  # the code of `reason` (domain/reasons.py)
-
-    @property
-    def said(self) -> Reason:
-        """`reason` with its code, to add notes to."""
-        return Reason.stored_as(self.reason_code, self.reason)
-
-
-@dataclasses.dataclass(frozen=True)
-class StopState:
-    """What a replica's call needs to know of its job."""
-
-    phase: Phase
-    attempt: int
-    stopping: bool  # a requeue is asked for: the current attempt is ending
-    checkpoint_wanted: bool  # the chief is asked for a checkpoint now
-
-    @classmethod
-    def of_row(cls, row: Any) -> StopState:
-        """From a job row's phase, attempt, stop_reason, checkpoint_by and checkpoint_step."""
-        stopping = bool(row.stop_reason)
-        wanted = stopping and row.checkpoint_by > 0 and row.checkpoint_step is None
-        return cls(Phase(row.phase), row.attempt, stopping, wanted)
-
-    def is_current(self, attempt: int) -> bool:
-        """Whether something of `attempt` (0: not known, e.g. adopted) is of this one."""
-        return attempt in (0, self.attempt)
 
 
 # What a StopState is made of (StopState.of_row); the statement is built once, as it is read

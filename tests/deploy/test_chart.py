@@ -18,7 +18,10 @@ import pytest
 import yaml
 
 from appliance.backends.kubernetes.manifests import ROLE_REQUESTS
-from appliance.config import ReplicaResources, RoleResources, Settings, read_inventory
+from appliance.composition import election
+from appliance.config import Settings
+from appliance.config.inventory import read_inventory
+from appliance.config.kube import ReplicaResources, RoleResources
 from appliance.domain.inventory import Node, NodeKind
 from appliance.domain.plan import Role
 from appliance.domain.queues import parse_queues_document, resolve_quotas
@@ -266,7 +269,7 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
             for role, default in ROLE_REQUESTS.items()
         }
         assert settings.kube_clean_pod_policy == "all"
-        assert r.one("Deployment")["spec"]["replicas"] == 1 and settings.election == "off"
+        assert r.one("Deployment")["spec"]["replicas"] == 1 and election(settings) == "off"
         assert by_kind == [
             ["cs2-01", "cs2-02", "cs2-03", "cs2-04"],
             ["memx-01", "memx-02", "memx-03", "memx-04"],
@@ -280,8 +283,8 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
         assert settings.scheduler_interval == 0.5 and settings.log_tail_lines == 50
         assert requests[Role.CS2] == RoleResources(cpu="2", memory="2Gi")
         # Two coordinators on PostgreSQL elect a leader by the Lease the Role allows.
-        assert settings.election == "kubernetes" and settings.lease_name == "appliance-leader"
-        assert settings.lease_timing.duration == 10
+        assert election(settings) == "kubernetes" and settings.lease_name == "appliance-leader"
+        assert settings.leases.timing.duration == 10
         assert by_kind[0][-1] == "cs2-64" and by_kind[1][0] == "memx-rack1-a"
 
 
@@ -340,7 +343,7 @@ def test_model_dirs_are_one_claim_for_the_coordinator_and_the_replicas(
     assert volume["persistentVolumeClaim"] == {"claimName": claim}
     (settings,) = [o for o in objects if o["metadata"]["name"].endswith("-settings")]
     data_dir = Path(settings["data"]["APPLIANCE_DATA_DIR"])
-    assert Settings(data_dir=data_dir).model_dirs == Path("/var/lib/appliance/model_dirs")
+    assert Settings(data_dir=data_dir).model_dirs.root == Path("/var/lib/appliance/model_dirs")
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from appliance.config import Settings
 from appliance.domain.inventory import default_pool
 from appliance.domain.job import Job
 from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import Priority, validate_spec
 from appliance.services.bus import JobBus
 from appliance.services.context import Context
+from appliance.services.jobs import JobService
+from appliance.services.model_dirs import ModelDirs
 from appliance.store.engine import make_engine, migrate
 from appliance.store.jobs import JobStore, NewJob
 
@@ -51,12 +52,23 @@ async def store_context(tmp_path: Path) -> AsyncIterator[Context]:
     store = JobStore(engine)
     store.sync_pool(default_pool())
     writer = ThreadPoolExecutor(1, thread_name_prefix="test-store")
-    settings = Settings(data_dir=tmp_path / "data")
     try:
-        yield Context(settings, store, JobBus(), writer, clock=Clock())
+        yield Context(store, JobBus(), writer, clock=Clock())
     finally:
         writer.shutdown(wait=True)
         engine.dispose()
+
+
+def data_dir(ctx: Context) -> Path:
+    """The data dir beside the store of a `store_context`."""
+    database = ctx.store.engine.url.database
+    assert database is not None
+    return Path(database).parent / "data"
+
+
+def job_service(ctx: Context) -> JobService:
+    """The submit (and read, cancel...) use cases over `ctx`, model dirs in its data dir."""
+    return JobService(ctx, ModelDirs(data_dir(ctx) / "model_dirs"))
 
 
 def shown(ctx: Context, job_id: str) -> Job:

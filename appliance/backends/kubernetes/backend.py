@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from pathlib import Path
 from typing import Any
 
-from appliance.backends.base import ReplicaEvent, ReplicaEventKind, no_secrets
+from appliance.backends.base import OptionalParts, ReplicaEvent, ReplicaEventKind, no_secrets
 from appliance.backends.kubernetes import logs
 from appliance.backends.kubernetes import manifests as m
 from appliance.backends.kubernetes.capacity import fit_problem
@@ -34,9 +34,11 @@ from appliance.backends.kubernetes.client import (
     KubeUnavailable,
     WatchExpired,
 )
+from appliance.backends.kubernetes.lease import KubeLeaseLock
 from appliance.backends.kubernetes.status import UNSCHEDULABLE, PodState, PodView, view_of
 from appliance.domain.inventory import Node
 from appliance.domain.job import Job, Replica
+from appliance.domain.leadership import LeaseLock
 
 log = logging.getLogger(__name__)
 # API calls in flight at once for pod creates, deletes and log copies, across all jobs: a mass
@@ -47,9 +49,7 @@ WATCH_RETRY_SECONDS = 1.0
 ARCHIVE_LIMIT_BYTES = 64 << 20
 
 
-class KubernetesBackend:
-    writes_model_dirs = True
-
+class KubernetesBackend(OptionalParts):
     def __init__(
         self,
         api: KubeApi,
@@ -66,6 +66,7 @@ class KubernetesBackend:
         self.log_dir = log_dir
         self.clean_pod_policy = clean_pod_policy
         self.pending_timeout = pending_timeout
+        self.start_timeout = pending_timeout  # a pod may wait this long, then fails its job
         self.watch_timeout_seconds = watch_timeout_seconds
         self.clock = clock
         self.watch_restarts: collections.Counter[str] = collections.Counter()
@@ -236,6 +237,10 @@ class KubernetesBackend:
         except (KubeError, KubeUnavailable):
             return "", offset
         return logs.complete_lines(text.encode()[offset:], offset)
+
+    def lease_lock(self, name: str) -> LeaseLock | None:
+        """The election lease as a Lease object beside the replica pods."""
+        return KubeLeaseLock(self.api, name)
 
     async def fit_problem(self, pool: Sequence[Node]) -> str | None:
         """None when the pool's largest job fits the nodes' allocatable room (capacity.py);

@@ -1,6 +1,6 @@
 """Kubernetes resource quantities as numbers (pure): CPU in millicores, memory in bytes.
 
-Only the forms the settings accept (appliance/config.py) and node status uses: plain or
+Only the forms the settings accept (appliance/config/kube.py) and node status uses: plain or
 decimal numbers, `m` for CPU, decimal (k, M, G, T) and binary (Ki, Mi, Gi, Ti) suffixes.
 """
 

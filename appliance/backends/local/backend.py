@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 
-from appliance.backends.base import ReplicaEvent, ReplicaEventKind, no_secrets
+from appliance.backends.base import OptionalParts, ReplicaEvent, ReplicaEventKind, no_secrets
 from appliance.domain.auth import ATTEMPT_ENV
 from appliance.domain.job import Job, Replica
 
@@ -41,9 +41,7 @@ class _Running:
             os.killpg(self.pid, sig)
 
 
-class LocalBackend:
-    writes_model_dirs = True
-
+class LocalBackend(OptionalParts):
     def __init__(
         self,
         data_dir: Path,

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
-from appliance.backends.base import ReplicaEvent, ReplicaEventKind, no_secrets
+from appliance.backends.base import OptionalParts, ReplicaEvent, ReplicaEventKind, no_secrets
 from appliance.backends.sim.calls import ReplicaCalls
 from appliance.backends.sim.failures import FailurePlan
 from appliance.backends.sim.logs import JobLogs
@@ -36,7 +36,7 @@ from appliance.domain.spec import JobSpec, sim_step_seconds
 log = logging.getLogger(__name__)
 
 
-class SimBackend:
+class SimBackend(OptionalParts):
     writes_model_dirs = False
 
     def __init__(
@@ -57,6 +57,7 @@ class SimBackend:
         self.replica_secrets: Callable[[str, int], Mapping[str, str]] = no_secrets
         self.calls = calls
         self.step_seconds = step_seconds
+        self.simulated_step_seconds: float | None = step_seconds
         self.failures = failures or FailurePlan()
         self.clock = clock
         self.sleep = sleep

@@ -2,8 +2,9 @@
 
 A real replica makes these calls over gRPC (the ReplicaControl service); a simulated one makes
 them in process, with no channel, no token and no data plane. A backend may not reach the
-services layer, so the composition root (server/app.py) hands the coordinator's ReplicaService
-to the simulated backend as a `ReplicaCalls`; tests hand it a recorder of their own.
+services layer, so the composition root (appliance/composition) hands the coordinator's
+ReplicaService to the simulated backend as a `ReplicaCalls`; tests hand it a recorder of their
+own.
 """
 
 from __future__ import annotations

@@ -21,25 +21,23 @@ from appliance.protocol.queues import queue_to_pb, usage_to_pb
 from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
 from appliance.server.grpc.errors import Ctx, stream, unary
-from appliance.services.bulk_cancels import BulkCancel
-from appliance.services.job_watch import JobWatch
-from appliance.services.jobs import JobService, check_job_id
-from appliance.services.logs import LogService
-from appliance.services.nodes import NodeService, parse_node_state
-from appliance.services.usage import UsageService
+from appliance.services.jobs import check_job_id
+from appliance.services.nodes import parse_node_state
+from appliance.services.use_cases import UseCases
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     """Every method but GetVersion is authenticated before it runs (authn.py); `caller()`
     is who calls."""
 
-    def __init__(self, jobs: JobService, logs: LogService) -> None:
-        self.jobs = jobs
-        self.logs = logs
-        self.nodes = NodeService(jobs.ctx)
-        self.usage = UsageService(jobs.ctx)
-        self.bulk_cancels = BulkCancel(jobs.ctx)
-        self.job_watch = JobWatch(jobs.ctx)
+    def __init__(self, uses: UseCases) -> None:
+        self.jobs = jobs = uses.jobs
+        self.logs = uses.logs
+        self.nodes = uses.nodes
+        self.usage = uses.usage
+        self.queues = uses.queues
+        self.bulk_cancels = uses.bulk_cancels
+        self.job_watch = uses.job_watch
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED, summaries.KEEPING)
 
     @unary
@@ -211,7 +209,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def ListQueues(
         self, request: cluster_pb2.ListQueuesRequest, context: Ctx
     ) -> cluster_pb2.ListQueuesResponse:
-        statuses = await self.jobs.queues.list()
+        statuses = await self.queues.list()
         return cluster_pb2.ListQueuesResponse(queues=[queue_to_pb(q) for q in statuses])
 
     @unary
@@ -225,14 +223,14 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         }
         if request.set_groups:
             fields["groups"] = list(request.groups)
-        spec = await self.jobs.queues.set(request.name, fields, by=caller())
-        return queue_to_pb(await self.jobs.queues.status(spec.name))
+        spec = await self.queues.set(request.name, fields, by=caller())
+        return queue_to_pb(await self.queues.status(spec.name))
 
     @unary
     async def DeleteQueue(
         self, request: cluster_pb2.DeleteQueueRequest, context: Ctx
     ) -> cluster_pb2.DeleteQueueResponse:
-        await self.jobs.queues.delete(request.name, by=caller())
+        await self.queues.delete(request.name, by=caller())
         return cluster_pb2.DeleteQueueResponse()
 
     @unary

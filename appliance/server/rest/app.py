@@ -24,9 +24,7 @@ from appliance.server.rest.models import ReadyOut, StatusOut
 from appliance.server.rest.nodes import nodes_router
 from appliance.server.rest.queues import queues_router
 from appliance.server.rest.standby import StandbyRefusal
-from appliance.services.health import Readiness
-from appliance.services.jobs import JobService
-from appliance.services.logs import LogService
+from appliance.services.use_cases import UseCases
 
 DESCRIPTION = (
     "REST door of the appliance's coordinator: submit, list, inspect, cancel and watch wsjobs. "
@@ -35,17 +33,15 @@ DESCRIPTION = (
 
 
 def create_app(
-    jobs: JobService,
-    readiness: Readiness,
+    uses: UseCases,
     auth: Authenticator | None = None,
     max_body_bytes: int = 4 << 20,
     standby: Callable[[], str | None] = lambda: None,
-    logs: LogService | None = None,
     cookie_paths: tuple[str, ...] = (),
 ) -> FastAPI:
     """Build the app over the coordinator's services (shared with gRPC); `standby` says why
     this coordinator does not serve the API now (server/rest/standby.py), None while it does.
-    `logs`: serve the jobs' logs too (/api/v1/jobs/{id}/logs). POSTs under `cookie_paths` are
+    POSTs under `cookie_paths` are
     authenticated by the door that serves them (the web door's session), not by a bearer
     token. /docs is the web door's (Swagger UI from local assets)."""
     app = FastAPI(
@@ -61,7 +57,7 @@ def create_app(
     # Added last, so it runs first: nothing reads a body the guard refuses.
     app.add_middleware(
         LatencyMiddleware,
-        latency=jobs.metrics.metrics.http_latency,
+        latency=uses.metrics.metrics.http_latency,
         routes=app.router.routes,
         clock=time.perf_counter,
     )
@@ -69,12 +65,11 @@ def create_app(
         RequestGuard, auth=auth, max_body_bytes=max_body_bytes, cookie_paths=cookie_paths
     )
     app.add_middleware(StandbyRefusal, problem=standby)
-    app.include_router(jobs_router(jobs, caller))
-    app.include_router(controls_router(jobs, caller))
-    app.include_router(nodes_router(jobs, caller))
-    app.include_router(queues_router(jobs, caller))
-    if logs is not None:
-        app.include_router(logs_router(logs, caller))
+    app.include_router(jobs_router(uses.jobs, uses.bulk_cancels, caller))
+    app.include_router(controls_router(uses.jobs, caller))
+    app.include_router(nodes_router(uses.jobs, uses.nodes, caller))
+    app.include_router(queues_router(uses.queues, uses.usage, caller))
+    app.include_router(logs_router(uses.logs, caller))
 
     @app.get("/healthz", tags=["health"], response_model=StatusOut)
     async def healthz() -> StatusOut:
@@ -97,8 +92,8 @@ def create_app(
         """This coordinator leads (or is the only one), the store answers queries and the
         backend can start replicas. `warnings`: what was found at start that will fail jobs
         later (the pool's largest job cannot fit the nodes)."""
-        problem = await readiness.problem()
-        warnings = list(readiness.warnings)
+        problem = await uses.readiness.problem()
+        warnings = list(uses.readiness.warnings)
         if problem:
             response.status_code = 503
             return ReadyOut(status="unavailable", reason=problem, warnings=warnings)
@@ -113,7 +108,7 @@ def create_app(
     async def prometheus_metrics() -> Response:
         """Prometheus metrics: jobs submitted (by door) and finished, the queue, the
         scheduler, the pool, gRPC calls and HTTP requests (services/metrics.py)."""
-        scrape = jobs.metrics
+        scrape = uses.metrics
         return Response(await scrape.render(), media_type=scrape.content_type)
 
     return app

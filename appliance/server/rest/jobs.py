@@ -41,12 +41,11 @@ def _json(model: BaseModel, status: int = 200, headers: dict[str, str] | None = 
     return Response(model.model_dump_json(), status, headers, media_type="application/json")
 
 
-def jobs_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
+def jobs_router(jobs: JobService, bulk_cancels: BulkCancel, caller: CallerDependency) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=ERROR_RESPONSES)
     authenticated = Depends(caller)  # the caller, or None while authentication is off
     # Summaries rendered once per version; one page of the largest size stays cached.
     listing = jobs.listing(job_out, max_cached=MAX_LIMIT)
-    bulk_cancels = BulkCancel(jobs.ctx)
 
     @router.post("/jobs", status_code=201, response_model=JobOut)
     async def submit_job(body: JobSubmitIn, by: Principal | None = authenticated) -> Response:

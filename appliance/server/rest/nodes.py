@@ -74,10 +74,9 @@ class NodeEventListOut(BaseModel):
     events: list[NodeEventOut]
 
 
-def nodes_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
+def nodes_router(jobs: JobService, states: NodeService, caller: CallerDependency) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["cluster"], responses=ERROR_RESPONSES)
     authenticated = Depends(caller)  # the caller, or None while authentication is off
-    states = NodeService(jobs.ctx)  # changes of state and their history
 
     @router.get("/nodes", response_model=NodeListOut, tags=["cluster"])
     async def list_nodes(by: Principal | None = authenticated) -> NodeListOut:

@@ -16,7 +16,7 @@ from appliance.domain.usage import UsageBy, UsageRow
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.models import Moment
-from appliance.services.jobs import JobService
+from appliance.services.queues import QueueService
 from appliance.services.usage import UsageService
 
 QueueName = Annotated[
@@ -95,11 +95,11 @@ class UsageOut(BaseModel):
     rows: list[UsageRowOut]
 
 
-def queues_router(jobs: JobService, caller: CallerDependency) -> APIRouter:
+def queues_router(
+    queues: QueueService, usage: UsageService, caller: CallerDependency
+) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["queues"], responses=ERROR_RESPONSES)
     authenticated = Depends(caller)  # the caller, or None while authentication is off
-    queues = jobs.queues
-    usage = UsageService(jobs.ctx)
 
     @router.get("/queues", response_model=QueueListOut)
     async def list_queues(by: Principal | None = authenticated) -> QueueListOut:

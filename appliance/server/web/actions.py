@@ -23,9 +23,10 @@ NodeName = Annotated[str, Path(max_length=MAX_NODE_NAME)]
 MAX_TOKEN = 512
 
 
-def actions_router(jobs: JobService, sessions: Sessions, auth: Authenticator) -> APIRouter:
+def actions_router(
+    jobs: JobService, nodes: NodeService, sessions: Sessions, auth: Authenticator
+) -> APIRouter:
     router = APIRouter(prefix=PREFIX, route_class=HtmlRoute, include_in_schema=False)
-    nodes = NodeService(jobs.ctx)
 
     def back_to(job_id: str) -> RedirectResponse:
         return RedirectResponse(f"{PREFIX}/jobs/{job_id}", 303)

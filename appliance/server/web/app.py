@@ -15,8 +15,7 @@ from appliance.server.web.pages import pages_router
 from appliance.server.web.render import HERE, NOT_FRAMED, PREFIX
 from appliance.server.web.session import Sessions
 from appliance.server.web.streams import streams_router
-from appliance.services.jobs import JobService
-from appliance.services.logs import LogService
+from appliance.services.use_cases import UseCases
 
 STATIC = HERE / "static"
 VENDOR = f"{PREFIX}/static/vendor"
@@ -25,13 +24,13 @@ VENDOR = f"{PREFIX}/static/vendor"
 COOKIE_PATHS = (f"{PREFIX}/",)
 
 
-def install_web(app: FastAPI, jobs: JobService, logs: LogService, auth: Authenticator) -> None:
+def install_web(app: FastAPI, uses: UseCases, auth: Authenticator) -> None:
     """The dashboard on `app` (made with docs_url=None: /docs is served here)."""
     sessions = Sessions(auth)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
-    app.include_router(pages_router(jobs, sessions))
-    app.include_router(actions_router(jobs, sessions, auth))
-    app.include_router(streams_router(jobs, logs, sessions))
+    app.include_router(pages_router(uses, sessions))
+    app.include_router(actions_router(uses.jobs, uses.nodes, sessions, auth))
+    app.include_router(streams_router(uses.jobs, uses.logs, sessions))
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:

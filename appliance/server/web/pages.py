@@ -21,18 +21,17 @@ from appliance.domain.usage import UsageBy
 from appliance.server.web.fields import one_of
 from appliance.server.web.render import PREFIX, HtmlRoute, age, page
 from appliance.server.web.session import Sessions
-from appliance.services.jobs import JobService
-from appliance.services.usage import UsageService
+from appliance.services.use_cases import UseCases
 
 JobId = Annotated[str, Path(max_length=64)]
 MAX_SHOWN = 2_000  # rows a list page shows at most (the API pages beyond)
 
 
-def pages_router(jobs: JobService, sessions: Sessions) -> APIRouter:
+def pages_router(uses: UseCases, sessions: Sessions) -> APIRouter:
+    jobs, usage, queue_use = uses.jobs, uses.usage, uses.queues
     router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
     caller = Depends(sessions.caller)
     listing = jobs.listing(lambda job: job, max_cached=MAX_SHOWN)
-    usage = UsageService(jobs.ctx)
 
     async def listed(query: JobQuery) -> list[Job]:
         found, _ = await listing.page(query)
@@ -99,7 +98,7 @@ def pages_router(jobs: JobService, sessions: Sessions) -> APIRouter:
         by: Principal | None = caller,
     ) -> HTMLResponse:
         """Queues (quota, use, fair share) and usage accounting over a window."""
-        queues = await jobs.queues.list()
+        queues = await queue_use.list()
         window, rows = await usage.report(since, "", group_by.value)
         context = {
             "queues": queues, "usage": rows, "usage_by": group_by.value, "since": since,

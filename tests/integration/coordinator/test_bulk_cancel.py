@@ -16,9 +16,10 @@ from appliance.client import ApplianceClient
 from appliance.domain.auth import Principal
 from appliance.domain.errors import NotFound, PermissionDenied
 from appliance.domain.inventory import NodeState
+from appliance.domain.phase_moves import PhaseMove
 from appliance.domain.phases import Phase
 from appliance.services.jobs import JobService
-from appliance.store.jobs import JobStore, PhaseMove
+from appliance.store.jobs import JobStore
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until, worker_processes
 
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"

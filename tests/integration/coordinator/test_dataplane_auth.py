@@ -87,7 +87,7 @@ def test_strangers_are_refused_by_every_replica_and_the_job_trains_on(
 ) -> None:
     job_id, addresses, step = running_job
     assert set(addresses) == {"chief-0", "cs2-0", "cs2-1", "memoryx-0", "swarmx-0"}
-    tokens = ReplicaTokens.from_key_file(coordinator.settings.replica_key_file)
+    tokens = ReplicaTokens.from_key_file(coordinator.settings.auth.replica_key_file)
     forged = {
         "no token": None,
         "the job's replica token": tokens.token_for(job_id, 1),

@@ -41,10 +41,10 @@ def test_replicas_authenticate_with_their_jobs_token_and_nobody_else_can(
         assert job.wait(timeout=120).phase is Phase.SUCCEEDED
         wait_until(lambda: other.status.phase.terminal, 120, "the other job to end")
 
-    key = running.settings.replica_key_file
+    key = running.settings.auth.replica_key_file
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     tokens = ReplicaTokens.from_key_file(
-        running.settings.replica_key_file
+        running.settings.auth.replica_key_file
     )  # the same key, read back
     request = control_pb2.HeartbeatRequest(job_id=job.id, replica="cs2-0", attempt=1)
     with grpc.insecure_channel(running.address) as channel:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from appliance.backends.kubernetes import KubernetesBackend
+from appliance.composition.backends import connect_kube, kube_backend
 from appliance.config import Settings
-from appliance.server.app import connect_kube, kube_backend
 from tests.integration.backends.contract import JOB_ID, BackendContract
 from tests.integration.backends.test_local_backend import _fake_worker
 from tests.integration.coordinator.harness import wait_until
@@ -78,7 +78,7 @@ class TestKubernetesBackendContract(BackendContract):
         """The backend as the coordinator makes it, its pods running `python`."""
         values = {"data_dir": tmp_path / "data", **self.kube_settings}
         settings = Settings(**values)  # type: ignore[arg-type]
-        backend = kube_backend(settings, await connect_kube(settings))
+        backend = kube_backend(settings, await connect_kube(settings.kube))
         backend.coordinator_address = "127.0.0.1:1"  # as the coordinator sets it; none listens
         backend.template = dataclasses.replace(backend.template, python=python)
         return backend

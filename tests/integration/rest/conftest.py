@@ -63,7 +63,7 @@ def park_systems(data_dir: Path) -> None:
     """Create the store with every CS-2 system in maintenance (sync_pool keeps that state)."""
     settings = Settings(data_dir=data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.sqlalchemy_url)
+    engine = make_engine(settings.store.url)
     try:
         migrate(engine)
         JobStore(engine).sync_pool(settings.pool())

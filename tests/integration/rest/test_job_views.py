@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from appliance.config import Settings
 from appliance.domain.inventory import default_pool
 from appliance.domain.job import Job, Progress, ReplicaPhase
 from appliance.domain.phases import Phase
@@ -26,6 +25,7 @@ from appliance.services.bus import JobBus
 from appliance.services.context import Context
 from appliance.services.job_views import JobViewCache
 from appliance.services.jobs import JobService
+from appliance.services.model_dirs import ModelDirs
 from appliance.store.engine import make_engine, migrate
 from appliance.store.jobs import JobStore, NewJob
 from tests.integration.coordinator.harness import wait_until
@@ -80,21 +80,24 @@ def test_an_unknown_job_is_not_found(parked: Rest) -> None:
 
 
 @pytest.fixture
-async def service(store_url: str, tmp_path: Path) -> AsyncIterator[JobService]:
+async def ctx(store_url: str) -> AsyncIterator[Context]:
     engine = make_engine(store_url)
     migrate(engine)
     store = JobStore(engine)
     store.sync_pool(default_pool())
     writer = ThreadPoolExecutor(1, thread_name_prefix="test-store")
     reader = ThreadPoolExecutor(1, thread_name_prefix="test-store-read")
-    settings = Settings(data_dir=tmp_path / "data")
-    ctx = Context(settings=settings, store=store, bus=JobBus(), executor=writer, reader=reader)
     try:
-        yield JobService(ctx)
+        yield Context(store=store, bus=JobBus(), executor=writer, reader=reader)
     finally:
         writer.shutdown(wait=True)
         reader.shutdown(wait=True)
         engine.dispose()
+
+
+@pytest.fixture
+def service(ctx: Context, tmp_path: Path) -> JobService:
+    return JobService(ctx, ModelDirs(tmp_path / "data" / "model_dirs"))
 
 
 def _new(job_id: str, priority: Priority = Priority.P2) -> NewJob:
@@ -102,8 +105,10 @@ def _new(job_id: str, priority: Priority = Priority.P2) -> NewJob:
     return NewJob(job_id, "alice", spec, plan_replicas(spec, default_pool()))
 
 
-async def test_replica_and_progress_changes_are_never_served_stale(service: JobService) -> None:
-    store = service.ctx.store
+async def test_replica_and_progress_changes_are_never_served_stale(
+    ctx: Context, service: JobService
+) -> None:
+    store = ctx.store
     store.create_jobs([_new("wsjob-viewreplicas01")], NOW)
     queued = await service.get("wsjob-viewreplicas01")
     assert queued.phase is Phase.QUEUED and queued.queue_position == 1 and not queued.replicas
@@ -131,8 +136,8 @@ async def test_replica_and_progress_changes_are_never_served_stale(service: JobS
     assert running == store.get_job("wsjob-viewreplicas01")
 
 
-async def test_queue_positions_in_queue_order(service: JobService) -> None:
-    store = service.ctx.store
+async def test_queue_positions_in_queue_order(ctx: Context, service: JobService) -> None:
+    store = ctx.store
     # One batch: the same created_at for all, so the order falls to priority, then id.
     ids = [f"wsjob-viewqueue0000{i}" for i in range(4)]
     priorities = [Priority.P3, Priority.P1, Priority.P2, Priority.P1]
@@ -142,7 +147,7 @@ async def test_queue_positions_in_queue_order(service: JobService) -> None:
         assert (await service.get(job_id)).queue_position == position
         assert store.get_job(job_id).queue_position == position
     store.set_priority(ids[0], Priority.P0, NOW + 1)  # the last job jumps the queue
-    service.ctx.backlog.mark(ids[0])  # as JobService.set_priority does
+    ctx.backlog.mark(ids[0])  # as JobService.set_priority does
     assert (await service.get(ids[0])).queue_position == 1
     assert (await service.get(expected[0])).queue_position == 2
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from appliance.domain.auth import JobOwner
 from appliance.domain.errors import NotFound
+from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import Outcome, Phase
 from appliance.domain.spec import Priority
-from appliance.store.jobs import JobOwner, JobStore, PhaseChange, PhaseMove
+from appliance.store.jobs import JobStore
 from tests.integration.store.driving import (
     T0,
     drive,

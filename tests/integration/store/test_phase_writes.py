@@ -10,10 +10,11 @@ from sqlalchemy.exc import IntegrityError
 from appliance.domain.backlog import Placement
 from appliance.domain.inventory import default_pool
 from appliance.domain.job import Lease, ReplicaPhase
+from appliance.domain.phase_moves import PhaseChange
 from appliance.domain.phases import ACTIVE, TERMINAL, TRANSITIONS, Outcome, Phase
 from appliance.domain.plan import Role, plan_replicas
 from appliance.scheduler.admission import admit
-from appliance.store.jobs import JobStore, NewJob, PhaseChange
+from appliance.store.jobs import JobStore, NewJob
 from appliance.store.tables import PlacementRow, ReplicaRow
 from tests.integration.store.driving import (
     PATH_TO,

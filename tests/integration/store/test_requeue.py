@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from appliance.domain.job import Attempt, Progress
+from appliance.domain.phase_moves import PhaseChange
 from appliance.domain.phases import Phase
-from appliance.store.jobs import JobStore, PhaseChange
+from appliance.store.jobs import JobStore
 from tests.integration.store.driving import PATH_TO, T0, placements_for, submit, usage
 
 

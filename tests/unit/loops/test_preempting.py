@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from appliance.backends.base import ReplicaEvent, ReplicaEventKind
+from appliance.config import PreemptionSettings
 from appliance.domain.inventory import NodeState
 from appliance.domain.job import Progress
 from appliance.domain.phases import Phase
@@ -98,7 +99,7 @@ async def test_without_the_checkpoint_in_time_the_newest_one_is_used(
     ctx: Context, preempting: Reconciler, clock: Clock
 ) -> None:
     await SchedulerLoop(ctx).run_once()
-    clock.now += ctx.settings.preemption_grace_seconds - 1
+    clock.now += PreemptionSettings.grace_seconds - 1
     await preempting.sweep(timed=False)
     assert ctx.store.get_job(VICTIM).phase is Phase.RUNNING
     clock.now += 2
@@ -134,10 +135,8 @@ async def test_a_coordinator_restarted_midway_finishes_the_requeue(
 async def test_policy_never_and_equal_priority_preempt_nothing(
     ctx: Context, preempting: Reconciler
 ) -> None:
-    never = dataclasses.replace(
-        ctx, settings=ctx.settings.model_copy(update={"preemption_policy": "never"})
-    )
-    await SchedulerLoop(never).run_once()
+    never = PreemptionSettings(policy="never")
+    await SchedulerLoop(ctx, preemption=never).run_once()
     assert not ctx.store.requeue_requests()
     ctx.store.set_priority(URGENT, Priority.P3, NOW)
     ctx.backlog.mark(URGENT)  # as the priority door does

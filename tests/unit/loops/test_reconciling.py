@@ -11,10 +11,12 @@ import pytest
 
 from appliance.backends.base import (
     BackendUnavailable,
+    OptionalParts,
     ReplicaEvent,
     ReplicaEventKind,
     no_secrets,
 )
+from appliance.config import ReplicaSettings, RestartSettings
 from appliance.domain.job import Job, Progress, Replica
 from appliance.domain.phases import Phase
 from appliance.domain.plan import CHIEF_REPLICA as CHIEF
@@ -27,9 +29,10 @@ from appliance.services.replicas import ReplicaService
 from tests.unit.harness import NOW, Clock, create, new_jobs
 
 JOB = "wsjob-reconcile00000"
+LIFETIMES = ReplicaSettings()  # the init timeout the reconcilers here have
 
 
-class RecordingBackend:
+class RecordingBackend(OptionalParts):
     """Starts nothing: records launches and teardowns, fails launches on request, and
     reports what a restart would find."""
 
@@ -131,7 +134,7 @@ async def test_an_unavailable_backend_keeps_the_job_scheduled_until_the_init_tim
     assert job.pending_reason == (
         "waiting for the backend to start replicas: the API server is restarting"
     )
-    clock.now += ctx.settings.init_timeout_seconds + 1
+    clock.now += LIFETIMES.init_timeout_seconds + 1
     await reconciler.sweep(timed=False)
     assert ctx.store.get_job(JOB).phase is Phase.FAILED
     assert _last_reason(ctx).startswith("could not start replicas for ")
@@ -178,14 +181,14 @@ async def test_timed_sweeps_cancel_expired_leases_and_fail_stuck_starts(
     ctx: Context, reconciler: Reconciler, clock: Clock
 ) -> None:
     await reconciler.sweep(timed=False)  # INITIALIZING, no replica registers
-    clock.now += ctx.settings.init_timeout_seconds + 1
+    clock.now += LIFETIMES.init_timeout_seconds + 1
     ctx.store.renew_lease(JOB, "laptop", clock.now)  # the client is still there
     await reconciler.sweep(timed=False)
     assert ctx.store.get_job(JOB).phase is Phase.INITIALIZING  # checked only when timed
     await reconciler.sweep(timed=True)
     assert ctx.store.get_job(JOB).phase is Phase.FAILED
     assert _last_reason(ctx).startswith(
-        f"replicas not ready after {ctx.settings.init_timeout_seconds:.0f} s: "
+        f"replicas not ready after {LIFETIMES.init_timeout_seconds:.0f} s: "
     )
     assert _last_code(ctx) == "NotReady"
 
@@ -205,15 +208,12 @@ async def test_on_kubernetes_pods_may_wait_the_pending_timeout_before_the_init_t
 ) -> None:
     """A pod waiting for a node fails its job after the pending timeout, with the scheduler's
     reason (the backend says it); the init timeout must not end the job first."""
-    settings = ctx.settings.model_copy(
-        update={"backend": "kubernetes", "kube_pending_timeout_seconds": 300.0}
-    )
-    kube = dataclasses.replace(ctx, settings=settings)
+    backend.start_timeout = 300.0  # a pod's pending timeout, as the Kubernetes backend has it
     create(ctx, new_jobs([JOB]), NOW)
-    assert await SchedulerLoop(kube).run_once() == 1
-    reconciler = Reconciler(kube, backend, ReplicaService(kube))
+    assert await SchedulerLoop(ctx).run_once() == 1
+    reconciler = Reconciler(ctx, backend, ReplicaService(ctx))
     await reconciler.sweep(timed=False)  # INITIALIZING, its pods pending
-    clock.now += settings.init_timeout_seconds + 1
+    clock.now += LIFETIMES.init_timeout_seconds + 1
     await reconciler.sweep(timed=True)
     assert ctx.store.get_job(JOB).phase is Phase.INITIALIZING
     clock.now += 300
@@ -269,10 +269,8 @@ async def restarting(ctx: Context, backend: RecordingBackend) -> Reconciler:
     [job] = new_jobs([JOB], lease_seconds=30.0)
     create(ctx, [dataclasses.replace(job, spec=spec)], NOW)
     assert await SchedulerLoop(ctx).run_once() == 1
-    quick = dataclasses.replace(
-        ctx, settings=ctx.settings.model_copy(update={"restart_backoff_seconds": 0.0})
-    )
-    return Reconciler(quick, backend, ReplicaService(quick))
+    quick = RestartSettings(backoff_seconds=0.0)
+    return Reconciler(ctx, backend, ReplicaService(ctx), restarts=quick)
 
 
 async def test_a_retryable_failure_tears_the_gang_down_and_requeues_the_job(
@@ -373,7 +371,7 @@ async def test_a_chief_that_ended_because_a_cs2_did_waits_for_the_cs2s_own_end(
         assert ctx.store.get_job(JOB).phase is Phase.RUNNING  # held: waiting for the cause
     await restarting.on_replica_event(killed)
     await restarting.on_replica_event(chief)  # again, or late: an ending attempt's
-    clock.now += restarting.ctx.settings.peer_failure_settle_seconds + 1
+    clock.now += RestartSettings.peer_failure_settle_seconds + 1
     await restarting.sweep()
     await restarting.drain(10)
     assert ctx.store.get_job(JOB).phase is Phase.QUEUED
@@ -389,7 +387,7 @@ async def test_a_consequence_nobody_explains_decides_by_itself_after_the_window(
     )
     await restarting.sweep()
     assert ctx.store.get_job(JOB).phase is Phase.RUNNING  # waiting for a cause
-    clock.now += restarting.ctx.settings.peer_failure_settle_seconds
+    clock.now += RestartSettings.peer_failure_settle_seconds
     await restarting.sweep()
     assert ctx.store.get_job(JOB).phase is Phase.FAILED  # exit 4 alone is no retryable end
     assert _last_reason(ctx) == "replica chief-0 exited with exit code 4"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -65,8 +66,8 @@ async def test_a_trace_that_cannot_be_written_leaves_the_scheduler_running(
 ) -> None:
     """APPLIANCE_SCHEDULER_TRACE is a diagnostic: a path it cannot open is said in the log and
     the passes go on (before, the scheduler's task died with the OSError)."""
-    ctx.settings = ctx.settings.model_copy(
-        update={"scheduler_trace": tmp_path / "no-such-dir" / "passes.jsonl"}
+    loop.settings = dataclasses.replace(
+        loop.settings, trace=tmp_path / "no-such-dir" / "passes.jsonl"
     )
     task = asyncio.get_running_loop().create_task(loop.run())
     try:

@@ -14,8 +14,7 @@ from appliance.domain.phases import HOLDS_RESOURCES, Phase
 from appliance.domain.spec import Priority, validate_spec
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
-from appliance.services.jobs import JobService
-from tests.unit.harness import PARAMS
+from tests.unit.harness import PARAMS, job_service
 
 
 async def _agrees(ctx: Context) -> None:
@@ -35,7 +34,7 @@ async def _agrees(ctx: Context) -> None:
 @pytest.mark.parametrize("seed", range(12))
 async def test_the_index_follows_every_change_of_the_queue(ctx: Context, seed: int) -> None:
     rng = random.Random(seed)
-    jobs, loop = JobService(ctx), SchedulerLoop(ctx)
+    jobs, loop = job_service(ctx), SchedulerLoop(ctx)
     await _agrees(ctx)  # built from an empty store
     for _ in range(40):
         queued = [job.job_id for job in ctx.store.queued_jobs()]

@@ -12,8 +12,7 @@ from appliance.domain.backlog import QueuedJob
 from appliance.domain.phases import Phase
 from appliance.domain.spec import Priority, validate_spec
 from appliance.services.context import Context
-from appliance.services.jobs import JobService
-from tests.unit.harness import NOW, PARAMS, new_jobs
+from tests.unit.harness import NOW, PARAMS, job_service, new_jobs
 
 
 @pytest.fixture
@@ -39,7 +38,7 @@ async def test_submits_enter_the_index_without_a_store_read(
     ctx: Context, entries_read: list[int]
 ) -> None:
     await ctx.backlog.current()  # built (from an empty store)
-    jobs = JobService(ctx)
+    jobs = job_service(ctx)
     submitted = []
     for priority in (Priority.P3, Priority.P1, Priority.P2, Priority.P1):
         spec = validate_spec(params_yaml=PARAMS, num_csx=1, num_steps=5, priority=priority)

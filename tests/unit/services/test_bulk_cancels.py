@@ -12,6 +12,7 @@ import pytest
 from appliance.domain.auth import Principal
 from appliance.domain.bulk_cancel import MAX_IDS, CancelSelection
 from appliance.domain.errors import InvalidSpec, PermissionDenied
+from appliance.domain.phase_moves import PhaseMove
 from appliance.domain.phases import Phase
 from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import JobSpec, validate_spec
@@ -20,8 +21,7 @@ from appliance.services import bulk_cancels
 from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.context import Context
 from appliance.services.jobs import JobService
-from appliance.store.jobs import PhaseMove
-from tests.unit.harness import PARAMS
+from tests.unit.harness import PARAMS, job_service
 
 ALICE = Principal("alice", groups=("nlp",))
 CAROL = Principal("carol", groups=("nlp",))
@@ -35,7 +35,7 @@ def spec(num_csx: int = 1, **labels: str) -> JobSpec:
 
 @pytest.fixture
 def jobs(ctx: Context) -> JobService:
-    return JobService(ctx)
+    return job_service(ctx)
 
 
 @pytest.fixture

@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from appliance.backends.base import OptionalParts
 from appliance.services.context import Context
 from appliance.services.health import MAX_PROBLEM, Readiness
 from appliance.store.engine import make_engine
 from appliance.store.jobs import JobStore
 
 
-class Backend:
+class Backend(OptionalParts):
     def __init__(self, problem: str | None) -> None:
         self.problem = problem
 

@@ -15,7 +15,7 @@ from appliance.domain.spec import JobSpec, Mode, Priority, validate_spec
 from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.context import Context
 from appliance.services.jobs import MAX_LEASE_SECONDS, JobService
-from tests.unit.harness import PARAMS
+from tests.unit.harness import PARAMS, data_dir, job_service
 
 ALICE = Principal("alice", groups=("nlp",))
 CAROL = Principal("carol", groups=("nlp",))
@@ -32,7 +32,7 @@ SPEC = spec()
 
 @pytest.fixture
 def jobs(ctx: Context) -> JobService:
-    return JobService(ctx)
+    return job_service(ctx)
 
 
 async def test_a_submit_belongs_to_the_caller_is_queued_and_wakes_the_scheduler(
@@ -40,7 +40,7 @@ async def test_a_submit_belongs_to_the_caller_is_queued_and_wakes_the_scheduler(
 ) -> None:
     job = await jobs.submit(SPEC, "mallory", by=ALICE)  # the principal decides, not the claim
     assert (job.user, job.groups, job.phase) == ("alice", ("nlp",), Phase.QUEUED)
-    model_dirs = (ctx.settings.data_dir / "model_dirs").resolve()
+    model_dirs = (data_dir(ctx) / "model_dirs").resolve()
     assert job.spec.model_dir == str(model_dirs / "users" / "alice" / job.id)  # her own
     assert ctx.bus.schedule_wanted.is_set()
     assert (await jobs.get(job.id)).queue_position == 1

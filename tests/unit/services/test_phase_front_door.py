@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import appliance
+from appliance.domain.phase_moves import PhaseMove
 from appliance.domain.phases import Phase
 from appliance.scheduler.admission import admit
 from appliance.services.context import Context
-from appliance.store.jobs import PhaseMove
 from tests.unit.harness import NOW, create, new_jobs
 
 IDS = [f"wsjob-frontdoor0000{i}" for i in range(3)]

@@ -1,0 +1,70 @@
+"""The pool by name: the inventory file (APPLIANCE_INVENTORY_FILE), as the Helm chart's ConfigMap
+writes it, read into nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from appliance.config.groups import PoolSettings
+from appliance.domain.inventory import Node, default_pool, named_pool
+
+
+class InventoryFile(BaseModel):
+    """The pool by name, as the Helm chart's ConfigMap writes it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    systems: list[str] = Field(min_length=1)
+    memoryx: list[str] = Field(min_length=1)
+    swarmx: list[str] = Field(min_length=1)
+
+
+class InventoryError(ValueError):
+    """The inventory file cannot be used; the message says what to fix."""
+
+
+def read_inventory(path: Path, *, memoryx_bytes: int, swarmx_ports: int) -> list[Node]:
+    """Read an inventory YAML (`systems:`, `memoryx:`, `swarmx:` lists of node names)."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+        inventory = InventoryFile.model_validate(raw)
+    except OSError as e:
+        raise InventoryError(f"cannot read the inventory file {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise InventoryError(f"inventory file {path} is not YAML: {e}") from e
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise InventoryError(
+            f"inventory file {path}: {where}: {first['msg']} "
+            "(expected lists of names under systems, memoryx and swarmx)"
+        ) from e
+    names = inventory.systems + inventory.memoryx + inventory.swarmx
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise InventoryError(f"inventory file {path}: names used twice: {', '.join(duplicated)}")
+    return named_pool(
+        inventory.systems,
+        inventory.memoryx,
+        inventory.swarmx,
+        memoryx_bytes=memoryx_bytes,
+        swarmx_ports=swarmx_ports,
+    )
+
+
+def pool_of(pool: PoolSettings) -> list[Node]:
+    """The nodes of `pool`: named by its inventory file, else as many as its counts say."""
+    if pool.inventory_file is not None:
+        return read_inventory(
+            pool.inventory_file, memoryx_bytes=pool.memoryx_bytes, swarmx_ports=pool.swarmx_ports
+        )
+    return default_pool(
+        systems=pool.systems,
+        memoryx=pool.memoryx_nodes,
+        swarmx=pool.swarmx_nodes,
+        memoryx_bytes=pool.memoryx_bytes,
+        swarmx_ports=pool.swarmx_ports,
+    )
