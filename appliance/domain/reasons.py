@@ -292,16 +292,30 @@ _BY_FOLDED = {code.value.lower(): code for code in ReasonCode} | {
 }
 
 
+MAX_FILTER_CODES = 64  # codes one filter may name (there are fewer codes than that)
+
+
 def parse_codes(values: Iterable[str]) -> frozenset[ReasonCode]:
     """Reason codes given to a filter: each value one code or a comma list, in any case
-    (`capacity`, `Capacity`, `CAPACITY` or `behind_higher_priority`). InvalidSpec naming
-    `reason` and listing the valid codes for one this version does not know."""
+    (`capacity`, `Capacity`, `CAPACITY` or `behind_higher_priority`); no values: no filter.
+    InvalidSpec naming `reason` for an empty code (a filter that would match everything by
+    mistake), more than MAX_FILTER_CODES, or a code this version does not know (listing the
+    valid ones)."""
     found: set[ReasonCode] = set()
+    count = 0
     for value in values:
         for part in value.split(","):
+            count += 1
+            if count > MAX_FILTER_CODES:
+                raise InvalidSpec(
+                    f"at most {MAX_FILTER_CODES} reason codes in one filter", field="reason"
+                )
             name = part.strip()
             if not name:
-                continue
+                raise InvalidSpec(
+                    f"an empty reason code; give one or more of: {', '.join(ReasonCode)}",
+                    field="reason",
+                )
             code = _BY_FOLDED.get(name.lower())
             if code is None:
                 raise InvalidSpec(

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Generic, TypeVar
 
-from appliance.domain import job, phases, spec, spec_document, spec_fields
+from appliance.domain import dependencies, job, phases, spec, spec_document, spec_fields
 from appliance.store import listing as store_listing
 from appliance.store import rows, tables
 from appliance.store.engine import MIGRATIONS
@@ -26,7 +26,9 @@ T = TypeVar("T")
 
 # What the store and the domain contribute to a summary: the columns read, how a row becomes a
 # Job, the schema.
-_SUMMARY_MODULES = (job, phases, spec, spec_fields, spec_document, store_listing, rows, tables)
+_SUMMARY_MODULES = (
+    job, phases, spec, spec_fields, spec_document, dependencies, store_listing, rows, tables,
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

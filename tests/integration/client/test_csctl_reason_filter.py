@@ -45,3 +45,8 @@ def test_get_jobs_filters_on_reason_codes_and_wide_shows_the_code(
     assert refused.exit_code == 2
     [line] = [line for line in refused.stderr.splitlines() if "--reason" in line]
     assert "unknown reason code 'Sleepy'; valid codes: Scheduler, Capacity," in line
+
+    empty = csctl("get", "jobs", "--reason", "")
+    assert empty.exit_code == 2
+    [line] = [line for line in empty.stderr.splitlines() if "--reason" in line]
+    assert "an empty reason code" in line

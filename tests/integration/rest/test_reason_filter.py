@@ -47,3 +47,8 @@ def test_a_list_filters_on_the_pending_reason_code_and_the_reason_code(parked: R
     assert refused.status_code == 422
     error = refused.json()["error"]
     assert error["field"] == "reason" and "valid codes: Scheduler, Capacity" in error["message"]
+    for empty in ("", ",,,", "Capacity,,Quota"):  # would list every job by mistake
+        refused = parked.http.get("/api/v1/jobs", params={"reason": empty})
+        assert refused.status_code == 422
+        error = refused.json()["error"]
+        assert error["field"] == "reason" and "an empty reason code" in error["message"]

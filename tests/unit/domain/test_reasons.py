@@ -98,9 +98,31 @@ def test_a_reason_read_back_keeps_its_code_and_message_and_takes_notes() -> None
 
 
 def test_filter_codes_in_any_case_and_comma_lists() -> None:
-    assert parse_codes(["capacity", "BEHIND_HIGHER_PRIORITY,quota", " "]) == {
+    assert parse_codes(["capacity", "BEHIND_HIGHER_PRIORITY, quota"]) == {
         ReasonCode.CAPACITY, ReasonCode.BEHIND_HIGHER_PRIORITY, ReasonCode.QUOTA,
     }  # fmt: skip
+    assert parse_codes([]) == frozenset()  # no filter
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ([""], "an empty reason code; give one or more of: Scheduler, Capacity,"),
+        ([",,,"], "an empty reason code"),
+        (["Capacity,,Quota"], "an empty reason code"),
+        (["Capacity", " "], "an empty reason code"),
+        ([",".join(["Capacity"] * 65)], "at most 64 reason codes in one filter"),
+        (["Capacity"] * 65, "at most 64 reason codes in one filter"),
+    ],
+)
+def test_a_filter_that_would_match_by_mistake_is_refused(values: list[str], says: str) -> None:
+    with pytest.raises(InvalidSpec) as refused:
+        parse_codes(values)
+    assert refused.value.field == "reason"
+    assert says in str(refused.value)
+
+
+def test_filter_codes_refuse_unknown_ones() -> None:
     with pytest.raises(InvalidSpec) as refused:
         parse_codes(["Capacity", "Sleepy"])
     assert refused.value.field == "reason"
