@@ -80,9 +80,14 @@ def prepare_store_with(tree: Path | None, data_dir: Path, maintenance: Sequence[
         "import json, sys; from pathlib import Path; from bench.common import prepare_store;"
         " prepare_store(Path(sys.argv[1]), maintenance=json.loads(sys.argv[2]))"
     )
-    env = {**os.environ, "PYTHONPATH": str(tree)}  # -P: the tree's code, not this checkout's
-    argv = [sys.executable, "-P", "-c", script, str(data_dir), json.dumps(list(maintenance))]
-    subprocess.run(argv, env=env, check=True)
+    run_in_tree(tree, script, str(data_dir), json.dumps(list(maintenance)))
+
+
+def run_in_tree(tree: Path, script: str, *args: str) -> None:
+    """`python -c script args` under the code of `tree` (a commit's `git archive`), not this
+    checkout's (-P: the tree's code first on the path)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    subprocess.run([sys.executable, "-P", "-c", script, *args], env=env, check=True)
 
 
 def checkpoint(data_dir: Path) -> None:

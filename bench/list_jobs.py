@@ -59,7 +59,7 @@ from bench.common import (
     prepare_store_with,
     summarize_ms,
 )
-from bench.seed import copy_seeded
+from bench.seed import copy_seeded_with
 
 GOAL_P99_MS = 100.0
 GOAL_STREAM_ALL_S = 1.0
@@ -133,7 +133,7 @@ def _rendered_ahead(log_path: Path) -> float | None:
 def cold_stream(case: str, delay: float, tree: Path | None) -> dict[str, Any]:
     """The first StreamJobs(all=True) of a fresh coordinator on a fresh copy of the store,
     served before by another one (but for first_start)."""
-    data_dir = copy_seeded(WORK / "list-cold")
+    data_dir = copy_seeded_with(tree, WORK / "list-cold")
     prepare_store_with(tree, data_dir, SYSTEMS)
     run: dict[str, Any] = {}
     if case != "first_start":
@@ -249,7 +249,7 @@ def main() -> None:
         result["stream_all_cold"] = current
         if compared:
             result["stream_all_cold_compared"] = {"commit": args.compare, **compared[0]}
-    data_dir = copy_seeded(WORK / "list")
+    data_dir = copy_seeded_with(tree, WORK / "list")
     prepare_store_with(tree, data_dir, SYSTEMS)
     coordinator = CoordinatorProcess(data_dir, profile=args.profile, tree=tree)
     try:

@@ -32,7 +32,7 @@ from appliance.domain.spec_document import stored_document
 from appliance.store.engine import make_engine, migrate
 from appliance.store.rows import plan_to_json
 from appliance.store.tables import JobEventRow, JobLabelRow, JobRow, ReplicaRow
-from bench.common import EXAMPLE_PARAMS, WORK, checkpoint, prepare_store
+from bench.common import EXAMPLE_PARAMS, WORK, checkpoint, prepare_store, run_in_tree
 
 SEED_VERSION = 2  # 2: the spec document of store revision 0010
 _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -189,6 +189,20 @@ def copy_seeded(dest: Path, jobs: int = 100_000, active: int = 10_000) -> Path:
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     shutil.copy2(src / "appliance.db", dest / "appliance.db")
+    return dest
+
+
+def copy_seeded_with(tree: Path | None, dest: Path) -> Path:
+    """copy_seeded by the code of `tree` (None: this checkout): a copy of that code's own seeded
+    template, in its own schema (a tree from before a schema change cannot start on a store of
+    a newer one, and a template's version changes with the schema)."""
+    if tree is None:
+        return copy_seeded(dest)
+    script = (
+        "import sys; from pathlib import Path; from bench.seed import copy_seeded;"
+        " copy_seeded(Path(sys.argv[1]))"
+    )
+    run_in_tree(tree, script, str(dest))
     return dest
 
 
