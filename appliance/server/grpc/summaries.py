@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from appliance._proto.v1 import cluster_pb2, common_pb2
 from appliance.domain.job import Job
+from appliance.domain.reasons import Reason
 from appliance.protocol import convert, spec_pb
 from appliance.services.kept_renderings import Keeping, rendering_form
 from appliance.services.listing import Listed
@@ -54,16 +55,20 @@ def responses(
     out: list[cluster_pb2.ListJobsResponse] = []
     parts: list[bytes] = []
     size = 0
+    # A pass's reasons are shared by the jobs of one shape: each one's fields encoded once.
+    reasons: dict[int, bytes] = {}
     for data, position, reason, start in listed:
+        pieces = [data]
         if position:
-            data += _QUEUE_POSITION_TAG + _varint(position)
+            pieces.append(_QUEUE_POSITION_TAG + _varint(position))
         if reason is not None:
-            text = reason.message.encode()
-            data += _PENDING_REASON_TAG + _varint(len(text)) + text
-            code = reason.code_text.encode()
-            data += _PENDING_REASON_CODE_TAG + _varint(len(code)) + code
+            fields = reasons.get(id(reason))
+            if fields is None:
+                fields = reasons[id(reason)] = _reason_fields(reason)
+            pieces.append(fields)
         if start:
-            data += _ESTIMATED_START_TAG + struct.pack("<d", start)
+            pieces.append(_ESTIMATED_START_TAG + struct.pack("<d", start))
+        data = b"".join(pieces)
         if parts and size + len(data) > max_bytes:
             out.append(cluster_pb2.ListJobsResponse.FromString(b"".join(parts)))
             parts, size = [], 0
@@ -72,6 +77,15 @@ def responses(
     if parts:
         out.append(cluster_pb2.ListJobsResponse.FromString(b"".join(parts)))
     return out
+
+
+def _reason_fields(reason: Reason) -> bytes:
+    """A queued job's pending reason and its code, as fields of its Job message."""
+    text, code = reason.message.encode(), reason.code_text.encode()
+    return (
+        _PENDING_REASON_TAG + _varint(len(text)) + text
+        + _PENDING_REASON_CODE_TAG + _varint(len(code)) + code
+    )  # fmt: skip
 
 
 def _varint(value: int) -> bytes:
