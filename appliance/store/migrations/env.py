@@ -3,8 +3,8 @@
 On SQLite a batch migration (render_as_batch) may copy a table: create the new one, copy the
 rows, drop the old one. With foreign keys on, dropping the old `jobs` cascades to every row that
 references it (events, labels, replicas, attempts, dependencies), so foreign keys are off while
-migrations run, as SQLite's own ALTER TABLE procedure asks, and the references are checked
-before the migration commits: a migration that broke one is rolled back.
+migrations run, as SQLite's own ALTER TABLE procedure asks, and the references are checked at
+the end: a migration that broke one fails, and no coordinator starts on the store.
 """
 
 from __future__ import annotations
