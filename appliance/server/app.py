@@ -15,6 +15,7 @@ allows one coordinator: a second on the same file is refused at start.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import socket
@@ -71,7 +72,15 @@ class Coordinator:
                 f"leader election ({chosen}) needs PostgreSQL as the store; set "
                 "APPLIANCE_DATABASE_URL, or run one coordinator on SQLite"
             )
-        self.parts = parts = await wire(s, elected=chosen != "off")
+        # Both ports before the store is opened: a taken port is one line and nothing started.
+        _check_free(server.host, server.grpc_port, "gRPC", "--grpc-port")
+        http_socket = listen_tcp(server.host, server.http_port)
+        self.http_port = http_socket.getsockname()[1]
+        try:
+            self.parts = parts = await wire(s, elected=chosen != "off")
+        except BaseException:
+            http_socket.close()
+            raise
         self.ctx, self.backend, uses = parts.ctx, parts.backend, parts.uses
         self.jobs, self.leadership = uses.jobs, parts.leadership
         self.auth = Authenticator.from_file(s.auth.tokens_file)
@@ -82,16 +91,20 @@ class Coordinator:
                 s.auth.replica_key_file, control=self.auth.enabled
             )
         except (OSError, ValueError) as exc:
+            http_socket.close()
             await parts.close()
             raise StartupError(f"cannot use the replica token key: {exc}") from None
         self.backend.replica_secrets = tokens.environment
         control_tokens = tokens if self.auth.enabled else None
         self._grpc = grpc.aio.server(
+            # grpcio binds with SO_REUSEPORT by default: a second process of the same user could
+            # bind this port too and take a share of the connections (and the tokens on them).
+            options=[("grpc.so_reuseport", 0)],
             interceptors=[
                 CallMetrics(uses.metrics.metrics),  # first: it counts what the others refuse
                 StandbyRefusal(self.leadership.problem),
                 Authentication(self.auth, control_tokens),
-            ]
+            ],
         )
         cluster = ClusterServicer(uses)
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(cluster, self._grpc)
@@ -100,12 +113,22 @@ class Coordinator:
         )
         problem = uses.readiness.problem
         self._health = serve_health_and_reflection(self._grpc, problem, (CLUSTER, CONTROL))
-        self.grpc_port = self._grpc.add_insecure_port(f"{server.host}:{server.grpc_port}")
+        try:
+            self.grpc_port = self._grpc.add_insecure_port(f"{server.host}:{server.grpc_port}")
+        except RuntimeError:  # taken between the check and here
+            http_socket.close()
+            await self._grpc.stop(None)
+            await parts.close()
+            raise StartupError(
+                _in_use(server.host, server.grpc_port, "gRPC", "--grpc-port")
+            ) from None
         address = server.coordinator_address or f"127.0.0.1:{self.grpc_port}"
         self.backend.coordinator_address = address
         try:
             await self._lead_or_stand_by(chosen)
         except BaseException:
+            http_socket.close()
+            await self._grpc.stop(None)
             await parts.close()
             raise
         await self._health.update()
@@ -127,9 +150,7 @@ class Coordinator:
             rest, host=server.host, port=server.http_port, log_level="warning", lifespan="off"
         )
         self._http = uvicorn.Server(config)
-        sock = listen_tcp(server.host, server.http_port)
-        self.http_port = sock.getsockname()[1]
-        self._spawn(self._http.serve(sockets=[sock]))
+        self._spawn(self._http.serve(sockets=[http_socket]))
         # The history `csctl get jobs -a` lists, rendered (or read as kept) ahead once serving.
         self._spawn(cluster.listing.render_ahead(JobQuery(include_terminal=True)))
 
@@ -173,6 +194,28 @@ class Coordinator:
         await self.parts.close()
 
 
+def _in_use(host: str, port: int, door: str, option: str) -> str:
+    return (
+        f"cannot listen on {host}:{port} ({door}): the port is in use; pick another with "
+        f"{option} (0 = any free port)"
+    )
+
+
+def _check_free(host: str, port: int, door: str, option: str) -> None:
+    """Refuse a taken port before grpcio tries it: its C core logs the failed bind on stderr,
+    and a user should see one line."""
+    if port == 0:
+        return
+    try:
+        socket.create_server((host, port), reuse_port=False).close()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise StartupError(
+                f"cannot listen on {host}:{port} ({door}): {exc.strerror}"
+            ) from None
+        raise StartupError(_in_use(host, port, door, option)) from None
+
+
 def listen_tcp(host: str, port: int) -> socket.socket:
     """A listening TCP socket whose accepted connections send small writes at once.
 
@@ -182,6 +225,11 @@ def listen_tcp(host: str, port: int) -> socket.socket:
     client's delayed ACK (40 ms on Linux) on every keep-alive request. Linux copies the option
     from the listening socket to each accepted one.
     """
-    sock = socket.create_server((host, port), reuse_port=False)
+    try:
+        sock = socket.create_server((host, port), reuse_port=False)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise StartupError(f"cannot listen on {host}:{port} (HTTP): {exc.strerror}") from None
+        raise StartupError(_in_use(host, port, "HTTP", "--http-port")) from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock

@@ -3,6 +3,7 @@ exit code 1, no traceback."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.e2e.conftest import Served
 
 BIN = Path(sys.executable).parent
 
@@ -119,3 +122,47 @@ def test_a_short_replica_token_key_is_refused(tmp_path: Path) -> None:
 def test_bad_sim_setting(tmp_path: Path, env: dict[str, str], needle: str) -> None:
     done = serve(tmp_path, APPLIANCE_BACKEND="sim", **env)
     assert_one_line_error(done, f"setting {next(iter(env))}", needle)
+
+
+def run_on_ports(
+    data_dir: Path, command: str, grpc_port: int, http_port: int
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BIN / "appliance", command, "--data-dir", data_dir,
+         "--grpc-port", str(grpc_port), "--http-port", str(http_port)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["serve", "demo"])
+@pytest.mark.parametrize("door", ["gRPC", "HTTP"])
+def test_a_taken_port_is_one_line(
+    tmp_path: Path, serving: Served, command: str, door: str
+) -> None:
+    """A second coordinator on a port the first holds: one `Error:` line and nothing else
+    (grpcio's C core logged its failed bind, and its server, collected after the loop closed,
+    printed a dozen lines of `Event loop is closed`)."""
+    grpc_port, http_port = (int(u.rstrip("/").rsplit(":", 1)[1]) for u in serving)
+    taken = grpc_port if door == "gRPC" else http_port
+    second = tmp_path / "second"
+    done = run_on_ports(
+        second, command, taken if door == "gRPC" else 0, taken if door == "HTTP" else 0
+    )
+    assert done.returncode == 1, done
+    option = "--grpc-port" if door == "gRPC" else "--http-port"
+    assert done.stderr.splitlines() == [
+        f"Error: cannot listen on 127.0.0.1:{taken} ({door}): the port is in use; pick another "
+        f"with {option} (0 = any free port)"
+    ]
+    assert not second.exists(), "nothing is made before both ports are held"
+
+
+def test_the_grpc_port_is_not_shared(serving: Served) -> None:
+    """grpcio binds with SO_REUSEPORT unless told not to: then any process of the same user
+    could bind the coordinator's port too and take a share of its connections and tokens."""
+    port = int(serving.address.rsplit(":", 1)[1])
+    with socket.socket() as thief:
+        thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        with pytest.raises(OSError) as refused:
+            thief.bind(("127.0.0.1", port))
+    assert refused.value.errno == errno.EADDRINUSE
