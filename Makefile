@@ -3,16 +3,24 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: install demo serve test test-unit lint proto bench clean
 
 # Quiet, as a newcomer's first screen should be: one line, then pip's errors if any. setuptools
 # says on every editable install that a folder named like a package takes precedence (true of
 # every editable install): filtered.
-$(STAMP): pyproject.toml
-	@echo "installing the appliance and its tools into $(VENV) (a minute, once)"
+$(RUN_STAMP): pyproject.toml
+	@echo "installing the appliance into $(VENV) (a minute, once)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
+	@PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e .
+	@touch $(RUN_STAMP)
+
+# The tools for tests, lint and benchmarks (pytest, mypy, ruff, selenium, grpcio-tools, ...):
+# `make demo` and `make serve` do without them.
+$(STAMP): $(RUN_STAMP)
+	@echo "installing the test and lint tools into $(VENV) (a minute, once)"
 	@PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
@@ -27,11 +35,14 @@ $(TEST_ASSETS): deploy/web/package-lock.json deploy/web/build.sh
 
 install: $(STAMP)
 
-demo: $(STAMP)  ## start the appliance (SQLite + local processes) and run a demo job
-	@$(BIN)/appliance demo
+# Ports: `make demo GRPC_PORT=50052 HTTP_PORT=8081` (0 = any free port).
+PORTS = $(if $(GRPC_PORT),--grpc-port $(GRPC_PORT)) $(if $(HTTP_PORT),--http-port $(HTTP_PORT))
 
-serve: $(STAMP)
-	$(BIN)/appliance serve
+demo: $(RUN_STAMP)  ## start the appliance (SQLite + local processes) and run a demo job
+	@$(BIN)/appliance demo $(PORTS)
+
+serve: $(RUN_STAMP)
+	$(BIN)/appliance serve $(PORTS)
 
 test: $(STAMP) $(TEST_ASSETS)  ## unit, integration (SQLite and PostgreSQL) and end-to-end tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider
