@@ -59,6 +59,7 @@
   // run's points from that step on are dropped, as domain/curves.py does with the file.
   function chart(root) {
     const MAX_POINTS = 10000;
+    const RELOAD_MS = 5000;
     const train = new Map();  // step -> [loss, learning rate]
     let evals = new Map();  // step -> [loss, accuracy]
     let loadedEvals = false;  // the file had evaluations: live ones wait for it
@@ -147,11 +148,30 @@
       draw();
       where.dataset.loaded = "true";
     }
-    function reload() {
-      if (!loading) {
-        loading = load().catch((error) => { problem = error.message; draw(); })
-          .finally(() => { loading = null; });
+    // One read at a time, and a new evaluation's at most every RELOAD_MS: a job that
+    // evaluates every step must not have each page read its file twice a second.
+    let loadedAt = 0;
+    let later = null;
+    let again = false;
+    function reload(now = true) {
+      const wait = loadedAt + RELOAD_MS - Date.now();
+      if (!now && wait > 0) {
+        later = later || setTimeout(() => { later = null; reload(); }, wait);
+        return;
       }
+      if (loading) {
+        again = true;  // what is read now may predate what asked: read once more after it
+        return;
+      }
+      loadedAt = Date.now();
+      loading = load().catch((error) => { problem = error.message; draw(); })
+        .finally(() => {
+          loading = null;
+          if (again) {
+            again = false;
+            reload();
+          }
+        });
     }
 
     function add(progress) {
@@ -170,7 +190,7 @@
           // Where the file is read, it has the evaluation at its own step; else it is shown
           // at the step that reported it.
           if (!loadedEvals) evals.set(progress.step, [progress.eval_loss, progress.eval_accuracy]);
-          reload();
+          reload(false);
         }
       }
       thin(train);
