@@ -16,6 +16,7 @@ from appliance.domain.auth import (
 from appliance.domain.backlog import QueuedJob
 from appliance.domain.bounded_yaml import check_nesting
 from appliance.domain.compile import CompileReport, compile_job
+from appliance.domain.curves import Curves
 from appliance.domain.errors import InvalidSpec, job_not_found
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import Node, NodeUsage
@@ -36,6 +37,7 @@ from appliance.domain.spec import (
 from appliance.services.batching import SubmitBatcher
 from appliance.services.cancels import CancelBatcher, CancelRequest
 from appliance.services.context import Context
+from appliance.services.job_curves import read_curves
 from appliance.services.job_views import JobViewCache
 from appliance.services.kept_renderings import Keeping
 from appliance.services.listing import JobListing
@@ -198,6 +200,15 @@ class JobService:
             self._views.put(job_id, version, job)
         job = await self._ctx.estimates.shown(self._ctx.backlog.shown(job))
         return job if may_act_on(by, job.user, job.groups) else without_details(job)
+
+    async def curves(self, job_id: str) -> Curves:
+        """The job's loss, learning-rate and evaluation curves from its first step, as its
+        chief wrote them to metrics.jsonl in its model dir (services/job_curves.py): anyone
+        who may see the job's progress may see them. None for a job whose model dir the
+        coordinator cannot see (a simulated job, a volume it does not mount)."""
+        job = await self.get(job_id)
+        curves: Curves = await self._blocking(read_curves, job.spec.model_dir)
+        return curves
 
     def listing(
         self, render: Callable[[Job], T], max_cached: int, keeping: Keeping[T] | None = None

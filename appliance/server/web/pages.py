@@ -7,11 +7,11 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 from appliance.domain.auth import Principal
 from appliance.domain.inventory import NodeKind, NodeUsage
-from appliance.domain.job import Job
+from appliance.domain.job import Job, ReplicaPhase
 from appliance.domain.listing import DEFAULT_LIMIT, JobQuery
 from appliance.domain.phases import Phase
 from appliance.domain.reasons import Reason
@@ -21,10 +21,19 @@ from appliance.domain.usage import UsageBy
 from appliance.server.web.fields import one_of
 from appliance.server.web.render import PREFIX, HtmlRoute, age, page
 from appliance.server.web.session import Sessions
+from appliance.server.web.summaries import (
+    KIND_NAMES,
+    amount,
+    curves_response,
+    kind_totals,
+    waiting_for,
+)
 from appliance.services.use_cases import UseCases
 
 JobId = Annotated[str, Path(max_length=64)]
 MAX_SHOWN = 2_000  # rows a list page shows at most (the API pages beyond)
+SETTLE_SECONDS = 120.0  # after a job's end, how long its page waits for its replicas to end
+UNSETTLED = frozenset({ReplicaPhase.PENDING, ReplicaPhase.STARTED, ReplicaPhase.READY})
 
 
 def pages_router(uses: UseCases, sessions: Sessions) -> APIRouter:
@@ -77,18 +86,32 @@ def pages_router(uses: UseCases, sessions: Sessions) -> APIRouter:
         """One job: spec, phase, attempts, replicas, events, log tail and curves."""
         job = await jobs.get(job_id, by=by)
         priorities = [p.name for p in Priority]
-        context = {"job": job, "row": _row(job), "priorities": priorities, "title": job.id}
+        context = {"job": job, "row": _row(job), "priorities": priorities, "title": job.id,
+                   "settling": _settling(job, time.time())}  # fmt: skip
         return page(request, "job.html", context)
+
+    @router.get(f"{PREFIX}/jobs/{{job_id}}/curves")
+    async def job_curves(
+        request: Request, job_id: JobId, by: Principal | None = caller
+    ) -> Response:
+        """The job's curves from its first step (JSON, for the job page's charts)."""
+        return curves_response(await jobs.curves(job_id))
 
     @router.get(f"{PREFIX}/cluster", response_class=HTMLResponse)
     async def cluster_page(request: Request, by: Principal | None = caller) -> HTMLResponse:
-        """The pool as tiles: every CS-2, MemoryX and SwarmX node, coloured by state."""
+        """The pool as tiles: every CS-2, MemoryX and SwarmX node, coloured by state; totals
+        by kind, and the queued jobs by what they wait for."""
         nodes = await jobs.nodes()
         groups = [
-            (kind, [_tile(u, held) for u, held in nodes if u.node.kind is kind])
+            (kind, KIND_NAMES[kind], [_tile(u, held) for u, held in nodes if u.node.kind is kind])
             for kind in NodeKind
         ]
-        return page(request, "cluster.html", {"groups": groups, "title": "Cluster"})
+        queued = await listed(JobQuery(phases=frozenset({Phase.QUEUED}), limit=MAX_SHOWN))
+        context = {
+            "groups": groups, "totals": kind_totals([u for u, _ in nodes]),
+            "waiting": waiting_for(queued, MAX_SHOWN), "title": "Cluster",
+        }  # fmt: skip
+        return page(request, "cluster.html", context)
 
     @router.get(f"{PREFIX}/queues", response_class=HTMLResponse)
     async def queues_page(
@@ -136,6 +159,17 @@ def _row(job: Job) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _settling(job: Job, now: float) -> bool:
+    """The job ended a moment ago and some of its replicas have not: their exits are written
+    as the teardown stops them, after the job's last phase event, so the page's live part
+    fetches itself again until they have (for SETTLE_SECONDS at most)."""
+    return (
+        job.phase.terminal
+        and now - job.finished_at < SETTLE_SECONDS
+        and any(r.phase in UNSETTLED for r in job.replicas)
+    )
+
+
 def _tile(usage: NodeUsage, holders: list[str]) -> dict[str, Any]:
     node = usage.node
     state = node.state.value
@@ -143,4 +177,5 @@ def _tile(usage: NodeUsage, holders: list[str]) -> dict[str, Any]:
     return {
         "name": node.name, "state": state, "look": look, "reason": node.reason,
         "jobs": holders, "used": usage.used, "capacity": node.capacity,
+        "in_use": f"{amount(node.kind, usage.used)} of {amount(node.kind, node.capacity)}",
     }  # fmt: skip

@@ -121,6 +121,8 @@ def test_the_jobs_page_filters_with_kubectls_label_selectors(
         ("GET", "/ui/jobs/wsjob-%3Cscript%3E", None, 422, "job_id"),
         ("GET", "/ui/jobs/" + "a" * 65, None, 422, "job_id"),
         ("GET", "/ui/jobs/wsjob-0a1b2c3d4e5f6g", None, 404, None),
+        ("GET", "/ui/jobs/wsjob-%3Cscript%3E/curves", None, 422, "job_id"),
+        ("GET", "/ui/jobs/wsjob-0a1b2c3d4e5f6g/curves", None, 404, None),
         ("GET", "/ui/jobs?label=a%3Db%2C%21%21", None, 422, "label"),
         ("GET", "/ui/jobs?phase=DONE", None, 422, "phase"),
         ("GET", "/ui/jobs?user=" + "u" * 300, None, 422, "user"),
@@ -155,6 +157,25 @@ def test_hostile_input_is_refused_with_a_page_naming_the_field(
     assert 'id="error"' in answer.text
     if field:
         assert f'<code id="error-field">{field}</code>' in answer.text
+
+
+def test_a_job_page_as_plain_html_offers_no_cancel_once_the_job_ended(
+    dashboard: Dashboard, session: tuple[httpx.Client, str]
+) -> None:
+    """Ended, a job takes no cancel or new priority: its page (without scripts) offers none;
+    its curves are JSON, none yet for a job that never ran."""
+    client, csrf = session
+    dashboard.park()
+    job = dashboard.submit("alice")
+    assert 'id="cancel"' in client.get(f"/ui/jobs/{job}").text
+    client.post(f"/ui/jobs/{job}/cancel", data={"csrf": csrf})
+    assert dashboard.phase(job) == "CANCELLED"
+    ended = client.get(f"/ui/jobs/{job}").text
+    assert 'id="cancel"' not in ended and 'id="set-priority"' not in ended
+    assert 'id="set-labels"' in ended  # labels still mark a finished job
+    curves = client.get(f"/ui/jobs/{job}/curves")
+    assert curves.headers["content-type"] == "application/json"
+    assert curves.json() == {"train": [], "eval": [], "thinned": False, "problem": ""}
 
 
 def test_the_change_feed_says_changed_on_a_submit_a_relabel_and_a_node_state(
