@@ -26,7 +26,7 @@ from appliance.client.lease import (
     check_lease_timing,
     lease_holder,
 )
-from appliance.client.params import ParamsSource, load_params_yaml
+from appliance.client.params import ParamsSource, load_params_yaml, prepare_submission
 from appliance.client.user_config import DEFAULT_ADDRESS, resolve_token
 from appliance.client.watch import DETACHED_OUTAGE_SECONDS, WatchRetry, watch_job_events
 from appliance.domain.compile import CompileReport
@@ -132,7 +132,7 @@ class ApplianceClient(ClusterCalls):
         params: ParamsSource,
         *,
         num_csx: int,
-        num_steps: int,
+        num_steps: int | None = None,
         mode: str | Mode = Mode.TRAIN,
         labels: Mapping[str, str] | None = None,
         priority: str | Priority = Priority.P2,
@@ -147,29 +147,32 @@ class ApplianceClient(ClusterCalls):
     ) -> JobHandle:
         """Submit a wsjob and return a handle to it.
 
-        `params` is the path of a params YAML file (read here, on the user node) or the params
-        as a mapping. A relative `model_dir` is made absolute here. `user` defaults to the OS
-        user. Unless `detach` (default: the client's `detach`), the job holds a lease this
-        client renews; it is cancelled when the client goes away. `max_restarts`: how often
+        `params` is the path of a params YAML file (read here, on the user node) or the params as a
+        mapping. `num_steps` and `model_dir` default to the params' runconfig.max_steps and
+        runconfig.model_dir; a relative `model_dir` is made absolute here. The handle's `warnings`
+        name the params keys accepted but not used (the job's events record them). `user` defaults
+        to the OS user. Unless `detach` (default: the client's `detach`), the job holds a lease
+        this client renews; it is cancelled when the client goes away. `max_restarts`: how often
         the job is restarted from its newest checkpoint after a retryable failure (None: the
-        cluster's default). `preemptible=False` (admins only): never preempted by a job of
-        higher priority. `queue`: the queue to submit to (None: `default`). `depends_on`: jobs
-        it waits for ("wsjob-…" or "afterany:wsjob-…", see domain/dependencies.py).
-        `more_spec`: the spec's other fields by name (JobSpec's, e.g. `comment="sweep 7"`).
+        cluster's default). `preemptible=False` (admins only): never preempted by a job of higher
+        priority. `queue`: the queue to submit to (None: `default`). `depends_on`: jobs it waits
+        for ("wsjob-…" or "afterany:wsjob-…", see domain/dependencies.py). `more_spec`: the spec's
+        other fields by name (JobSpec's, e.g. `comment="sweep 7"`).
         Raises InvalidSpec naming the bad field before anything is sent, or the server's error.
         """
         unknown = sorted(set(more_spec) - {f.name for f in spec_fields()})
         if unknown:
             raise TypeError(f"submit() got an unexpected keyword argument {unknown[0]!r}")
         detached = self.detach if detach is None else detach
+        settled = prepare_submission(params, num_steps, model_dir)
         spec = validate_spec(
-            params_yaml=load_params_yaml(params),
+            params_yaml=settled.params_yaml,
             num_csx=num_csx,
-            num_steps=num_steps,
+            num_steps=settled.num_steps,
             mode=mode,
             labels=labels,
             priority=priority if isinstance(priority, Priority) else Priority.parse(priority),
-            model_dir=_absolute(model_dir),
+            model_dir=settled.model_dir,
             max_restarts=max_restarts,
             preemptible=preemptible,
             queue=queue,
@@ -185,7 +188,7 @@ class ApplianceClient(ClusterCalls):
         job = convert.job_from_pb(self._call(self._stub.SubmitJob, request))
         if not detached:
             self._leases.hold(job.id)
-        return JobHandle(self, job.id)
+        return JobHandle(self, job.id, warnings=settled.warnings)
 
     def compile(self, params: ParamsSource, *, num_csx: int, num_steps: int = 1) -> CompileReport:
         """Compile (validate-only) mode: check the params against the model code and the pool
@@ -396,9 +399,3 @@ class ApplianceClient(ClusterCalls):
             yield from method(request)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc, address=self.address) from exc
-
-
-def _absolute(model_dir: str | os.PathLike[str]) -> str:
-    """The model directory as an absolute path on this (the user) node; "" stays unset."""
-    text = os.fspath(model_dir)
-    return os.path.abspath(os.path.expanduser(text)) if text else ""

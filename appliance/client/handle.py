@@ -57,9 +57,11 @@ class JobCalls(Protocol):
 class JobHandle:
     """A submitted (or looked-up) job. Holds only the id; every property asks the server."""
 
-    def __init__(self, client: JobCalls, job_id: str) -> None:
+    def __init__(self, client: JobCalls, job_id: str, warnings: tuple[str, ...] = ()) -> None:
         self._client = client
         self._id = job_id
+        self.warnings = warnings
+        """At submit: one line for each params key accepted but not used (else empty)."""
 
     @property
     def id(self) -> str:

@@ -2,6 +2,13 @@
 
     python -m appliance.run --params params.yaml --num_csx 2 --num_steps 100 \\
         --model_dir out --mode train [--job_labels team=nlp] [--job_priority p2] [--detach]
+    python run.py CSX --params params.yaml ...   (an example's run.py: appliance/examples/*/)
+
+A leading `CSX` (the Model Zoo's target device) is accepted and changes nothing: jobs run on the
+appliance. `CPU` is refused with a line saying so: there is no local run. Without --num_steps
+(or --model_dir) the params' runconfig.max_steps (runconfig.model_dir) is taken, as the Model
+Zoo does. Params keys the emulation accepts but does not use are printed once each, on stderr,
+as `warning: params: ...` lines.
 
 It submits one wsjob, prints its id, then streams its phase changes and progress (a progress
 bar on a terminal, plain lines otherwise) until the job ends. The job is tied to this process by
@@ -37,12 +44,14 @@ from appliance.client.launch_options import (
     spread_variadic,
 )
 from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL
+from appliance.client.params import max_steps_in_file, params_warnings
 from appliance.client.progress import EventPrinter, describe_progress
 from appliance.client.user_config import ConfigError
 from appliance.domain.display import printable
 from appliance.domain.errors import ApplianceError, InvalidSpec
 from appliance.domain.job import JobEvent
 from appliance.domain.phases import Phase
+from appliance.domain.reasons import ReasonCode
 from appliance.domain.spec import Mode, parse_label_selector
 
 EXIT_OK = 0
@@ -67,18 +76,35 @@ class _Stopped:
 )
 @launch_options
 @click.pass_obj
-def launch(out: TextIO, /, **given: Any) -> int:
+def launch(caller: Caller, /, **given: Any) -> int:
     """Submit a wsjob to the appliance and follow it to the end."""
+    if given["num_steps"] is None:  # the Model Zoo's stand-in (#32)
+        given["num_steps"] = max_steps_in_file(given["params"])
     if given["num_steps"] is None:
         if given["mode"] != Mode.COMPILE.value:
             raise click.UsageError("--num_steps is required (except with --mode compile)")
         given["num_steps"] = 1
-    return _launch(LaunchOptions.of(given), out)
+    return _launch(LaunchOptions.of(given), caller)
 
 
-def load_params(params_file: str, checkpoint_path: str | None) -> str | dict[str, Any]:
-    """The params file, or its contents with `runconfig.checkpoint_path` set (absolute)."""
-    if checkpoint_path is None:
+@dataclasses.dataclass(frozen=True)
+class Caller:
+    """Who runs the launcher: where it prints, and the model an example's run.py is for (the
+    params' model.name when they give none, as a Model Zoo model directory's run.py knows)."""
+
+    out: TextIO
+    model: str | None = None
+
+
+TARGETS = ("CSX", "CPU")  # the Model Zoo's run.py takes its target device first
+
+
+def load_params(
+    params_file: str, checkpoint_path: str | None, model: str | None = None
+) -> str | dict[str, Any]:
+    """The params file, or its contents with `runconfig.checkpoint_path` set (absolute) and
+    model.name set to `model` when they name none."""
+    if checkpoint_path is None and model is None:
         return params_file
     path = Path(params_file).expanduser()
     try:
@@ -89,6 +115,11 @@ def load_params(params_file: str, checkpoint_path: str | None) -> str | dict[str
         raise InvalidSpec(f"params file {path} is not valid YAML", field="params") from None
     if not isinstance(params, dict):
         raise InvalidSpec(f"params file {path} must be a YAML mapping", field="params")
+    section = params.get("model")
+    if model is not None and isinstance(section, dict) and "name" not in section:
+        params["model"] = {"name": model, **section}
+    if checkpoint_path is None:
+        return params
     runconfig = params.get("runconfig") or {}
     if not isinstance(runconfig, dict):
         raise InvalidSpec(f"params file {path}: runconfig must be a mapping", field="params")
@@ -105,21 +136,32 @@ def parse_labels(items: Sequence[str]) -> dict[str, str]:
     return labels
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """Run the launcher; returns the exit status."""
+def main(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, *, model: str | None = None
+) -> int:
+    """Run the launcher; returns the exit status. `model`: the model an example's run.py is
+    for (the params' model.name when they name none)."""
     args = spread_variadic(sys.argv[1:] if argv is None else argv)
-    try:
-        code = launch.main(
-            args, prog_name="python -m appliance.run", standalone_mode=False, obj=out or sys.stdout
+    target = args.pop(0).upper() if args and args[0].upper() in TARGETS else "CSX"
+    if target == "CPU":
+        return _error(
+            "CPU: there is no local run here; the appliance's CS-2 systems are emulated by "
+            "processes the appliance starts, so run with CSX (python run.py CSX --params ...)",
+            EXIT_BAD_INPUT,
         )
+    caller = Caller(out or sys.stdout, model)
+    prog = "python run.py CSX" if model else "python -m appliance.run"
+    try:
+        code = launch.main(args, prog_name=prog, standalone_mode=False, obj=caller)
     except click.UsageError as exc:
         return _error(f"{exc.format_message()} (see --help)", EXIT_BAD_INPUT)
     return int(code or 0)  # --help answers None
 
 
-def _launch(options: LaunchOptions, out: TextIO) -> int:
+def _launch(options: LaunchOptions, caller: Caller) -> int:
+    out = caller.out
     try:
-        params = load_params(options.params, options.checkpoint_path)
+        params = load_params(options.params, options.checkpoint_path, caller.model)
         labels = parse_labels(options.job_labels)
     except InvalidSpec as exc:
         return _error(exc.message, EXIT_BAD_INPUT)
@@ -138,6 +180,7 @@ def _compile(
 ) -> int:
     """--mode compile: print the compile report (nothing runs, nothing is reserved)."""
     try:
+        _warn(params_warnings(params))
         report = client.compile(params, num_csx=args.num_csx, num_steps=args.num_steps)
     except InvalidSpec as exc:
         return _error(exc.message, EXIT_BAD_INPUT)
@@ -208,6 +251,7 @@ def _submit_and_follow(
             return _error(exc.message, EXIT_FAILED)
         _say(f"submitted {job.id} ({args.num_csx} CS-2, {args.num_steps} steps)", file=out)
         out.flush()
+        _warn(job.warnings)
         if args.detach:
             _say(
                 f"detached: the job runs on its own. Follow it with `csctl events {job.id} -f`"
@@ -250,7 +294,8 @@ def _follow(job: JobHandle, out: TextIO) -> int:
                 )
             if isinstance(item, Exception):
                 raise item  # a bug, not the appliance's answer: let it show
-            printer.show(item)
+            if item.reason_code != ReasonCode.PARAMS_WARNING:  # printed once, at submit
+                printer.show(item)
         printer.close()
         return _outcome(job, printer, out)
     finally:
@@ -325,6 +370,11 @@ def _say(text: str, file: TextIO) -> None:
     """Print a line; what the server sent (reasons, paths, messages) cannot drive the
     terminal."""
     print(printable(text), file=file)
+
+
+def _warn(lines: Sequence[str]) -> None:
+    for line in lines:
+        _say(f"warning: {line}", file=sys.stderr)
 
 
 def _error(message: str, code: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,11 +10,70 @@ from typing import Any
 
 import yaml
 
+from appliance.domain.bounded_yaml import load_bounded
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.params import parse_params
+from appliance.domain.params_keys import notes_of, runconfig_value
 from appliance.domain.spec import validate_params
 
 ParamsSource = str | os.PathLike[str] | Mapping[str, Any]
 """A path to a Model Zoo style params YAML file, or the params themselves as a mapping."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    """What a submit sends, settled on the user node: the params as YAML text, the steps and
+    the model dir (the arguments, or else the params' runconfig.max_steps and
+    runconfig.model_dir, as the Model Zoo's run.py takes them), and the params' warnings."""
+
+    params_yaml: str
+    num_steps: int
+    model_dir: str
+    warnings: tuple[str, ...]
+
+
+def prepare_submission(
+    params: ParamsSource, num_steps: int | None, model_dir: str | os.PathLike[str]
+) -> Submission:
+    """Read and check the params; raises InvalidSpec naming the field."""
+    text = load_params_yaml(params)
+    parsed = validate_params(text)
+    runconfig = parse_params(parsed).runconfig
+    if num_steps is None:
+        num_steps = runconfig.max_steps
+        if num_steps is None:
+            raise InvalidSpec(
+                "num_steps is not given and the params have no runconfig.max_steps; give one",
+                field="num_steps",
+            )
+    if not os.fspath(model_dir):
+        model_dir = runconfig.model_dir or ""
+    resolved = _absolute(model_dir)
+    warnings = tuple(str(note) for note in notes_of(parsed, resolved))
+    return Submission(text, num_steps, resolved, warnings)
+
+
+def params_warnings(params: ParamsSource) -> tuple[str, ...]:
+    """One line for each params key accepted but not used by the emulation."""
+    parsed = validate_params(load_params_yaml(params))
+    return tuple(str(note) for note in notes_of(parsed))
+
+
+def max_steps_in_file(path: str) -> int | None:
+    """The runconfig.max_steps of the params file at `path`, or None (also when the file cannot
+    be read or checked: submitting it says why)."""
+    try:
+        loaded = load_bounded(_read_params_file(Path(path).expanduser()), "params")
+    except InvalidSpec:
+        return None
+    steps = runconfig_value(loaded, "max_steps") if isinstance(loaded, dict) else None
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+
+
+def _absolute(model_dir: str | os.PathLike[str]) -> str:
+    """The model directory as an absolute path on this (the user) node; "" stays unset."""
+    text = os.fspath(model_dir)
+    return os.path.abspath(os.path.expanduser(text)) if text else ""
 
 
 def load_params_yaml(params: ParamsSource) -> str:

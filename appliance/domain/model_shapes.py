@@ -30,7 +30,7 @@ def gpt2_unit_shapes(model: Gpt2Model) -> list[UnitShapes]:
 
     The LM head is tied to `wte`, so it has no tensors of its own.
     """
-    hidden, inner = model.hidden_size, 4 * model.hidden_size
+    hidden, inner = model.hidden_size, model.inner_size
     embeddings: UnitShapes = {
         "wte": (model.vocab_size, hidden),
         "wpe": (model.max_position_embeddings, hidden),

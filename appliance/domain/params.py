@@ -2,8 +2,11 @@
 
 `parse_params` turns the parsed YAML mapping into frozen pydantic models or raises InvalidSpec
 (field "params") with a sentence naming the key path, e.g.
-"params: optimizer.learning_rate must be > 0, got -1". Unknown keys are errors, so a typo never
-silently falls back to a default. Pure: no I/O.
+"params: optimizer.learning_rate must be > 0, got -1". Which keys exist is said once, in
+`params_keys.KNOWN_KEYS`: the keys the emulation implements are the fields below, the keys it
+accepts but does not use are dropped here (each gives a warning: `params_keys.notes_of`), and
+unknown keys are errors, all named in one, so a typo never silently falls back to a default.
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -11,21 +14,25 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     NonNegativeInt,
     PositiveInt,
+    StrictInt,
     StrictStr,
+    Tag,
 )
 from pydantic_core import PydanticCustomError
 
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.params_keys import screen
 
 MAX_SIZE = 1 << 20
 
@@ -51,19 +58,53 @@ def _check_path(value: str) -> str:
 # would pass a check of strings and become one in a replica), absolute, one line.
 AbsolutePath = Annotated[StrictStr, Field(max_length=4096), AfterValidator(_check_path)]
 MODEL_NAMES = ("fc_mnist", "gpt2")
+MAX_STEPS = 10**9
+MAX_SCHEDULERS = 64
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    # Keys a user may write that are spelled into fields before validation (not fields).
+    SPELLINGS: ClassVar[frozenset[str]] = frozenset()
+
+
+def _spell(data: Any, key: str, fields: tuple[str, ...], section: str) -> Any:
+    """`data` with its list `key` spelled as `fields` (e.g. optimizer.betas as beta1, beta2)."""
+    if not isinstance(data, dict) or key not in data:
+        return data
+    given = [f for f in fields if f in data]
+    if given:
+        raise ValueError(f"{section}.{key} and {section}.{given[0]}: give one of them")
+    value = data[key]
+    if not isinstance(value, list | tuple) or len(value) != len(fields):
+        raise ValueError(f"{section}.{key} must be a list of {len(fields)} numbers, got {value!r}")
+    return {**{k: v for k, v in data.items() if k != key}, **dict(zip(fields, value, strict=True))}
 
 
 class FcMnistModel(_Section):
     """An MLP on synthetic MNIST-shaped data: input -> hidden_sizes (ReLU) -> num_classes."""
 
+    SPELLINGS = frozenset({"depth", "hidden_size"})
+
     name: Literal["fc_mnist"] = "fc_mnist"
     input_size: Size = 784
     hidden_sizes: tuple[Size, ...] = (256, 256)
     num_classes: Size = 10
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _depth_and_width(cls, data: Any) -> Any:
+        """The Model Zoo's `depth` layers of `hidden_size` as hidden_sizes."""
+        if not isinstance(data, dict) or not {"depth", "hidden_size"} & data.keys():
+            return data
+        if "hidden_sizes" in data:
+            raise ValueError("model.hidden_sizes and model.depth/hidden_size: give one of them")
+        depth, width = data.get("depth", 2), data.get("hidden_size", 256)
+        for key, value in (("depth", depth), ("hidden_size", width)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1024:
+                raise ValueError(f"model.{key} must be an integer from 1 to 1024, got {value!r}")
+        rest = {k: v for k, v in data.items() if k not in ("depth", "hidden_size")}
+        return {**rest, "hidden_sizes": [width] * depth}
 
 
 class Gpt2Model(_Section):
@@ -74,7 +115,15 @@ class Gpt2Model(_Section):
     num_hidden_layers: Annotated[int, Field(gt=0, le=1024)] = 4
     num_heads: Annotated[int, Field(gt=0, le=1024)] = 4
     max_position_embeddings: Annotated[int, Field(gt=0, le=1 << 16)] = 128
-    vocab_size: Literal[256] = 256
+    # The corpus is byte-level (ids < 256); a larger vocabulary has rows no token selects.
+    vocab_size: Annotated[int, Field(ge=256, le=MAX_SIZE)] = 256
+    # The MLP's inner width; None: 4 x hidden_size.
+    filter_size: Size | None = None
+
+    @property
+    def inner_size(self) -> int:
+        """The width of each block's MLP."""
+        return self.filter_size or 4 * self.hidden_size
 
     @pydantic.model_validator(mode="after")
     def _heads_divide_hidden(self) -> Gpt2Model:
@@ -95,11 +144,57 @@ class InputSection(_Section):
     num_batches: Annotated[int, Field(gt=0, le=1 << 16)] = 4
 
 
+LearningRate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class LrScheduler(_Section):
+    """One of the Model Zoo's learning-rate schedulers; a list of them runs one after the other.
+
+    Over its `total_iters` steps (the last one: until the end of the job) the rate goes from
+    `initial_learning_rate` to `end_learning_rate`: linearly, along a half cosine, or
+    exponentially (times `decay_rate` every `total_iters` steps; `staircase`: in whole steps);
+    Constant keeps `learning_rate`. After its steps a scheduler holds its end rate.
+    """
+
+    scheduler: Literal["linear", "constant", "cosine", "exponential"]
+    initial_learning_rate: LearningRate = 0.0
+    end_learning_rate: LearningRate = 0.0
+    learning_rate: LearningRate = 0.0
+    total_iters: Annotated[int, Field(gt=0, le=MAX_STEPS)] | None = None
+    decay_rate: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    staircase: bool = False
+
+    @pydantic.field_validator("scheduler", mode="before")
+    @classmethod
+    def _known_spelling(cls, value: Any) -> Any:
+        """Linear, LinearLR, cosine, CosineDecay, CosineDecayLR, ... as the Model Zoo spells
+        them."""
+        if not isinstance(value, str):
+            return value
+        name = value.strip().lower().removesuffix("lr").removesuffix("decay")
+        return name if name in ("linear", "constant", "cosine", "exponential") else value
+
+
+def _number_or_list(value: Any) -> str:
+    return "tagged-list" if isinstance(value, list | tuple) else "tagged-number"
+
+
 class OptimizerSection(_Section):
-    """Applied by MemoryX. The learning rate follows warm-up then `decay` (see lr schedule)."""
+    """Applied by MemoryX. The learning rate follows warm-up then `decay` (see lr schedule), or
+    the list of schedulers `learning_rate` gives."""
+
+    SPELLINGS = frozenset({"betas"})
 
     optimizer_type: Literal["sgd", "adamw", "adam"] = "sgd"
-    learning_rate: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.01
+    learning_rate: Annotated[
+        Annotated[float, Field(gt=0, allow_inf_nan=False), Tag("tagged-number")]
+        | Annotated[
+            tuple[LrScheduler, ...],
+            Field(min_length=1, max_length=MAX_SCHEDULERS),
+            Tag("tagged-list"),
+        ],
+        Discriminator(_number_or_list),
+    ] = 0.01
     momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
     beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
     beta2: Annotated[float, Field(ge=0, lt=1)] = 0.999
@@ -118,6 +213,33 @@ class OptimizerSection(_Section):
     def _lower_case(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value
 
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _betas(cls, data: Any) -> Any:
+        return _spell(data, "betas", ("beta1", "beta2"), "optimizer")
+
+    @pydantic.model_validator(mode="after")
+    def _one_schedule(self) -> OptimizerSection:
+        if isinstance(self.learning_rate, tuple):
+            own = ("warmup_steps", "decay", "decay_steps", "min_learning_rate")
+            given = [key for key in own if key in self.model_fields_set]
+            if given:
+                raise ValueError(
+                    f"optimizer.{given[0]} applies to a numeric learning_rate; with a list of "
+                    "schedulers put the warm-up or decay in the list"
+                )
+        return self
+
+    @property
+    def initial_learning_rate(self) -> float:
+        """The rate of step 0 before warm-up: the number, or the first scheduler's."""
+        if isinstance(self.learning_rate, float):
+            return self.learning_rate
+        first = self.learning_rate[0]
+        return (
+            first.learning_rate if first.scheduler == "constant" else first.initial_learning_rate
+        )
+
 
 class RunConfig(_Section):
     """Seed, summary / checkpoint / eval cadence and the checkpoint to resume from."""
@@ -127,6 +249,9 @@ class RunConfig(_Section):
     checkpoint_steps: PositiveInt | None = None
     eval_steps: PositiveInt | None = None
     checkpoint_path: AbsolutePath | None = None
+    # Stand in for --num_steps / model_dir when they are not given (the launcher, the client).
+    max_steps: Annotated[StrictInt, Field(gt=0, le=MAX_STEPS)] | None = None
+    model_dir: Annotated[StrictStr, Field(min_length=1, max_length=4096)] | None = None
 
 
 class Params(_Section):
@@ -140,7 +265,9 @@ class Params(_Section):
 
     def model_digest(self) -> str:
         """sha256 of the `model` section: equal digests mean checkpoint-compatible shapes."""
-        text = json.dumps(self.model.model_dump(mode="json"), sort_keys=True)
+        # Fields left at None are left out: adding one keeps the digests of older checkpoints.
+        shape = self.model.model_dump(mode="json", exclude_none=True)
+        text = json.dumps(shape, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -156,13 +283,15 @@ def parse_params(params: Mapping[str, Any]) -> Params:
             f"params: model.name {name!r} is not known; use one of {', '.join(MODEL_NAMES)}",
             field="params",
         )
+    screened = screen({k: v for k, v in sections.items() if isinstance(v, Mapping)}, name)
+    kept = {**sections, **screened.sections}
     model_type: type[_Section] = Gpt2Model if name == "gpt2" else FcMnistModel
     try:
-        typed_model = model_type.model_validate(model)
+        typed_model = model_type.model_validate(kept.get("model", {}))
     except pydantic.ValidationError as err:
         raise InvalidSpec(_sentence(err, "model"), field="params") from None
     try:
-        return Params.model_validate({**sections, "model": typed_model})
+        return Params.model_validate({**kept, "model": typed_model})
     except pydantic.ValidationError as err:
         raise InvalidSpec(_sentence(err, ""), field="params") from None
 

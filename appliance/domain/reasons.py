@@ -45,6 +45,7 @@ class ReasonCode(enum.StrEnum):
     ADMITTED = "Admitted"  # systems reserved
     STARTED = "Started"  # replicas launched
     REPLICAS_READY = "ReplicasReady"  # running
+    PARAMS_WARNING = "ParamsWarning"  # at submit: a params key accepted but not used
     # Why a job was requeued.
     PREEMPTED = "Preempted"  # by a job of higher priority in its queue
     RECLAIMED = "Reclaimed"  # by a job of a queue whose quota it borrowed
@@ -127,6 +128,9 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
     ReasonCode.ADMITTED: lambda p: "reserved" + _with(p, "systems", " {}"),
     ReasonCode.STARTED: lambda p: f"started {p['replicas']} replicas",
     ReasonCode.REPLICAS_READY: lambda p: f"all {p['replicas']} replicas ready",
+    ReasonCode.PARAMS_WARNING: lambda p: (
+        f"params: {p['key']} is accepted and not used: {p['instead']}"
+    ),
     ReasonCode.PREEMPTED: lambda p: f"preempted by {p['by']} ({p['priority']})",
     ReasonCode.RECLAIMED: lambda p: (
         f"preempted by {p['by']} ({p['priority']}): queue {p['queue']} reclaims its quota"

@@ -18,6 +18,7 @@ from appliance.domain.bounded_yaml import check_nesting, load_bounded
 from appliance.domain.dependencies import Dependency, parse_dependencies
 from appliance.domain.display import hidden_character
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.params import MAX_STEPS as MAX_STEPS  # re-exported: the doors bound it
 from appliance.domain.params import parse_params
 from appliance.domain.queues import DEFAULT_QUEUE, validate_queue_name
 from appliance.domain.spec_fields import Storage, about
@@ -52,7 +53,6 @@ class Priority(enum.IntEnum):
 
 PARAMS_SECTIONS = frozenset({"model", "train_input", "eval_input", "optimizer", "runconfig"})
 MAX_PARAMS_BYTES = 1 << 20
-MAX_STEPS = 10**9
 MAX_LABELS = 64
 MAX_MODEL_DIR = 4096
 MAX_RESTARTS = 100

@@ -21,7 +21,9 @@ from appliance.domain.errors import InvalidSpec, job_not_found
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent, without_details
+from appliance.domain.params_keys import notes_of
 from appliance.domain.plan import ReplicaPlan, plan_replicas
+from appliance.domain.reasons import Reason
 from appliance.domain.spec import (
     MAX_HOLDER,
     MAX_REASON,
@@ -55,9 +57,13 @@ T = TypeVar("T")
 Blocking = Callable[..., Awaitable[Any]]
 
 
-def plan_submission(spec: JobSpec, pool: list[Node]) -> tuple[ReplicaPlan, str | None]:
-    """The job's replicas and the checkpoint it resumes from: one parse of the params."""
-    return plan_replicas(spec, pool), checkpoint_path_of(spec)
+def plan_submission(
+    spec: JobSpec, pool: list[Node]
+) -> tuple[ReplicaPlan, str | None, tuple[Reason, ...]]:
+    """The job's replicas, the checkpoint it resumes from and the warnings its params give
+    (keys accepted but not used): one parse of the params."""
+    notes = notes_of(spec.params, spec.model_dir)
+    return plan_replicas(spec, pool), checkpoint_path_of(spec), tuple(n.reason for n in notes)
 
 
 class JobService:
@@ -119,7 +125,7 @@ class JobService:
             )
         holder = validate_text(lease_holder, "lease_holder", MAX_HOLDER)
         size = len(spec.params_yaml)
-        plan, resume = await self._offload.run(
+        plan, resume, warnings = await self._offload.run(
             size, "params", plan_submission, spec, await self._pool()
         )
         if refuse_never_runs:
@@ -130,7 +136,7 @@ class JobService:
         else:
             spec = self.model_dirs.place(spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
-        new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups)
+        new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups, warnings)
         view = self._ctx.backlog
         view.expect(job_id)
         try:

@@ -63,6 +63,8 @@ class NewJob:
     lease_seconds: float = 0.0
     lease_holder: str = ""
     groups: tuple[str, ...] = ()
+    # Recorded as events after the submitted one (params keys accepted but not used).
+    warnings: tuple[Reason, ...] = ()
 
 
 # Why a new job waits, until a scheduler pass says why; and what its first event says.
@@ -113,6 +115,12 @@ class JobStore(
              "to_phase": Phase.QUEUED.value, "reason": said(submitted, user=n.user).message,
              "reason_code": submitted.value}
             for n in new
+        ]  # fmt: skip
+        events += [
+            {"job_id": n.job_id, "time": now, "from_phase": None,
+             "to_phase": Phase.QUEUED.value, "reason": w.message, "reason_code": w.code_text}
+            for n in new
+            for w in n.warnings
         ]  # fmt: skip
         dependencies = [
             {"job_id": n.job_id, "depends_on": d.job_id, "condition": d.condition.value}

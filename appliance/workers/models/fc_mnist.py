@@ -62,7 +62,7 @@ def training_config(params: Mapping[str, Any] | Params) -> TrainingConfig:
         layer_shapes=tuple(fc_layer_shapes(typed.model)),
         batch_size=typed.train_input.batch_size,
         seed=typed.runconfig.seed,
-        learning_rate=typed.optimizer.learning_rate,
+        learning_rate=typed.optimizer.initial_learning_rate,
     )
 
 

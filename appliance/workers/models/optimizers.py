@@ -10,7 +10,11 @@ give the same bits in MemoryX and in the single-process reference.
   matrices only (ndim >= 2), never to biases, LayerNorm gains or other vectors.
 - Learning rate of step k: linear warm-up over `warmup_steps` (lr * (k + 1) / warmup), then
   `decay` (constant, linear or cosine) from lr to min_learning_rate over `decay_steps` (default:
-  the rest of the job), then min_learning_rate.
+  the rest of the job), then min_learning_rate. Or, when `learning_rate` is the Model Zoo's list
+  of schedulers, the scheduler whose steps hold k, at t = k - (the steps before it), of T =
+  its total_iters: linear a + (b - a) * min(t / T, 1); cosine b + (a - b) * (1 + cos(pi *
+  min(t / T, 1))) / 2; exponential a * rate ** (t / T) (floor(t / T) with staircase); constant
+  its learning_rate. The last scheduler runs to the end of the job (T: the rest of it).
 - Clipping by global norm: the gradient of every unit is multiplied by
   max_norm / max(norm, max_norm), norm being the L2 norm over all units of the summed gradient.
   Per-unit squared norms are float64 sums over the unit's tensors in name order; the global
@@ -24,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from appliance.domain.params import OptimizerSection
+from appliance.domain.params import LrScheduler, OptimizerSection
 from appliance.workers.models.model import Tensors
 
 OptimizerState = dict[str, Tensors]  # slot ("momentum", "exp_avg", ...) -> tensor -> array
@@ -47,6 +51,8 @@ def initial_state(settings: OptimizerSection, weights: Tensors) -> OptimizerStat
 
 def learning_rate_at(settings: OptimizerSection, step: int, num_steps: int) -> float:
     """The learning rate used by the update of step `step` (0-based) of a `num_steps` job."""
+    if isinstance(settings.learning_rate, tuple):
+        return _scheduled_rate(settings.learning_rate, step, num_steps)
     peak, warmup = settings.learning_rate, settings.warmup_steps
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -58,6 +64,30 @@ def learning_rate_at(settings: OptimizerSection, step: int, num_steps: int) -> f
     if settings.decay == "linear":
         return low + (peak - low) * (1.0 - done)
     return low + (peak - low) * 0.5 * (1.0 + math.cos(math.pi * done))
+
+
+def _scheduled_rate(schedulers: Sequence[LrScheduler], step: int, num_steps: int) -> float:
+    start = 0
+    for index, phase in enumerate(schedulers):
+        last = index == len(schedulers) - 1
+        span = phase.total_iters or max(num_steps - start, 1)
+        if step < start + span or last:
+            return _phase_rate(phase, step - start, span)
+        start += span
+    raise AssertionError("a schedule has at least one scheduler")  # pragma: no cover
+
+
+def _phase_rate(phase: LrScheduler, t: int, span: int) -> float:
+    a, b = phase.initial_learning_rate, phase.end_learning_rate
+    done = min(t / span, 1.0)
+    if phase.scheduler == "constant":
+        return phase.learning_rate
+    if phase.scheduler == "linear":
+        return a + (b - a) * done
+    if phase.scheduler == "cosine":
+        return b + (a - b) * 0.5 * (1.0 + math.cos(math.pi * done))
+    exponent = math.floor(t / span) if phase.staircase else t / span
+    return float(a * phase.decay_rate**exponent)
 
 
 def squared_norm(tensors: Tensors) -> float:

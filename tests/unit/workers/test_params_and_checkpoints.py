@@ -30,7 +30,8 @@ GPT = {"model": {"name": "gpt2", "hidden_size": 64, "num_hidden_layers": 2, "num
         ({"model": {}, "optimizer": {"decay": "step"}}, "params: optimizer.decay 'step' is not"),
         ({"model": {}, "train_input": {"batch_size": "x"}},
          "params: train_input.batch_size must be an integer"),
-        ({"model": {"name": "gpt2", "vocab_size": 300}}, "params: model.vocab_size 300 is not"),
+        ({"model": {"name": "gpt2", "vocab_size": 255}},
+         "params: model.vocab_size must be >= 256, got 255"),
     ],
 )  # fmt: skip
 def test_bad_params_name_the_key(params: dict[str, object], message: str) -> None:

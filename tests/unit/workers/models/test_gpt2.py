@@ -181,3 +181,17 @@ def test_loss_on_the_shipped_corpus_falls() -> None:
     assert losses[0] > 5.0
     assert np.mean(losses[-10:]) < 3.0
     assert evaluation.loss < 3.0
+
+
+def test_a_vocabulary_larger_than_the_bytes_and_a_filter_size_train() -> None:
+    """The Model Zoo's vocab_size and filter_size (#32): the embedding has rows no byte selects,
+    the MLP the width asked for, and the gradients still check out."""
+    params = parse_params({**TINY, "model": {**TINY["model"], "vocab_size": 300,
+                                            "filter_size": 12}})  # fmt: skip
+    model = Gpt2(params)
+    assert model.unit_shapes(0)["wte"] == (300, 8)
+    assert model.unit_shapes(1)["mlp_fc_weight"] == (8, 12)
+    trainer = ReferenceTrainer(params, num_steps=3, model=model)
+    losses = trainer.train()
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    assert losses[0] == pytest.approx(np.log(300), rel=0.05)  # uniform over 300 ids at first

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from appliance.domain.params import OptimizerSection
+from appliance.domain.params import OptimizerSection, parse_params
 from appliance.workers.models import optimizers
 
 RNG = np.random.default_rng(1)
@@ -60,6 +60,39 @@ def test_warmup_then_decay(decay: str, expected: list[float]) -> None:
     settings = OptimizerSection(learning_rate=1.0, warmup_steps=4, decay=decay)  # type: ignore[arg-type]
     rates = [optimizers.learning_rate_at(settings, step, num_steps=8) for step in range(7)]
     assert rates == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_model_zoos_list_of_schedulers_runs_one_after_the_other() -> None:
+    settings = parse_params({"model": {}, "optimizer": {"learning_rate": [
+        {"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 1.0,
+         "total_iters": 4},
+        {"scheduler": "ConstantLR", "learning_rate": 0.5, "total_iters": 2},
+        {"scheduler": "CosineDecay", "initial_learning_rate": 1.0, "end_learning_rate": 0.0,
+         "total_iters": 4},
+        {"scheduler": "Exponential", "initial_learning_rate": 0.8, "decay_rate": 0.5,
+         "total_iters": 2, "staircase": True},
+    ]}}).optimizer  # fmt: skip
+
+    rates = [optimizers.learning_rate_at(settings, step, num_steps=16) for step in range(16)]
+
+    cosine = [(1 + math.cos(math.pi * t / 4)) / 2 for t in range(4)]
+    assert rates == pytest.approx(
+        [0.0, 0.25, 0.5, 0.75, 0.5, 0.5, *cosine, 0.8, 0.8, 0.4, 0.4, 0.2, 0.2], abs=1e-12
+    )
+
+
+def test_the_last_scheduler_spans_the_rest_of_the_job_and_holds_its_end() -> None:
+    settings = parse_params({"model": {}, "optimizer": {"learning_rate": [
+        {"scheduler": "linear", "initial_learning_rate": 1.0, "end_learning_rate": 0.0},
+    ]}}).optimizer  # fmt: skip
+    assert [optimizers.learning_rate_at(settings, s, num_steps=4) for s in range(5)] == [
+        1.0, 0.75, 0.5, 0.25, 0.0,
+    ]  # fmt: skip
+    held = parse_params({"model": {}, "optimizer": {"learning_rate": [
+        {"scheduler": "linear", "initial_learning_rate": 1.0, "end_learning_rate": 0.0,
+         "total_iters": 2},
+    ]}}).optimizer  # fmt: skip
+    assert optimizers.learning_rate_at(held, 5, num_steps=8) == 0.0
 
 
 def test_clip_scale_uses_the_global_norm() -> None:
