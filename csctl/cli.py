@@ -22,7 +22,7 @@ from csctl.logs import events, log_export, logs
 from csctl.queues import queue_group
 from csctl.render import say
 from csctl.session import Session, fail
-from csctl.systems import system_group
+from csctl.systems import node_alias, system_group
 
 _EPILOG = """\b
 Shell completion (commands, options and job ids): see `csctl completion --help`, e.g.
@@ -110,7 +110,7 @@ for command in (
     completion,
 ):
     cli.add_command(command)
-cli.add_command(system_group, name="node")  # MemoryX and SwarmX nodes: the same commands
+cli.add_command(node_alias)  # MemoryX and SwarmX nodes: the same commands, listed once
 
 
 def main() -> None:

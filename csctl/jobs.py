@@ -60,16 +60,25 @@ def get() -> None:
 @get.command("job")
 @click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option(
-    "-o", "--output", type=click.Choice(_DETAIL_FORMATS), default="yaml", show_default=True
+    "-o",
+    "--output",
+    type=click.Choice(_DETAIL_FORMATS),
+    default="table",
+    show_default=True,
+    help="table: a summary (the job's row, why it ended or waits, its replicas); yaml or "
+    "json: the whole document.",
 )
 @click.pass_obj
 def get_job(session: Session, job_id: str, output: str) -> None:
-    """Show one job in full: spec and params, phase and reasons, queue position, systems,
-    lease, progress, timestamps and replicas (node, phase, pid, exit code, message, log tail).
+    """Show one job: a summary by default, as kubectl's `get` does (the job's row, queue
+    position, dependencies, attempts, reason and replicas); with -o yaml or -o json, in full:
+    spec and params, phase and reasons, queue position, systems, lease, progress, timestamps
+    and replicas (node, phase, pid, exit code, message, log tail).
 
     \b
     Examples:
       csctl get job wsjob-abc123def456gh
+      csctl get job wsjob-abc123def456gh -o yaml
       csctl get job wsjob-abc123def456gh -o json
     """
     job = session.client().get_job(job_id)

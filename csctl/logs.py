@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 import sys
@@ -18,32 +19,56 @@ from appliance.client.progress import describe_event
 from appliance.domain.job import JobEvent
 from csctl import render
 from csctl.completion import complete_job_ids
+from csctl.log_order import interleaved
 from csctl.render import say
 from csctl.session import CsctlError, Session
 
 EVENT_COLUMNS = ("AGE", "FROM", "TO", "REASON")
 
 
+MAX_TAIL = 100_000
+
+
 @click.command("logs")
 @click.argument("job_id", metavar="ID", shell_complete=complete_job_ids)
 @click.option("--replica", "-r", metavar="NAME", help="Only this replica (e.g. cs2-0, chief-0).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.option(
+    "--tail",
+    type=click.IntRange(0, MAX_TAIL),
+    metavar="N",
+    help=f"Only the last N lines written so far (then, with -f, every new one); at most "
+    f"{MAX_TAIL:,}.",
+)
 @click.pass_obj
-def logs(session: Session, job_id: str, replica: str | None, follow: bool) -> None:
+def logs(
+    session: Session, job_id: str, replica: str | None, follow: bool, tail: int | None
+) -> None:
     """Print a job's replica logs.
 
-    Every replica's log in turn, each line prefixed with `[replica]`, or one replica's with
-    --replica. With -f, new lines follow until the job is terminal.
+    Every replica's lines in the order they were written (by their time stamps), each
+    prefixed with `[replica]`, so the newest come last; or one replica's with --replica.
+    With -f, new lines follow until the job is terminal.
 
     \b
     Examples:
-      csctl logs wsjob-abc123def456gh
+      csctl logs wsjob-abc123def456gh --tail 20
       csctl logs wsjob-abc123def456gh --replica cs2-0 -f
     """
-    for name, line in session.client().logs(job_id, replica, follow=follow):
+    client = session.client()
+    written = interleaved(client.logs(job_id, replica))
+    for name, line in written[len(written) - tail :] if tail is not None else written:
         say(line if replica else f"[{name}] {line}")
-        if follow:
-            sys.stdout.flush()
+    if not follow:
+        return
+    sys.stdout.flush()
+    shown = collections.Counter(name for name, _ in written)
+    for name, line in client.logs(job_id, replica, follow=True):
+        if shown[name] > 0:  # printed above (or left out by --tail): logs only grow
+            shown[name] -= 1
+            continue
+        say(line if replica else f"[{name}] {line}")
+        sys.stdout.flush()
 
 
 @click.command("events")

@@ -17,7 +17,10 @@ EVENT_COLUMNS = ("AGE", "STATE", "BY", "REASON")
 _REASON = click.option("--reason", default="", help="Why (shown with the node and its events).")
 
 
-@click.group("system")
+@click.group(
+    "system",
+    short_help="Drain systems and nodes, set their state (admins; alias: node).",
+)
 def system_group() -> None:
     """Drain a CS-2 system (or MemoryX/SwarmX node), set its state, see its history (admins).
 
@@ -28,6 +31,13 @@ def system_group() -> None:
       csctl system set-state cs2-02 ok
       csctl system events cs2-02
     """
+
+
+# `csctl node ...`: the same commands under the name MemoryX and SwarmX users reach for; left
+# out of `csctl --help`, which lists the group once, as `system`.
+node_alias = click.Group(
+    "node", commands=system_group.commands, help=system_group.help, hidden=True
+)
 
 
 @system_group.command("drain")

@@ -41,6 +41,9 @@ class ReplicaEvent:
     # Lost with its pod or node (evicted, deleted, node gone) rather than ended by itself: a
     # retryable failure even though no exit code says so.
     lost: bool = False
+    # Why a replica that failed by itself did, in its own last error line (bounded, escaped:
+    # domain/replica_errors.py); "" when it said nothing or did not fail.
+    last_error: str = ""
 
 
 class Backend(Protocol):

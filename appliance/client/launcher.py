@@ -47,6 +47,7 @@ from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL
 from appliance.client.params import max_steps_in_file, params_warnings
 from appliance.client.progress import EventPrinter, describe_progress
 from appliance.client.user_config import ConfigError
+from appliance.domain.compile import count_in_words
 from appliance.domain.display import printable
 from appliance.domain.errors import ApplianceError, InvalidSpec
 from appliance.domain.job import JobEvent
@@ -193,9 +194,10 @@ def _compile(
         _say(f"  layer {unit.index}: {unit.parameters} parameters ({tensors})", file=out)
     if report.unit_count > len(report.units):
         _say(f"  ... and {report.unit_count - len(report.units)} more layers", file=out)
+    count = report.parameter_count  # the count, then its bytes (#32: said only the bytes)
     _say(
-        f"parameters {report.parameter_bytes / mib:.2f} MiB; MemoryX holds "
-        f"{report.memory_bytes / mib:.2f} MiB with optimizer state",
+        f"parameters {count_in_words(count)} ({count:,}): {report.parameter_bytes / mib:.2f} "
+        f"MiB; MemoryX holds {report.memory_bytes / mib:.2f} MiB with optimizer state",
         file=out,
     )
     counts = ", ".join(f"{g.role.value} x{g.count}" for g in report.plan.groups)

@@ -175,7 +175,7 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
     backend = await make_backend(s, making)
     ctx.estimates.default_step_seconds = backend.simulated_step_seconds
     dirs = s.model_dirs
-    model_dirs = ModelDirs(dirs.root, dirs.allowed)
+    model_dirs = ModelDirs(dirs.root, dirs.allowed, check_paths=backend.writes_model_dirs)
     queues = QueueService(ctx, s.scheduler)
     nodes = NodeService(ctx, restarts, preemption)
     jobs = JobService(ctx, model_dirs, queues, blocking=runtime.blocking)

@@ -44,6 +44,11 @@ class CompileReport:
     unit_count: int = 0  # every streamed unit; `units` lists the first MAX_LISTED_UNITS
 
     @property
+    def parameter_count(self) -> int:
+        """Every streamed unit's parameters (float32 weights, so a quarter of their bytes)."""
+        return self.parameter_bytes // BYTES_PER_PARAM
+
+    @property
     def bytes_per_step(self) -> int:
         return (
             self.bytes_memoryx_to_swarmx + self.bytes_swarmx_to_cs2
@@ -79,3 +84,11 @@ def compile_job(spec: JobSpec, pool: Sequence[Node]) -> CompileReport:
         bytes_cs2_to_swarmx=weights * spec.num_csx,
         bytes_swarmx_to_memoryx=weights * swarmx,
     )
+
+
+def count_in_words(count: int) -> str:
+    """A parameter count as people say it: `1.32 B`, `124.4 M`, `269.3 K`, `987`."""
+    for scale, unit, digits in ((10**9, "B", 2), (10**6, "M", 1), (10**3, "K", 1)):
+        if count >= scale:
+            return f"{count / scale:.{digits}f} {unit}"
+    return str(count)

@@ -92,7 +92,8 @@ def _replica_failed(p: Mapping[str, Any]) -> str:
     if code is None and message:  # never ran, or lost: the message says why
         return f"replica {p['replica']} failed: {message}"
     what = f"exit code {code}" if code is not None else "an unknown exit code"
-    return f"replica {p['replica']} exited with {what}{_with(p, 'message', ' ({})')}"
+    said_why = _with(p, "error", ": {}")  # its last error line (domain/replica_errors.py)
+    return f"replica {p['replica']} exited with {what}{_with(p, 'message', ' ({})')}{said_why}"
 
 
 def _restarting(p: Mapping[str, Any]) -> str:

@@ -163,7 +163,7 @@ class ReplicaEventHandling:
         )
         decisive = event.exit_code != 0 or event.replica == CHIEF_REPLICA
         return ReplicaExit(
-            event.replica, event.attempt, event.exit_code, event.message, tail, decisive
+            event.replica, event.attempt, event.exit_code, _message(event), tail, decisive
         )
 
     async def on_replica_event(self, event: ReplicaEvent) -> None:
@@ -191,7 +191,7 @@ class ReplicaEventHandling:
             event.replica,
             phase=exit_phase(phase, code),
             exit_code=code,
-            message=exit_message(phase, code, event.message),
+            message=exit_message(phase, code, _message(event)),
             log_tail=tail,
         )
         await self._after_exit(event, phase)
@@ -205,7 +205,7 @@ class ReplicaEventHandling:
         if code != 0:
             reason = said(
                 ReasonCode.REPLICA_FAILED, replica=event.replica, exit_code=code,
-                message=event.message,
+                message=event.message, error=event.last_error,
             )  # fmt: skip
             if code == EXIT_PEER_FAILED and not event.lost:
                 self._consequences.hold(event, reason, self.ctx.clock())  # loops/settling.py
@@ -228,6 +228,11 @@ class ReplicaEventHandling:
                         ReasonCode.REPLICA_FAILED, replica=event.replica, while_phase=phase.value
                     ),
                 )
+
+
+def _message(event: ReplicaEvent) -> str:
+    """A replica's message for its exit: what its backend says of it, and its last error."""
+    return ": ".join(part for part in (event.message, event.last_error) if part)
 
 
 def _run_of(

@@ -15,22 +15,34 @@ on, a user's `model_dir` and `runconfig.checkpoint_path` must lie in their own d
 of their groups', or a directory on the admins' allow-list (APPLIANCE_MODEL_DIRS_ALLOWED);
 anything else is refused naming the field. Admins, and every caller while authentication is
 off (each is then an admin), may name any absolute path.
+
+A path the job names is then checked as its replicas will use it (appliance/safe_paths.py,
+the rule they share): a model dir they could not make or write (`/proc/mymodel`, a file, a
+read-only directory) and a checkpoint they could not read are refused naming the field,
+before systems are reserved for a job that would fail. A checkpoint of a job that depends on
+others is not checked: a job it waits for may write it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from appliance.domain.auth import Principal
-from appliance.domain.errors import PermissionDenied, Unavailable
+from appliance.domain.errors import InvalidSpec, PermissionDenied, Unavailable
 from appliance.domain.spec import JobSpec, with_checkpoint_path
+from appliance.safe_paths import UnsafePath, check_job_dir, check_job_file
 
 
 class ModelDirs:
-    def __init__(self, root: Path, allowed: Sequence[Path] = ()) -> None:
+    def __init__(
+        self, root: Path, allowed: Sequence[Path] = (), *, check_paths: bool = True
+    ) -> None:
+        """`check_paths`: check at submit that the replicas can use the paths a job names
+        (off for a backend whose replicas write no model dirs)."""
+        self.check_paths = check_paths
         self.root = Path(os.path.realpath(root))
         self.allowed = tuple(Path(os.path.realpath(p)) for p in allowed)
         # The root as configured too: a user names paths under it before links are resolved.
@@ -55,18 +67,23 @@ class ModelDirs:
     ) -> JobSpec:
         """`spec` with its model dir (and checkpoint path) canonical and checked for `user`
         (`by` the authenticated caller, None with authentication off); makes the owner's
-        directory. Raises PermissionDenied naming the field."""
+        directory. Raises PermissionDenied or InvalidSpec naming the field."""
         restricted = by is not None and not by.admin
         groups = by.groups if by is not None else ()
         if not spec.model_dir:
             model_dir = self.user_dir(user) / job_id
         else:
             model_dir = self._checked(spec.model_dir, user, groups, "model_dir", restricted)
+        resume = None
         if checkpoint:
             resume = self._checked(checkpoint, user, groups, "checkpoint_path", restricted)
             if str(resume) != checkpoint:
                 spec = with_checkpoint_path(spec, str(resume))
         self._make_owner_dir(model_dir)
+        if self.check_paths and spec.model_dir:
+            _usable(check_job_dir, model_dir, "model_dir")
+        if self.check_paths and resume is not None and not spec.depends_on:
+            _usable(check_job_file, resume, "checkpoint_path")
         return dataclasses.replace(spec, model_dir=str(model_dir))
 
     def _checked(
@@ -126,6 +143,14 @@ class ModelDirs:
                 f"({exc.strerror}); tell an admin"
             ) from None
         self._made.add(owner)
+
+
+def _usable(check: Callable[[Path], None], path: Path, field: str) -> None:
+    """`check(path)`, its refusal an InvalidSpec naming `field`."""
+    try:
+        check(path)
+    except UnsafePath as exc:
+        raise InvalidSpec(f"{field} {exc}", field=field) from None
 
 
 def canonical(path: str) -> Path:

@@ -1,7 +1,9 @@
 """Command line of a replica process: `python -m appliance.workers <role> [options]`.
 
 Options fall back to environment variables (APPLIANCE_JOB_ID, APPLIANCE_REPLICA,
-APPLIANCE_COORDINATOR, APPLIANCE_ORPHAN_TIMEOUT), which is how the Kubernetes backend passes them.
+APPLIANCE_COORDINATOR, APPLIANCE_ORPHAN_TIMEOUT, APPLIANCE_ERROR_FILE), which is how the Kubernetes
+backend passes them. A replica that fails ends with one line saying why, last on stderr and
+in the error file (domain/replica_errors.py), whatever raised.
 The job's credentials come only from the environment (APPLIANCE_DATAPLANE_TOKEN, and
 APPLIANCE_REPLICA_TOKEN with authentication on): a command line is readable by every local user.
 """
@@ -9,15 +11,19 @@ APPLIANCE_REPLICA_TOKEN with authentication on): a command line is readable by e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import click
+
+from appliance.domain.replica_errors import ERROR_FILE_ENV, error_of
 
 if TYPE_CHECKING:
     from appliance.workers.runtime import ReplicaRole, WorkerOptions
@@ -78,6 +84,13 @@ def build_role(options: WorkerOptions) -> ReplicaRole:
     help="write the exit code here on the way out (lets a restarted coordinator learn it)",
 )
 @click.option(
+    "--error-file",
+    envvar=ERROR_FILE_ENV,
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="write the last error line here when failing (a pod's termination message)",
+)
+@click.option(
     "--step-timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=30.0,
@@ -91,6 +104,7 @@ def main(
     coordinator: str,
     orphan_timeout: float,
     exit_file: str | None,
+    error_file: str | None,
     step_timeout: float,
 ) -> None:
     """Run one replica of a wsjob until it finishes, is told to stop, or fails."""
@@ -101,6 +115,7 @@ def main(
 
     pin_blas_threads(os.environ)
     from appliance.workers.allocator import keep_tensor_buffers
+    from appliance.workers.lifecycle import EXIT_FAILED, Ending
     from appliance.workers.runtime import WorkerOptions, run_replica
     from appliance.workers.transport.job_credential import MissingCredential, dataplane_token
 
@@ -126,17 +141,32 @@ def main(
         step_timeout=step_timeout,
         dataplane_token=token,
     )
-    finish(asyncio.run(run_replica(options, build_role(options))), exit_file)
+    replica_role = build_role(options)
+    try:
+        ending = asyncio.run(run_replica(options, replica_role))
+    except Exception as exc:  # the top level: the traceback for the log, then one line why
+        traceback.print_exc()
+        ending = Ending(EXIT_FAILED, error_of(exc))
+    finish(ending.code, exit_file, ending.error, error_file)
 
 
-def finish(code: int, exit_file: str | None) -> NoReturn:
+def finish(
+    code: int, exit_file: str | None, error: str = "", error_file: str | None = None
+) -> NoReturn:
     """End the process with `code`, its own decision: a SIGTERM from here on (the teardown of a
     job whose chief just told this replica to stop) must not turn a clean end into "killed by
     SIGTERM". The event loop that handled SIGTERM is closed by now, so the signal's default
     action would kill the process while the interpreter shuts down; it is ignored instead (a
-    hung exit still meets the teardown's SIGKILL)."""
+    hung exit still meets the teardown's SIGKILL). A failure's `error` line goes last on
+    stderr and into `error_file`."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if error:
+        logging.shutdown()  # the logs flushed before it
+        print(error, file=sys.stderr, flush=True)
+        if error_file:
+            with contextlib.suppress(OSError):  # the line on stderr says it still
+                Path(error_file).write_text(f"{error}\n")
     if exit_file:
         Path(exit_file).write_text(f"{code}\n")
     sys.exit(code)

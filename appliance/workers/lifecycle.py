@@ -7,11 +7,15 @@ Exit codes (what the backend sees):
 - 4   a replica it called failed (the chief's call to a killed CS-2): the cause is elsewhere,
       and the coordinator waits a moment for it (domain/restarts.py)
 - 143 stopped by SIGTERM (128 + 15, the shell convention)
+
+A replica that fails (1, 3, 4) says why in one last error line (domain/replica_errors.py):
+the `Ending` of its run carries it to the program's top level, which prints it last.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -27,6 +31,14 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_ORPHANED = 3
 EXIT_SIGTERM = 143
+
+
+@dataclasses.dataclass(frozen=True)
+class Ending:
+    """How a replica's run ended: its exit code and, for a failure, its last error line."""
+
+    code: int
+    error: str = ""
 
 
 class ReplicaExit(Exception):

@@ -18,11 +18,13 @@ from typing import Protocol
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2_grpc
+from appliance.domain.replica_errors import error_line, error_of
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_SIGTERM,
+    Ending,
     LifecycleServicer,
     ReplicaExit,
     StopSignal,
@@ -68,8 +70,9 @@ class ReplicaRole(Protocol):
         """Release channels to peers."""
 
 
-async def run_replica(options: WorkerOptions, role: ReplicaRole) -> int:
-    """Run one replica until it finishes or is stopped; returns the process exit code."""
+async def run_replica(options: WorkerOptions, role: ReplicaRole) -> Ending:
+    """Run one replica until it finishes or is stopped; returns its exit code (and last error
+    line)."""
     stop = StopSignal()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.request, EXIT_SIGTERM, "SIGTERM received")
@@ -101,7 +104,7 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole) -> int:
     stopped = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({main, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        code = _exit_code(main, stop)
+        ending = _ending(main, stop)
     finally:
         for task in (main, stopped):
             task.cancel()
@@ -110,7 +113,7 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole) -> int:
         await role.close()
         for channel in channels:
             await channel.close()
-    return code
+    return ending
 
 
 async def _register_and_run(
@@ -135,20 +138,20 @@ async def _register_and_run(
         await asyncio.gather(heartbeat, work, return_exceptions=True)
 
 
-def _exit_code(main: asyncio.Task[None], stop: StopSignal) -> int:
-    """Log why the replica ends and pick its exit code."""
+def _ending(main: asyncio.Task[None], stop: StopSignal) -> Ending:
+    """Log why the replica ends and pick its exit code and last error line."""
     if stop.requested:
         log.info("stopping: %s (exit %d)", stop.reason, stop.code)
-        return stop.code
+        return Ending(stop.code, "" if stop.code in (EXIT_OK, EXIT_SIGTERM) else stop.reason)
     error = main.exception()
     if error is None:
         log.info("finished (exit 0)")
-        return EXIT_OK
+        return Ending(EXIT_OK)
     if isinstance(error, ReplicaExit):
         log.error("exiting: %s (exit %d)", error.reason, error.code)
-        return error.code
+        return Ending(error.code, error_line(error.reason) if error.code else "")
     log.error("failed: %s", error, exc_info=error)
-    return EXIT_FAILED
+    return Ending(EXIT_FAILED, error_of(error))
 
 
 def _bracketed(host: str) -> str:

@@ -8,13 +8,13 @@ stores model dirs and checkpoint paths canonical, services/model_dirs.py, so a l
 was put there after the check): whole files are written under a fresh name (created with
 O_EXCL|O_NOFOLLOW) and renamed over the old one, which replaces a link rather than writing
 through it; files appended to are opened with O_NOFOLLOW and must have a single link; a
-checkpoint to resume from is read the same way.
+checkpoint to resume from is read the same way. The rule of the way there is
+appliance/safe_paths.py's, which the coordinator checks at submit too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import secrets
 import stat
@@ -22,14 +22,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from appliance.safe_paths import UnsafePath as UnsafePath
+from appliance.safe_paths import open_regular, walk
+
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class UnsafePath(OSError):
-    """A path a replica will not write through; says which and why."""
 
 
 def directory(path: Path) -> contextlib.AbstractContextManager[int]:
@@ -39,16 +36,7 @@ def directory(path: Path) -> contextlib.AbstractContextManager[int]:
 
 def open_read(path: Path) -> BinaryIO:
     """`path` opened for reading, refused if any component of it is a link."""
-    with directory_of(path) as folder:
-        try:  # O_NONBLOCK: a FIFO planted under the name must not hang the open
-            fd = os.open(path.name, _READ, dir_fd=folder)
-        except OSError as exc:
-            raise UnsafePath(f"{path} cannot be read: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise UnsafePath(f"{path} is not a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    return os.fdopen(open_regular(path), "rb")
 
 
 def directory_of(path: Path) -> contextlib.AbstractContextManager[int]:
@@ -58,41 +46,11 @@ def directory_of(path: Path) -> contextlib.AbstractContextManager[int]:
 
 @contextlib.contextmanager
 def _held(path: Path, make: bool) -> Iterator[int]:
-    fd = _walk(path, make)
+    fd = walk(path, make)
     try:
         yield fd
     finally:
         os.close(fd)
-
-
-def _walk(path: Path, make: bool) -> int:
-    if not path.is_absolute():
-        raise UnsafePath(f"{path} is not an absolute path")
-    fd = os.open("/", _DIR)
-    try:
-        for part in path.parts[1:]:
-            if part in {".", ".."}:
-                raise UnsafePath(f"{path} is not a canonical path")
-            try:
-                step = os.open(part, _DIR, dir_fd=fd)
-            except FileNotFoundError:
-                if not make:
-                    raise UnsafePath(f"{path} does not exist") from None
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                step = os.open(part, _DIR, dir_fd=fd)
-            os.close(fd)
-            fd = step
-    except UnsafePath:
-        os.close(fd)
-        raise
-    except OSError as exc:
-        os.close(fd)
-        why = exc.strerror
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            why = "a symbolic link on the way, or not a directory"
-        raise UnsafePath(f"{path} is not a directory a job may use: {why}") from None
-    return fd
 
 
 def write_whole(path: Path, write: Callable[[BinaryIO], object], *, durable: bool = False) -> None:

@@ -23,8 +23,31 @@ def heredoc_snippet(readme: str, needle: str) -> str:
     return str(block)
 
 
+def python_block(readme: str, needle: str) -> str:
+    """The ```python block of the README that contains `needle`."""
+    blocks = re.findall(r"```python\n(.*?)\n```\n", readme, flags=re.DOTALL)
+    (block,) = [b for b in blocks if needle in b]
+    return str(block)
+
+
+def test_the_client_example_runs_from_any_directory(serving: Served, tmp_path: Path) -> None:
+    """Run where a user would paste it: not in the repository (a relative params path failed
+    there with a traceback)."""
+    snippet = python_block((REPO / "README.md").read_text(), 'labels={"team": "nlp"}')
+    snippet = snippet.replace('"127.0.0.1:50051"', repr(serving.address))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", snippet], cwd=elsewhere, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert "SUCCEEDED: chief finished all steps (step 50/50" in done.stdout, done.stdout
+
+
 def test_ctrl_c_in_the_kubernetes_client_snippet_cancels_the_job_at_once(
-    serving: Served,
+    serving: Served, tmp_path: Path
 ) -> None:
     """The README says Ctrl-C cancels the job; without the snippet's own cancel it would only
     let the lease lapse (cancelled 60 s later, "client lease expired")."""
@@ -33,7 +56,7 @@ def test_ctrl_c_in_the_kubernetes_client_snippet_cancels_the_job_at_once(
     snippet = snippet.replace('"127.0.0.1:50051"', repr(serving.address))
     snippet = snippet.replace("num_steps=200", "num_steps=1_000_000")  # still running at Ctrl-C
     proc = subprocess.Popen(
-        [sys.executable, "-c", snippet], cwd=REPO, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", snippet], cwd=tmp_path, stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     try:

@@ -54,6 +54,20 @@ def unfit(pod: dict[str, Any]) -> str:
     return "memory" if memory > memory_bytes(NODE_ROOM["memory"]) else ""
 
 
+def termination_message(
+    container: dict[str, Any], message_file: Path, log_path: Path, code: int
+) -> str:
+    """What a kubelet reports as a terminated container's message: its termination message
+    file (at most 4096 bytes), else, with FallbackToLogsOnError and a failure, the tail of its
+    log (at most 80 lines and 2048 bytes)."""
+    message = message_file.read_bytes()[:4096].decode(errors="replace")
+    fallback = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+    if not message and fallback and code != 0:
+        tail = log_path.read_bytes()[-2048:].decode(errors="replace")
+        message = "\n".join(tail.splitlines()[-80:])
+    return message
+
+
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -241,11 +255,18 @@ class Kubelet:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         for source in container.get("envFrom") or []:
             env.update(await self.secret_env(meta["namespace"], source["secretRef"]["name"]))
+        cwd = tempfile.mkdtemp(prefix=f"{meta['name']}-", dir=self.workdir)
+        # The container's terminationMessagePath is a file of the pod's own (here: in its
+        # working directory; the env naming the path is pointed at it).
+        message_path = container.get("terminationMessagePath", "/dev/termination-log")
+        message_file = Path(cwd) / "termination-log"
+        message_file.touch()
         for item in container.get("env") or []:
             env[item["name"]] = self.env_value(pod, item)
+            if env[item["name"]] == message_path:
+                env[item["name"]] = str(message_file)
         argv = [*(container.get("command") or []), *(container.get("args") or [])]
         log_path = self.log_dir / f"{meta['namespace']}_{meta['name']}.log"
-        cwd = tempfile.mkdtemp(prefix=f"{meta['name']}-", dir=self.workdir)
         with log_path.open("ab") as log_file:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -270,6 +291,9 @@ class Kubelet:
                 "finishedAt": now(),
             }
         }
+        message = termination_message(container, message_file, log_path, code)
+        if message:
+            state["terminated"]["message"] = message
         # Also when the pod is being deleted: a kubelet reports how the container ended.
         await self.patch_status(pod, "Succeeded" if code == 0 else "Failed", state)
         self.reported[meta["uid"]].set()

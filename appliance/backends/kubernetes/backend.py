@@ -357,6 +357,7 @@ class KubernetesBackend(OptionalParts):
             ReplicaEvent(
                 view.job_id, view.replica, ReplicaEventKind.EXITED,
                 exit_code=code, message=message, attempt=view.attempt, lost=view.lost,
+                last_error=view.last_error,
             )
         )  # fmt: skip
 

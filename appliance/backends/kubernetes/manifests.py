@@ -22,6 +22,7 @@ from appliance.backends.kubernetes.quantities import memory_bytes as _bytes
 from appliance.domain.auth import ATTEMPT_ENV
 from appliance.domain.job import Job, Replica
 from appliance.domain.plan import Role
+from appliance.domain.replica_errors import ERROR_FILE_ENV
 
 APP = "appliance"
 MANAGED_BY = "appliance-coordinator"
@@ -34,6 +35,8 @@ LABEL_INDEX = "appliance.io/replica-index"
 LABEL_REPLICA = "appliance.io/replica"
 LABEL_ATTEMPT = "appliance.io/attempt"
 CONTAINER = "replica"
+# Kubernetes' default place for a container's termination message.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 SPEC_KEY = "job.json"
 
 # What the coordinator's pods select on: every replica pod it made, in its namespace.
@@ -236,6 +239,8 @@ def replica_pod(
         # Replicas serve the data plane on the pod's own address and tell peers that one.
         _from_field("APPLIANCE_REPLICA_HOST", "status.podIP"),
         _from_field("APPLIANCE_POD_NAME", "metadata.name"),
+        # A failing replica's last error line becomes the pod's termination message.
+        {"name": ERROR_FILE_ENV, "value": TERMINATION_MESSAGE_PATH},
     ]
     return {
         "apiVersion": "v1",
@@ -286,6 +291,11 @@ def replica_pod(
                         "readOnlyRootFilesystem": True,
                         "capabilities": {"drop": ["ALL"]},
                     },
+                    # Why it failed, in the pod's status: the line the worker writes there,
+                    # else the log's tail (a crash before its handler); the backend keeps the
+                    # last line of it (status.py).
+                    "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
                     "volumeMounts": [
                         {"name": "tmp", "mountPath": "/tmp"},
                         {"name": "model-dirs", "mountPath": template.model_dirs},

@@ -19,8 +19,11 @@ from appliance.backends.kubernetes.manifests import (
     LABEL_JOB,
     LABEL_REPLICA,
 )
+from appliance.domain.replica_errors import MAX_ERROR_READ, error_line, says_why
 
 UNSCHEDULABLE = "Unschedulable"
+# What a container that ended says of itself when nothing went out of the ordinary.
+_PLAIN_ENDS = frozenset({"Error", "Completed"})
 # Waiting reasons that will not fix themselves; after the pending timeout the replica fails.
 STUCK_REASONS = frozenset(
     {
@@ -59,14 +62,19 @@ class PodView:
     deleting: bool = False
     attempt: int = 0  # the job's attempt the pod was made for (0: not labelled)
     lost: bool = False  # ended without its container ending: evicted, node lost, deleted
+    # A container that failed by itself: the last line of its termination message (the line
+    # the worker wrote, or its log's last: manifests.py), bounded and escaped.
+    last_error: str = ""
 
     @property
     def stuck(self) -> bool:
         return self.state is PodState.WAITING and self.reason in STUCK_REASONS
 
     def describe(self) -> str:
-        """A short phrase for a replica's message: `OOMKilled`, `ErrImagePull: ...`."""
-        return ": ".join(part for part in (self.reason, self.message) if part)
+        """A short phrase for a replica's message: `OOMKilled`, `ErrImagePull: ...` (not a
+        container's plain `Error` or `Completed`: its exit code says that)."""
+        reason = "" if self.reason in _PLAIN_ENDS else self.reason
+        return ": ".join(part for part in (reason, self.message) if part)
 
 
 def view_of(pod: dict[str, Any]) -> PodView | None:
@@ -87,13 +95,17 @@ def view_of(pod: dict[str, Any]) -> PodView | None:
     state = (container or {}).get("state") or {}
     if "terminated" in state:
         ended = state["terminated"] or {}
+        code = ended.get("exitCode")
+        # The termination message is the replica's own (manifests.py): its last line says why
+        # a failure happened; of one killed by a signal it is only the log's tail.
+        said = str(ended.get("message") or "")[-MAX_ERROR_READ:] if says_why(code) else ""
         return PodView(
             **base,
             state=PodState.ENDED,
-            exit_code=ended.get("exitCode"),
+            exit_code=code,
             reason=ended.get("reason") or "",
-            message=_short(ended.get("message")),
             deleting=deleting,
+            last_error=error_line(said),
         )
     phase = status.get("phase") or "Pending"
     if phase in ("Failed", "Succeeded"):  # ended without a container status: evicted, rejected

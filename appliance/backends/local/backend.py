@@ -2,7 +2,9 @@
 
 Each replica runs in its own session (process group), logs to
 <data_dir>/jobs/<job>/logs/<replica>.log and leaves its pid in .../pids/<replica>.pid, so a
-restarted coordinator can find (adopt) and stop what is still running. Replicas outlive a
+restarted coordinator can find (adopt) and stop what is still running. A replica that fails
+writes its last error line to .../pids/<replica>.error (else its log's last line says why:
+domain/replica_errors.py); its end carries that line. Replicas outlive a
 coordinator restart on purpose; they stop themselves when the coordinator stays away.
 """
 
@@ -21,6 +23,7 @@ from pathlib import Path
 from appliance.backends.base import OptionalParts, ReplicaEvent, ReplicaEventKind, no_secrets
 from appliance.domain.auth import ATTEMPT_ENV
 from appliance.domain.job import Job, Replica
+from appliance.domain.replica_errors import MAX_ERROR_READ, error_line, says_why
 
 log = logging.getLogger(__name__)
 READ_CHUNK = 1 << 20
@@ -73,6 +76,24 @@ class LocalBackend(OptionalParts):
         """Where the worker writes its exit code (absent after SIGKILL)."""
         return self.jobs_dir / job_id / "pids" / f"{replica}.exit"
 
+    def _error_path(self, job_id: str, replica: str) -> Path:
+        """Where the worker writes its last error line when it fails."""
+        return self.jobs_dir / job_id / "pids" / f"{replica}.error"
+
+    def _last_error(self, job_id: str, replica: str, code: int | None) -> str:
+        """The last error line of a replica that ended with `code`: the one it wrote, else its
+        log's last line (a crash before its own handler), none when it did not fail by
+        itself. Blocking: run in a thread."""
+        if not says_why(code):
+            return ""
+        for path in (self._error_path(job_id, replica), self.log_path(job_id, replica)):
+            with contextlib.suppress(OSError), path.open("rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - MAX_ERROR_READ))
+                line = error_line(f.read(MAX_ERROR_READ).decode(errors="replace"))
+                if line:
+                    return line
+        return ""
+
     # ---- protocol -------------------------------------------------------------------------
 
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
@@ -88,6 +109,8 @@ class LocalBackend(OptionalParts):
         pid_path.parent.mkdir(parents=True, exist_ok=True)
         exit_path = self._exit_path(job_id, replica.name)
         exit_path.unlink(missing_ok=True)
+        error_path = self._error_path(job_id, replica.name)
+        error_path.unlink(missing_ok=True)
         env = {
             **replica_environment(os.environ),
             "PYTHONUNBUFFERED": "1",
@@ -102,7 +125,7 @@ class LocalBackend(OptionalParts):
             "--job-id", job_id, "--replica", replica.name,
             "--coordinator", self.coordinator_address,
             "--orphan-timeout", str(self.orphan_timeout),
-            "--exit-file", str(exit_path),
+            "--exit-file", str(exit_path), "--error-file", str(error_path),
         ]  # fmt: skip
         with log_path.open("ab") as log_file:
             proc = await asyncio.create_subprocess_exec(
@@ -129,19 +152,22 @@ class LocalBackend(OptionalParts):
         if code < 0:
             message = f"killed by {signal.Signals(-code).name}"
             code = 128 - code
-        self._finish(running, code, message)
+        await self._finish(running, code, message)
 
-    def _finish(self, running: _Running, code: int | None, message: str) -> None:
-        self._running.pop((running.job_id, running.replica), None)
+    async def _finish(self, running: _Running, code: int | None, message: str) -> None:
+        job_id, replica = running.job_id, running.replica
+        self._running.pop((job_id, replica), None)
         with contextlib.suppress(FileNotFoundError):
-            self._pid_path(running.job_id, running.replica).unlink()
-        self._exit_path(running.job_id, running.replica).unlink(missing_ok=True)
+            self._pid_path(job_id, replica).unlink()
         if not running.exited.done():
             running.exited.set_result(None)
+        error = await asyncio.to_thread(self._last_error, job_id, replica, code)
+        self._exit_path(job_id, replica).unlink(missing_ok=True)
+        self._error_path(job_id, replica).unlink(missing_ok=True)
         self._events.put_nowait(
             ReplicaEvent(
-                running.job_id, running.replica, ReplicaEventKind.EXITED,
-                pid=running.pid, exit_code=code, message=message, attempt=running.attempt,
+                job_id, replica, ReplicaEventKind.EXITED, pid=running.pid, exit_code=code,
+                message=message, attempt=running.attempt, last_error=error,
             )
         )  # fmt: skip
 
@@ -203,7 +229,7 @@ class LocalBackend(OptionalParts):
         # Not our child: the exit status is the one the worker wrote, if it could.
         code = _read_int(self._exit_path(running.job_id, running.replica))
         message = "" if code is not None else "killed while adopted (no exit code written)"
-        self._finish(running, code, message)
+        await self._finish(running, code, message)
 
     def exit_codes(self, job_id: str) -> dict[str, int]:
         """Exit codes left by replicas of the job that ended while nobody watched them."""

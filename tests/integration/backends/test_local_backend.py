@@ -152,3 +152,31 @@ class TestLocalBackendContract(BackendContract):
     def settled(self, backend: Backend) -> None:
         assert isinstance(backend, LocalBackend)
         _exec_done(backend.live_pids(CONTRACT_JOB_ID), CONTRACT_JOB_ID)
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        # The worker's own line, in the file it was given (workers/__main__.py).
+        ("path = sys.argv[sys.argv.index('--error-file') + 1]\n"
+         "open(path, 'w').write('UnsafePath: /proc/mymodel is not a directory\\x1b[2J\\n')\n"
+         "print('the log goes on', flush=True)\nsys.exit(1)",
+         "UnsafePath: /proc/mymodel is not a directory\\x1b[2J"),
+        # A crash before its handler: the traceback's last line, as Kubernetes falls back to.
+        ("print('step 1', flush=True)\nimport no_such_module_here",
+         "ModuleNotFoundError: No module named 'no_such_module_here'"),
+        # Killed by a signal: its log's last line says nothing of why.
+        ("print('step 1', flush=True)\nimport os\nos.kill(os.getpid(), signal.SIGKILL)", ""),
+        ("print('x' * 5000, flush=True)\nsys.exit(1)", "x" * 299 + "…"),
+    ],
+)  # fmt: skip
+async def test_a_failed_replica_says_why_in_its_last_error_line(
+    tmp_path: Path, body: str, said: str
+) -> None:
+    backend = LocalBackend(tmp_path, "127.0.0.1:1", python=_fake_worker(tmp_path, body))
+    job, replicas = _job(["cs2-0"])
+    await backend.launch(job, replicas)
+    exited = await asyncio.wait_for(_next(backend.observe(), ReplicaEventKind.EXITED), 20)
+    assert exited.last_error == said
+    assert not list((tmp_path / "jobs" / JOB_ID / "pids").iterdir())  # the error file too
+    await backend.close()

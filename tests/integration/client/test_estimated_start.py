@@ -72,7 +72,7 @@ def test_queued_jobs_are_estimated_from_the_running_jobs_steps_left(
         assert (start[four], start[long]) == ("-", "-")
         detail = csctl("get", "job", three, "-o", "table").stdout
         assert "ESTIMATED START: ~" in detail and "from now (an estimate)" in detail
-        document = yaml.safe_load(csctl("get", "job", three).stdout)
+        document = yaml.safe_load(csctl("get", "job", three, "-o", "yaml").stdout)
         assert document["estimated_start"].endswith("Z")
 
         http = f"http://127.0.0.1:{sim.coordinator.http_port}/api/v1/jobs"

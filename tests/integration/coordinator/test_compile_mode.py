@@ -66,3 +66,16 @@ def test_a_very_deep_model_reports_its_first_layers_and_counts_them_all(
     assert (report.unit_count, len(report.units)) == (1501, MAX_LISTED_UNITS)
     parameters = 784 * 2 + 2 + 1499 * (2 * 2 + 2) + 2 * 10 + 10
     assert report.parameter_bytes == 4 * parameters  # every layer counted, not only listed
+
+
+def test_launcher_compile_mode_counts_the_parameters(
+    coordinator: RunningCoordinator, params_file: Path
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "appliance.run", "--params", str(params_file),
+         "--num_csx", "1", "--mode", "compile", "--server", coordinator.address],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    parameters = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
+    assert f"parameters 269.3 K ({parameters:,}): 1.03 MiB; MemoryX holds" in result.stdout

@@ -105,7 +105,7 @@ def test_a_chain_runs_in_order_and_a_failed_link_cancels_what_follows(
         assert done[0].finished_at <= done[1].started_at
         assert done[1].finished_at <= done[2].started_at
         shown = csctl(coordinator.address, "get", "job", train.id, "-o", "table")
-        document = csctl(coordinator.address, "get", "job", train.id)  # YAML
+        document = csctl(coordinator.address, "get", "job", train.id, "-o", "yaml")
         assert f"- afterok:{compile_.id}" in document and f"- {evaluate.id}" in document
         assert f"DEPENDS ON: afterok:{compile_.id}" in shown
         assert f"DEPENDENTS: {evaluate.id}" in shown

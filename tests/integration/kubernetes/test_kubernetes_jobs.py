@@ -90,6 +90,26 @@ def test_two_cs2_job_runs_as_pods_and_succeeds(client: ApplianceClient, kube: Ku
     assert any("serving on 127.0.0.1:" in line for line in by_replica["cs2-1"])
 
 
+def test_a_failed_pods_termination_message_ends_the_jobs_reason(
+    client: ApplianceClient, kube: KubeCluster, tmp_path: Path
+) -> None:
+    """The worker writes its last error line to the pod's termination message; the reason
+    ends with it (not the log's tail, not a plain "Error")."""
+    junk = tmp_path / "checkpoint_2.npz"
+    junk.write_text("not a checkpoint\n")
+    params = {"model": {"name": "fc_mnist"}, "runconfig": {"checkpoint_path": str(junk)}}
+    job = client.submit(params=params, num_csx=1, num_steps=4)
+
+    list(job.watch(timeout=60))
+    final = job.status
+    assert final.phase is Phase.FAILED
+    assert final.reason.startswith("replica chief-0 exited with exit code 1: "), final.reason
+    assert f"checkpoint {junk} cannot be read: " in final.reason
+    (chief,) = [p for p in pods_of(kube, job.id) if p["metadata"]["name"].endswith("chief-0")]
+    ended = chief["status"]["containerStatuses"][0]["state"]["terminated"]  # type: ignore[index]
+    assert final.reason.endswith(ended["message"].strip())
+
+
 def test_replica_exiting_non_zero_fails_the_job_with_its_name_and_code(
     client: ApplianceClient, kube: KubeCluster
 ) -> None:

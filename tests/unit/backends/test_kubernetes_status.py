@@ -153,3 +153,30 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
     assert claimed["persistentVolumeClaim"] == {"claimName": "ckpts"}
     # The coordinator selects only what it made, never the chart's own pods.
     assert m.selector_of_job(JOB).startswith(m.REPLICA_SELECTOR)
+
+
+def test_a_failed_container_says_why_in_the_last_line_of_its_termination_message() -> None:
+    """The worker writes its last error line where the pod's termination message is read
+    from; Kubernetes falls back to the log's tail when it could not (a crash before its
+    handler). Only the last line is kept, escaped; of a container killed by a signal, none."""
+    failed = {"exitCode": 1, "reason": "Error",
+              "message": "Traceback ...\nUnsafePath: /proc/mymodel \x1b[2J\n"}  # fmt: skip
+    view = view_of(pod(container({"terminated": failed})))
+    assert view is not None
+    assert view.last_error == "UnsafePath: /proc/mymodel \\x1b[2J"
+    assert view.describe() == ""  # a plain "Error": the exit code says it
+    oom = {"exitCode": 137, "reason": "OOMKilled", "message": "step 5 loss 2.1\n"}
+    killed = view_of(pod(container({"terminated": oom})))
+    assert killed is not None and (killed.last_error, killed.describe()) == ("", "OOMKilled")
+
+
+def test_a_replica_pod_hands_its_termination_message_to_the_worker() -> None:
+    template = m.PodTemplate(
+        namespace="ml", image="appliance:dev", image_pull_policy="IfNotPresent",
+        coordinator_address="appliance.ml.svc:50051", grace_seconds=4.5, orphan_timeout=60.0,
+    )  # fmt: skip
+    replica = Replica(JOB, "chief-0", Role.CHIEF, 0, "")
+    (c,) = m.replica_pod(JOB, replica, template, "uid-1", 1)["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["APPLIANCE_ERROR_FILE"] == c["terminationMessagePath"] == "/dev/termination-log"
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"

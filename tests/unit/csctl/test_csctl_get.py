@@ -109,7 +109,7 @@ def test_json_and_yaml_lists_parse_back(csctl: Csctl, cluster: FakeCluster) -> N
 def test_get_job_shows_the_full_status_as_yaml(csctl: Csctl, cluster: FakeCluster) -> None:
     job = cluster.service.add_job(pending_reason="needs 1 system, 0 free", queue_position=1)
 
-    result = csctl("get", "job", job.id)
+    result = csctl("get", "job", job.id, "-o", "yaml")
 
     assert result.exit_code == 0, result.output
     document = yaml.safe_load(result.stdout)
@@ -120,6 +120,18 @@ def test_get_job_shows_the_full_status_as_yaml(csctl: Csctl, cluster: FakeCluste
         1,
     )
     assert document["created_at"].endswith("Z")
+
+
+def test_get_job_shows_a_short_summary_by_default(csctl: Csctl, cluster: FakeCluster) -> None:
+    job = cluster.service.add_job(phase=Phase.RUNNING)
+
+    shown = csctl("get", "job", job.id)
+
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout == csctl("get", "job", job.id, "-o", "table").stdout
+    lines = shown.stdout.splitlines()
+    assert lines[0].split()[:4] == ["NAME", "AGE", "DURATION", "PHASE"] and len(lines) < 20
+    assert "params" not in shown.stdout  # the whole document is -o yaml's
 
 
 def test_get_job_as_json_and_table(csctl: Csctl, cluster: FakeCluster) -> None:

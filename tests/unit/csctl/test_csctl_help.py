@@ -34,6 +34,14 @@ def test_every_command_has_help_with_an_example(path: tuple[str, ...]) -> None:
     assert "Example" in result.stdout
 
 
+def test_help_lists_each_group_once_and_node_still_works() -> None:
+    listing = Csctl(None)("--help").stdout.split("Commands:\n", 1)[1].split("\n\n", 1)[0]
+    names = [line.split()[0] for line in listing.splitlines() if not line.startswith("    ")]
+    assert len(names) == len(set(names)) and "system" in names and "node" not in names
+    assert "alias: node" in listing
+    assert Csctl(None)("node", "set-state", "--help").exit_code == 0
+
+
 def test_help_documents_shell_completion() -> None:
     assert 'eval "$(csctl completion bash)"' in Csctl(None)("--help").stdout
 

@@ -41,21 +41,30 @@ def test_logs_of_an_unknown_replica_exit_1(csctl: Csctl, finished_job: str) -> N
     assert result.exit_code == 1 and result.stderr.startswith("error: ")
 
 
-def test_logs_follow_ends_when_the_job_ends(csctl: Csctl, cluster: FakeCluster) -> None:
+def _followed(
+    csctl: Csctl, cluster: FakeCluster, before: list[str], after: str, *options: str
+) -> tuple[int, str]:
+    """`csctl logs ID -f [options]` of a running job whose chief wrote `before`, then, once
+    csctl asked for the logs, `after`, and ended."""
     job_id = cluster.service.add_job(phase=Phase.RUNNING).id
-    cluster.service.append_log(job_id, "chief-0", "early")
+    cluster.service.append_log(job_id, "chief-0", *before)
 
     def finish() -> None:
         cluster.service.wait_for_request("GetJobLogs")
-        cluster.service.append_log(job_id, "chief-0", "late")
+        cluster.service.append_log(job_id, "chief-0", after)
         cluster.service.transition(job_id, Phase.SUCCEEDED)
 
     driver = threading.Thread(target=finish)
     driver.start()
-    result = csctl("logs", job_id, "-f")
+    result = csctl("logs", job_id, "-f", *options)
     driver.join(10)
+    return result.exit_code, result.stdout
 
-    assert (result.exit_code, result.stdout) == (0, "[chief-0] early\n[chief-0] late\n")
+
+def test_logs_follow_ends_when_the_job_ends(csctl: Csctl, cluster: FakeCluster) -> None:
+    followed = _followed(csctl, cluster, ["early"], "late")
+
+    assert followed == (0, "[chief-0] early\n[chief-0] late\n")
 
 
 def test_events_table_and_follow(csctl: Csctl, finished_job: str) -> None:
@@ -134,3 +143,62 @@ def test_log_export_refuses_an_active_job(
         f"(`csctl logs {job_id} -f` follows them meanwhile)\n"
     )
     assert not (tmp_path / "x.zip").exists()
+
+
+def _stamped(second: int, text: str) -> str:
+    return f"2026-11-28 12:00:{second:02d},{second * 7 % 1000:03d} {text}"
+
+
+@pytest.fixture
+def chatty_job(cluster: FakeCluster) -> str:
+    """A chief, a CS-2 and a MemoryX server whose lines the coordinator sends replica by
+    replica; MemoryX's last, though the chief wrote the newest steps."""
+    job_id = cluster.service.add_job(phase=Phase.RUNNING).id
+    service = cluster.service
+    chief = [
+        _stamped(1, "starting"),
+        _stamped(4, "step 5/10"),
+        "Traceback (most recent call last):",
+    ]
+    service.append_log(job_id, "chief-0", *chief, _stamped(9, "step 10/10"))
+    service.append_log(job_id, "cs2-0", _stamped(2, "ready"), _stamped(8, "done"))
+    service.append_log(job_id, "memoryx-0", _stamped(3, "serving"), _stamped(4, "weights"))
+    service.transition(job_id, Phase.SUCCEEDED, "all steps done")
+    return job_id
+
+
+def test_logs_are_interleaved_by_time_so_the_newest_come_last(
+    csctl: Csctl, chatty_job: str
+) -> None:
+    result = csctl("logs", chatty_job)
+
+    assert result.exit_code == 0, result.output
+    assert [line.split(" ", 1)[0] + " " + line.rsplit(" ", 1)[-1]
+            for line in result.stdout.splitlines()] == [
+        "[chief-0] starting", "[cs2-0] ready", "[memoryx-0] serving",
+        "[chief-0] 5/10", "[chief-0] last):",  # the same second: the coordinator's order
+        "[memoryx-0] weights", "[cs2-0] done", "[chief-0] 10/10",
+    ]  # fmt: skip
+
+
+def test_tail_keeps_the_last_lines_and_follow_goes_on_from_there(
+    csctl: Csctl, cluster: FakeCluster, chatty_job: str
+) -> None:
+    last_two = csctl("logs", chatty_job, "--tail", "2")
+    assert last_two.stdout.splitlines() == [
+        f"[cs2-0] {_stamped(8, 'done')}", f"[chief-0] {_stamped(9, 'step 10/10')}",
+    ]  # fmt: skip
+    assert csctl("logs", chatty_job, "--tail", "0").stdout == ""
+    one = csctl("logs", chatty_job, "-r", "cs2-0", "--tail", "1", "-f")
+    assert one.stdout == f"{_stamped(8, 'done')}\n"
+    too_many = csctl("logs", chatty_job, "--tail", "100001")
+    assert too_many.exit_code == 2 and "--tail" in too_many.stderr
+
+
+def test_follow_with_tail_prints_each_new_line_once(csctl: Csctl, cluster: FakeCluster) -> None:
+    followed = _followed(csctl, cluster, ["old 1", "old 2"], "new", "--tail", "1")
+
+    assert followed in [
+        (0, "[chief-0] old 2\n[chief-0] new\n"),  # "new" came after the first read
+        (0, "[chief-0] new\n"),  # or before it
+    ]

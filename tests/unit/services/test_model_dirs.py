@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from appliance.domain.auth import Principal
-from appliance.domain.errors import PermissionDenied
+from appliance.domain.errors import InvalidSpec, PermissionDenied
 from appliance.domain.spec import JobSpec, checkpoint_path_of, validate_spec
 from appliance.services import model_dirs
 from appliance.services.model_dirs import ModelDirs
@@ -90,6 +90,8 @@ def test_a_checkpoint_must_be_the_users_and_is_stored_canonical(dirs: ModelDirs)
     assert refused.value.field == "checkpoint_path"
 
     mine = dirs.root / "users" / "alice" / "run" / "checkpoint_10.npz"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"")  # read by the replicas; checked at submit that they can
     roundabout = str(dirs.root / "users" / "alice" / "x" / ".." / "run" / "checkpoint_10.npz")
     placed = dirs.place(spec(checkpoint=roundabout), roundabout, "alice", JOB, ALICE)
     assert checkpoint_path_of(placed) == str(mine)
@@ -149,3 +151,68 @@ def test_an_owners_directory_is_made_once_and_again_before_a_launch_if_it_went(
     dirs.ensure_owner_dir(Path(placed.model_dir))
     assert made.is_dir() and stat.S_IMODE(made.stat().st_mode) == 0o750
     dirs.ensure_owner_dir(Path("/elsewhere/run"))  # not an owner's: nothing to make
+
+
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [
+        ("/proc/mymodel", "No such file or directory"),  # cannot be made
+        ("a-file/run1", "not a directory"),  # a file on the way
+        ("a-file", "not a directory"),  # a file where the directory would be
+    ],
+)
+def test_a_model_dir_the_replicas_could_not_make_or_write_is_refused_naming_it(
+    dirs: ModelDirs, tmp_path: Path, where: str, why: str
+) -> None:
+    """What the replicas would fail on once systems are reserved (workers/safe_files.py) is
+    refused at submit, by the same rule (appliance/safe_paths.py)."""
+    (tmp_path / "a-file").write_text("not a directory\n")
+    given = where if where.startswith("/") else str(tmp_path / where)
+    for by in (ADMIN, None):
+        with pytest.raises(
+            InvalidSpec, match=f"model_dir {given} is not a directory a job may use: .*{why}"
+        ) as refused:
+            dirs.place(spec(given), None, "alice", JOB, by)
+        assert refused.value.field == "model_dir"
+    assert (tmp_path / "a-file").read_text() == "not a directory\n"
+
+
+def test_a_model_dir_the_replicas_can_make_is_not_made_at_submit(
+    dirs: ModelDirs, tmp_path: Path
+) -> None:
+    given = tmp_path / "new" / "run1"
+    assert dirs.place(spec(str(given)), None, "alice", JOB, None).model_dir == str(given)
+    assert not (tmp_path / "new").exists()  # the probe left nothing behind
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".appliance-probe")]
+
+
+@pytest.mark.parametrize("what", ["missing", "a directory", "its directory missing"])
+def test_a_checkpoint_the_replicas_could_not_read_is_refused_naming_it(
+    dirs: ModelDirs, tmp_path: Path, what: str
+) -> None:
+    checkpoint = {
+        "missing": tmp_path / "checkpoint_10.npz",
+        "a directory": tmp_path,
+        "its directory missing": tmp_path / "gone" / "checkpoint_10.npz",
+    }[what]
+    with pytest.raises(InvalidSpec, match=f"checkpoint_path {tmp_path}") as refused:
+        dirs.place(spec(checkpoint=str(checkpoint)), str(checkpoint), "alice", JOB, ADMIN)
+    assert refused.value.field == "checkpoint_path"
+
+
+def test_a_checkpoint_a_job_depended_on_may_write_is_not_looked_for(
+    dirs: ModelDirs, tmp_path: Path
+) -> None:
+    later = str(tmp_path / "first" / "checkpoint_10.npz")
+    then = validate_spec(
+        params_yaml={"model": {"name": "fc_mnist"}, "runconfig": {"checkpoint_path": later}},
+        num_csx=1, num_steps=5, depends_on=["wsjob-0123456789abcd"],
+    )  # fmt: skip
+    assert checkpoint_path_of(dirs.place(then, later, "alice", JOB, None)) == later
+
+
+def test_paths_are_not_checked_for_a_backend_whose_replicas_write_none(tmp_path: Path) -> None:
+    simulated = ModelDirs(tmp_path / "root", check_paths=False)
+    assert simulated.place(spec("/proc/mymodel"), None, "alice", JOB, None).model_dir == (
+        "/proc/mymodel"
+    )
