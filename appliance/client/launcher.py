@@ -5,7 +5,7 @@
     python run.py CSX --params params.yaml ...   (an example's run.py: appliance/examples/*/)
 
 A leading `CSX` (the Model Zoo's target device) is accepted and changes nothing: jobs run on the
-appliance. `CPU` is refused with a line saying so: there is no local run. Without --num_steps
+appliance. `CPU` is accepted with a warning saying so: there is no local run. Without --num_steps
 (or --model_dir) the params' runconfig.max_steps (runconfig.model_dir) is taken, as the Model
 Zoo does. Params keys the emulation accepts but does not use are printed once each, on stderr,
 as `warning: params: ...` lines.
@@ -144,11 +144,11 @@ def main(
     for (the params' model.name when they name none)."""
     args = spread_variadic(sys.argv[1:] if argv is None else argv)
     target = args.pop(0).upper() if args and args[0].upper() in TARGETS else "CSX"
-    if target == "CPU":
-        return _error(
-            "CPU: there is no local run here; the appliance's CS-2 systems are emulated by "
-            "processes the appliance starts, so run with CSX (python run.py CSX --params ...)",
-            EXIT_BAD_INPUT,
+    if target == "CPU":  # accepted, as a params key the emulation does not use is
+        print(
+            "warning: CPU: there is no local run here; the job runs on the appliance's emulated "
+            "CS-2 systems, as with CSX",
+            file=sys.stderr,
         )
     caller = Caller(out or sys.stdout, model)
     prog = "python run.py CSX" if model else "python -m appliance.run"

@@ -87,15 +87,16 @@ def test_without_num_steps_or_max_steps_the_launcher_says_which(
     assert cluster.service.requests_of("SubmitJob") == []
 
 
-def test_cpu_is_refused_with_one_line_saying_what_to_run(
+def test_cpu_is_accepted_with_a_warning_saying_where_the_job_runs(
     cluster: FakeCluster, workshop_params: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = run.main(["CPU", "--params", str(workshop_params), "--server", cluster.address])
+    code = run.main(["CPU", "--params", str(workshop_params), "--detach",
+                     "--server", cluster.address], out=io.StringIO())  # fmt: skip
 
-    assert code == 2
-    (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("error: CPU: ") and "run with CSX" in line
-    assert cluster.service.requests_of("SubmitJob") == []
+    assert code == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith("warning: CPU: there is no local run here") and "as with CSX" in first
+    assert _submitted(cluster).spec.num_steps == 7
 
 
 def test_an_examples_run_py_names_the_model_its_params_leave_out(
