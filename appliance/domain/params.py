@@ -127,6 +127,9 @@ class RunConfig(_Section):
     checkpoint_steps: PositiveInt | None = None
     eval_steps: PositiveInt | None = None
     checkpoint_path: AbsolutePath | None = None
+    # As the Model Zoo: without checkpoint_path a job starts from the newest checkpoint in its
+    # model dir; false starts over at step 0 (the earlier run's files set aside).
+    autoload_last_checkpoint: bool = True
 
 
 class Params(_Section):
