@@ -70,15 +70,18 @@ class _Stopped:
 def launch(out: TextIO, /, **given: Any) -> int:
     """Submit a wsjob to the appliance and follow it to the end."""
     if given["num_steps"] is None:
-        if given["mode"] != Mode.COMPILE.value:
-            raise click.UsageError("--num_steps is required (except with --mode compile)")
-        given["num_steps"] = 1
+        if given["mode"] not in (Mode.COMPILE.value, Mode.EVAL.value):
+            raise click.UsageError("--num_steps is required (except with --mode eval or compile)")
+        given["num_steps"] = 1  # unused: an evaluation is of one checkpoint's weights
     return _launch(LaunchOptions.of(given), out)
 
 
-def load_params(params_file: str, checkpoint_path: str | None) -> str | dict[str, Any]:
-    """The params file, or its contents with `runconfig.checkpoint_path` set (absolute)."""
-    if checkpoint_path is None:
+def load_params(
+    params_file: str, checkpoint_path: str | None, autoload: bool | None = None
+) -> str | dict[str, Any]:
+    """The params file, or its contents with `runconfig.checkpoint_path` (absolute) or
+    `runconfig.autoload_last_checkpoint` set."""
+    if checkpoint_path is None and autoload is None:
         return params_file
     path = Path(params_file).expanduser()
     try:
@@ -92,8 +95,12 @@ def load_params(params_file: str, checkpoint_path: str | None) -> str | dict[str
     runconfig = params.get("runconfig") or {}
     if not isinstance(runconfig, dict):
         raise InvalidSpec(f"params file {path}: runconfig must be a mapping", field="params")
-    absolute = os.path.abspath(os.path.expanduser(checkpoint_path))
-    params["runconfig"] = {**runconfig, "checkpoint_path": absolute}
+    given: dict[str, Any] = {}
+    if checkpoint_path is not None:
+        given["checkpoint_path"] = os.path.abspath(os.path.expanduser(checkpoint_path))
+    if autoload is not None:
+        given["autoload_last_checkpoint"] = autoload
+    params["runconfig"] = {**runconfig, **given}
     return params
 
 
@@ -119,7 +126,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 def _launch(options: LaunchOptions, out: TextIO) -> int:
     try:
-        params = load_params(options.params, options.checkpoint_path)
+        params = load_params(
+            options.params, options.checkpoint_path, options.autoload_last_checkpoint
+        )
         labels = parse_labels(options.job_labels)
     except InvalidSpec as exc:
         return _error(exc.message, EXIT_BAD_INPUT)
@@ -206,7 +215,8 @@ def _submit_and_follow(
             return _error(exc.message, EXIT_BAD_INPUT)
         except ApplianceError as exc:
             return _error(exc.message, EXIT_FAILED)
-        _say(f"submitted {job.id} ({args.num_csx} CS-2, {args.num_steps} steps)", file=out)
+        steps = "eval" if args.mode == Mode.EVAL.value else f"{args.num_steps} steps"
+        _say(f"submitted {job.id} ({args.num_csx} CS-2, {steps})", file=out)
         out.flush()
         if args.detach:
             _say(
