@@ -4,8 +4,8 @@ As in the Model Zoo: `runconfig.checkpoint_path` when the job names one; else th
 `checkpoint_<step>.npz` in its model dir, unless `runconfig.autoload_last_checkpoint` is false
 (a training job then starts over at step 0; the replicas set the earlier run's files aside,
 workers/model_dir_runs.py). The choice is written into the job's params as
-`runconfig.checkpoint_path`, so the job records what it starts from (`csctl describe job`),
-and refused before anything is reserved when it cannot be made:
+`runconfig.checkpoint_path`, so the job records what it starts from (`csctl get job ID -o
+table`: STARTS FROM), and refused before anything is reserved when it cannot be made:
 
 - `--mode eval` with no checkpoint to evaluate (naming model_dir);
 - a training job whose model dir's newest checkpoint is already at or past num_steps, the step
