@@ -11,7 +11,7 @@ from typing import Any
 
 from appliance.domain.job import Job
 from appliance.domain.phases import Phase
-from appliance.domain.spec import JobSpec
+from appliance.domain.spec import JobSpec, checkpoint_path_of
 from csctl.render import (
     ATTEMPT_COLUMNS,
     REPLICA_COLUMNS,
@@ -92,7 +92,9 @@ COLUMNS: dict[str, Column] = {
     "LABELS": _text(lambda j, now: format_labels(j.spec.labels.items())),
     "QUEUE": _text(lambda j, now: j.spec.queue),
     "STEP": Column(
-        lambda j, now: f"{j.progress.step}/{j.spec.num_steps}", lambda j, now: j.progress.step
+        # An evaluation reports the step of the weights it evaluates as its end.
+        lambda j, now: f"{j.progress.step}/{j.progress.num_steps or j.spec.num_steps}",
+        lambda j, now: j.progress.step,
     ),
     "RESTARTS": Column(lambda j, now: str(j.restarts), lambda j, now: j.restarts),
     "REASON": _text(reason_code),
@@ -141,6 +143,8 @@ def job_detail_table(job: Job, *, now: float) -> str:
     if job.attempts:
         rows = [attempt_row(a, now) for a in job.attempts]
         text += "\n\n" + format_table(ATTEMPT_COLUMNS, rows)
+    if job.spec.params_yaml and (start := checkpoint_path_of(job.spec)):
+        text += f"\n\nSTARTS FROM: {start}"  # asked for, or chosen at submit
     if job.spec.comment:
         text += f"\n\nCOMMENT: {job.spec.comment}"
     if job.reason:

@@ -29,6 +29,7 @@ class LaunchOptions:
     model_dir: str
     mode: str
     checkpoint_path: str | None
+    autoload_last_checkpoint: bool | None
     job_labels: tuple[str, ...]
     job_priority: str
     max_restarts: int | None
@@ -80,7 +81,10 @@ _OPTIONS = [
         "--num_csx", type=int, default=1, show_default=True, help="CS-2 systems to run on."
     ),
     click.option(
-        "--num_steps", type=int, default=None, help="Steps to run (not with --mode compile)."
+        "--num_steps",
+        type=int,
+        default=None,
+        help="The step training ends at (not with --mode eval or compile).",
     ),
     click.option(
         "-o",
@@ -95,11 +99,25 @@ _OPTIONS = [
         type=click.Choice([m.value for m in Mode]),
         default=Mode.TRAIN.value,
         show_default=True,
-        help="train; eval (evaluate the weights of --checkpoint_path); train_and_eval (train, "
+        help="train; eval (evaluate --checkpoint_path, else the model dir's newest checkpoint; "
+        "no --num_steps); train_and_eval (train, "
         "evaluating every runconfig.eval_steps and at the end, and print the final evaluation); "
         "compile (print the compile report: layers, memory, bytes per step; nothing runs).",
     ),
-    click.option("--checkpoint_path", default=None, help="Checkpoint to start from (.npz)."),
+    click.option(
+        "--checkpoint_path",
+        default=None,
+        help="Checkpoint to start from (.npz); default: the newest in --model_dir, if any.",
+    ),
+    click.option(
+        "--autoload_last_checkpoint",
+        type=click.BOOL,
+        default=None,
+        metavar="true|false",
+        help="runconfig.autoload_last_checkpoint: false starts over at step 0 in a model dir "
+        "that holds checkpoints (the earlier run's files moved to earlier_runs/); default true: "
+        "training continues from its newest checkpoint, as in the Model Zoo.",
+    ),
     click.option(
         "--job_labels",
         multiple=True,

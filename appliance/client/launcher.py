@@ -82,9 +82,9 @@ def launch(caller: Caller, /, **given: Any) -> int:
     if given["num_steps"] is None:  # the Model Zoo's stand-in (#32)
         given["num_steps"] = max_steps_in_file(given["params"])
     if given["num_steps"] is None:
-        if given["mode"] != Mode.COMPILE.value:
-            raise click.UsageError("--num_steps is required (except with --mode compile)")
-        given["num_steps"] = 1
+        if given["mode"] not in (Mode.COMPILE.value, Mode.EVAL.value):
+            raise click.UsageError("--num_steps is required (except with --mode eval or compile)")
+        given["num_steps"] = 1  # unused: an evaluation is of one checkpoint's weights
     return _launch(LaunchOptions.of(given), caller)
 
 
@@ -101,11 +101,15 @@ TARGETS = ("CSX", "CPU")  # the Model Zoo's run.py takes its target device first
 
 
 def load_params(
-    params_file: str, checkpoint_path: str | None, model: str | None = None
+    params_file: str,
+    checkpoint_path: str | None,
+    model: str | None = None,
+    autoload: bool | None = None,
 ) -> str | dict[str, Any]:
-    """The params file, or its contents with `runconfig.checkpoint_path` set (absolute) and
-    model.name set to `model` when they name none."""
-    if checkpoint_path is None and model is None:
+    """The params file, or its contents with `runconfig.checkpoint_path` (absolute) or
+    `runconfig.autoload_last_checkpoint` set, and model.name set to `model` when they name
+    none."""
+    if checkpoint_path is None and model is None and autoload is None:
         return params_file
     path = Path(params_file).expanduser()
     try:
@@ -119,13 +123,17 @@ def load_params(
     section = params.get("model")
     if model is not None and isinstance(section, dict) and "name" not in section:
         params["model"] = {"name": model, **section}
-    if checkpoint_path is None:
+    given: dict[str, Any] = {}
+    if checkpoint_path is not None:
+        given["checkpoint_path"] = os.path.abspath(os.path.expanduser(checkpoint_path))
+    if autoload is not None:
+        given["autoload_last_checkpoint"] = autoload
+    if not given:
         return params
     runconfig = params.get("runconfig") or {}
     if not isinstance(runconfig, dict):
         raise InvalidSpec(f"params file {path}: runconfig must be a mapping", field="params")
-    absolute = os.path.abspath(os.path.expanduser(checkpoint_path))
-    params["runconfig"] = {**runconfig, "checkpoint_path": absolute}
+    params["runconfig"] = {**runconfig, **given}
     return params
 
 
@@ -162,7 +170,12 @@ def main(
 def _launch(options: LaunchOptions, caller: Caller) -> int:
     out = caller.out
     try:
-        params = load_params(options.params, options.checkpoint_path, caller.model)
+        params = load_params(
+            options.params,
+            options.checkpoint_path,
+            caller.model,
+            options.autoload_last_checkpoint,
+        )
         labels = parse_labels(options.job_labels)
     except InvalidSpec as exc:
         return _error(exc.message, EXIT_BAD_INPUT)
@@ -251,7 +264,8 @@ def _submit_and_follow(
             return _error(exc.message, EXIT_BAD_INPUT)
         except ApplianceError as exc:
             return _error(exc.message, EXIT_FAILED)
-        _say(f"submitted {job.id} ({args.num_csx} CS-2, {args.num_steps} steps)", file=out)
+        steps = "eval" if args.mode == Mode.EVAL.value else f"{args.num_steps} steps"
+        _say(f"submitted {job.id} ({args.num_csx} CS-2, {steps})", file=out)
         out.flush()
         _warn(job.warnings)
         if args.detach:

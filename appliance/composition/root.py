@@ -178,7 +178,10 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
     model_dirs = ModelDirs(dirs.root, dirs.allowed, check_paths=backend.writes_model_dirs)
     queues = QueueService(ctx, s.scheduler)
     nodes = NodeService(ctx, restarts, preemption)
-    jobs = JobService(ctx, model_dirs, queues, blocking=runtime.blocking)
+    jobs = JobService(
+        ctx, model_dirs, queues, blocking=runtime.blocking,
+        chooses_checkpoints=backend.writes_model_dirs,
+    )  # fmt: skip
     uses = UseCases(
         jobs=jobs,
         replicas=replicas,

@@ -37,6 +37,7 @@ class Progress:
     # The newest evaluation of the run (modes eval and train_and_eval); None before one.
     eval_loss: float | None = None
     eval_accuracy: float | None = None  # the fraction of predictions that were right
+    eval_samples: int = 0  # how many samples the newest evaluation covered (0: none yet)
 
     def __str__(self) -> str:
         """`step 40/100  loss 0.1234  12.5 steps/s  eval loss 0.2345  accuracy 91.2%`."""
@@ -48,6 +49,8 @@ class Progress:
             parts.append(f"eval loss {self.eval_loss:.4f}")
         if self.eval_accuracy is not None:
             parts.append(f"accuracy {self.eval_accuracy:.1%}")
+        if self.eval_samples:
+            parts.append(f"over {self.eval_samples} samples")
         return "  ".join(parts)
 
 

@@ -63,6 +63,7 @@ def progress_document(p: Progress) -> dict[str, Any]:
         "learning_rate": p.learning_rate,
         "eval_loss": p.eval_loss,
         "eval_accuracy": p.eval_accuracy,
+        "eval_samples": p.eval_samples,
     }
 
 

@@ -252,6 +252,9 @@ class RunConfig(_Section):
     # Stand in for --num_steps / model_dir when they are not given (the launcher, the client).
     max_steps: Annotated[StrictInt, Field(gt=0, le=MAX_STEPS)] | None = None
     model_dir: Annotated[StrictStr, Field(min_length=1, max_length=4096)] | None = None
+    # As the Model Zoo: without checkpoint_path a job starts from the newest checkpoint in its
+    # model dir; false starts over at step 0 (the earlier run's files set aside).
+    autoload_last_checkpoint: bool = True
 
 
 class Params(_Section):

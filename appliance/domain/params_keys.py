@@ -198,8 +198,15 @@ KNOWN_KEYS: tuple[KnownKey, ...] = (
     _used("runconfig.seed", "weights' initialisation and the data's draw (default 0)"),
     _used("runconfig.log_steps", "cadence of the TensorBoard scalars and metrics.jsonl"),
     _used("runconfig.checkpoint_steps", "cadence of checkpoint_<step>.npz in the model dir"),
-    _used("runconfig.eval_steps", "train_and_eval: evaluate every this many steps"),
+    _used(
+        "runconfig.eval_steps",
+        "train_and_eval: evaluate every this many steps; --mode eval: batches to evaluate",
+    ),
     _used("runconfig.checkpoint_path", "the checkpoint to start from (--checkpoint_path)"),
+    _used(
+        "runconfig.autoload_last_checkpoint",
+        "false: start over at step 0 instead of from the model dir's newest checkpoint",
+    ),
     _used(
         "runconfig.model_dir",
         "the output directory when --model_dir is not given (resolved by the launcher and "

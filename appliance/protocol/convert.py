@@ -80,6 +80,7 @@ def progress_to_pb(p: Progress) -> common_pb2.Progress:
         learning_rate=p.learning_rate,
         eval_loss=p.eval_loss,
         eval_accuracy=p.eval_accuracy,
+        eval_samples=p.eval_samples,
     )
 
 
@@ -96,6 +97,7 @@ def progress_from_pb(msg: common_pb2.Progress) -> Progress:
         learning_rate=msg.learning_rate,
         eval_loss=msg.eval_loss if msg.HasField("eval_loss") else None,
         eval_accuracy=msg.eval_accuracy if msg.HasField("eval_accuracy") else None,
+        eval_samples=msg.eval_samples,
     )
 
 

@@ -38,6 +38,7 @@ from appliance.domain.spec import (
 )
 from appliance.services.batching import SubmitBatcher
 from appliance.services.cancels import CancelBatcher, CancelRequest
+from appliance.services.checkpoint_choice import choose_checkpoint
 from appliance.services.context import Context
 from appliance.services.job_curves import read_curves
 from appliance.services.job_views import JobViewCache
@@ -74,10 +75,13 @@ class JobService:
         queues: QueueService | None = None,
         *,
         blocking: Blocking = asyncio.to_thread,
+        chooses_checkpoints: bool = True,
     ) -> None:
         """`model_dirs`: where submits place the jobs' model dirs; `queues`: the queue use cases
         a submit is checked against; `blocking`: how a call that touches the disk is run off
-        the event loop (a thread; inline on a virtual clock, which must not wait on threads)."""
+        the event loop (a thread; inline on a virtual clock, which must not wait on threads);
+        `chooses_checkpoints`: whether a submit chooses the checkpoint a job starts from
+        (services/checkpoint_choice.py: the backend's replicas write model dirs seen here)."""
         self._ctx = ctx
         self._batcher = SubmitBatcher(ctx)
         self._cancels = CancelBatcher(ctx)
@@ -85,6 +89,7 @@ class JobService:
         self._offload = Offload()
         self._blocking = blocking
         self.model_dirs = model_dirs
+        self._chooses_checkpoints = chooses_checkpoints
         self._queues = queues or QueueService(ctx)
 
     async def submit(
@@ -131,8 +136,9 @@ class JobService:
         if refuse_never_runs:
             await self._queues.check_can_run(queue, plan)
         job_id = new_job_id()
-        if self.model_dirs.needs_disk(spec, resume, user):  # no disk I/O on the event loop
-            spec = await self._blocking(self.model_dirs.place, spec, resume, user, job_id, by)
+        choose = self._chooses_checkpoints and (spec.mode is Mode.EVAL or bool(spec.model_dir))
+        if self.model_dirs.needs_disk(spec, resume, user) or choose:  # no disk I/O on the loop
+            spec = await self._blocking(self._place, spec, resume, user, job_id, by, choose)
         else:
             spec = self.model_dirs.place(spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
@@ -149,6 +155,19 @@ class JobService:
         self._ctx.bus.wake_scheduler()
         self._ctx.bus.touched(job.id)
         return job
+
+    def _place(
+        self,
+        spec: JobSpec,
+        resume: str | None,
+        user: str,
+        job_id: str,
+        by: Principal | None,
+        choose: bool,
+    ) -> JobSpec:
+        """The model dir placed (ModelDirs.place), then the checkpoint to start from chosen."""
+        spec = self.model_dirs.place(spec, resume, user, job_id, by)
+        return choose_checkpoint(spec) if choose else spec
 
     async def _check_dependencies(self, spec: JobSpec) -> None:
         """Every job the spec depends on exists (so no cycle can ever be made)."""

@@ -71,7 +71,9 @@ def test_train_and_eval_ends_with_the_evaluation(
     assert done.returncode == 0, done.stderr
     last = done.stdout.splitlines()[-1]
     match = re.search(
-        r"SUCCEEDED \(step 10/10  loss \S+  .*eval loss (\S+)  accuracy (\S+)%\)", last
+        r"SUCCEEDED \(step 10/10  loss \S+  .*eval loss (\S+)  accuracy (\S+)%"
+        r"  over 128 samples\)",  # eval_input's 4 batches of 32
+        last,
     )
     assert match, last
     written = json.loads((tmp_path / "out" / "metrics.json").read_text())

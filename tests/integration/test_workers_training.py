@@ -194,7 +194,8 @@ async def test_train_and_eval_reports_metrics_and_summaries(tmp_path: Path) -> N
         metrics["eval_loss"],
         metrics["eval_accuracy"],
     )
-    assert list(model_dir.glob("events.out.tfevents.*"))
+    assert list((model_dir / "train").glob("events.out.tfevents.*"))
+    assert list((model_dir / "eval").glob("events.out.tfevents.*"))
 
 
 async def test_eval_mode_evaluates_a_checkpoint_without_training(tmp_path: Path) -> None:

@@ -130,6 +130,7 @@ class Progress(_message.Message):
     EVAL_LOSS_FIELD_NUMBER: _builtins.int
     EVAL_ACCURACY_FIELD_NUMBER: _builtins.int
     LEARNING_RATE_FIELD_NUMBER: _builtins.int
+    EVAL_SAMPLES_FIELD_NUMBER: _builtins.int
     step: _builtins.int
     num_steps: _builtins.int
     loss: _builtins.float
@@ -147,6 +148,8 @@ class Progress(_message.Message):
     """The fraction of the evaluation's predictions that were right."""
     learning_rate: _builtins.float
     """The learning rate of the step reported (0: not reported, e.g. an evaluation)."""
+    eval_samples: _builtins.int
+    """How many samples the newest evaluation covered (0: none yet)."""
     def __init__(
         self,
         *,
@@ -161,10 +164,11 @@ class Progress(_message.Message):
         eval_loss: _builtins.float | None = ...,
         eval_accuracy: _builtins.float | None = ...,
         learning_rate: _builtins.float = ...,
+        eval_samples: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_eval_accuracy", b"_eval_accuracy", "_eval_loss", b"_eval_loss", "eval_accuracy", b"eval_accuracy", "eval_loss", b"eval_loss"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_eval_accuracy", b"_eval_accuracy", "_eval_loss", b"_eval_loss", "checkpoint_step", b"checkpoint_step", "eval_accuracy", b"eval_accuracy", "eval_loss", b"eval_loss", "learning_rate", b"learning_rate", "loss", b"loss", "num_steps", b"num_steps", "reported_at", b"reported_at", "resumed_from_step", b"resumed_from_step", "samples_per_second", b"samples_per_second", "step", b"step", "steps_per_second", b"steps_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_eval_accuracy", b"_eval_accuracy", "_eval_loss", b"_eval_loss", "checkpoint_step", b"checkpoint_step", "eval_accuracy", b"eval_accuracy", "eval_loss", b"eval_loss", "eval_samples", b"eval_samples", "learning_rate", b"learning_rate", "loss", b"loss", "num_steps", b"num_steps", "reported_at", b"reported_at", "resumed_from_step", b"resumed_from_step", "samples_per_second", b"samples_per_second", "step", b"step", "steps_per_second", b"steps_per_second"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__eval_accuracy: _TypeAlias = _typing.Literal["eval_accuracy"]  # noqa: Y015
     _WhichOneofArgType__eval_accuracy: _TypeAlias = _typing.Literal["_eval_accuracy", b"_eval_accuracy"]  # noqa: Y015

@@ -121,6 +121,9 @@ class ProgressOut(_Out):
     eval_accuracy: float | None = Field(
         default=None, description="The newest evaluation's accuracy, a fraction of 1."
     )
+    eval_samples: int = Field(
+        default=0, description="How many samples the newest evaluation covered (0: none yet)."
+    )
 
 
 class ReplicaOut(_Out):

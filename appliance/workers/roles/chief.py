@@ -8,14 +8,14 @@ after a best-effort Shutdown of the other replicas.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from pathlib import Path
 
 import grpc
 
-from appliance.workers import checkpoints
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import EXIT_FAILED, ReplicaExit, StopSignal
+from appliance.workers.model_dir_runs import start_checkpoint
 from appliance.workers.roles.training_loop import TrainingLoop
 from appliance.workers.step_trace import TRACE
 from appliance.workers.topology import job_layout
@@ -46,13 +46,13 @@ class ChiefRole:
     async def run(self, control: ControlPlane, stop: StopSignal) -> None:
         try:
             topology = await control.await_peers()
-            if topology.attempt > 1 and topology.model_dir:  # a restart: from the newest
-                model_dir = Path(topology.model_dir)
-                newest = await asyncio.to_thread(checkpoints.newest_readable, model_dir)
-                if newest is not None:
-                    topology.resume_from = str(newest)
-                    log.info("attempt %d resumes from %s", topology.attempt, newest)
             layout = job_layout(topology)
+            if layout.model_dir:  # which checkpoint; an earlier run's files set aside
+                start = await asyncio.to_thread(start_checkpoint, layout, topology.attempt)
+                if start:
+                    log.info("attempt %d resumes from %s", topology.attempt, start)
+                topology.resume_from = start  # what the peers are configured with
+                layout = dataclasses.replace(layout, resume_from=start)
             calls = PeerCalls(layout, self._channels, self._step_timeout)
             loop = TrainingLoop(layout, calls, control)
         except ValueError as err:

@@ -10,7 +10,9 @@ with the step's learning rate and that scale. No clipped update is applied befor
 global norm is known. The loss of a step is the mean over the global batch's predictions.
 Evaluation runs every `runconfig.eval_steps` (train_and_eval) and at the end, before the last
 report (progress carries the newest evaluation to the user); checkpoints every
-`runconfig.checkpoint_steps` and at the end; summaries every `runconfig.log_steps`.
+`runconfig.checkpoint_steps` and at the end; summaries every `runconfig.log_steps` (else
+about a hundred a run: summaries.log_interval) and at the end. `--mode eval` evaluates the
+checkpoint it starts from over `runconfig.eval_steps` batches, else eval_input's num_batches.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from appliance.workers import checkpoints
 from appliance.workers.control import ControlPlane
 from appliance.workers.models import optimizers
 from appliance.workers.safe_files import write_whole
-from appliance.workers.summaries import SummaryLog, write_final_metrics
+from appliance.workers.summaries import SummaryLog, log_interval, write_final_metrics
 from appliance.workers.topology import JobLayout
 from appliance.workers.transport.peer_calls import PeerCalls
 
@@ -56,14 +58,18 @@ class TrainingLoop:
         self.control = control
         self.params = layout.params
         self.model_dir = Path(layout.model_dir) if layout.model_dir else None
-        self.summaries = SummaryLog(self.model_dir) if self.model_dir else None
         resume = layout.resume_from
         self.start_step = checkpoints.read_checkpoint(Path(resume)).step if resume else 0
+        # A training run drops what an earlier one recorded past its start; an evaluation
+        # adds its points to the run it evaluates.
+        resumed_at = None if layout.mode == "eval" else self.start_step
+        self.summaries = SummaryLog(self.model_dir, resumed_at) if self.model_dir else None
         self.checkpoint_step = self.start_step  # the newest checkpoint of the run
         self._written: int | None = None  # the step of the last checkpoint this run wrote
         # The newest evaluation (reported with the progress) and the step it was made at.
         self._evaluation: dict[str, float] = {}
         self._evaluated_at: int | None = None
+        self._eval_samples = 0  # how many samples the newest evaluation covered
 
     async def run(self) -> dict[str, Any] | None:
         """Run the job; returns its final metrics, or None if the coordinator said stop."""
@@ -81,17 +87,21 @@ class TrainingLoop:
         step = self.start_step
         metrics: dict[str, Any] = {"step": step, "loss": None}
         if layout.mode == "eval":
-            metrics.update(await self._evaluate(step))
+            batches = runconfig.eval_steps or layout.model.num_eval_batches
+            metrics.update(await self._evaluate(step, batches))
+            metrics["eval_samples"] = self._eval_samples
+            log.info("evaluated %d samples of the weights at step %d", self._eval_samples, step)
             await self._report(step, metrics["eval_loss"], 0.0, final=True)
             return metrics
         rate = _Rate(time.monotonic(), step)
         last_log = _Rate(time.monotonic(), step)
+        interval = log_interval(runconfig.log_steps, layout.num_steps)
         for step in range(self.start_step, layout.num_steps):
             loss, learning_rate = await self._train_step(step)
             done = step + 1
             metrics.update(step=done, loss=loss, learning_rate=learning_rate)
             final = done == layout.num_steps
-            if runconfig.log_steps and (done % runconfig.log_steps == 0 or final):
+            if done % interval == 0 or final:
                 self._summarise(done, loss, learning_rate, last_log)
             evaluate = runconfig.eval_steps and done % runconfig.eval_steps == 0
             # The last evaluation comes before the last report, which carries it to the user.
@@ -125,10 +135,12 @@ class TrainingLoop:
             await self.calls.apply_updates(step, learning_rate, scale)
         return loss, learning_rate
 
-    async def _evaluate(self, version: int) -> dict[str, float]:
-        """Loss and accuracy over the evaluation batches with the weights at `version`."""
+    async def _evaluate(self, version: int, batches: int | None = None) -> dict[str, float]:
+        """Loss and accuracy over `batches` evaluation batches (eval_input's num_batches) with
+        the weights at `version`."""
         loss_sum, correct, predictions = 0.0, 0, 0
-        for index in range(self.layout.model.num_eval_batches):
+        count = self.layout.model.num_eval_batches if batches is None else batches
+        for index in range(count):
             results = await self.calls.run_step(version, evaluate=True, eval_batch=index)
             loss_sum += math.fsum(r.loss_sum for r in results)
             correct += sum(r.num_correct for r in results)
@@ -136,6 +148,7 @@ class TrainingLoop:
         evaluation = {"eval_loss": loss_sum / predictions, "eval_accuracy": correct / predictions}
         log.info("evaluation at step %d: %s", version, evaluation)
         self._evaluation, self._evaluated_at = evaluation, version
+        self._eval_samples = count * self.params.eval_input.batch_size
         if self.summaries:
             self.summaries.record(version, evaluation)
         return evaluation
@@ -201,9 +214,11 @@ class TrainingLoop:
     def _progress(
         self, done: int, loss: float, steps_per_second: float, lr: float
     ) -> common_pb2.Progress:
+        # An evaluation is of the weights at one step, whatever num_steps says: at its end.
+        evaluating = self.layout.mode == "eval"
         return common_pb2.Progress(
             step=done,
-            num_steps=self.layout.num_steps,
+            num_steps=done if evaluating else self.layout.num_steps,
             loss=loss,
             steps_per_second=steps_per_second,
             samples_per_second=steps_per_second * self.layout.model.batch_size,
@@ -213,6 +228,7 @@ class TrainingLoop:
             learning_rate=lr,
             eval_loss=self._evaluation.get("eval_loss"),
             eval_accuracy=self._evaluation.get("eval_accuracy"),
+            eval_samples=self._eval_samples,
         )
 
 

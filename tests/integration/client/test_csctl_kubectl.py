@@ -32,14 +32,17 @@ def _names(result_stdout: str, *, headers: bool = True) -> list[str]:
 
 @pytest.fixture
 def labelled(
-    coordinator: RunningCoordinator, observer: ApplianceClient, params_file: Path
+    coordinator: RunningCoordinator, observer: ApplianceClient, params_file: Path, tmp_path: Path
 ) -> dict[str, str]:
     """Five queued jobs (oldest first): nlp (P1), cv+tmp (eval), owner only (P3), nlp+tmp,
     and one with no labels."""
     hold_queue(coordinator)
+    evaluated = tmp_path / "evaluated"  # an evaluation needs a checkpoint to evaluate
+    evaluated.mkdir()
+    (evaluated / "checkpoint_1.npz").write_bytes(b"")
     specs = {
         "nlp": {"labels": {"team": "nlp"}, "priority": "p1"},
-        "cv": {"labels": {"team": "cv", "tmp": "1"}, "mode": "eval"},
+        "cv": {"labels": {"team": "cv", "tmp": "1"}, "mode": "eval", "model_dir": str(evaluated)},
         "owner": {"labels": {"owner": "x"}, "priority": "p3"},
         "nlp-tmp": {"labels": {"team": "nlp", "tmp": "1"}},
         "bare": {},

@@ -92,14 +92,18 @@ def test_a_queue_below_its_quota_reclaims_the_systems_another_borrows(
 
 
 def test_a_chain_runs_in_order_and_a_failed_link_cancels_what_follows(
-    coordinator: RunningCoordinator,
+    coordinator: RunningCoordinator, tmp_path: Path
 ) -> None:
+    chain = str(tmp_path / "chain")  # the evaluation evaluates what the training wrote there
     with ApplianceClient(coordinator.address, detach=True) as client:
         compile_ = client.submit(params=PARAMS, num_csx=1, num_steps=50)
-        train = client.submit(params=PARAMS, num_csx=1, num_steps=100, depends_on=[compile_.id])
-        evaluate = client.submit(
-            params=PARAMS, num_csx=1, num_steps=20, mode="eval", depends_on=[train.id]
+        train = client.submit(
+            params=PARAMS, num_csx=1, num_steps=100, depends_on=[compile_.id], model_dir=chain
         )
+        evaluate = client.submit(
+            params=PARAMS, num_csx=1, num_steps=20, mode="eval", depends_on=[train.id],
+            model_dir=chain,
+        )  # fmt: skip
         done = [job.wait(timeout=300) for job in (compile_, train, evaluate)]
         assert [d.phase for d in done] == [Phase.SUCCEEDED] * 3, [d.reason for d in done]
         assert done[0].finished_at <= done[1].started_at

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+from pathlib import Path
 from typing import Any
 
 from appliance.client import ApplianceClient
@@ -62,18 +63,21 @@ def _sse_with_header(rest: Rest, job_id: str, last_seq: int) -> list[tuple[str, 
     return list(zip(kinds, datas, strict=True))
 
 
-def test_params_as_a_json_object_priority_and_mode(parked: Rest) -> None:
+def test_params_as_a_json_object_priority_and_mode(parked: Rest, tmp_path: Path) -> None:
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "checkpoint_1.npz").write_bytes(b"")  # an evaluation needs one
     job = parked.submit(
         params={"model": {"name": "fc_mnist", "hidden_sizes": [8]}, "optimizer": None},
         priority="p1",
         mode="eval",
-        model_dir="/tmp/appliance-rest-model",
+        model_dir=str(model_dir),
         max_restarts=2,
     )
     got = parked.job(job["id"])
     assert (got["spec"]["max_restarts"], got["attempt"]) == (2, 0)  # queued: none begun
     assert got["spec"]["priority"] == "P1" and got["spec"]["mode"] == "eval"
-    assert got["spec"]["model_dir"] == "/tmp/appliance-rest-model"
+    assert got["spec"]["model_dir"] == str(model_dir)
     assert "hidden_sizes" in got["spec"]["params_yaml"]
     assert got["pending_reason"] and got["queue_position"] >= 1
 

@@ -91,6 +91,25 @@ def test_checkpoint_path_goes_into_the_params_runconfig(
     assert params["model"] == yaml.safe_load(params_file.read_text())["model"]
 
 
+def test_eval_needs_no_num_steps_and_starting_over_goes_into_the_runconfig(
+    cluster: FakeCluster, params_file: Path
+) -> None:
+    out = io.StringIO()
+    argv = ["--params", str(params_file), "--mode", "eval", "--detach",
+            "--server", cluster.address]  # fmt: skip
+    assert run.main(argv, out=out) == 0
+    assert "(1 CS-2, eval)" in out.getvalue()
+    assert _submitted(cluster).spec.mode == 2  # MODE_EVAL
+
+    code, _ = _launch(cluster, params_file, "--detach", "--autoload_last_checkpoint", "false")
+    _, request = cluster.service.requests_of("SubmitJob")
+    assert isinstance(request, cluster_pb2.SubmitJobRequest)
+    assert code == 0
+    assert yaml.safe_load(request.spec.params_yaml)["runconfig"] == {
+        "autoload_last_checkpoint": False
+    }
+
+
 @pytest.mark.parametrize(
     "extra",
     [("--job_labels", "team"), ("--num_csx", "0"), ("--job_priority", "urgent"),

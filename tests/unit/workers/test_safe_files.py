@@ -118,14 +118,16 @@ def test_the_event_file_is_not_written_through_a_link_waiting_for_its_name(
 ) -> None:
     """tensorboardX names its file events.out.tfevents.<seconds>.<host>: guessable ahead."""
     model_dir = _model_dir(tmp_path)
+    (model_dir / "train").mkdir()
     now = int(time.time())
     for second in range(now - 2, now + 30):
-        (model_dir / f"events.out.tfevents.{second}.{socket.gethostname()}").symlink_to(victim)
+        name = f"events.out.tfevents.{second}.{socket.gethostname()}"
+        (model_dir / "train" / name).symlink_to(victim)
     log = SummaryLog(model_dir)
     log.record(1, {"loss": 1.0})
     log.close()
     assert victim.read_text() == "do not touch\n"
-    (events,) = [p for p in model_dir.glob("events.out.tfevents.*") if not p.is_symlink()]
+    (events,) = [p for p in (model_dir / "train").glob("events.*") if not p.is_symlink()]
     assert len(events.name.rsplit(".", 1)[-1]) == 16  # a suffix no one can guess ahead
 
 
