@@ -24,6 +24,9 @@ from pathlib import Path
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# A checkpoint is an .npz, a zip archive: its first bytes are a local file header (or, with no
+# arrays, the end of the central directory).
+_NPZ_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 class UnsafePath(OSError):
@@ -85,8 +88,26 @@ def check_job_dir(path: Path) -> None:
 
 
 def check_job_file(path: Path) -> None:
-    """Refuse (UnsafePath) a checkpoint a job's replicas could not read."""
-    os.close(open_regular(path))
+    """Refuse (UnsafePath) a checkpoint a job's replicas could not read, or that is no .npz."""
+    fd = open_regular(path)
+    try:
+        head = os.pread(fd, len(_NPZ_STARTS[0]), 0)
+    except OSError as exc:
+        raise UnsafePath(f"{path} cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if not is_npz_start(head):
+        raise UnsafePath(not_npz(path))
+
+
+def is_npz_start(head: bytes) -> bool:
+    """Whether a file's first bytes may begin an .npz (a zip archive)."""
+    return head.startswith(_NPZ_STARTS)
+
+
+def not_npz(path: Path) -> str:
+    """The sentence for a checkpoint that is no .npz (numpy's own suggests allow_pickle)."""
+    return f"{path} is not an .npz checkpoint (a zip archive a job wrote)"
 
 
 def _reach(path: Path) -> tuple[int, list[str]]:

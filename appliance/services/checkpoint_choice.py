@@ -24,7 +24,7 @@ import stat
 from pathlib import Path
 
 from appliance.domain.errors import InvalidSpec
-from appliance.domain.params import RunConfig
+from appliance.domain.params import parse_params
 from appliance.domain.spec import JobSpec, Mode, checkpoint_path_of, with_checkpoint_path
 
 _NAME = re.compile(r"^checkpoint_(\d{1,18})\.npz$")
@@ -79,8 +79,9 @@ def newest_checkpoint(model_dir: Path) -> tuple[int, Path] | None:
 
 
 def _autoload(spec: JobSpec) -> bool:
-    runconfig = spec.params.get("runconfig") or {}
+    # Parsed whole, as the replicas read it: a key accepted and not used (save_losses) is not a
+    # RunConfig field, so validating the raw runconfig alone would refuse it and read true.
     try:  # checked with the rest of the params already: only its value is wanted here
-        return RunConfig.model_validate(runconfig).autoload_last_checkpoint
-    except ValueError:  # pydantic's ValidationError
+        return parse_params(spec.params).runconfig.autoload_last_checkpoint
+    except InvalidSpec:
         return True

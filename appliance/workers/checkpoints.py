@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.safe_paths import is_npz_start, not_npz
 from appliance.workers.models.model import Tensors
 from appliance.workers.models.optimizers import OptimizerState
 from appliance.workers.safe_files import open_read, write_whole
@@ -111,11 +112,17 @@ def write_checkpoint(model_dir: Path, checkpoint: Checkpoint) -> Path:
 
 def read_checkpoint(path: Path) -> Checkpoint:
     """Load a checkpoint; raises ValueError with a sentence saying what is wrong."""
+    contents: dict[str, Any] | None = None
     try:
-        with open_read(path) as file, np.load(file, allow_pickle=False) as archive:
-            contents = {key: archive[key] for key in archive.files}
+        with open_read(path) as file:
+            if is_npz_start(file.read(4)):
+                file.seek(0)
+                with np.load(file, allow_pickle=False) as archive:
+                    contents = {key: archive[key] for key in archive.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
         raise ValueError(f"checkpoint {path} cannot be read: {err}") from None
+    if contents is None:  # numpy's own sentence would suggest loading it with allow_pickle
+        raise ValueError(not_npz(path))
     if str(contents.get("format", "")) != FORMAT:
         raise ValueError(f"{path} is not a {FORMAT} checkpoint")
     weights: dict[int, Tensors] = {}

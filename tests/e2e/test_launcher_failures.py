@@ -51,7 +51,7 @@ def test_a_failed_replicas_last_error_line_ends_the_launchers_output(
     coordinator: RunningCoordinator, tmp_path: Path
 ) -> None:
     junk = tmp_path / "checkpoint_2.npz"
-    junk.write_text("not a checkpoint\n")  # readable, so accepted; the chief cannot load it
+    junk.write_bytes(b"PK\x03\x04 torn")  # a zip's start, so accepted; the chief cannot load it
     done = _launch(
         coordinator.address, "--model_dir", str(tmp_path / "out"),
         "--checkpoint_path", str(junk),

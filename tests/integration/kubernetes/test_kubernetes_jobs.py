@@ -96,7 +96,7 @@ def test_a_failed_pods_termination_message_ends_the_jobs_reason(
     """The worker writes its last error line to the pod's termination message; the reason
     ends with it (not the log's tail, not a plain "Error")."""
     junk = tmp_path / "checkpoint_2.npz"
-    junk.write_text("not a checkpoint\n")
+    junk.write_bytes(b"PK\x03\x04 torn")  # a zip's start: accepted at submit
     params = {"model": {"name": "fc_mnist"}, "runconfig": {"checkpoint_path": str(junk)}}
     job = client.submit(params=params, num_csx=1, num_steps=4)
 

@@ -96,3 +96,11 @@ def test_an_eval_waiting_for_a_job_is_given_its_checkpoint_at_start(tmp_path: Pa
         model_dir=str(tmp_path), depends_on=["wsjob-0123456789abcd"],
     )  # fmt: skip
     assert checkpoint_path_of(choose_checkpoint(waits)) is None
+
+
+def test_starting_over_is_honoured_beside_keys_accepted_and_not_used(tmp_path: Path) -> None:
+    # The workshop's runconfig has save_losses (accepted with a warning, not a RunConfig field):
+    # it must not make autoload_last_checkpoint: false read as the default, true (#32).
+    checkpoints(tmp_path, 20)
+    over = spec(tmp_path, save_losses=True, autoload_last_checkpoint=False)
+    assert choose_checkpoint(over) is over

@@ -91,7 +91,7 @@ def test_a_checkpoint_must_be_the_users_and_is_stored_canonical(dirs: ModelDirs)
 
     mine = dirs.root / "users" / "alice" / "run" / "checkpoint_10.npz"
     mine.parent.mkdir(parents=True)
-    mine.write_bytes(b"")  # read by the replicas; checked at submit that they can
+    mine.write_bytes(b"PK\x05\x06" + bytes(18))  # read by the replicas; checked at submit
     roundabout = str(dirs.root / "users" / "alice" / "x" / ".." / "run" / "checkpoint_10.npz")
     placed = dirs.place(spec(checkpoint=roundabout), roundabout, "alice", JOB, ALICE)
     assert checkpoint_path_of(placed) == str(mine)
@@ -198,6 +198,21 @@ def test_a_checkpoint_the_replicas_could_not_read_is_refused_naming_it(
     with pytest.raises(InvalidSpec, match=f"checkpoint_path {tmp_path}") as refused:
         dirs.place(spec(checkpoint=str(checkpoint)), str(checkpoint), "alice", JOB, ADMIN)
     assert refused.value.field == "checkpoint_path"
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage, not an archive\n", b"\x80\x04pickled"])
+def test_a_checkpoint_that_is_no_npz_is_refused_at_submit_naming_it(
+    dirs: ModelDirs, tmp_path: Path, content: bytes
+) -> None:
+    """A file that is not an .npz (a zip archive) at all failed the job's chief once systems
+    were reserved, with numpy's advice to load it with allow_pickle (#32)."""
+    checkpoint = tmp_path / "checkpoint_10.npz"
+    checkpoint.write_bytes(content)
+    with pytest.raises(InvalidSpec, match=f"checkpoint_path {checkpoint} is not an .npz") as no:
+        dirs.place(spec(checkpoint=str(checkpoint)), str(checkpoint), "alice", JOB, ADMIN)
+    assert no.value.field == "checkpoint_path" and "pickle" not in no.value.message
+    checkpoint.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: one of ours is read then
+    dirs.place(spec(checkpoint=str(checkpoint)), str(checkpoint), "alice", JOB, ADMIN)
 
 
 def test_a_checkpoint_a_job_depended_on_may_write_is_not_looked_for(

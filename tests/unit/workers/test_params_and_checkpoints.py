@@ -78,8 +78,18 @@ def test_torn_write_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
     (tmp_path / ".checkpoint_10.npz.123.tmp").write_bytes(b"PK\x03\x04 torn")  # killed mid-write
     assert checkpoints.latest_checkpoint(tmp_path) == tmp_path / "checkpoint_5.npz"
     (tmp_path / "checkpoint_7.npz").write_bytes(b"garbage")
-    with pytest.raises(ValueError, match="cannot be read"):
+    with pytest.raises(ValueError, match=r"is not an \.npz"):
         checkpoints.read_checkpoint(tmp_path / "checkpoint_7.npz")
+
+
+def test_a_file_that_is_no_npz_is_named_so_without_numpys_pickle_advice(tmp_path: Path) -> None:
+    # numpy says "If you trust the file you can load it unsafely using allow_pickle" (#32).
+    garbage = tmp_path / "checkpoint_7.npz"
+    for content in (b"garbage", b"\x80\x04pickled", b""):
+        garbage.write_bytes(content)
+        with pytest.raises(ValueError, match=r"is not an \.npz") as refused:
+            checkpoints.read_checkpoint(garbage)
+        assert "pickle" not in str(refused.value)
 
 
 def test_incompatible_checkpoint_is_refused() -> None:
