@@ -35,7 +35,6 @@ from types import FrameType
 from typing import Any, TextIO, TypeAlias
 
 import click
-import yaml
 
 from appliance.client import ApplianceClient, JobHandle
 from appliance.client.launch_options import (
@@ -44,7 +43,7 @@ from appliance.client.launch_options import (
     spread_variadic,
 )
 from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL
-from appliance.client.params import max_steps_in_file, params_warnings
+from appliance.client.params import load_params_file, max_steps_in_file, params_warnings
 from appliance.client.progress import EventPrinter, describe_progress
 from appliance.client.user_config import ConfigError
 from appliance.domain.compile import count_in_words
@@ -112,12 +111,7 @@ def load_params(
     if checkpoint_path is None and model is None and autoload is None:
         return params_file
     path = Path(params_file).expanduser()
-    try:
-        params = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidSpec(f"cannot read params file {path}: {exc}", field="params") from None
-    except yaml.YAMLError:
-        raise InvalidSpec(f"params file {path} is not valid YAML", field="params") from None
+    params = load_params_file(path)
     if not isinstance(params, dict):
         raise InvalidSpec(f"params file {path} must be a YAML mapping", field="params")
     section = params.get("model")

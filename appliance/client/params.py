@@ -14,7 +14,7 @@ from appliance.domain.bounded_yaml import load_bounded
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import parse_params
 from appliance.domain.params_keys import notes_of, runconfig_value
-from appliance.domain.spec import validate_params
+from appliance.domain.spec import MAX_PARAMS_BYTES, validate_params
 
 ParamsSource = str | os.PathLike[str] | Mapping[str, Any]
 """A path to a Model Zoo style params YAML file, or the params themselves as a mapping."""
@@ -100,9 +100,28 @@ def load_params_yaml(params: ParamsSource) -> str:
     return text
 
 
+def load_params_file(path: Path) -> Any:
+    """The params file's YAML document, read and loaded bounded (a file nested thousands deep,
+    or --params /dev/zero, is refused in one sentence); raises InvalidSpec("params")."""
+    text = _read_params_file(path)
+    try:
+        return load_bounded(text, "params")
+    except InvalidSpec as exc:
+        detail = exc.message.removeprefix("params ")
+        raise InvalidSpec(f"params file {path} {detail}", field="params") from None
+
+
 def _read_params_file(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as file:  # at most one byte past the bound: /dev/zero ends too
+            data = file.read(MAX_PARAMS_BYTES + 1)
+        if len(data) > MAX_PARAMS_BYTES:
+            raise InvalidSpec(
+                f"params file {path} is larger than {MAX_PARAMS_BYTES} bytes; keep data out of "
+                "the params file",
+                field="params",
+            )
+        return data.decode("utf-8")
     except FileNotFoundError:
         problem = "does not exist"
     except IsADirectoryError:

@@ -123,3 +123,27 @@ def test_the_python_client_takes_max_steps_and_exposes_the_warnings(
     assert [line.split(" is ")[0] for line in job.warnings] == [
         "params: train_input.shuffle", "params: model.mixed_precision",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [("model: " + "[" * 5000 + "]" * 5000 + "\n", "nests deeper than 64 levels"),
+     ("model: {name: fc_mnist}\n# " + "x" * (1 << 20) + "\n", "is larger than 1048576 bytes")],
+)  # fmt: skip
+def test_an_examples_run_py_reads_the_params_file_bounded(
+    cluster: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, error: str
+) -> None:
+    """run.py (model=...) reads the file itself: a deeply nested one was a RecursionError
+    traceback, and --params /dev/zero a MemoryError (#32)."""
+    params = tmp_path / "params.yaml"
+    params.write_text(text)
+
+    argv = ["CSX", "--params", str(params), "--num_steps", "2", "--detach",
+            "--server", cluster.address]  # fmt: skip
+    code = run.main(argv, out=io.StringIO(), model="fc_mnist")
+
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: params file {params} ") and error in err, err
+    assert err.count("\n") == 1
+    assert cluster.service.requests_of("SubmitJob") == []
