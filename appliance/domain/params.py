@@ -37,6 +37,16 @@ from appliance.domain.params_keys import screen
 MAX_SIZE = 1 << 20
 
 
+# The most of a refused value an error sentence shows.
+_MAX_SHOWN = 80
+
+
+def _shown(value: Any) -> str:
+    """`value` as the error shows it: its repr, cut (a list of 8,000 schedulers was echoed)."""
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
 def _check_size(value: int) -> int:
     if not 0 < value <= MAX_SIZE:
         raise PydanticCustomError("size_range", f"must be between 1 and {MAX_SIZE}")
@@ -77,7 +87,9 @@ def _spell(data: Any, key: str, fields: tuple[str, ...], section: str) -> Any:
         raise ValueError(f"{section}.{key} and {section}.{given[0]}: give one of them")
     value = data[key]
     if not isinstance(value, list | tuple) or len(value) != len(fields):
-        raise ValueError(f"{section}.{key} must be a list of {len(fields)} numbers, got {value!r}")
+        raise ValueError(
+            f"{section}.{key} must be a list of {len(fields)} numbers, got {_shown(value)}"
+        )
     return {**{k: v for k, v in data.items() if k != key}, **dict(zip(fields, value, strict=True))}
 
 
@@ -102,7 +114,9 @@ class FcMnistModel(_Section):
         depth, width = data.get("depth", 2), data.get("hidden_size", 256)
         for key, value in (("depth", depth), ("hidden_size", width)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1024:
-                raise ValueError(f"model.{key} must be an integer from 1 to 1024, got {value!r}")
+                raise ValueError(
+                    f"model.{key} must be an integer from 1 to 1024, got {_shown(value)}"
+                )
         rest = {k: v for k, v in data.items() if k not in ("depth", "hidden_size")}
         return {**rest, "hidden_sizes": [width] * depth}
 
@@ -283,7 +297,7 @@ def parse_params(params: Mapping[str, Any]) -> Params:
     name = model.get("name", "fc_mnist")
     if name not in MODEL_NAMES:
         raise InvalidSpec(
-            f"params: model.name {name!r} is not known; use one of {', '.join(MODEL_NAMES)}",
+            f"params: model.name {_shown(name)} is not known; use one of {', '.join(MODEL_NAMES)}",
             field="params",
         )
     screened = screen({k: v for k, v in sections.items() if isinstance(v, Mapping)}, name)
@@ -313,18 +327,18 @@ def _sentence(err: pydantic.ValidationError, prefix: str) -> str:
     bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<"}
     if kind in bounds:
         limit = next(iter(context.values()))
-        return f"params: {path} must be {bounds[kind]} {_number(limit)}, got {value!r}"
+        return f"params: {path} must be {bounds[kind]} {_number(limit)}, got {_shown(value)}"
     if kind == "less_than_equal":
-        return f"params: {path} must be <= {context.get('le')}, got {value!r}"
+        return f"params: {path} must be <= {context.get('le')}, got {_shown(value)}"
     if kind == "literal_error":
-        return f"params: {path} {value!r} is not one of {context.get('expected')}"
+        return f"params: {path} {_shown(value)} is not one of {context.get('expected')}"
     if kind == "size_range":
-        return f"params: {path} {first['msg']}, got {value!r}"
+        return f"params: {path} {first['msg']}, got {_shown(value)}"
     if kind == "int_parsing":
         if path[-1:].isdigit():  # an item of a list: name the list
-            return f"params: {path.rsplit('.', 1)[0]} must be integers, got {value!r}"
-        return f"params: {path} must be an integer, got {value!r}"
-    return f"params: {path}: {first['msg'].lower()}, got {value!r}"
+            return f"params: {path.rsplit('.', 1)[0]} must be integers, got {_shown(value)}"
+        return f"params: {path} must be an integer, got {_shown(value)}"
+    return f"params: {path}: {first['msg'].lower()}, got {_shown(value)}"
 
 
 def _number(value: Any) -> str:

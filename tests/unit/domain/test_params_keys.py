@@ -221,3 +221,16 @@ def test_the_readmes_table_lists_exactly_the_codes_keys() -> None:
     listed = [key for first_cell in rows for key in re.findall(r"`([\w.]+)`", first_cell)]
 
     assert sorted(listed) == sorted(k.path for k in KNOWN_KEYS)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"optimizer": {"learning_rate": [{"scheduler": "constant", "learning_rate": 0.1}] * 8000}},
+     {"model": {"depth": "x" * 100_000}}, {"runconfig": {"seed": list(range(50_000))}},
+     {"model": {"name": "x" * 100_000}}],
+)  # fmt: skip
+def test_a_refused_value_is_shown_bounded(params: dict[str, Any]) -> None:
+    # 8,000 schedulers were refused in an 800 KB line echoing every one of them (#32).
+    with pytest.raises(InvalidSpec) as refused:
+        parse_params({"model": {"name": "fc_mnist"}} | params)
+    assert len(refused.value.message) < 400, refused.value.message[:400]
