@@ -145,6 +145,12 @@ def main(
     """Run the launcher; returns the exit status. `model`: the model an example's run.py is
     for (the params' model.name when they name none)."""
     args = spread_variadic(sys.argv[1:] if argv is None else argv)
+    if args and not args[0].startswith("-") and args[0].upper() not in TARGETS:
+        return _error(
+            f"{printable(repr(args[0][:40]))} is not a target: the first argument is CSX (or "
+            "CPU), as in the Model Zoo's run.py (see --help)",
+            EXIT_BAD_INPUT,
+        )
     target = args.pop(0).upper() if args and args[0].upper() in TARGETS else "CSX"
     if target == "CPU":  # accepted, as a params key the emulation does not use is
         print(

@@ -8,7 +8,10 @@ is not a finite number) is skipped, never an error. One model directory can hold
 run: a job resumed from a checkpoint appends from the step after it, and a later job may append
 from its first step again. A point at a step not after the last of its kind starts a new run
 there: the points of the old run from that step on are dropped (a training point drops both
-kinds, an evaluation only evaluations), so the curves are the newest run's. Beyond
+kinds, an evaluation only evaluations), so the curves are the newest run's. Each line names
+the job that wrote it (`job`): a job's curves stop at its own last line, and when a later job
+started over in the same directory (moving this one's files to earlier_runs/<n>/) they are read
+there (services/job_curves.py). Beyond
 `MAX_POINTS` points of a kind, the curve is thinned evenly (its first and last kept).
 """
 
@@ -54,13 +57,24 @@ class Curves:
     problem: str = ""
 
 
-def curves_from_lines(lines: Iterable[bytes], *, partial: bool = False) -> Curves:
+def curves_from_lines(
+    lines: Iterable[bytes], *, partial: bool = False, job: str = ""
+) -> Curves | None:
     """The curves of metrics.jsonl's lines, in file order (`partial`: only parts of the file
-    were read, so the curves are thinned)."""
+    were read, so the curves are thinned). With `job`: the curves as they stood at that job's
+    last line (what later jobs appended is not its history), None when the lines name jobs
+    and none of them is `job` (its run is elsewhere); lines that name no job (written before
+    they did) are all read."""
+    points = [_point(line) for line in lines]
+    named = [tag for tag, _ in points if tag]
+    if job and named:
+        if job not in named:
+            return None
+        last = max(i for i, (tag, _) in enumerate(points) if tag == job)
+        points = points[: last + 1]
     train: list[TrainPoint] = []
     evals: list[EvalPoint] = []
-    for line in lines:
-        point = _point(line)
+    for _, point in points:
         if isinstance(point, TrainPoint):
             _drop_from(train, point.step)
             _drop_from(evals, point.step)
@@ -78,27 +92,30 @@ def _drop_from(points: list[TrainPoint] | list[EvalPoint], step: int) -> None:
         points.pop()
 
 
-def _point(line: bytes) -> TrainPoint | EvalPoint | None:
+def _point(line: bytes) -> tuple[str, TrainPoint | EvalPoint | None]:
+    """The job a line names ("" if none) and its point (None if it is not one)."""
     if len(line) > MAX_LINE:
-        return None
+        return "", None
     try:
         fields = json.loads(line)
     except ValueError:  # not JSON, or not UTF-8
-        return None
+        return "", None
     if not isinstance(fields, dict):
-        return None
+        return "", None
+    job = fields.get("job")
+    tag = job if isinstance(job, str) else ""
     step = fields.get("step")
     if type(step) is not int or not 0 <= step <= MAX_STEP:
-        return None
+        return tag, None
     if "eval_loss" in fields:
         loss, accuracy = _number(fields.get("eval_loss")), _number(fields.get("eval_accuracy"))
         if loss is None or accuracy is None:
-            return None
-        return EvalPoint(step, loss, accuracy)
+            return tag, None
+        return tag, EvalPoint(step, loss, accuracy)
     loss, learning_rate = _number(fields.get("loss")), _number(fields.get("learning_rate"))
     if loss is None or learning_rate is None:
-        return None
-    return TrainPoint(step, loss, learning_rate)
+        return tag, None
+    return tag, TrainPoint(step, loss, learning_rate)
 
 
 def _number(value: object) -> float | None:

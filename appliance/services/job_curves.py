@@ -19,37 +19,64 @@ from pathlib import PurePosixPath
 from appliance.domain.curves import METRICS_FILE, Curves, curves_from_lines
 
 MAX_BYTES = 4 << 20
+MAX_EARLIER = 8  # earlier runs looked at for a job whose run a later one set aside
+EARLIER_RUNS = "earlier_runs"  # as workers/model_dir_runs.py names it
 WINDOWS = 64
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def read_curves(model_dir: str) -> Curves:
-    """The curves in `model_dir`'s metrics.jsonl; none when there is no such file (yet), and
-    a `problem` when there is one that may not or cannot be read. Blocking: run it off the
-    event loop."""
+def read_curves(model_dir: str, job: str = "") -> Curves:
+    """The curves `job` wrote in `model_dir`'s metrics.jsonl, or in the newest of the
+    earlier runs a later job set aside there (earlier_runs/<n>/, at most MAX_EARLIER looked
+    at); none when there is no such file (yet), and a `problem` when there is one that may
+    not or cannot be read. Blocking: run it off the event loop."""
     if not model_dir:
         return Curves()
+    folder = PurePosixPath(model_dir)
+    found = _read(folder, job)
+    if found is not None:
+        return found
+    for earlier in _earlier_runs(folder)[:MAX_EARLIER]:
+        found = _read(earlier, job)
+        if found is not None:
+            return found
+    return Curves()
+
+
+def _read(folder: PurePosixPath, job: str) -> Curves | None:
+    """The curves of `job` in `folder`'s metrics.jsonl; None when they are not there."""
     try:
-        fd = _open_without_links(PurePosixPath(model_dir) / METRICS_FILE)
+        fd = _open_without_links(folder / METRICS_FILE)
     except FileNotFoundError:
-        return Curves()
+        return None
     except OSError as exc:
         return Curves(problem=f"{METRICS_FILE} cannot be read: {_why(exc)}")
     try:
         size = os.fstat(fd).st_size
         if size <= MAX_BYTES:
-            return curves_from_lines(_lines(os.pread(fd, size, 0), first=True))
+            return curves_from_lines(_lines(os.pread(fd, size, 0), first=True), job=job)
         part = MAX_BYTES // WINDOWS
         lines: list[bytes] = []
         for i in range(WINDOWS):
             at = i * (size - part) // (WINDOWS - 1)
             lines.extend(_lines(os.pread(fd, part, at), first=at == 0))
-        return curves_from_lines(lines, partial=True)
+        return curves_from_lines(lines, partial=True, job=job)
     except OSError as exc:
         return Curves(problem=f"{METRICS_FILE} cannot be read: {_why(exc)}")
     finally:
         os.close(fd)
+
+
+def _earlier_runs(folder: PurePosixPath) -> list[PurePosixPath]:
+    """earlier_runs/<n>/ of the model dir, newest (highest n) first; a listing only: each is
+    then opened without following links as the model dir is."""
+    try:
+        names = os.listdir(folder / EARLIER_RUNS)
+    except OSError:
+        return []
+    runs = sorted((int(n) for n in names if n.isdigit() and len(n) < 10), reverse=True)
+    return [folder / EARLIER_RUNS / str(n) for n in runs]
 
 
 def _lines(data: bytes, *, first: bool) -> list[bytes]:

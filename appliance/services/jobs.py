@@ -232,7 +232,7 @@ class JobService:
         who may see the job's progress may see them. None for a job whose model dir the
         coordinator cannot see (a simulated job, a volume it does not mount)."""
         job = await self.get(job_id)
-        curves: Curves = await self._blocking(read_curves, job.spec.model_dir)
+        curves: Curves = await self._blocking(read_curves, job.spec.model_dir, job.id)
         return curves
 
     def listing(

@@ -66,10 +66,12 @@ class SummaryLog:
     """Appends scalars to the event files and metrics.jsonl of one model directory.
 
     `resumed_at`: the step a training run starts from (0: the start); what was recorded after
-    it is dropped. None (an evaluation of a checkpoint): nothing is dropped."""
+    it is dropped. None (an evaluation of a checkpoint): nothing is dropped. `job`: the job id
+    each metrics.jsonl line carries (`job`), so a job's curves are told from a later run's."""
 
-    def __init__(self, model_dir: Path, resumed_at: int | None = None) -> None:
+    def __init__(self, model_dir: Path, resumed_at: int | None = None, job: str = "") -> None:
         self.model_dir = model_dir
+        self._job = {"job": job} if job else {}  # whose line it is: a model dir outlives jobs
         self._purge = None if resumed_at is None else resumed_at + 1
         self._held = contextlib.ExitStack()
         self._writers: dict[str, Any] = {}
@@ -86,7 +88,7 @@ class SummaryLog:
         for key, value in scalars.items():
             kind = "eval" if key in EVAL_TAGS else "train"
             self._writer(kind).add_scalar(EVAL_TAGS.get(key, key), value, step)
-        self._lines.write((json.dumps({"step": step, **scalars}) + "\n").encode())
+        self._lines.write((json.dumps({"step": step, **scalars, **self._job}) + "\n").encode())
         self._lines.flush()
 
     def _writer(self, kind: str) -> Any:

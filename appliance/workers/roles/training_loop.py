@@ -63,7 +63,9 @@ class TrainingLoop:
         # A training run drops what an earlier one recorded past its start; an evaluation
         # adds its points to the run it evaluates.
         resumed_at = None if layout.mode == "eval" else self.start_step
-        self.summaries = SummaryLog(self.model_dir, resumed_at) if self.model_dir else None
+        self.summaries = (
+            SummaryLog(self.model_dir, resumed_at, control.job_id) if self.model_dir else None
+        )
         self.checkpoint_step = self.start_step  # the newest checkpoint of the run
         self._written: int | None = None  # the step of the last checkpoint this run wrote
         # The newest evaluation (reported with the progress) and the step it was made at.

@@ -100,7 +100,7 @@ class PeerCalls:
             try:
                 streamed = await collect_layer(stub.stream_weights(request, self._timeout))
             except grpc.aio.AioRpcError as err:
-                raise _failure(owner, f"fetching layer {layer}", err) from err
+                raise _failure(owner, f"fetching layer {layer}", err, self._timeout) from err
             return streamed.tensors
 
         layers = range(self.layout.model.num_units)
@@ -140,7 +140,7 @@ class PeerCalls:
             try:
                 return await call(peer)
             except grpc.aio.AioRpcError as err:
-                raise _failure(peer, what, err) from err
+                raise _failure(peer, what, err, self._timeout) from err
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -150,7 +150,17 @@ class PeerCalls:
         return [task.result() for task in tasks]
 
 
-def _failure(peer: PeerAddress, what: str, err: grpc.aio.AioRpcError) -> ReplicaExit:
+def _failure(
+    peer: PeerAddress, what: str, err: grpc.aio.AioRpcError, timeout: float
+) -> ReplicaExit:
+    if err.code() is grpc.StatusCode.DEADLINE_EXCEEDED:  # say which limit, and what to change
+        return ReplicaExit(
+            EXIT_PEER_FAILED,
+            f"{what} failed on {peer.name}: no answer within the step timeout ({timeout:g} s, "
+            "DEADLINE_EXCEEDED): one step of this model takes longer than that on the "
+            "emulated systems; try a smaller model (hidden_size, num_hidden_layers) or "
+            "batch_size",
+        )
     return ReplicaExit(
         EXIT_PEER_FAILED, f"{what} failed on {peer.name}: {err.code().name}: {err.details()}"
     )

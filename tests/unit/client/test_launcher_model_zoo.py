@@ -147,3 +147,15 @@ def test_an_examples_run_py_reads_the_params_file_bounded(
     assert err.startswith(f"error: params file {params} ") and error in err, err
     assert err.count("\n") == 1
     assert cluster.service.requests_of("SubmitJob") == []
+
+
+def test_a_mistyped_target_says_what_the_first_argument_is(
+    cluster: FakeCluster, workshop_params: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`CXS` got click's `Got unexpected extra argument (CXS)`, no word of CSX."""
+    code = run.main(["CXS\n", "--params", str(workshop_params), "--server", cluster.address])
+
+    assert code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: 'CXS\\n' is not a target: the first argument is CSX (or CPU)")
+    assert cluster.service.requests_of("SubmitJob") == []

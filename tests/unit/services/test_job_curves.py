@@ -87,3 +87,41 @@ async def test_the_use_case_reads_the_model_dir_the_job_was_given(tmp_path: Path
         assert [p.step for p in (await jobs.curves(job.id)).train] == [1, 2, 3, 4, 5]
         with pytest.raises(NotFound):
             await jobs.curves("wsjob-0a1b2c3d4e5f6g")
+
+
+def write_jobs_steps(model_dir: Path, runs: list[tuple[str, range]]) -> None:
+    model_dir.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps({"step": s, "loss": 1.0 / s, "learning_rate": 0.003, "job": job})
+        for job, steps in runs
+        for s in steps
+    ]
+    (model_dir / METRICS_FILE).write_text("\n".join(lines) + "\n")
+
+
+def test_a_jobs_curves_stop_at_its_last_line_not_at_a_later_jobs(tmp_path: Path) -> None:
+    """A later job resumed in the same model dir appends to the file: the first job's page
+    must still show its own run (it showed the later run's points)."""
+    model_dir = tmp_path / "job"
+    write_jobs_steps(model_dir, [("wsjob-a", range(1, 101)), ("wsjob-b", range(101, 201))])
+    assert [p.step for p in read_curves(str(model_dir), "wsjob-a").train] == list(range(1, 101))
+    # The later job's history is the whole file: it continued the first one's run.
+    assert [p.step for p in read_curves(str(model_dir), "wsjob-b").train] == list(range(1, 201))
+
+
+def test_a_job_whose_run_a_later_one_set_aside_is_read_from_earlier_runs(tmp_path: Path) -> None:
+    """A later job that started over moved this one's files to earlier_runs/<n>/."""
+    model_dir = tmp_path / "job"
+    write_jobs_steps(model_dir / "earlier_runs" / "1", [("wsjob-a", range(1, 101))])
+    write_jobs_steps(model_dir, [("wsjob-b", range(1, 51))])
+    assert [p.step for p in read_curves(str(model_dir), "wsjob-a").train] == list(range(1, 101))
+    assert [p.step for p in read_curves(str(model_dir), "wsjob-b").train] == list(range(1, 51))
+    assert read_curves(str(model_dir), "wsjob-elsewhere").train == ()
+    # Before the later job wrote its first line, too.
+    (model_dir / METRICS_FILE).unlink()
+    assert len(read_curves(str(model_dir), "wsjob-a").train) == 100
+
+
+def test_lines_that_name_no_job_are_all_read(tmp_path: Path) -> None:
+    write_steps(tmp_path / "job", range(1, 11))
+    assert len(read_curves(str(tmp_path / "job"), "wsjob-a").train) == 10

@@ -95,3 +95,12 @@ def test_without_log_steps_a_run_gets_about_a_hundred_points() -> None:
     assert log_interval(None, 1000) == 10
     assert log_interval(None, 1001) == 11
     assert log_interval(7, 1000) == 7
+
+
+def test_each_metrics_line_names_the_job_that_wrote_it(tmp_path: Path) -> None:
+    """A model dir outlives its jobs: the dashboard tells one job's points from a later's."""
+    log = SummaryLog(tmp_path, resumed_at=0, job="wsjob-a")
+    log.record(1, {"loss": 2.0, "learning_rate": 0.1})
+    log.close()
+    (line,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(line) == {"step": 1, "loss": 2.0, "learning_rate": 0.1, "job": "wsjob-a"}
