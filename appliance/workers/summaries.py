@@ -4,9 +4,9 @@ The chief records the loss, the learning rate and samples/s (keys `loss`, `learn
 `samples_per_second`) every `runconfig.log_steps` steps, or without it about
 DEFAULT_LOG_POINTS times a run (every step of a run that short: `log_interval`), and at the
 last step; each evaluation records `eval_loss` and `eval_accuracy`. Each line of metrics.jsonl
-is one JSON object with a `step` and some of these keys; `metrics.json` holds the job's final
-`step`, `loss`, `learning_rate` and evaluation under the same names. One naming for both
-files: a program reads either with the same keys.
+is one JSON object with a `step`, some of these keys and the `job` that wrote it;
+`metrics.json` holds the job's final `step`, `loss`, `learning_rate` and evaluation under the
+same names. One naming for both files: a program reads either with the same keys.
 
 TensorBoard's files are where the Model Zoo puts them: training in `{model_dir}/train/` (tags
 `loss`, `learning_rate`, `samples_per_second`), evaluations in `{model_dir}/eval/` (tags `loss`
