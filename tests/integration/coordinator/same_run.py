@@ -11,10 +11,12 @@ import numpy as np
 
 
 def history(model_dir: Path) -> dict[int, dict[str, float]]:
-    """metrics.jsonl by step (a resumed run logs the steps after its checkpoint again)."""
+    """metrics.jsonl by step (a resumed run logs the steps after its checkpoint again), without
+    what differs between two runs of the same numbers: the speed and the job that wrote a line."""
     lines = (model_dir / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
-    return {r["step"]: {k: v for k, v in r.items() if k != "samples_per_second"} for r in records}
+    unlike = {"samples_per_second", "job"}
+    return {r["step"]: {k: v for k, v in r.items() if k not in unlike} for r in records}
 
 
 def arrays(path: Path) -> dict[str, np.ndarray]:
