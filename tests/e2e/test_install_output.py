@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 def recipe(target: str) -> list[str]:
     """The commands `make TARGET` runs from scratch (make -n -B), against this venv."""
     return subprocess.run(
-        ["make", "-n", "-B", target, f"BIN={Path(sys.executable).parent}"],
+        ["make", "--no-print-directory", "-n", "-B", target, f"BIN={Path(sys.executable).parent}"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout.splitlines()  # fmt: skip
 
@@ -42,7 +42,7 @@ def test_make_demo_installs_only_what_running_needs() -> None:
 
 def test_make_demo_takes_ports() -> None:
     ported = subprocess.run(
-        ["make", "-n", "demo", "GRPC_PORT=50052", "HTTP_PORT=0",
+        ["make", "--no-print-directory", "-n", "demo", "GRPC_PORT=50052", "HTTP_PORT=0",
          f"BIN={Path(sys.executable).parent}"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout.splitlines()  # fmt: skip
