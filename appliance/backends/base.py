@@ -89,6 +89,10 @@ class Backend(Protocol):
     def exit_codes(self, job_id: str) -> dict[str, int]:
         """After a restart: exit codes of the job's replicas that ended while nobody watched."""
 
+    async def away_error(self, job_id: str, replica: str) -> str:
+        """After a restart: the last error line (domain/replica_errors.py) of a replica of the
+        job that failed while nobody watched; "" when it left none."""
+
     async def log_tail(self, job_id: str, replica: str, lines: int) -> str:
         """The last lines of a replica's log."""
 
@@ -115,6 +119,9 @@ class OptionalParts:
 
     def lease_lock(self, name: str) -> LeaseLock | None:
         return None
+
+    async def away_error(self, job_id: str, replica: str) -> str:
+        return ""
 
 
 def no_secrets(job_id: str, attempt: int) -> Mapping[str, str]:

@@ -88,6 +88,7 @@ def _replica_failed(p: Mapping[str, Any]) -> str:
     if p.get("away"):
         return (
             f"replica {p['replica']} exited with exit code {code} while the coordinator was away"
+            + _with(p, "error", ": {}")
         )
     if code is None and message:  # never ran, or lost: the message says why
         return f"replica {p['replica']} failed: {message}"

@@ -105,8 +105,13 @@ class Reconciler(ReplicaEventHandling):
         if failed:
             # A cause before its consequences (the chief ended because a CS-2 did).
             name, code = min(failed.items(), key=lambda f: (f[1] == EXIT_PEER_FAILED, f[0]))
-            reason = said(ReasonCode.REPLICA_FAILED, replica=name, exit_code=code, away=True)
-            ended = ReplicaEvent(job_id, name, ReplicaEventKind.EXITED, exit_code=code)
+            error = await self.backend.away_error(job_id, name)
+            reason = said(
+                ReasonCode.REPLICA_FAILED, replica=name, exit_code=code, away=True, error=error
+            )
+            ended = ReplicaEvent(
+                job_id, name, ReplicaEventKind.EXITED, exit_code=code, last_error=error
+            )
         else:
             # Gone without a trace: killed with their host, or (sim backend) with the
             # coordinator's process. Lost, then: retryable, as a pod lost with its node is.

@@ -75,6 +75,7 @@ class KubernetesBackend(OptionalParts):
         self._exited: set[str] = set()  # ... whose EXITED was announced
         self._waiting_since: dict[str, float] = {}
         self._away_codes: dict[str, dict[str, int]] = {}  # job -> replica -> code, at adopt
+        self._away_errors: dict[tuple[str, str], str] = {}  # (job, replica) -> its error line
         self._events: asyncio.Queue[ReplicaEvent] = asyncio.Queue()
         self._changed = asyncio.Condition()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -183,6 +184,7 @@ class KubernetesBackend(OptionalParts):
                 self._exited.add(view.name)
                 if view.exit_code is not None:
                     self._away_codes.setdefault(view.job_id, {})[view.replica] = view.exit_code
+                    self._away_errors[(view.job_id, view.replica)] = view.last_error
         owners, _ = await self.api.list("ConfigMap", m.REPLICA_SELECTOR)
         for owner in owners:  # a job whose pods are gone but whose objects are not
             job_id = (owner["metadata"].get("labels") or {}).get(m.LABEL_JOB)
@@ -193,6 +195,9 @@ class KubernetesBackend(OptionalParts):
 
     def exit_codes(self, job_id: str) -> dict[str, int]:
         return dict(self._away_codes.get(job_id, {}))
+
+    async def away_error(self, job_id: str, replica: str) -> str:
+        return self._away_errors.get((job_id, replica), "")
 
     async def log_tail(self, job_id: str, replica: str, lines: int) -> str:
         archived = logs.kept_path(self.log_dir, job_id, replica)
@@ -392,7 +397,8 @@ class KubernetesBackend(OptionalParts):
             names.difference_update(
                 {n for n in names if n.startswith(prefix) and n not in self._views}
             )
-        self._away_codes.pop(job_id, None)
+        for replica in self._away_codes.pop(job_id, {}):
+            self._away_errors.pop((job_id, replica), None)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -240,6 +240,10 @@ class LocalBackend(OptionalParts):
                 codes[path.stem] = code
         return codes
 
+    async def away_error(self, job_id: str, replica: str) -> str:
+        code = _read_int(self._exit_path(job_id, replica))
+        return await asyncio.to_thread(self._last_error, job_id, replica, code)
+
     async def log_tail(self, job_id: str, replica: str, lines: int) -> str:
         path = self.log_path(job_id, replica)
         try:

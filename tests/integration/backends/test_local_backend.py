@@ -114,6 +114,26 @@ async def test_restarted_backend_adopts_live_replicas_and_can_stop_them(tmp_path
             assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+async def test_a_replica_that_failed_while_nobody_watched_left_its_error_line(
+    tmp_path: Path,
+) -> None:
+    python = _fake_worker(tmp_path, "time.sleep(600)")
+    first = LocalBackend(tmp_path, "127.0.0.1:1", python=python)
+    job, replicas = _job(["chief-0"])
+    await first.launch(job, replicas)
+    _exec_done(first.live_pids(JOB_ID), JOB_ID)
+    await first.close()  # the coordinator goes away; the replica fails meanwhile, saying why
+    pids = tmp_path / "jobs" / JOB_ID / "pids"
+    (pids / "chief-0.error").write_text("ValueError: the data set is gone\n")
+    (pids / "chief-0.exit").write_text("1\n")
+
+    second = LocalBackend(tmp_path, "127.0.0.1:1", python=python, grace_seconds=0.5)
+    await second.adopt()
+    assert await second.away_error(JOB_ID, "chief-0") == "ValueError: the data set is gone"
+    await second.teardown(JOB_ID)
+    await second.close()
+
+
 async def test_a_replica_gets_only_what_it_needs_of_the_coordinators_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

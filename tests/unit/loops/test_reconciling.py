@@ -46,6 +46,7 @@ class RecordingBackend(OptionalParts):
         self.failed_torn_down: list[str] = []  # ... those torn down as FAILED
         self.unavailable: str = ""  # launches raise BackendUnavailable with this while set
         self.live: dict[str, set[str]] = {}
+        self.errors: dict[str, str] = {}  # replica -> the error line it left while away
         self.codes: dict[str, dict[str, int]] = {}
 
     async def launch(self, job: Job, replicas: Sequence[Replica]) -> None:
@@ -66,6 +67,9 @@ class RecordingBackend(OptionalParts):
 
     def exit_codes(self, job_id: str) -> dict[str, int]:
         return self.codes.get(job_id, {})
+
+    async def away_error(self, job_id: str, replica: str) -> str:
+        return self.errors.get(replica, "")
 
     async def log_tail(self, job_id: str, replica: str, lines: int) -> str:
         return f"last words of {replica}"
@@ -228,6 +232,8 @@ async def test_on_kubernetes_pods_may_wait_the_pending_timeout_before_the_init_t
         ({"cs2-0": 137}, Phase.FAILED, "replica cs2-0 exited with exit code 137 while the "
          "coordinator was away"),
         ({CHIEF: 0}, Phase.SUCCEEDED, "chief finished all steps while the coordinator was away"),
+        ({CHIEF: 1}, Phase.FAILED, "replica chief-0 exited with exit code 1 while the "
+         "coordinator was away: ValueError: why"),
         ({}, Phase.FAILED, "replicas gone after a coordinator restart: "),
     ],
 )  # fmt: skip
@@ -241,6 +247,7 @@ async def test_a_restart_settles_jobs_whose_replicas_ended_meanwhile(
 ) -> None:
     await _running(ctx, reconciler)
     backend.codes[JOB] = codes
+    backend.errors[CHIEF] = "ValueError: why"
     restarted = Reconciler(ctx, backend, ReplicaService(ctx))
     await restarted.recover()
     assert ctx.store.get_job(JOB).phase is phase
