@@ -71,26 +71,25 @@ def max_steps_in_file(path: str) -> int | None:
 
 
 def _absolute(model_dir: str | os.PathLike[str]) -> str:
-    """The model directory as an absolute path on this (the user) node; "" stays unset."""
+    """A model (or data) directory as an absolute path on this (the user) node; "" stays
+    unset."""
     text = os.fspath(model_dir)
     return os.path.abspath(os.path.expanduser(text)) if text else ""
 
 
 def load_params_yaml(params: ParamsSource) -> str:
-    """Return the params as YAML text, read on the user node, or raise InvalidSpec("params")."""
+    """Return the params as YAML text, read on the user node, or raise InvalidSpec("params").
+    A relative `data_dir` is made absolute against the working directory (as the Model Zoo's
+    run.py reads it from where it runs)."""
     if isinstance(params, Mapping):
-        try:
-            text = yaml.safe_dump(dict(params), sort_keys=False)
-        except yaml.YAMLError as exc:
-            raise InvalidSpec(
-                f"params mapping cannot be written as YAML: {exc}", field="params"
-            ) from None
+        text = _dumped(dict(params))
         source = "params"
     else:
         path = Path(params).expanduser()
         text = _read_params_file(path)
         source = f"params file {path}"
     try:
+        text = _with_absolute_data_dirs(text)
         validate_params(text)
     except InvalidSpec as exc:
         if source == "params":
@@ -98,6 +97,30 @@ def load_params_yaml(params: ParamsSource) -> str:
         detail = exc.message.removeprefix("params ")
         raise InvalidSpec(f"{source}: {detail}", field="params") from None
     return text
+
+
+def _dumped(params: dict[str, Any]) -> str:
+    try:
+        return yaml.safe_dump(params, sort_keys=False)
+    except yaml.YAMLError as exc:
+        raise InvalidSpec(
+            f"params mapping cannot be written as YAML: {exc}", field="params"
+        ) from None
+
+
+def _with_absolute_data_dirs(text: str) -> str:
+    """`text` with each input section's relative data_dir made absolute on this node."""
+    loaded = load_bounded(text, "params")
+    if not isinstance(loaded, dict):
+        return text  # validating says what is wrong
+    changed = False
+    for section in ("train_input", "eval_input"):
+        given = loaded.get(section)
+        data_dir = given.get("data_dir") if isinstance(given, dict) else None
+        if isinstance(data_dir, str) and data_dir and not data_dir.startswith("/"):
+            given["data_dir"] = _absolute(data_dir)  # type: ignore[union-attr]
+            changed = True
+    return _dumped(loaded) if changed else text
 
 
 def load_params_file(path: Path) -> Any:

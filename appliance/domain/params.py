@@ -149,13 +149,51 @@ class Gpt2Model(_Section):
         return self
 
 
+# The built-in data processors, by the model they feed (workers/data/ reads each format).
+DATA_PROCESSORS: dict[str, tuple[str, ...]] = {
+    "fc_mnist": ("MNISTDataProcessor", "NumpyDataProcessor"),
+    "gpt2": ("GptHDF5DataProcessor",),
+}
+MAX_WORKERS_PER_CSX = 8
+
+
+def _check_processor(value: str) -> str:
+    known = sorted({name for names in DATA_PROCESSORS.values() for name in names})
+    if value not in known:
+        own = "." in value  # the Model Zoo's `module.Class` of the user's own code
+        raise PydanticCustomError(
+            "processor",
+            ("is your own code, which the input workers do not run (it would run with the "
+             "appliance's privileges, not yours); " if own else "is not a data processor; ")
+            + f"use one of {', '.join(known)}",
+        )  # fmt: skip
+    return value
+
+
 class InputSection(_Section):
-    """Batches: `batch_size` samples (sequences for gpt2) of `max_sequence_length` tokens."""
+    """Batches: `batch_size` samples (sequences for gpt2) of `max_sequence_length` tokens,
+    synthetic unless `data_dir` names a data set (read by the job's input workers)."""
 
     batch_size: Annotated[int, Field(gt=0, le=1 << 16)] = 32
     max_sequence_length: Annotated[int, Field(gt=1, le=1 << 16)] | None = None
     # Evaluation only: how many batches one evaluation runs over.
     num_batches: Annotated[int, Field(gt=0, le=1 << 16)] = 4
+    # The data set: a directory of files in the processor's format (the model's default
+    # processor when none is named).
+    data_dir: AbsolutePath | None = None
+    data_processor: (
+        Annotated[StrictStr, Field(max_length=200), AfterValidator(_check_processor)] | None
+    ) = None
+    # None: shuffled for training, in order for evaluation.
+    shuffle: bool | None = None
+    # The shuffle's seed (default runconfig.seed); each epoch's order follows from it.
+    shuffle_seed: Annotated[int, Field(ge=0, lt=1 << 63)] | None = None
+    drop_last_batch: bool = True
+    # Only the data set's first num_examples samples.
+    num_examples: Annotated[int, Field(gt=0, le=1 << 40)] | None = None
+    # Reader threads in each input worker; batches each prepares ahead of need.
+    num_workers: Annotated[int, Field(ge=0, le=16)] = 0
+    prefetch_factor: Annotated[int, Field(gt=0, le=64)] = 2
 
 
 LearningRate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -269,6 +307,8 @@ class RunConfig(_Section):
     # As the Model Zoo: without checkpoint_path a job starts from the newest checkpoint in its
     # model dir; false starts over at step 0 (the earlier run's files set aside).
     autoload_last_checkpoint: bool = True
+    # Input workers per CS-2 for a job that reads a data set (none for synthetic data).
+    num_workers_per_csx: Annotated[int, Field(gt=0, le=MAX_WORKERS_PER_CSX)] = 1
 
 
 class Params(_Section):
@@ -279,6 +319,27 @@ class Params(_Section):
     eval_input: InputSection = InputSection()
     optimizer: OptimizerSection = OptimizerSection()
     runconfig: RunConfig = RunConfig()
+
+    @pydantic.model_validator(mode="after")
+    def _processors_fit_the_model(self) -> Params:
+        name = "gpt2" if isinstance(self.model, Gpt2Model) else "fc_mnist"
+        for section in ("train_input", "eval_input"):
+            processor = getattr(self, section).data_processor
+            if processor is not None and processor not in DATA_PROCESSORS[name]:
+                raise ValueError(
+                    f"{section}.data_processor {processor} does not feed {name}; use "
+                    + " or ".join(DATA_PROCESSORS[name])
+                )
+        return self
+
+    @property
+    def reads_data_set(self) -> bool:
+        """Whether the job reads a data set (and so has input workers): a data_dir is given."""
+        return bool(self.train_input.data_dir or self.eval_input.data_dir)
+
+    def input_workers(self, num_csx: int) -> int:
+        """How many input workers the job has on `num_csx` CS-2s (0: synthetic data)."""
+        return num_csx * self.runconfig.num_workers_per_csx if self.reads_data_set else 0
 
     def model_digest(self) -> str:
         """sha256 of the `model` section: equal digests mean checkpoint-compatible shapes."""
@@ -334,6 +395,8 @@ def _sentence(err: pydantic.ValidationError, prefix: str) -> str:
         return f"params: {path} {_shown(value)} is not one of {context.get('expected')}"
     if kind == "size_range":
         return f"params: {path} {first['msg']}, got {_shown(value)}"
+    if kind == "processor":
+        return f"params: {path} {_shown(value)} {first['msg']}"
     if kind == "int_parsing":
         if path[-1:].isdigit():  # an item of a list: name the list
             return f"params: {path.rsplit('.', 1)[0]} must be integers, got {_shown(value)}"

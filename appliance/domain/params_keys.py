@@ -33,7 +33,6 @@ class Treatment(enum.Enum):
 
     USED = "used"  # implemented: a field of the typed params
     IGNORED = "ignored"  # accepted with one warning saying what the emulation does instead
-    LATER = "later"  # about reading data: accepted with a warning until issue #33
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +73,12 @@ def _same(value: Any, expected: object) -> bool:
 
 
 FC, GPT2 = frozenset({"fc_mnist"}), frozenset({"gpt2"})
-_DATA = (
-    "reading your data comes with issue #33; until then batches are synthetic (fc_mnist) or "
-    "drawn from the shipped text corpus (gpt2)"
-)
 _DETERMINISTIC = "no dropout: runs are deterministic, so a resumed run is bit-exact"
 _FLOAT32 = "the emulation computes in float32 throughout"
 _NO_LOSS_SCALE = "no loss scaling: float32 gradients need none"
+_PERSISTENT = "input workers live as long as the job"
+_INPUT_SEED = "the data's order draws from shuffle_seed (default runconfig.seed)"
+_IMAGE_SIZE = "an image is model.input_size values, whatever its shape"
 
 
 def _used(path: str, here: str, models: frozenset[str] = frozenset()) -> KnownKey:
@@ -93,12 +91,6 @@ def _ignored(
     return KnownKey(path, Treatment.IGNORED, here, models, quiet)
 
 
-_DATA_KEYS = (
-    "data_dir", "data_processor", "shuffle", "shuffle_seed", "drop_last_batch", "num_examples",
-    "image_size", "num_workers", "prefetch_factor", "persistent_workers", "seed",
-)  # fmt: skip
-
-
 def _input_keys(section: str) -> list[KnownKey]:
     return [
         _used(f"{section}.batch_size", "samples in one global batch, split across the CS-2s"),
@@ -107,7 +99,25 @@ def _input_keys(section: str) -> list[KnownKey]:
             "gpt2: tokens per sequence (default model.max_position_embeddings)",
         ),
         _used(f"{section}.num_batches", "batches one evaluation runs over (default 4)"),
-        *(KnownKey(f"{section}.{key}", Treatment.LATER, _DATA) for key in _DATA_KEYS),
+        _used(
+            f"{section}.data_dir",
+            "the data set the input workers read (none: synthetic data, or the shipped text "
+            "corpus for gpt2)",
+        ),
+        _used(
+            f"{section}.data_processor",
+            "the data set's format: MNISTDataProcessor (IDX files) or NumpyDataProcessor "
+            "(.npz shards) for fc_mnist, GptHDF5DataProcessor for gpt2",
+        ),
+        _used(f"{section}.shuffle", "a new order each epoch (default: train yes, eval no)"),
+        _used(f"{section}.shuffle_seed", "the order's seed (default runconfig.seed)"),
+        _used(f"{section}.drop_last_batch", "drop an epoch's last, short batch (default true)"),
+        _used(f"{section}.num_examples", "only the data set's first this many samples"),
+        _used(f"{section}.num_workers", "reader threads in each input worker (default 0: one)"),
+        _used(f"{section}.prefetch_factor", "batches each input worker prepares ahead (2)"),
+        _ignored(f"{section}.persistent_workers", _PERSISTENT, quiet=True),
+        _ignored(f"{section}.seed", _INPUT_SEED),
+        _ignored(f"{section}.image_size", _IMAGE_SIZE),
     ]
 
 
@@ -211,6 +221,10 @@ KNOWN_KEYS: tuple[KnownKey, ...] = (
         "runconfig.model_dir",
         "the output directory when --model_dir is not given (resolved by the launcher and "
         "the Python client against your working directory)",
+    ),
+    _used(
+        "runconfig.num_workers_per_csx",
+        "input workers per CS-2 when a data_dir is given (default 1)",
     ),
     _ignored(
         "runconfig.save_losses",

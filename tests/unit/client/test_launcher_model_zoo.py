@@ -53,9 +53,6 @@ def test_csx_first_and_runconfig_stand_in_for_num_steps_and_model_dir(
     assert "(1 CS-2, 7 steps)" in out.getvalue()
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        "warning: params: train_input.shuffle is accepted and not used: reading your data "
-        "comes with issue #33; until then batches are synthetic (fc_mnist) or drawn from the "
-        "shipped text corpus (gpt2)",
         "warning: params: model.mixed_precision is accepted and not used: the emulation "
         "computes in float32 throughout",
     ]
@@ -120,9 +117,7 @@ def test_the_python_client_takes_max_steps_and_exposes_the_warnings(
     job = client.submit(workshop_params, num_csx=1, model_dir="/tmp/out", detach=True)
 
     assert _submitted(cluster).spec.num_steps == 7
-    assert [line.split(" is ")[0] for line in job.warnings] == [
-        "params: train_input.shuffle", "params: model.mixed_precision",
-    ]  # fmt: skip
+    assert [line.split(" is ")[0] for line in job.warnings] == ["params: model.mixed_precision"]
 
 
 @pytest.mark.parametrize(

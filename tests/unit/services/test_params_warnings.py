@@ -11,7 +11,7 @@ from tests.unit.harness import job_service
 
 WORKSHOP = (
     "model: {name: fc_mnist, hidden_sizes: [4], mixed_precision: true}\n"
-    "train_input: {batch_size: 8, shuffle: true}\n"
+    "train_input: {batch_size: 8, image_size: [1, 2, 2]}\n"
     "runconfig: {save_losses: true, model_dir: ./model_dir}\n"
 )
 
@@ -29,7 +29,7 @@ async def test_each_params_warning_is_one_event_at_submit(ctx: Context) -> None:
     ] * 3
     assert [e.reason.split(" is accepted")[0] for e in events[1:]] == [
         "params: model.mixed_precision",
-        "params: train_input.shuffle",
+        "params: train_input.image_size",
         "params: runconfig.model_dir",  # this door did not resolve it: the job says where not
     ]
 
