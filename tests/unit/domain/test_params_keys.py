@@ -106,7 +106,8 @@ def test_the_model_zoos_fc_mnist_config_is_accepted_and_its_depth_is_implemented
     assert (typed.optimizer.momentum, typed.runconfig.max_steps) == (0.9, 10000)
     assert typed.train_input.data_dir == str(Path.cwd() / "data" / "mnist" / "train")
     assert (typed.train_input.shuffle, typed.eval_input.shuffle) == (True, False)
-    assert _warned(params) == {"model.mixed_precision"}  # dropout 0.0 and activation_fn relu are what the emulation does
+    # dropout 0.0 and activation_fn relu are what the emulation does
+    assert _warned(params) == {"model.mixed_precision"}
 
 
 def test_the_model_zoos_gpt2_small_config_is_accepted_with_its_schedule_and_vocabulary() -> None:
