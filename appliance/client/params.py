@@ -116,9 +116,11 @@ def _with_absolute_data_dirs(text: str) -> str:
     changed = False
     for section in ("train_input", "eval_input"):
         given = loaded.get(section)
-        data_dir = given.get("data_dir") if isinstance(given, dict) else None
+        if not isinstance(given, dict):
+            continue
+        data_dir = given.get("data_dir")
         if isinstance(data_dir, str) and data_dir and not data_dir.startswith("/"):
-            given["data_dir"] = _absolute(data_dir)  # type: ignore[union-attr]
+            given["data_dir"] = _absolute(data_dir)
             changed = True
     return _dumped(loaded) if changed else text
 
