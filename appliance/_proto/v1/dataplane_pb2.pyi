@@ -28,6 +28,9 @@ class _DTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DType.ValueType
     DTYPE_UNSPECIFIED: _DType.ValueType  # 0
     DTYPE_FLOAT32: _DType.ValueType  # 1
     """Raw little-endian IEEE 754 float32."""
+    DTYPE_INT64: _DType.ValueType  # 2
+    """Raw little-endian two's complement integers (token ids, labels: input batches only)."""
+    DTYPE_INT32: _DType.ValueType  # 3
 
 class DType(_DType, metaclass=_DTypeEnumTypeWrapper):
     """The data plane between the replicas of one wsjob (weight streaming).
@@ -36,6 +39,7 @@ class DType(_DType, metaclass=_DTypeEnumTypeWrapper):
                          cs2-i ──PushGradients──────► swarmx-j ──PushGradients──────► memoryx-*
 
       chief ──GradientNorms, ApplyUpdates──► memoryx-j      (only with gradient clipping)
+      cs2-i ──StreamTrainingBatches, StreamEvalBatch──► worker-k   (only on a data set)
 
     SwarmX and MemoryX serve the same WeightStreaming interface: a SwarmX fetches each layer once
     per step from its MemoryX and relays it to its CS-2s, and sums its CS-2s' gradients before
@@ -56,6 +60,9 @@ class DType(_DType, metaclass=_DTypeEnumTypeWrapper):
 DTYPE_UNSPECIFIED: DType.ValueType  # 0
 DTYPE_FLOAT32: DType.ValueType  # 1
 """Raw little-endian IEEE 754 float32."""
+DTYPE_INT64: DType.ValueType  # 2
+"""Raw little-endian two's complement integers (token ids, labels: input batches only)."""
+DTYPE_INT32: DType.ValueType  # 3
 Global___DType: _TypeAlias = DType  # noqa: Y015
 
 @_typing.final
@@ -351,6 +358,8 @@ class RunStepResult(_message.Message):
     NUM_SAMPLES_FIELD_NUMBER: _builtins.int
     NUM_PREDICTIONS_FIELD_NUMBER: _builtins.int
     NUM_CORRECT_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    NEXT_POSITION_FIELD_NUMBER: _builtins.int
     loss_sum: _builtins.float
     """Sum of the per-prediction losses of this CS-2's shard of the global batch."""
     num_samples: _builtins.int
@@ -358,6 +367,14 @@ class RunStepResult(_message.Message):
     num_predictions: _builtins.int
     """Predictions (loss terms) in the shard, and how many of them were right."""
     num_correct: _builtins.int
+    @_builtins.property
+    def position(self) -> Global___InputPosition:
+        """A training step on a data set: where the step's global batch starts, and where the next
+        one does (what a checkpoint after the step records). Unset on synthetic data.
+        """
+
+    @_builtins.property
+    def next_position(self) -> Global___InputPosition: ...
     def __init__(
         self,
         *,
@@ -365,10 +382,12 @@ class RunStepResult(_message.Message):
         num_samples: _builtins.int = ...,
         num_predictions: _builtins.int = ...,
         num_correct: _builtins.int = ...,
+        position: Global___InputPosition | None = ...,
+        next_position: Global___InputPosition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_position", b"next_position", "position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["loss_sum", b"loss_sum", "num_correct", b"num_correct", "num_predictions", b"num_predictions", "num_samples", b"num_samples"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["loss_sum", b"loss_sum", "next_position", b"next_position", "num_correct", b"num_correct", "num_predictions", b"num_predictions", "num_samples", b"num_samples", "position", b"position"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -422,3 +441,119 @@ class ShutdownResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ShutdownResponse: _TypeAlias = ShutdownResponse  # noqa: Y015
+
+@_typing.final
+class InputPosition(_message.Message):
+    """Where a data set's reading stands: the global batch that starts at sample `offset` of epoch
+    `epoch`'s order, that order drawn from `seed` (0 when the section is not shuffled).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    offset: _builtins.int
+    seed: _builtins.int
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        seed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "offset", b"offset", "seed", b"seed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InputPosition: _TypeAlias = InputPosition  # noqa: Y015
+
+@_typing.final
+class TrainingBatchesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_STEP_FIELD_NUMBER: _builtins.int
+    NUM_STEPS_FIELD_NUMBER: _builtins.int
+    start_step: _builtins.int
+    """The first training step wanted (a resumed attempt's first step)."""
+    num_steps: _builtins.int
+    """The job's steps: the stream ends after the last step below it that the worker serves."""
+    def __init__(
+        self,
+        *,
+        start_step: _builtins.int = ...,
+        num_steps: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["num_steps", b"num_steps", "start_step", b"start_step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrainingBatchesRequest: _TypeAlias = TrainingBatchesRequest  # noqa: Y015
+
+@_typing.final
+class EvalBatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """The evaluation batch wanted (0..eval_input.num_batches - 1)."""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvalBatchRequest: _TypeAlias = EvalBatchRequest  # noqa: Y015
+
+@_typing.final
+class BatchChunk(_message.Message):
+    """A chunk of one CS-2's shard of one global batch: its tensors ("inputs", "targets") as
+    consecutive TensorChunk slices, each tensor's slices in order; the final chunk is `last`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    NEXT_POSITION_FIELD_NUMBER: _builtins.int
+    GLOBAL_SAMPLES_FIELD_NUMBER: _builtins.int
+    TENSORS_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    """The training step (or evaluation batch index) the batch is for."""
+    global_samples: _builtins.int
+    """Samples in the global batch (the loss normaliser: an epoch's last batch may be short)."""
+    last: _builtins.bool
+    @_builtins.property
+    def position(self) -> Global___InputPosition: ...
+    @_builtins.property
+    def next_position(self) -> Global___InputPosition: ...
+    @_builtins.property
+    def tensors(self) -> _containers.RepeatedCompositeFieldContainer[Global___TensorChunk]: ...
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        position: Global___InputPosition | None = ...,
+        next_position: Global___InputPosition | None = ...,
+        global_samples: _builtins.int = ...,
+        tensors: _abc.Iterable[Global___TensorChunk] | None = ...,
+        last: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_position", b"next_position", "position", b"position"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["global_samples", b"global_samples", "last", b"last", "next_position", b"next_position", "position", b"position", "step", b"step", "tensors", b"tensors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchChunk: _TypeAlias = BatchChunk  # noqa: Y015

@@ -509,3 +509,137 @@ class ReplicaLifecycle:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class InputFeedStub:
+    """Served by every input worker (worker-k, k = cs2_index * W + j, W = num_workers_per_csx).
+    Worker j of CS-2 i reads CS-2 i's shard of every global batch whose step s has s % W == j
+    (and of every evaluation batch b with b % W == j), ahead of need: at most the section's
+    prefetch_factor batches are read and not yet sent; HTTP/2 flow control holds it back when the
+    CS-2 does not keep up.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.StreamTrainingBatches = channel.unary_stream(
+                '/appliance.v1.InputFeed/StreamTrainingBatches',
+                request_serializer=appliance_dot_v1_dot_dataplane__pb2.TrainingBatchesRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_dataplane__pb2.BatchChunk.FromString,
+                _registered_method=True)
+        self.StreamEvalBatch = channel.unary_stream(
+                '/appliance.v1.InputFeed/StreamEvalBatch',
+                request_serializer=appliance_dot_v1_dot_dataplane__pb2.EvalBatchRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_dataplane__pb2.BatchChunk.FromString,
+                _registered_method=True)
+
+
+class InputFeedServicer:
+    """Served by every input worker (worker-k, k = cs2_index * W + j, W = num_workers_per_csx).
+    Worker j of CS-2 i reads CS-2 i's shard of every global batch whose step s has s % W == j
+    (and of every evaluation batch b with b % W == j), ahead of need: at most the section's
+    prefetch_factor batches are read and not yet sent; HTTP/2 flow control holds it back when the
+    CS-2 does not keep up.
+    """
+
+    def StreamTrainingBatches(self, request, context):
+        """The CS-2's shards of the training batches this worker serves, in step order, from
+        start_step on; opened once by the CS-2's first training step.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamEvalBatch(self, request, context):
+        """The CS-2's shard of evaluation batch `index` (eval_input's data set, in order unless
+        eval_input.shuffle).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_InputFeedServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'StreamTrainingBatches': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamTrainingBatches,
+                    request_deserializer=appliance_dot_v1_dot_dataplane__pb2.TrainingBatchesRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_dataplane__pb2.BatchChunk.SerializeToString,
+            ),
+            'StreamEvalBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamEvalBatch,
+                    request_deserializer=appliance_dot_v1_dot_dataplane__pb2.EvalBatchRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_dataplane__pb2.BatchChunk.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'appliance.v1.InputFeed', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('appliance.v1.InputFeed', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class InputFeed:
+    """Served by every input worker (worker-k, k = cs2_index * W + j, W = num_workers_per_csx).
+    Worker j of CS-2 i reads CS-2 i's shard of every global batch whose step s has s % W == j
+    (and of every evaluation batch b with b % W == j), ahead of need: at most the section's
+    prefetch_factor batches are read and not yet sent; HTTP/2 flow control holds it back when the
+    CS-2 does not keep up.
+    """
+
+    @staticmethod
+    def StreamTrainingBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/appliance.v1.InputFeed/StreamTrainingBatches',
+            appliance_dot_v1_dot_dataplane__pb2.TrainingBatchesRequest.SerializeToString,
+            appliance_dot_v1_dot_dataplane__pb2.BatchChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamEvalBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/appliance.v1.InputFeed/StreamEvalBatch',
+            appliance_dot_v1_dot_dataplane__pb2.EvalBatchRequest.SerializeToString,
+            appliance_dot_v1_dot_dataplane__pb2.BatchChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -222,3 +222,73 @@ class ReplicaLifecycleServicer(metaclass=_abc_1.ABCMeta):
         """Stop serving and exit 0."""
 
 def add_ReplicaLifecycleServicer_to_server(servicer: ReplicaLifecycleServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class InputFeedStub:
+    """Served by every input worker (worker-k, k = cs2_index * W + j, W = num_workers_per_csx).
+    Worker j of CS-2 i reads CS-2 i's shard of every global batch whose step s has s % W == j
+    (and of every evaluation batch b with b % W == j), ahead of need: at most the section's
+    prefetch_factor batches are read and not yet sent; HTTP/2 flow control holds it back when the
+    CS-2 does not keep up.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> InputFeedAsyncStub: ...
+    StreamTrainingBatches: _grpc.UnaryStreamMultiCallable[_dataplane_pb2.TrainingBatchesRequest, _dataplane_pb2.BatchChunk]
+    """The CS-2's shards of the training batches this worker serves, in step order, from
+    start_step on; opened once by the CS-2's first training step.
+    """
+    StreamEvalBatch: _grpc.UnaryStreamMultiCallable[_dataplane_pb2.EvalBatchRequest, _dataplane_pb2.BatchChunk]
+    """The CS-2's shard of evaluation batch `index` (eval_input's data set, in order unless
+    eval_input.shuffle).
+    """
+
+@_typing.type_check_only
+class InputFeedAsyncStub(InputFeedStub):
+    """Served by every input worker (worker-k, k = cs2_index * W + j, W = num_workers_per_csx).
+    Worker j of CS-2 i reads CS-2 i's shard of every global batch whose step s has s % W == j
+    (and of every evaluation batch b with b % W == j), ahead of need: at most the section's
+    prefetch_factor batches are read and not yet sent; HTTP/2 flow control holds it back when the
+    CS-2 does not keep up.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    StreamTrainingBatches: _aio.UnaryStreamMultiCallable[_dataplane_pb2.TrainingBatchesRequest, _dataplane_pb2.BatchChunk]  # type: ignore[assignment]
+    """The CS-2's shards of the training batches this worker serves, in step order, from
+    start_step on; opened once by the CS-2's first training step.
+    """
+    StreamEvalBatch: _aio.UnaryStreamMultiCallable[_dataplane_pb2.EvalBatchRequest, _dataplane_pb2.BatchChunk]  # type: ignore[assignment]
+    """The CS-2's shard of evaluation batch `index` (eval_input's data set, in order unless
+    eval_input.shuffle).
+    """
+
+class InputFeedServicer(metaclass=_abc_1.ABCMeta):
+    """Served by every input worker (worker-k, k = cs2_index * W + j, W = num_workers_per_csx).
+    Worker j of CS-2 i reads CS-2 i's shard of every global batch whose step s has s % W == j
+    (and of every evaluation batch b with b % W == j), ahead of need: at most the section's
+    prefetch_factor batches are read and not yet sent; HTTP/2 flow control holds it back when the
+    CS-2 does not keep up.
+    """
+
+    @_abc_1.abstractmethod
+    def StreamTrainingBatches(
+        self,
+        request: _dataplane_pb2.TrainingBatchesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_dataplane_pb2.BatchChunk], _abc.AsyncIterator[_dataplane_pb2.BatchChunk]]:
+        """The CS-2's shards of the training batches this worker serves, in step order, from
+        start_step on; opened once by the CS-2's first training step.
+        """
+
+    @_abc_1.abstractmethod
+    def StreamEvalBatch(
+        self,
+        request: _dataplane_pb2.EvalBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_dataplane_pb2.BatchChunk], _abc.AsyncIterator[_dataplane_pb2.BatchChunk]]:
+        """The CS-2's shard of evaluation batch `index` (eval_input's data set, in order unless
+        eval_input.shuffle).
+        """
+
+def add_InputFeedServicer_to_server(servicer: InputFeedServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

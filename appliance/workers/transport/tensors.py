@@ -19,9 +19,11 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance.workers.models.model import Array
@@ -29,6 +31,13 @@ from appliance.workers.transport.wire import Buffer, TensorSlice, WireChunk
 
 CHUNK_BYTES = 1 << 20
 _WIRE_DTYPE = np.dtype("<f4")
+# The dtypes a tensor may travel as (weights and gradients: float32 only), by DType code.
+WIRE_DTYPES: dict[int, np.dtype[Any]] = {
+    pb.DTYPE_FLOAT32: _WIRE_DTYPE,
+    pb.DTYPE_INT64: np.dtype("<i8"),
+    pb.DTYPE_INT32: np.dtype("<i4"),
+}
+_WIRE_CODES = {dtype: code for code, dtype in WIRE_DTYPES.items()}
 
 
 class TrafficMeter:
@@ -69,20 +78,34 @@ def encode_layer(
 ) -> Iterator[WireChunk]:
     """Pack a layer's tensors, in order, into chunks of at most CHUNK_BYTES of data (a larger
     tensor is sliced); the final chunk is marked `last`."""
+    arrays = ((name, np.ascontiguousarray(a, dtype=_WIRE_DTYPE)) for name, a in tensors.items())
+    groups = packed_slices(arrays)
+    for number, pieces in enumerate(groups, start=1):
+        yield WireChunk(step, layer, source_index, pieces, last=number == len(groups))
+
+
+def packed_slices(
+    arrays: Iterable[tuple[str, npt.NDArray[Any]]],
+) -> list[tuple[TensorSlice, ...]]:
+    """The arrays' raw bytes (views, no copy) as consecutive slices, in order, packed into
+    groups of at most CHUNK_BYTES (a larger array is sliced); at least one group. Each array
+    must be contiguous, little-endian and of a WIRE_DTYPES type."""
+    groups: list[tuple[TensorSlice, ...]] = []
     pieces: list[TensorSlice] = []
     size = 0
-    for name, array in tensors.items():
-        contiguous = np.ascontiguousarray(array, dtype=_WIRE_DTYPE)
+    for name, contiguous in arrays:
+        dtype = _WIRE_CODES[contiguous.dtype]
         raw = contiguous.data.cast("B") if contiguous.size else memoryview(b"")
-        shape = tuple(int(n) for n in array.shape)
+        shape = tuple(int(n) for n in contiguous.shape)
         for start in range(0, max(len(raw), 1), CHUNK_BYTES):
             data = raw[start : start + CHUNK_BYTES]
             if pieces and size + len(data) > CHUNK_BYTES:
-                yield WireChunk(step, layer, source_index, tuple(pieces))
+                groups.append(tuple(pieces))
                 pieces, size = [], 0
-            pieces.append(TensorSlice(name, shape, data))
+            pieces.append(TensorSlice(name, shape, data, dtype))
             size += len(data)
-    yield WireChunk(step, layer, source_index, tuple(pieces), last=True)
+    groups.append(tuple(pieces))
+    return groups
 
 
 def decode_layer(chunks: list[WireChunk]) -> LayerTensors:
@@ -90,8 +113,6 @@ def decode_layer(chunks: list[WireChunk]) -> LayerTensors:
     if not chunks:
         raise ValueError("empty tensor stream")
     first = chunks[0]
-    parts: dict[str, list[Buffer]] = {}
-    shapes: dict[str, tuple[int, ...]] = {}
     for chunk in chunks:
         if (chunk.step, chunk.layer, chunk.source_index) != (
             first.step,
@@ -102,20 +123,35 @@ def decode_layer(chunks: list[WireChunk]) -> LayerTensors:
         for piece in chunk.tensors:
             if piece.dtype != pb.DTYPE_FLOAT32:
                 raise ValueError(f"tensor {piece.name!r} is not float32")
-            parts.setdefault(piece.name, []).append(piece.data)
-            shapes[piece.name] = piece.shape
-    tensors: dict[str, Array] = {}
-    for name, data in parts.items():
-        raw = data[0] if len(data) == 1 else b"".join(data)
-        shape = shapes[name]
-        if len(raw) != math.prod(shape) * _WIRE_DTYPE.itemsize:
-            raise ValueError(f"tensor {name!r}: {len(raw)} bytes do not fit shape {shape}")
-        array = np.frombuffer(raw, dtype=_WIRE_DTYPE).astype(np.float32, copy=False)
-        tensors[name] = _aligned(array).reshape(shape)
+    pieces = (piece for chunk in chunks for piece in chunk.tensors)
+    tensors: dict[str, Array] = assemble_tensors(pieces)
     return LayerTensors(first.step, first.layer, first.source_index, tensors)
 
 
-def _aligned(array: Array) -> Array:
+def assemble_tensors(pieces: Iterable[TensorSlice]) -> dict[str, npt.NDArray[Any]]:
+    """The tensors whose consecutive slices `pieces` are (read-only arrays, views where
+    aligned); raises ValueError for an unknown dtype or bytes that do not fit a shape."""
+    parts: dict[str, list[Buffer]] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, np.dtype[Any]] = {}
+    for piece in pieces:
+        dtype = WIRE_DTYPES.get(piece.dtype)
+        if dtype is None:
+            raise ValueError(f"tensor {piece.name!r} has an unknown dtype {piece.dtype}")
+        parts.setdefault(piece.name, []).append(piece.data)
+        shapes[piece.name], dtypes[piece.name] = piece.shape, dtype
+    tensors: dict[str, npt.NDArray[Any]] = {}
+    for name, data in parts.items():
+        raw = data[0] if len(data) == 1 else b"".join(data)
+        shape, dtype = shapes[name], dtypes[name]
+        if any(n < 0 for n in shape) or len(raw) != math.prod(shape) * dtype.itemsize:
+            raise ValueError(f"tensor {name!r}: {len(raw)} bytes do not fit shape {shape}")
+        array = np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="), copy=False)
+        tensors[name] = _aligned(array).reshape(shape)
+    return tensors
+
+
+def _aligned(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """`array` if its data start at a multiple of its item size, else a read-only copy."""
     if array.flags.aligned:
         return array
