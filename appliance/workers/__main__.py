@@ -28,8 +28,9 @@ from appliance.domain.replica_errors import ERROR_FILE_ENV, error_of
 if TYPE_CHECKING:
     from appliance.workers.runtime import ReplicaRole, WorkerOptions
 
-ROLES = ("chief", "cs2", "memoryx", "swarmx")
-_REPLICA_NAME = re.compile(r"^(chief|cs2|memoryx|swarmx)-(\d+)$")
+# "worker": an input worker; worker-k feeds CS-2 k // num_workers_per_csx (roles/input_worker).
+ROLES = ("chief", "cs2", "memoryx", "swarmx", "worker")
+_REPLICA_NAME = re.compile(r"^(chief|cs2|memoryx|swarmx|worker)-(\d+)$")
 
 
 def build_role(options: WorkerOptions) -> ReplicaRole:
@@ -46,6 +47,7 @@ def build_role(options: WorkerOptions) -> ReplicaRole:
     channels = PeerChannels(options.dataplane_token)
     from appliance.workers.roles.chief import ChiefRole
     from appliance.workers.roles.cs2 import CS2Role
+    from appliance.workers.roles.input_worker import InputWorkerRole
     from appliance.workers.roles.memoryx import MemoryXRole
     from appliance.workers.roles.swarmx import SwarmXRole
 
@@ -55,6 +57,8 @@ def build_role(options: WorkerOptions) -> ReplicaRole:
         return CS2Role(index, options.step_timeout, channels)
     if options.role == "memoryx":
         return MemoryXRole(index)
+    if options.role == "worker":
+        return InputWorkerRole(index)
     return SwarmXRole(index, options.step_timeout, channels)
 
 

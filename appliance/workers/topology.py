@@ -4,7 +4,9 @@ Invariants of the weight-streaming wiring:
 - layer l lives on memoryx-(l % M);
 - cs2-i streams through swarmx-(i // fanout) with fanout = ceil(N / S);
 - MemoryX applies a layer's update once every SwarmX with at least one CS-2 behind it (all of
-  them, unless S is oversized for N) has handed over its partial sum for that layer and step.
+  them, unless S is oversized for N) has handed over its partial sum for that layer and step;
+- on a data set, cs2-i takes step s's batch from worker-(i * W + s % W), W input workers per
+  CS-2 (runconfig.num_workers_per_csx); a synthetic job has no workers.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class JobLayout:
     cs2: tuple[PeerAddress, ...]
     memoryx: tuple[PeerAddress, ...]
     swarmx: tuple[PeerAddress, ...]
+    # Input workers (on a data set; none for synthetic data): W per CS-2, worker-(i * W + j).
+    workers: tuple[PeerAddress, ...] = ()
     # The checkpoint to start from: the one a later attempt resumes from, else the
     # runconfig.checkpoint_path asked for, else none ("").
     resume_from: str = ""
@@ -84,7 +88,24 @@ class JobLayout:
 
     def others(self, chief_name: str) -> list[PeerAddress]:
         """Every replica except the chief."""
-        return [p for p in (*self.cs2, *self.memoryx, *self.swarmx) if p.name != chief_name]
+        peers = (*self.cs2, *self.memoryx, *self.swarmx, *self.workers)
+        return [p for p in peers if p.name != chief_name]
+
+    @property
+    def workers_per_cs2(self) -> int:
+        return self.params.runconfig.num_workers_per_csx
+
+    def worker_of_step(self, cs2_index: int, step: int) -> PeerAddress:
+        """The input worker that feeds CS-2 `cs2_index` the batch of `step` (or evaluation
+        batch `step`)."""
+        per_cs2 = self.workers_per_cs2
+        return self.workers[cs2_index * per_cs2 + step % per_cs2]
+
+    def feeds(self, training: bool) -> bool:
+        """Whether training (or evaluation) batches come from input workers: the section has
+        a data_dir (the job then has workers); else the CS-2s make synthetic ones."""
+        section = self.params.train_input if training else self.params.eval_input
+        return bool(self.workers and section.data_dir)
 
 
 def weight_order(num_units: int) -> list[int]:
@@ -103,13 +124,13 @@ def job_layout(topology: control_pb2.Topology) -> JobLayout:
     params: Any = yaml.safe_load(topology.params_yaml or "{}") or {}
     if not isinstance(params, dict):
         raise ValueError("params_yaml is not a mapping")
-    by_role: dict[str, list[PeerAddress]] = {"cs2": [], "memoryx": [], "swarmx": []}
+    by_role: dict[str, list[PeerAddress]] = {"cs2": [], "memoryx": [], "swarmx": [], "worker": []}
     for peer in topology.peers:
         if peer.role in by_role:
             by_role[peer.role].append(PeerAddress(peer.name, peer.role, peer.index, peer.address))
     for role, peers in by_role.items():
         peers.sort(key=lambda p: p.index)
-        if not peers or [p.index for p in peers] != list(range(len(peers))):
+        if (not peers and role != "worker") or [p.index for p in peers] != list(range(len(peers))):
             raise ValueError(f"topology has no contiguous {role}-0..{role}-K replicas")
     if len(by_role["cs2"]) != topology.num_csx:
         raise ValueError(
@@ -122,6 +143,12 @@ def job_layout(topology: control_pb2.Topology) -> JobLayout:
         model = build_model(typed)
     except InvalidSpec as err:
         raise ValueError(err.message) from None
+    workers = typed.input_workers(topology.num_csx)
+    if len(by_role["worker"]) != workers:
+        raise ValueError(
+            f"topology lists {len(by_role['worker'])} input workers but the params need "
+            f"{workers} (num_workers_per_csx per CS-2 when a data_dir is given)"
+        )
     return JobLayout(
         job_id=topology.job_id,
         num_steps=topology.num_steps,
@@ -132,5 +159,6 @@ def job_layout(topology: control_pb2.Topology) -> JobLayout:
         cs2=tuple(by_role["cs2"]),
         memoryx=tuple(by_role["memoryx"]),
         swarmx=tuple(by_role["swarmx"]),
+        workers=tuple(by_role["worker"]),
         resume_from=topology.resume_from or typed.runconfig.checkpoint_path or "",
     )

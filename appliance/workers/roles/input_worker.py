@@ -129,7 +129,7 @@ class InputWorkerRole(dataplane_pb2_grpc.InputFeedServicer):
     async def StreamTrainingBatches(
         self, request: pb.TrainingBatchesRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.BatchChunk]:
-        source = await self._source(self._train, "train_input", context)
+        source = await self._source("train_input", context)
         layout = self._layout
         assert layout is not None
         if not 0 <= request.start_step <= request.num_steps <= layout.num_steps:
@@ -167,7 +167,7 @@ class InputWorkerRole(dataplane_pb2_grpc.InputFeedServicer):
     async def StreamEvalBatch(
         self, request: pb.EvalBatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.BatchChunk]:
-        source = await self._source(self._eval, "eval_input", context)
+        source = await self._source("eval_input", context)
         if not 0 <= request.index < 1 << 40:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "eval batch out of range")
         try:
@@ -178,10 +178,10 @@ class InputWorkerRole(dataplane_pb2_grpc.InputFeedServicer):
             yield chunk
         self.batches_sent += 1
 
-    async def _source(
-        self, source: DataSource | None, section: str, context: grpc.aio.ServicerContext
-    ) -> DataSource:
+    async def _source(self, section: str, context: grpc.aio.ServicerContext) -> DataSource:
+        """The section's data source, once open (they open after Configure)."""
         await self._opened.wait()
+        source = self._train if section == "train_input" else self._eval
         if self._failure is not None:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
