@@ -8,7 +8,10 @@ Format (a NumPy .npz archive, no pickled objects):
 - `optimizer_type`: the optimizer that produced the state;
 - `weights/<layer>/<tensor>`: float32 weights of every streamed layer (unit);
 - `optimizer/<layer>/<slot>/<tensor>`: float32 optimizer state (slots: "momentum" for SGD with
-  momentum, "exp_avg" and "exp_avg_sq" for AdamW).
+  momentum, "exp_avg" and "exp_avg_sq" for AdamW);
+- `input_position` (a job on a data set): int64 [epoch, offset, seed], where the next global
+  batch (that of `step`) starts in the data set's order. Absent in older checkpoints and on
+  synthetic data: the position then follows from the step alone.
 
 The archive is written to a hidden temporary file in the same directory, fsynced and renamed
 over the final name, so a process killed mid-write never leaves a torn checkpoint_<step>.npz.
@@ -38,14 +41,25 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
+class DataPosition:
+    """Where a data set's next global batch starts: sample `offset` of epoch `epoch`'s order,
+    drawn from shuffle seed `seed` (0 unshuffled)."""
+
+    epoch: int
+    offset: int
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Checkpoint:
-    """Everything MemoryX needs to continue a job at `step`."""
+    """Everything MemoryX needs to continue a job at `step` (and the input workers: where)."""
 
     step: int
     params_digest: str
     optimizer_type: str
     weights: dict[int, Tensors]
     states: dict[int, OptimizerState]
+    input_position: DataPosition | None = None
 
 
 def checkpoint_path(model_dir: Path, step: int) -> Path:
@@ -98,6 +112,8 @@ def write_checkpoint(model_dir: Path, checkpoint: Checkpoint) -> Path:
         "params_digest": np.array(checkpoint.params_digest),
         "optimizer_type": np.array(checkpoint.optimizer_type),
     }
+    if (where := checkpoint.input_position) is not None:
+        arrays["input_position"] = np.array([where.epoch, where.offset, where.seed], np.int64)
     for layer, tensors in sorted(checkpoint.weights.items()):
         for name, array in tensors.items():
             arrays[f"weights/{layer}/{name}"] = array
@@ -141,7 +157,17 @@ def read_checkpoint(path: Path) -> Checkpoint:
         optimizer_type=str(contents["optimizer_type"]),
         weights=weights,
         states=states,
+        input_position=_input_position(path, contents.get("input_position")),
     )
+
+
+def _input_position(path: Path, saved: Any) -> DataPosition | None:
+    if saved is None:
+        return None
+    if saved.shape != (3,) or saved.dtype != np.int64 or (saved < 0).any():
+        raise ValueError(f"{path}: input_position is not three non-negative int64 numbers")
+    epoch, offset, seed = (int(n) for n in saved)
+    return DataPosition(epoch, offset, seed)
 
 
 def check_compatible(checkpoint: Checkpoint, params_digest: str, optimizer_type: str) -> None:

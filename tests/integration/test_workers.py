@@ -94,7 +94,13 @@ def make_topology(
     mode: common_pb2.Mode.ValueType = common_pb2.MODE_TRAIN,
 ) -> control_pb2.Topology:
     peers = [control_pb2.Peer(name="chief-0", role="chief", index=0)]
-    for role, count in (("cs2", num_csx), ("memoryx", memoryx), ("swarmx", swarmx)):
+    # Input workers, as the coordinator plans them: num_workers_per_csx per CS-2 on a data set.
+    reads = any(params.get(s, {}).get("data_dir") for s in ("train_input", "eval_input"))
+    per_cs2 = params.get("runconfig", {}).get("num_workers_per_csx", 1)
+    workers = num_csx * per_cs2 if reads else 0
+    for role, count in (
+        ("cs2", num_csx), ("memoryx", memoryx), ("swarmx", swarmx), ("worker", workers)
+    ):  # fmt: skip
         peers += [control_pb2.Peer(name=f"{role}-{i}", role=role, index=i) for i in range(count)]
     return control_pb2.Topology(
         job_id=JOB_ID,

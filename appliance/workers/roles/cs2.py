@@ -21,12 +21,18 @@ when the step ends; the CS-2 holds no weights but the next version's as they arr
 
 Evaluation steps run forward and the loss only, on the CS-2's shard of an evaluation batch, with
 one StreamStepWeights call for the version they evaluate.
+
+On a data set (a section with a data_dir) the batches come from the CS-2's input workers
+(roles/cs2_feed.py) and the loss is normalised by the global batch's actual sample count (an
+epoch's last batch may be short); the step's result carries the batch's input position, which
+the chief records in its checkpoints. Synthetic batches are made here, from the seed and step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -37,6 +43,7 @@ from appliance._proto.v1 import dataplane_pb2_grpc
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.models.model import Batch, Tensors, backward_units
+from appliance.workers.roles.cs2_feed import INPUT_WAIT, CS2Input, FeedError
 from appliance.workers.step_trace import TRACE
 from appliance.workers.topology import JobLayout, weight_order
 from appliance.workers.transport.channels import PeerChannels
@@ -66,6 +73,7 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         self._push: asyncio.Future[None] | None = None
         # Opened by the first training step, for all of them.
         self._streams: _TrainingStreams | None = None
+        self._input: CS2Input | None = None  # the input workers, on a data set
 
     def add_services(self, server: grpc.aio.Server) -> None:
         dataplane_pb2_grpc.add_StepExecutionServicer_to_server(self, server)
@@ -73,6 +81,8 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
     def configure(self, layout: JobLayout) -> None:
         if self._layout is None:
             self._layout = layout
+            if layout.workers:
+                self._input = CS2Input(layout, self.index, self._channels, self._step_timeout)
             self._configured.set()
             log.info("streaming through %s", layout.swarmx_of_cs2(self.index).name)
 
@@ -81,6 +91,9 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
 
     async def close(self) -> None:
         TRAFFIC.report(log)
+        if self._input is not None:
+            INPUT_WAIT.report(log)
+            self._input.cancel()
         TRACE.write(f"cs2-{self.index}")
         if self._push is not None:
             self._push.cancel()
@@ -100,10 +113,17 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         if self._streams is None and not request.evaluate:
             self._streams = _TrainingStreams(layout, request.step, weights, gradients)
         step = _StepRun(layout, self.index, weights, self._streams, self._step_timeout)
+        step.input = self._input
         previous, self._push = self._push, None
+        started = time.perf_counter()
         try:
             result, self._push = await _alongside(step.run(request), previous)
+            if not request.evaluate:
+                INPUT_WAIT.step_seconds += time.perf_counter() - started
             return result
+        except FeedError as err:  # an input worker failed (it says why itself)
+            await context.abort(err.code, f"cs2-{self.index} step {request.step}: {err}")
+            raise AssertionError("unreachable") from err
         except grpc.aio.AioRpcError as err:
             await context.abort(
                 err.code(), f"cs2-{self.index} step {request.step}: {swarmx.name}: {err.details()}"
@@ -153,6 +173,7 @@ class _StepRun:
         self.streams = streams
         self.timeout = timeout
         self.weights: dict[int, Tensors] = {}
+        self.input: CS2Input | None = None
 
     async def run(self, request: pb.RunStepRequest) -> _StepOutcome:
         """The step's result, and its gradient push if that may complete in the background."""
@@ -163,15 +184,21 @@ class _StepRun:
         # An evaluation step asks for its version's weights; a training step takes the next
         # version's from the stream that brings every training step's.
         arrivals = self._stream_weights(request.step) if streams is None else streams.arrivals
-        try:  # the weights travel while a worker thread makes the batch
-            batch = await asyncio.to_thread(self._batch, request)
+        fed = None
+        try:  # the weights travel while a worker thread makes the batch (or a worker sends it)
+            if self.input is not None and self.input.feeds(request.evaluate):
+                fed = await self.input.batch(request)
+                batch = fed.batch
+            else:
+                batch = await asyncio.to_thread(self._batch, request)
             outputs, caches = await self._forward(
                 request.step, batch, arrivals, None if streams is None else streams.push
             )
         finally:
             if streams is None:
                 arrivals[1].cancel()
-        normalizer = model.batch_size * model.predictions_per_sample
+        samples = model.batch_size if fed is None else fed.global_samples
+        normalizer = samples * model.predictions_per_sample
         head = model.head(outputs, self.weights, batch.targets, normalizer, not request.evaluate)
         result = pb.RunStepResult(
             loss_sum=head.loss_sum,
@@ -179,6 +206,9 @@ class _StepRun:
             num_predictions=head.num_predictions,
             num_correct=head.num_correct,
         )
+        if fed is not None and not request.evaluate:
+            result.position.CopyFrom(fed.position)
+            result.next_position.CopyFrom(fed.next_position)
         if streams is None:
             return result, None
         pushed = asyncio.ensure_future(self._backward(request.step, caches, head, streams.push))

@@ -13,6 +13,9 @@ report (progress carries the newest evaluation to the user); checkpoints every
 `runconfig.checkpoint_steps` and at the end; summaries every `runconfig.log_steps` (else
 about a hundred a run: summaries.log_interval) and at the end. `--mode eval` evaluates the
 checkpoint it starts from over `runconfig.eval_steps` batches, else eval_input's num_batches.
+On a data set each checkpoint records where the next global batch starts (the position the
+CS-2s report with each step); a resumed run's first step must start there, or the data set
+(or its shuffle settings) changed since: the job fails saying so.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from typing import Any
 import numpy as np
 
 from appliance._proto.v1 import common_pb2
+from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance.workers import checkpoints
 from appliance.workers.control import ControlPlane
+from appliance.workers.lifecycle import EXIT_FAILED, ReplicaExit
 from appliance.workers.models import optimizers
 from appliance.workers.safe_files import write_whole
 from appliance.workers.summaries import SummaryLog, log_interval, write_final_metrics
@@ -59,7 +64,11 @@ class TrainingLoop:
         self.params = layout.params
         self.model_dir = Path(layout.model_dir) if layout.model_dir else None
         resume = layout.resume_from
-        self.start_step = checkpoints.read_checkpoint(Path(resume)).step if resume else 0
+        resumed = checkpoints.read_checkpoint(Path(resume)) if resume else None
+        self.start_step = resumed.step if resumed else 0
+        # Where the next batch starts in the data set (None: synthetic data, or not recorded).
+        self._resumed_position = resumed.input_position if resumed else None
+        self._input_position = self._resumed_position
         # A training run drops what an earlier one recorded past its start; an evaluation
         # adds its points to the run it evaluates.
         resumed_at = None if layout.mode == "eval" else self.start_step
@@ -128,6 +137,8 @@ class TrainingLoop:
 
     async def _train_step(self, step: int) -> tuple[float, float]:
         results = await self.calls.run_step(step)
+        if results[0].HasField("position"):
+            self._follow_input(step, results[0].position, results[0].next_position)
         loss = math.fsum(r.loss_sum for r in results) / sum(r.num_predictions for r in results)
         settings = self.params.optimizer
         learning_rate = optimizers.learning_rate_at(settings, step, self.layout.num_steps)
@@ -136,6 +147,25 @@ class TrainingLoop:
             scale = optimizers.clip_scale(norms, settings.max_gradient_norm)
             await self.calls.apply_updates(step, learning_rate, scale)
         return loss, learning_rate
+
+    def _follow_input(
+        self, step: int, position: pb.InputPosition, after: pb.InputPosition
+    ) -> None:
+        """Keep where the next batch starts; on a resumed run's first step, check the data set
+        puts the step's batch where the checkpoint says it goes on."""
+        saved = self._resumed_position
+        if step == self.start_step and saved is not None:
+            now = checkpoints.DataPosition(position.epoch, position.offset, position.seed)
+            if now != saved:
+                raise ReplicaExit(
+                    EXIT_FAILED,
+                    f"the data set changed since {self.layout.resume_from}: training was to go "
+                    f"on at epoch {saved.epoch} sample {saved.offset} (shuffle seed "
+                    f"{saved.seed}), but the data set now puts step {step}'s batch at epoch "
+                    f"{now.epoch} sample {now.offset} (shuffle seed {now.seed}); resume with "
+                    "the data set and shuffle settings it was trained with, or start a new run",
+                )
+        self._input_position = checkpoints.DataPosition(after.epoch, after.offset, after.seed)
 
     async def _evaluate(self, version: int, batches: int | None = None) -> dict[str, float]:
         """Loss and accuracy over `batches` evaluation batches (eval_input's num_batches) with
@@ -181,6 +211,7 @@ class TrainingLoop:
             optimizer_type=self.params.optimizer.optimizer_type,
             weights={layer: weights for layer, (weights, _) in split.items()},
             states={layer: state for layer, (_, state) in split.items()},
+            input_position=self._input_position,
         )
         path = await asyncio.to_thread(checkpoints.write_checkpoint, self.model_dir, checkpoint)
         weights = {
