@@ -44,3 +44,47 @@ def test_swarmx_without_cs2_is_not_waited_for() -> None:
 def test_incomplete_topology_is_rejected() -> None:
     with pytest.raises(ValueError, match="memoryx"):
         job_layout(_topology(num_csx=1, memoryx=0, swarmx=1))
+
+
+def _with_workers(num_csx: int, workers: list[int], params_yaml: str) -> control_pb2.Topology:
+    topology = _topology(num_csx=num_csx, memoryx=1, swarmx=1)
+    topology.params_yaml = params_yaml
+    topology.peers.extend(
+        control_pb2.Peer(name=f"worker-{k}", role="worker", index=k, address=f"worker:{k}")
+        for k in workers
+    )
+    return topology
+
+
+DATA_SET = "train_input: {data_dir: /data/digits}\n"
+
+
+def test_input_workers_feed_their_cs2_every_wth_step_and_are_shut_down_with_the_others() -> None:
+    params = DATA_SET + "runconfig: {num_workers_per_csx: 2}\n"
+    layout = job_layout(_with_workers(2, [3, 1, 0, 2], params))
+    assert [w.name for w in layout.workers] == ["worker-0", "worker-1", "worker-2", "worker-3"]
+    assert [layout.worker_of_step(1, s).name for s in range(4)] == [
+        "worker-2", "worker-3", "worker-2", "worker-3"
+    ]  # fmt: skip
+    assert layout.feeds(training=True) and not layout.feeds(training=False)
+    assert {"worker-0", "worker-3"} <= {p.name for p in layout.others("chief-0")}
+
+
+@pytest.mark.parametrize(
+    ("workers", "params", "message"),
+    [
+        ([0, 2], DATA_SET, "contiguous worker-0"),
+        ([0], DATA_SET, "lists 1 input workers but the params need 2"),
+        ([0, 1], "{}", "lists 2 input workers but the params need 0"),
+    ],
+)
+def test_input_workers_must_match_the_params(
+    workers: list[int], params: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        job_layout(_with_workers(2, workers, params))
+
+
+def test_a_synthetic_job_has_no_workers_and_makes_its_own_batches() -> None:
+    layout = job_layout(_topology(num_csx=2, memoryx=1, swarmx=1))
+    assert layout.workers == () and not layout.feeds(training=True)

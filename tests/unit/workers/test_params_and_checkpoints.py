@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,24 @@ def test_incompatible_checkpoint_is_refused() -> None:
         checkpoints.check_compatible(_checkpoint(1), "other", "adamw")
     with pytest.raises(ValueError, match="holds adamw state"):
         checkpoints.check_compatible(_checkpoint(1), "digest", "sgd")
+
+
+def test_a_checkpoint_keeps_the_input_position_and_an_older_one_still_loads(
+    tmp_path: Path,
+) -> None:
+    where = checkpoints.DataPosition(epoch=3, offset=128, seed=7)
+    with_position = dataclasses.replace(_checkpoint(4), input_position=where)
+    loaded = checkpoints.read_checkpoint(checkpoints.write_checkpoint(tmp_path, with_position))
+    assert loaded.input_position == where
+    # Written before #33 (no input_position): the position follows from the step.
+    older = checkpoints.read_checkpoint(checkpoints.write_checkpoint(tmp_path, _checkpoint(5)))
+    assert older.input_position is None and older.step == 5
+
+
+def test_a_malformed_input_position_is_refused(tmp_path: Path) -> None:
+    path = checkpoints.write_checkpoint(tmp_path, _checkpoint(6))
+    with np.load(path) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    np.savez(path, **arrays, input_position=np.array([1, -2, 3], np.int64))
+    with pytest.raises(ValueError, match="input_position is not three non-negative"):
+        checkpoints.read_checkpoint(path)
