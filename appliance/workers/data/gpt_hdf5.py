@@ -123,12 +123,12 @@ class GptHdf5Set:
                 "GPT has no attention mask and would train on the padding: write full "
                 "sequences (`appliance data preprocess text` does)"
             )
-        for column, what in ((0, "input id"), (2, "label")):
+        for column, what in ((0, "an input id"), (2, "a label")):
             values = samples[:, column]
             if values.min() < 0 or values.max() >= self._vocab:
                 bad_row = int(wanted[np.argmax(((values < 0) | (values >= self._vocab)).any(1))])
                 raise DataError(
-                    f"{where}: sample {bad_row} has a {what} out of 0..{self._vocab - 1} "
+                    f"{where}: sample {bad_row} has {what} out of 0..{self._vocab - 1} "
                     "(model.vocab_size)"
                 )
         return samples
@@ -190,10 +190,18 @@ class GptHdf5Set:
         if claimed is not None and not (
             isinstance(claimed, int | np.integer) and int(claimed) == shape[0]
         ):
-            raise DataError(f"{where}: attribute n_examples is {claimed!r}, 'data' has {shape[0]}")
+            raise DataError(
+                f"{where}: attribute n_examples is {_shown(claimed)}, 'data' has {shape[0]}"
+            )
         return int(shape[0])
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+def _shown(value: object) -> str:
+    """An attribute's value as a user wrote it (3, not np.int64(3)), cut short."""
+    text = repr(value.item() if isinstance(value, np.generic) else value)
+    return text if len(text) <= 40 else text[:37] + "..."
