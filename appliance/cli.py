@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from appliance.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, Settings
+from appliance.data_commands import data
 from appliance.domain.errors import ApplianceError
 from appliance.server.app import Coordinator, StartupError
 from appliance.simulation.command import simulate
@@ -79,6 +80,9 @@ def main(verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+main.add_command(data)
 
 
 @main.command()

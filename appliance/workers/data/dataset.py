@@ -19,8 +19,9 @@ import numpy as np
 import numpy.typing as npt
 
 from appliance.domain.params import DATA_PROCESSORS, FcMnistModel, InputSection, Params
-from appliance.workers.data import numpy_files
+from appliance.workers.data import mnist, numpy_files
 from appliance.workers.data.errors import DataError as DataError
+from appliance.workers.data.gpt_hdf5 import GptHdf5Set
 from appliance.workers.models.model import Batch
 
 
@@ -36,13 +37,29 @@ class DataSet(Protocol):
         """The samples `indices` (each in 0..len-1), in that order, as one batch."""
 
 
-def open_data_set(section: InputSection, params: Params) -> DataSet:
-    """`section`'s data set, checked against `params.model`; DataError if it cannot be read."""
+def open_data_set(
+    section: InputSection, params: Params, *, training: bool | None = None
+) -> DataSet:
+    """`section`'s data set, checked against `params.model`; DataError if it cannot be read.
+
+    `training` says which section this is (None: training unless `section` is
+    params.eval_input): MNISTDataProcessor reads the `train` files for training and the `t10k`
+    files for evaluation. A gpt2 data set's sequences have the job's sequence length
+    (train_input.max_sequence_length, else model.max_position_embeddings), as the model's.
+    """
     if section.data_dir is None:
         raise DataError("the section has no data_dir; its batches are synthetic")
+    if training is None:
+        training = section is not params.eval_input
     data_dir = Path(section.data_dir)
     model = params.model
     processor = section.data_processor or DATA_PROCESSORS[model.name][0]
-    if isinstance(model, FcMnistModel) and processor == "NumpyDataProcessor":
-        return numpy_files.open_numpy_set(data_dir, model)
+    if isinstance(model, FcMnistModel):
+        if processor == "NumpyDataProcessor":
+            return numpy_files.open_numpy_set(data_dir, model)
+        if processor == "MNISTDataProcessor":
+            return mnist.open_mnist_set(data_dir, model, training)
+    elif processor == "GptHDF5DataProcessor":
+        length = params.train_input.max_sequence_length or model.max_position_embeddings
+        return GptHdf5Set(data_dir, model, length)
     raise DataError(f"data_processor {processor} does not read data for {model.name}")
