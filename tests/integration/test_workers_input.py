@@ -1,10 +1,10 @@
 """Training on a real data set through real replica processes, input workers included.
 
-scikit-learn's handwritten digits (1,797 8x8 images, a test-only dependency) written as
-NumPy shards, split train/eval, read by the job's input workers and streamed to the CS-2s:
-fc_mnist learns them to >= 0.95 eval accuracy; 1 and 2 CS-2s (and 2 workers per CS-2) see the
-same global batches; a resumed run ends bitwise equal to an uninterrupted one; a checkpoint
-whose input position the data set no longer gives is refused with a clear line.
+scikit-learn's handwritten digits (1,797 8x8 images, a test-only dependency) written as MNIST
+IDX files (tests/data_sets.py), split train/eval, read by the job's input workers and streamed
+to the CS-2s: fc_mnist learns them to >= 0.95 eval accuracy; 1 and 2 CS-2s (and 2 workers per
+CS-2) see the same global batches; a resumed run ends bitwise equal to an uninterrupted one; a
+checkpoint whose input position the data set no longer gives is refused with a clear line.
 """
 
 from __future__ import annotations
@@ -20,45 +20,29 @@ import pytest
 from appliance._proto.v1 import common_pb2
 from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.workers import checkpoints
+from tests.data_sets import write_digits
 from tests.integration.test_workers import run_job
 from tests.model_specs import with_
 
-sklearn_datasets = pytest.importorskip("sklearn.datasets")
-
-NUM_TRAIN = 1437  # the rest, 360, is the evaluation set
-
-
-def write_digits(root: Path) -> tuple[Path, Path]:
-    """The digits as uint8 NumPy shards: two training shards and one evaluation shard."""
-    digits = sklearn_datasets.load_digits()
-    mixed = np.random.default_rng(0).permutation(len(digits.target))  # writers in both parts
-    images = np.clip(digits.images[mixed] * 16, 0, 255).astype(np.uint8)  # 0..16 to 0..255
-    labels = digits.target[mixed].astype(np.uint8)
-    train, evaluation = root / "train", root / "eval"
-    train.mkdir(parents=True)
-    evaluation.mkdir(parents=True)
-    half = NUM_TRAIN // 2
-    np.savez(train / "part-0.npz", inputs=images[:half], labels=labels[:half])
-    np.savez(train / "part-1.npz", inputs=images[half:NUM_TRAIN], labels=labels[half:NUM_TRAIN])
-    np.savez(evaluation / "part-0.npz", inputs=images[NUM_TRAIN:], labels=labels[NUM_TRAIN:])
-    return train, evaluation
+pytest.importorskip("sklearn.datasets")
 
 
 def digits_params(root: Path, **runconfig: Any) -> dict[str, Any]:
-    train, evaluation = write_digits(root)
+    train, evaluation = write_digits(root)  # 1,438 training and 359 evaluation images
     return {
         "model": {"name": "fc_mnist", "input_size": 64, "hidden_sizes": [128], "num_classes": 10},
         "train_input": {
             "data_dir": str(train),
-            "data_processor": "NumpyDataProcessor",
+            "data_processor": "MNISTDataProcessor",
             "batch_size": 64,
             "num_workers": 2,
         },
         "eval_input": {
             "data_dir": str(evaluation),
-            "data_processor": "NumpyDataProcessor",
+            "data_processor": "MNISTDataProcessor",
             "batch_size": 120,
-            "num_batches": 3,
+            "num_batches": 3,  # all 359: the last batch short
+            "drop_last_batch": False,
         },
         "optimizer": {"optimizer_type": "sgd", "learning_rate": 0.1, "momentum": 0.9},
         "runconfig": {"seed": 1, **runconfig},
@@ -155,10 +139,10 @@ async def test_a_worker_that_cannot_read_its_data_set_fails_with_the_reason(
     tmp_path: Path,
 ) -> None:
     params = digits_params(tmp_path / "digits")
-    broken = Path(params["train_input"]["data_dir"]) / "part-1.npz"
+    broken = Path(params["train_input"]["data_dir"]) / "train-images-idx3-ubyte"
     broken.write_bytes(broken.read_bytes()[:100])  # truncated
     async with run_job(tmp_path, 1, 1, 1, 10, params) as job:
         assert await job.exit_code("worker-0", within=60) == 1, job.logs()
         assert await job.exit_code("chief-0", within=60) in (1, EXIT_PEER_FAILED)
     last = (tmp_path / "logs" / "worker-0.log").read_text().strip().splitlines()[-1]
-    assert last.startswith("DataError: ") and "part-1.npz" in last, last
+    assert last.startswith("DataError: ") and "train-images-idx3-ubyte" in last, last
