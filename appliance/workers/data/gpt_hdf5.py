@@ -12,7 +12,9 @@ model.max_position_embeddings). This GPT has no attention mask: it trains on eve
 a sample whose mask is not all ones (padding) is refused rather than trained on; so is an id or
 label outside 0..vocab_size-1.
 
-The structure of every file is checked at open; the samples themselves as they are read (a data
+The structure of every file is checked at open (and `data` must be the file's own: an HDF5
+link to another file, external storage or a virtual dataset would read other files with the
+input worker's rights); the samples themselves as they are read (a data
 set may be far larger than memory), so a bad sample fails the read that meets it, naming the
 file and the sample. Files are opened as files.py opens them (no links, regular files only);
 at most _OPEN_FILES stay open at once.
@@ -166,9 +168,17 @@ class GptHdf5Set:
         """The shard's sample count, once its layout is checked."""
         where = self._dir / name
         try:
-            data = handle.get("data")
+            link = handle.get("data", getlink=True)
+            data = handle.get("data") if isinstance(link, h5py.HardLink) else None
+            if link is not None and not isinstance(link, h5py.HardLink):
+                raise DataError(
+                    f"{where}: 'data' is a link elsewhere (an HDF5 soft or external link)"
+                )
             if not isinstance(data, h5py.Dataset):
                 raise DataError(f"{where} has no dataset 'data' (the Model Zoo's layout)")
+            if data.external or data.is_virtual:
+                # Its values would be read from other files, with the input worker's rights.
+                raise DataError(f"{where}: 'data' keeps its values in other files; refused")
             shape, dtype = tuple(data.shape), data.dtype
             claimed = handle.attrs.get("n_examples")
         except _FAULTS as exc:

@@ -12,6 +12,7 @@ both refused), and a gzip'd file is never decompressed past the header's promise
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import struct
 import zlib
@@ -41,13 +42,13 @@ MAX_IDX_BYTES = 1 << 30
 def read_idx(folder: int, name: str, path: Path) -> npt.NDArray[np.generic]:
     """The array of the IDX file `name` in the directory `folder` (which is `path`)."""
     where = path / name
-    fd, size = files.open_file(folder, name, path)
+    fd, _ = files.open_file(folder, name, path)
     try:
         with os.fdopen(fd, "rb") as raw:
             if name.endswith(".gz"):
                 with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-                    return _parse(unzipped, where, None)
-            return _parse(raw, where, size)
+                    return _parse(unzipped, where)
+            return _parse(raw, where)
     except DataError:
         raise
     except (OSError, EOFError, zlib.error) as exc:
@@ -67,9 +68,7 @@ def idx_bytes(values: npt.NDArray[np.generic]) -> bytes:
     return header + np.ascontiguousarray(values, dtype=dtype.newbyteorder(">")).tobytes()
 
 
-def _parse(
-    stream: IO[bytes] | gzip.GzipFile, where: Path, size: int | None
-) -> npt.NDArray[np.generic]:
+def _parse(stream: IO[bytes] | gzip.GzipFile, where: Path) -> npt.NDArray[np.generic]:
     magic = _exactly(stream, 4, where, "magic number")
     if magic[:2] != b"\0\0" or magic[2] not in IDX_TYPES:
         raise DataError(f"{where} is not an IDX file (magic number {magic.hex()})")
@@ -78,15 +77,12 @@ def _parse(
         raise DataError(f"{where}: an IDX file of {ndim} dimensions; at most {MAX_DIMENSIONS}")
     shape = struct.unpack(f">{ndim}I", _exactly(stream, 4 * ndim, where, "sizes"))
     dtype = IDX_TYPES[magic[2]]
-    want = int(np.prod(shape, dtype=np.uint64)) * dtype.itemsize  # Python int: no overflow
+    want = math.prod(shape) * dtype.itemsize  # Python ints: a hostile header cannot wrap
     if want > MAX_IDX_BYTES:
         raise DataError(
             f"{where}: its header claims a shape {shape} ({want} bytes), more than "
             f"{MAX_IDX_BYTES}; refused unread"
         )
-    header = 4 + 4 * ndim
-    if size is not None and size != header + want:
-        raise DataError(_mismatch(where, size - header, want, shape))
     body = stream.read(want + 1)
     if len(body) != want:
         raise DataError(_mismatch(where, len(body), want, shape))

@@ -10,6 +10,7 @@ format reader, no pickles, so neither a zip bomb nor a header claiming a huge sh
 from __future__ import annotations
 
 import io
+import math
 import zipfile
 from pathlib import Path
 from typing import IO
@@ -76,9 +77,9 @@ def _member(
             shape, fortran, dtype = _header(stream, version)
             if dtype.hasobject:
                 raise DataError(f"{where}: array '{name}' holds Python objects; not read")
-            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            count = math.prod(shape)  # Python ints: a hostile header cannot wrap
             size = count * dtype.itemsize
-            if count < 0 or size > arrays.MAX_SET_BYTES:
+            if size > arrays.MAX_SET_BYTES:
                 raise DataError(f"{where}: array '{name}' claims {shape}, too large to read")
             body = stream.read(size + 1)
     except DataError:

@@ -106,6 +106,30 @@ def test_a_bad_shard_is_refused_at_open(tmp_path: Path, make: Any, said: str) ->
     assert str(tmp_path / "bad.h5") in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_data_kept_in_another_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_bytes(b"\1" * 4 * 3 * LENGTH)  # someone else's file
+    with h5py.File(tmp_path / "outside.h5", "w") as shard:
+        shard.create_dataset("data", shape=(1, 3, LENGTH), dtype="i4",
+                             external=[(str(tmp_path / "secret"), 0, 4 * 3 * LENGTH)])  # fmt: skip
+    data_dir = tmp_path / "data"
+    write_gpt_shards(data_dir, _good(), 2)
+    with h5py.File(data_dir / "linked.h5", "w") as shard:
+        shard["data"] = h5py.ExternalLink(str(tmp_path / "outside.h5"), "data")
+    with pytest.raises(DataError, match=r"linked.h5: 'data' is a link elsewhere"):
+        _open(data_dir)
+    (data_dir / "linked.h5").unlink()
+    os.rename(tmp_path / "outside.h5", data_dir / "external.h5")
+    with pytest.raises(DataError, match=r"external.h5: 'data' keeps its values in other files"):
+        _open(data_dir)
+    (data_dir / "external.h5").unlink()
+    layout = h5py.VirtualLayout(shape=(2, 3, LENGTH), dtype="i4")
+    layout[:] = h5py.VirtualSource(str(data_dir / "examples_0.h5"), "data", shape=(2, 3, LENGTH))
+    with h5py.File(data_dir / "virtual.h5", "w") as shard:
+        shard.create_virtual_dataset("data", layout)
+    with pytest.raises(DataError, match=r"virtual.h5: 'data' keeps its values in other files"):
+        _open(data_dir)
+
+
 def test_a_truncated_shard_is_refused(tmp_path: Path) -> None:
     write_gpt_shards(tmp_path, _good(200), 200)
     whole = (tmp_path / "examples_0.h5").read_bytes()

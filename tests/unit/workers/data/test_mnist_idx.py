@@ -108,6 +108,7 @@ def _refused(tmp_path: Path, said: str, name: str = "train-images-idx3-ubyte", *
         (bytes([0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2]) + b"\0" * 8, "2 images but"),
         (bytes([0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 2]), "0 images but"),
         (bytes([0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0, 1]) + b"\0" * 9, "input_size is 4"),
+        (bytes([0, 0, 8, 4]) + struct.pack(">4I", *[1 << 16] * 4), "claims a shape"),  # 2**64
     ],
 )
 def test_a_bad_images_file_is_refused_naming_it(tmp_path: Path, images: bytes, said: str) -> None:

@@ -112,6 +112,16 @@ def test_a_header_claiming_a_huge_array_is_refused_before_reading(tmp_path: Path
         _open(tmp_path)
 
 
+def test_a_header_whose_size_wraps_a_64_bit_product_is_refused(tmp_path: Path) -> None:
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }"
+    member = b"\x93NUMPY\x01\x00" + struct.pack("<H", 118) + header.ljust(117).encode() + b"\n"
+    with zipfile.ZipFile(tmp_path / "a.npz", "w") as archive:
+        archive.writestr("inputs.npy", member)
+        archive.writestr("labels.npy", _npy(np.zeros(1, np.int64)))
+    with pytest.raises(DataError, match=r"a.npz: array 'inputs' claims .*too large"):
+        _open(tmp_path)
+
+
 def test_an_object_array_is_never_unpickled(tmp_path: Path) -> None:
     with zipfile.ZipFile(tmp_path / "a.npz", "w") as archive:
         archive.writestr("inputs.npy", _npy(np.array([[object()] * 4], dtype=object)))
