@@ -62,6 +62,8 @@ class PoolSettings:
     swarmx_ports: int = 4
     inventory_file: Path | None = None
     queues_file: Path | None = None
+    worker_nodes: int = 2
+    worker_slots: int = 8
 
 
 @dataclasses.dataclass(frozen=True)

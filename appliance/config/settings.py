@@ -71,6 +71,19 @@ class Settings(KubeFields):
         ge=1,
         description="CS-2 ports per SwarmX node (fan-out).",
     )
+    worker_nodes: int = Field(
+        default=PoolSettings.worker_nodes,
+        ge=0,
+        le=4096,
+        description="Number of input-worker nodes (where jobs that read a data set run their "
+        "input workers).",
+    )
+    worker_slots: int = Field(
+        default=PoolSettings.worker_slots,
+        ge=1,
+        le=4096,
+        description="Input workers one worker node hosts.",
+    )
     scheduler_interval: float = Field(
         default=SchedulerSettings.interval,
         gt=0,
@@ -248,8 +261,8 @@ class Settings(KubeFields):
     )
     inventory_file: Path | None = Field(
         default=PoolSettings.inventory_file,
-        description="YAML naming the pool (systems/memoryx/swarmx name lists); it overrides "
-        "the systems/memoryx_nodes/swarmx_nodes counts.",
+        description="YAML naming the pool (systems/memoryx/swarmx/workers name lists); it "
+        "overrides the systems/memoryx_nodes/swarmx_nodes/worker_nodes counts.",
     )
     model_dirs_root: Path | None = Field(
         default=None,
@@ -318,7 +331,8 @@ class Settings(KubeFields):
     def inventory(self) -> PoolSettings:
         return PoolSettings(
             self.systems, self.memoryx_nodes, self.swarmx_nodes, self.memoryx_bytes,
-            self.swarmx_ports, self.inventory_file, self.queues_file,
+            self.swarmx_ports, self.inventory_file, self.queues_file, self.worker_nodes,
+            self.worker_slots,
         )  # fmt: skip
 
     @property
