@@ -148,6 +148,14 @@ class ModelDirSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class DataDirSettings:
+    """Where shared data sets live that every user's job may read (beside each user's own,
+    under the model dirs root)."""
+
+    allowed: tuple[Path, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class AuthSettings:
     """Who may call (the tokens file; None: authentication off), and the replicas' key."""
 
