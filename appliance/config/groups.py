@@ -137,6 +137,8 @@ class KubeSettings:
     replica_memory_limit: str = "4Gi"
     replica_resources: ReplicaResources = dataclasses.field(default_factory=ReplicaResources)
     watch_timeout_seconds: int = 300
+    data_sets: str = ""
+    data_sets_claim: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -375,7 +375,7 @@ class Settings(KubeFields, DataFields):
             self.kube_clean_pod_policy, self.kube_pending_timeout_seconds,
             self.kube_request_timeout_seconds, self.kube_model_dirs_claim,
             self.kube_replica_memory_limit, self.kube_replica_resources,
-            self.kube_watch_timeout_seconds,
+            self.kube_watch_timeout_seconds, self.kube_data_sets_path, self.kube_data_sets_claim,
         )  # fmt: skip
 
     @property
