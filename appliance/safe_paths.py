@@ -87,6 +87,12 @@ def check_job_dir(path: Path) -> None:
         os.close(fd)
 
 
+def check_data_dir(path: Path) -> None:
+    """Refuse (UnsafePath) a data set's directory a job's input workers could not read: it
+    must exist and be reached as `walk` reaches it (each component a directory, no link)."""
+    os.close(walk(path, make=False))
+
+
 def check_job_file(path: Path) -> None:
     """Refuse (UnsafePath) a checkpoint a job's replicas could not read, or that is no .npz."""
     fd = open_regular(path)

@@ -58,6 +58,10 @@ class Backend(Protocol):
     # Whether its replicas write into the jobs' model directories (the coordinator makes
     # each owner's directory, with its mode, before they start); the simulated one's do not.
     writes_model_dirs: bool
+    # Whether its replicas read the jobs' data sets from the filesystem the coordinator sees
+    # (local processes): a submit then refuses a data_dir that is not a directory there. Pods
+    # read them from a volume the coordinator does not mount; simulated replicas read nothing.
+    shares_data_dirs: bool
     # How long a replica may wait to start before the backend fails it (a pod waiting for a
     # node or an image), which a job's init timeout adds to; 0: replicas start at once.
     start_timeout: float
@@ -111,6 +115,7 @@ class OptionalParts:
     inherits them and overrides what it does."""
 
     writes_model_dirs: bool = True
+    shares_data_dirs: bool = False
     start_timeout: float = 0.0
     simulated_step_seconds: float | None = None
 

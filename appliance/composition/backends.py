@@ -121,6 +121,8 @@ def kube_backend(s: Settings, api: KubeApi) -> KubernetesBackend:
         orphan_timeout=lifetimes.orphan_timeout,
         model_dirs=str(s.model_dirs.root.resolve()),
         model_dirs_claim=kube.model_dirs_claim,
+        data_sets=kube.data_sets,
+        data_sets_claim=kube.data_sets_claim,
         memory_limit=kube.replica_memory_limit,
         requests=requests,
     )

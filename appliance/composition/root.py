@@ -28,6 +28,7 @@ from appliance.loops.scheduling import SchedulerLoop
 from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.bus import JobBus
 from appliance.services.context import Context
+from appliance.services.data_dirs import DataDirs
 from appliance.services.health import Readiness
 from appliance.services.job_watch import JobWatch
 from appliance.services.jobs import Blocking, JobService
@@ -178,9 +179,10 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
     model_dirs = ModelDirs(dirs.root, dirs.allowed, check_paths=backend.writes_model_dirs)
     queues = QueueService(ctx, s.scheduler)
     nodes = NodeService(ctx, restarts, preemption)
+    data_dirs = DataDirs(model_dirs, s.data_dirs.allowed, shared=backend.shares_data_dirs)
     jobs = JobService(
         ctx, model_dirs, queues, blocking=runtime.blocking,
-        chooses_checkpoints=backend.writes_model_dirs,
+        chooses_checkpoints=backend.writes_model_dirs, data_dirs=data_dirs,
     )  # fmt: skip
     uses = UseCases(
         jobs=jobs,

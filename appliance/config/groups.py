@@ -62,6 +62,8 @@ class PoolSettings:
     swarmx_ports: int = 4
     inventory_file: Path | None = None
     queues_file: Path | None = None
+    worker_nodes: int = 2
+    worker_slots: int = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +137,8 @@ class KubeSettings:
     replica_memory_limit: str = "4Gi"
     replica_resources: ReplicaResources = dataclasses.field(default_factory=ReplicaResources)
     watch_timeout_seconds: int = 300
+    data_sets: str = ""
+    data_sets_claim: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +146,14 @@ class ModelDirSettings:
     """Where model dirs live (users/<user>/, groups/<group>/) and what else may hold them."""
 
     root: Path = Path(".appliance") / "model_dirs"
+    allowed: tuple[Path, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class DataDirSettings:
+    """Where shared data sets live that every user's job may read (beside each user's own,
+    under the model dirs root)."""
+
     allowed: tuple[Path, ...] = ()
 
 

@@ -20,14 +20,19 @@ class InventoryFile(BaseModel):
     systems: list[str] = Field(min_length=1)
     memoryx: list[str] = Field(min_length=1)
     swarmx: list[str] = Field(min_length=1)
+    # Input-worker nodes (optional: a pool without them runs synthetic-data jobs only).
+    workers: list[str] = []
 
 
 class InventoryError(ValueError):
     """The inventory file cannot be used; the message says what to fix."""
 
 
-def read_inventory(path: Path, *, memoryx_bytes: int, swarmx_ports: int) -> list[Node]:
-    """Read an inventory YAML (`systems:`, `memoryx:`, `swarmx:` lists of node names)."""
+def read_inventory(
+    path: Path, *, memoryx_bytes: int, swarmx_ports: int, worker_slots: int = 8
+) -> list[Node]:
+    """Read an inventory YAML (`systems:`, `memoryx:`, `swarmx:` and optionally `workers:`
+    lists of node names)."""
     try:
         raw = yaml.safe_load(path.read_text())
         inventory = InventoryFile.model_validate(raw)
@@ -40,9 +45,9 @@ def read_inventory(path: Path, *, memoryx_bytes: int, swarmx_ports: int) -> list
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise InventoryError(
             f"inventory file {path}: {where}: {first['msg']} "
-            "(expected lists of names under systems, memoryx and swarmx)"
+            "(expected lists of names under systems, memoryx, swarmx and workers)"
         ) from e
-    names = inventory.systems + inventory.memoryx + inventory.swarmx
+    names = inventory.systems + inventory.memoryx + inventory.swarmx + inventory.workers
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         raise InventoryError(f"inventory file {path}: names used twice: {', '.join(duplicated)}")
@@ -52,6 +57,8 @@ def read_inventory(path: Path, *, memoryx_bytes: int, swarmx_ports: int) -> list
         inventory.swarmx,
         memoryx_bytes=memoryx_bytes,
         swarmx_ports=swarmx_ports,
+        workers=inventory.workers,
+        worker_slots=worker_slots,
     )
 
 
@@ -59,7 +66,10 @@ def pool_of(pool: PoolSettings) -> list[Node]:
     """The nodes of `pool`: named by its inventory file, else as many as its counts say."""
     if pool.inventory_file is not None:
         return read_inventory(
-            pool.inventory_file, memoryx_bytes=pool.memoryx_bytes, swarmx_ports=pool.swarmx_ports
+            pool.inventory_file,
+            memoryx_bytes=pool.memoryx_bytes,
+            swarmx_ports=pool.swarmx_ports,
+            worker_slots=pool.worker_slots,
         )
     return default_pool(
         systems=pool.systems,
@@ -67,4 +77,6 @@ def pool_of(pool: PoolSettings) -> list[Node]:
         swarmx=pool.swarmx_nodes,
         memoryx_bytes=pool.memoryx_bytes,
         swarmx_ports=pool.swarmx_ports,
+        workers=pool.worker_nodes,
+        worker_slots=pool.worker_slots,
     )

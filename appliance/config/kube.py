@@ -36,7 +36,8 @@ class RoleResources(BaseModel):
 
 class ReplicaResources(BaseModel):
     """Requests of the replica pods, by role (the Kubernetes backend's defaults where unset:
-    chief 100m/256Mi, cs2 500m/512Mi, memoryx 250m/512Mi, swarmx 250m/256Mi)."""
+    chief 100m/256Mi, cs2 500m/512Mi, memoryx 250m/512Mi, swarmx 250m/256Mi, worker
+    100m/256Mi)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -44,3 +45,4 @@ class ReplicaResources(BaseModel):
     cs2: RoleResources = RoleResources()
     memoryx: RoleResources = RoleResources()
     swarmx: RoleResources = RoleResources()
+    worker: RoleResources = RoleResources()  # an input worker (reads the job's data set)

@@ -51,6 +51,19 @@ class KubeFields(BaseSettings):
         description="PersistentVolumeClaim (ReadWriteMany) mounted at the model dirs root in "
         "every replica pod, so checkpoints outlive the pods; empty = an emptyDir per pod.",
     )
+    kube_data_sets_path: str = Field(
+        default=KubeSettings.data_sets,
+        pattern=r"^$|^/[^\x00]{0,4095}$",
+        description="Where the shared data sets live (an absolute path): mounted read-only at "
+        "this same path into the input workers' pods only, from kube_data_sets_claim, else the "
+        "node's directory (hostPath); also readable by every user (add it to data_dirs_allowed)."
+        " Empty: none mounted.",
+    )
+    kube_data_sets_claim: str = Field(
+        default=KubeSettings.data_sets_claim,
+        description="PersistentVolumeClaim holding the shared data sets (ReadOnlyMany or "
+        "ReadWriteMany); empty = a hostPath volume of kube_data_sets_path.",
+    )
     kube_replica_memory_limit: str = Field(
         default=KubeSettings.replica_memory_limit,
         pattern=MEMORY_QUANTITY,

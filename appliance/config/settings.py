@@ -10,8 +10,10 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from appliance.config.data_fields import DataFields, check_apart
 from appliance.config.groups import (
     AuthSettings,
+    DataDirSettings,
     Election,
     KubeSettings,
     LeaseSettings,
@@ -38,7 +40,7 @@ DEFAULT_HTTP_PORT = ServerSettings.http_port
 BackendName = Literal["local", "kubernetes", "sim"]
 
 
-class Settings(KubeFields):
+class Settings(KubeFields, DataFields):
     """Coordinator settings. Every field can be set as APPLIANCE_<FIELD> in the environment."""
 
     model_config = SettingsConfigDict(env_prefix="APPLIANCE_", frozen=True)
@@ -70,6 +72,19 @@ class Settings(KubeFields):
         default=PoolSettings.swarmx_ports,
         ge=1,
         description="CS-2 ports per SwarmX node (fan-out).",
+    )
+    worker_nodes: int = Field(
+        default=PoolSettings.worker_nodes,
+        ge=0,
+        le=4096,
+        description="Number of input-worker nodes (where jobs that read a data set run their "
+        "input workers).",
+    )
+    worker_slots: int = Field(
+        default=PoolSettings.worker_slots,
+        ge=1,
+        le=4096,
+        description="Input workers one worker node hosts.",
     )
     scheduler_interval: float = Field(
         default=SchedulerSettings.interval,
@@ -248,8 +263,8 @@ class Settings(KubeFields):
     )
     inventory_file: Path | None = Field(
         default=PoolSettings.inventory_file,
-        description="YAML naming the pool (systems/memoryx/swarmx name lists); it overrides "
-        "the systems/memoryx_nodes/swarmx_nodes counts.",
+        description="YAML naming the pool (systems/memoryx/swarmx/workers name lists); it "
+        "overrides the systems/memoryx_nodes/swarmx_nodes/worker_nodes counts.",
     )
     model_dirs_root: Path | None = Field(
         default=None,
@@ -285,20 +300,10 @@ class Settings(KubeFields):
 
     @model_validator(mode="after")
     def _allowed_dirs_are_apart(self) -> Settings:
-        """An allowed directory shared by everyone must not take in anyone's own ones."""
-        root = self.model_dirs.root.resolve()
-        for allowed in self.model_dirs_allowed:
-            shared = allowed.resolve()
-            if not allowed.is_absolute() or root.is_relative_to(shared) or shared == Path("/"):
-                raise ValueError(
-                    f"model_dirs_allowed: {str(allowed)!r} must be an absolute directory "
-                    f"that does not hold the model dirs root {root}"
-                )
-            if shared.is_relative_to(root) or self.data_dir.resolve().is_relative_to(shared):
-                raise ValueError(
-                    f"model_dirs_allowed: {str(allowed)!r} must lie apart from the model dirs "
-                    f"root {root} and the data dir"
-                )
+        """A directory open to everyone must not take in anyone's own ones (nor the keys)."""
+        root = self.model_dirs.root
+        check_apart("model_dirs_allowed", self.model_dirs_allowed, root, self.data_dir)
+        check_apart("data_dirs_allowed", self.data_dirs_allowed, root, self.data_dir)
         return self
 
     # ---- the groups (groups.py): each component takes one ------------------------------------
@@ -318,7 +323,8 @@ class Settings(KubeFields):
     def inventory(self) -> PoolSettings:
         return PoolSettings(
             self.systems, self.memoryx_nodes, self.swarmx_nodes, self.memoryx_bytes,
-            self.swarmx_ports, self.inventory_file, self.queues_file,
+            self.swarmx_ports, self.inventory_file, self.queues_file, self.worker_nodes,
+            self.worker_slots,
         )  # fmt: skip
 
     @property
@@ -369,13 +375,17 @@ class Settings(KubeFields):
             self.kube_clean_pod_policy, self.kube_pending_timeout_seconds,
             self.kube_request_timeout_seconds, self.kube_model_dirs_claim,
             self.kube_replica_memory_limit, self.kube_replica_resources,
-            self.kube_watch_timeout_seconds,
+            self.kube_watch_timeout_seconds, self.kube_data_sets_path, self.kube_data_sets_claim,
         )  # fmt: skip
 
     @property
     def model_dirs(self) -> ModelDirSettings:
         root = self.model_dirs_root or self.data_dir / "model_dirs"
         return ModelDirSettings(root, self.model_dirs_allowed)
+
+    @property
+    def data_dirs(self) -> DataDirSettings:
+        return DataDirSettings(self.data_dirs_allowed)
 
     @property
     def auth(self) -> AuthSettings:

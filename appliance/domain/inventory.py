@@ -1,15 +1,17 @@
-"""The cluster's finite pool: named CS-2 systems, MemoryX and SwarmX nodes."""
+"""The cluster's finite pool: named CS-2 systems, MemoryX, SwarmX and input-worker nodes."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
 
 
 class NodeKind(enum.StrEnum):
     SYSTEM = "system"  # a CS-2, exclusive per job
     MEMORYX = "memoryx"  # shared by memory capacity
     SWARMX = "swarmx"  # shared by port capacity
+    WORKER = "worker"  # input workers (CPU nodes reading data sets), shared by slots
 
 
 class NodeState(enum.StrEnum):
@@ -29,7 +31,8 @@ class NodeState(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True)
 class Node:
-    """One entry of the pool. `capacity` is 1 for systems, bytes for MemoryX, ports for SwarmX."""
+    """One entry of the pool. `capacity` is 1 for systems, bytes for MemoryX, ports for SwarmX,
+    input-worker slots for a worker node."""
 
     name: str
     kind: NodeKind
@@ -68,14 +71,19 @@ def default_pool(
     swarmx: int = 2,
     memoryx_bytes: int = 16 << 30,
     swarmx_ports: int = 4,
+    workers: int = 2,
+    worker_slots: int = 8,
 ) -> list[Node]:
-    """The embedded default: cs2-01..04, memx-01..04 (16 GiB each), swarmx-01..02 (4 ports)."""
+    """The embedded default: cs2-01..04, memx-01..04 (16 GiB each), swarmx-01..02 (4 ports),
+    worker-01..02 (8 input-worker slots each)."""
     return named_pool(
         [f"cs2-{i:02d}" for i in range(1, systems + 1)],
         [f"memx-{i:02d}" for i in range(1, memoryx + 1)],
         [f"swarmx-{i:02d}" for i in range(1, swarmx + 1)],
         memoryx_bytes=memoryx_bytes,
         swarmx_ports=swarmx_ports,
+        workers=[f"worker-{i:02d}" for i in range(1, workers + 1)],
+        worker_slots=worker_slots,
     )
 
 
@@ -86,10 +94,13 @@ def named_pool(
     *,
     memoryx_bytes: int,
     swarmx_ports: int,
+    workers: Sequence[str] = (),
+    worker_slots: int = 8,
 ) -> list[Node]:
-    """A pool of the named nodes; every MemoryX and SwarmX node has the same capacity."""
+    """A pool of the named nodes; every node of a shared kind has the same capacity."""
     return (
         [Node(name, NodeKind.SYSTEM, 1) for name in systems]
         + [Node(name, NodeKind.MEMORYX, memoryx_bytes) for name in memoryx]
         + [Node(name, NodeKind.SWARMX, swarmx_ports) for name in swarmx]
+        + [Node(name, NodeKind.WORKER, worker_slots) for name in workers]
     )

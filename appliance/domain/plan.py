@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from appliance.domain import model_shapes as models
 from appliance.domain.errors import InsufficientCapacity
 from appliance.domain.inventory import Node, NodeKind
+from appliance.domain.params import parse_params
 from appliance.domain.spec import JobSpec
 
 
@@ -19,6 +20,7 @@ class Role(enum.StrEnum):
     CS2 = "cs2"
     MEMORYX = "memoryx"
     SWARMX = "swarmx"
+    WORKER = "worker"  # an input worker: reads the job's data set, streams batches to a CS-2
 
 
 CHIEF_REPLICA = f"{Role.CHIEF}-0"  # the name of a job's one chief replica
@@ -32,7 +34,8 @@ PlanShape = tuple[tuple[str, int, int], ...]
 class ReplicaGroup:
     role: Role
     count: int
-    # What one replica holds on its node: bytes on a MemoryX node, ports on a SwarmX node.
+    # What one replica holds on its node: bytes on a MemoryX node, ports on a SwarmX node,
+    # slots on a worker node.
     demand: int = 0
 
 
@@ -54,7 +57,8 @@ class ReplicaPlan:
 
 
 def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
-    """chief x1, cs2 x num_csx, memoryx x M (model bytes over node capacity), swarmx x S.
+    """chief x1, cs2 x num_csx, memoryx x M (model bytes over node capacity), swarmx x S, and
+    for a job that reads a data set, worker x num_csx * num_workers_per_csx (one slot each).
 
     Raises InsufficientCapacity when the plan can never fit the pool, whatever else runs.
     """
@@ -90,12 +94,21 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
             field="num_csx",
         )
     per_swarm = math.ceil(spec.num_csx / swarm_count)
-    return ReplicaPlan(
-        groups=(
-            ReplicaGroup(Role.CHIEF, 1),
-            ReplicaGroup(Role.CS2, spec.num_csx, demand=1),
-            ReplicaGroup(Role.MEMORYX, memx_count, demand=per_memx),
-            ReplicaGroup(Role.SWARMX, swarm_count, demand=per_swarm),
-        ),
-        model_bytes=model_bytes,
+    groups: tuple[ReplicaGroup, ...] = (
+        ReplicaGroup(Role.CHIEF, 1),
+        ReplicaGroup(Role.CS2, spec.num_csx, demand=1),
+        ReplicaGroup(Role.MEMORYX, memx_count, demand=per_memx),
+        ReplicaGroup(Role.SWARMX, swarm_count, demand=per_swarm),
     )
+    workers = parse_params(spec.params).input_workers(spec.num_csx)
+    if workers:
+        slots = sum(n.capacity for n in pool if n.kind is NodeKind.WORKER)
+        if workers > slots:
+            raise InsufficientCapacity(
+                f"the job needs {workers} input workers (num_csx={spec.num_csx} x "
+                f"runconfig.num_workers_per_csx) but the cluster's worker nodes have {slots} "
+                "slots; ask for fewer",
+                field="params" if slots >= spec.num_csx else "num_csx",
+            )
+        groups += (ReplicaGroup(Role.WORKER, workers, demand=1),)
+    return ReplicaPlan(groups=groups, model_bytes=model_bytes)

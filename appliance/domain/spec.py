@@ -236,6 +236,17 @@ def with_checkpoint_path(spec: JobSpec, path: str) -> JobSpec:
     return new
 
 
+def with_data_dirs(spec: JobSpec, paths: Mapping[str, str]) -> JobSpec:
+    """`spec` reading its data sets from `paths` instead (by input section, e.g.
+    `train_input`; the params written out again)."""
+    params = dict(spec.params)
+    for section, path in paths.items():
+        params[section] = {**params.get(section, {}), "data_dir": path}
+    new = dataclasses.replace(spec, params_yaml=yaml.safe_dump(params, sort_keys=False))
+    new.__dict__["params"] = params
+    return new
+
+
 def parse_mode(mode: str | Mode) -> Mode:
     try:
         return Mode(mode)

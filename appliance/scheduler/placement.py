@@ -1,5 +1,6 @@
 """Where a plan's replicas go: systems fill in name order; a replica on a shared node (MemoryX,
-SwarmX) goes to the node of its kind with the most room (the lowest name among equals).
+SwarmX, an input worker's slot on a worker node) goes to the node of its kind with the most
+room (the lowest name among equals).
 
 `fit` does it on a plain map of free capacity (preemption's trials). `FreeCapacity` keeps the
 same map with each kind also in placement order, so that one admission pass over a pool of
@@ -20,7 +21,11 @@ KIND_OF_ROLE = {
     Role.CS2: NodeKind.SYSTEM,
     Role.MEMORYX: NodeKind.MEMORYX,
     Role.SWARMX: NodeKind.SWARMX,
+    Role.WORKER: NodeKind.WORKER,
 }
+SHARED_KINDS = (NodeKind.MEMORYX, NodeKind.SWARMX, NodeKind.WORKER)
+# How a user reads a replica's demand on a shared node (MemoryX's in GiB).
+_UNITS = {NodeKind.SWARMX: ("SwarmX", "port"), NodeKind.WORKER: ("worker-node", "slot")}
 
 
 def fit(
@@ -66,12 +71,11 @@ def lacks(kind: NodeKind, count: int, demand: int, available: int) -> str:
     room for."""
     if kind is NodeKind.SYSTEM:
         return f"needs {count} system{'s' if count != 1 else ''}, {available} free"
-    unit = (
-        f"{demand / (1 << 30):.2f} GiB"
-        if kind is NodeKind.MEMORYX
-        else f"{demand} port{'s' if demand != 1 else ''}"
-    )
-    label = "MemoryX" if kind is NodeKind.MEMORYX else "SwarmX"
+    if kind is NodeKind.MEMORYX:
+        label, unit = "MemoryX", f"{demand / (1 << 30):.2f} GiB"
+    else:
+        label, noun = _UNITS[kind]
+        unit = f"{demand} {noun}{'s' if demand != 1 else ''}"
     return f"needs {count} {label} x {unit}, room for {available}"
 
 
@@ -103,8 +107,7 @@ class FreeCapacity:
         # Systems with room, in name order; shared nodes by (most room first, name).
         self._systems = SortedList(n for n in self.names[NodeKind.SYSTEM] if self.free[n] >= 1)
         self._shared = {
-            kind: SortedList((-self.free[n], n) for n in self.names[kind])
-            for kind in (NodeKind.MEMORYX, NodeKind.SWARMX)
+            kind: SortedList((-self.free[n], n) for n in self.names[kind]) for kind in SHARED_KINDS
         }
         self._demands: dict[NodeKind, list[int]] = {kind: [] for kind in NodeKind}
         self.slots: dict[tuple[NodeKind, int], int] = {}

@@ -40,6 +40,7 @@ from appliance.services.batching import SubmitBatcher
 from appliance.services.cancels import CancelBatcher, CancelRequest
 from appliance.services.checkpoint_choice import choose_checkpoint
 from appliance.services.context import Context
+from appliance.services.data_dirs import DataDirs
 from appliance.services.job_curves import read_curves
 from appliance.services.job_views import JobViewCache
 from appliance.services.kept_renderings import Keeping
@@ -76,12 +77,15 @@ class JobService:
         *,
         blocking: Blocking = asyncio.to_thread,
         chooses_checkpoints: bool = True,
+        data_dirs: DataDirs | None = None,
     ) -> None:
         """`model_dirs`: where submits place the jobs' model dirs; `queues`: the queue use cases
         a submit is checked against; `blocking`: how a call that touches the disk is run off
         the event loop (a thread; inline on a virtual clock, which must not wait on threads);
         `chooses_checkpoints`: whether a submit chooses the checkpoint a job starts from
-        (services/checkpoint_choice.py: the backend's replicas write model dirs seen here)."""
+        (services/checkpoint_choice.py: the backend's replicas write model dirs seen here);
+        `data_dirs`: how a submit checks the data sets a job reads (default: under the model
+        dirs' owners' directories only, not checked on disk)."""
         self._ctx = ctx
         self._batcher = SubmitBatcher(ctx)
         self._cancels = CancelBatcher(ctx)
@@ -89,6 +93,7 @@ class JobService:
         self._offload = Offload()
         self._blocking = blocking
         self.model_dirs = model_dirs
+        self.data_dirs = data_dirs or DataDirs(model_dirs, shared=False)
         self._chooses_checkpoints = chooses_checkpoints
         self._queues = queues or QueueService(ctx)
 
@@ -137,7 +142,8 @@ class JobService:
             await self._queues.check_can_run(queue, plan)
         job_id = new_job_id()
         choose = self._chooses_checkpoints and (spec.mode is Mode.EVAL or bool(spec.model_dir))
-        if self.model_dirs.needs_disk(spec, resume, user) or choose:  # no disk I/O on the loop
+        reads = bool(DataDirs.named(spec))
+        if self.model_dirs.needs_disk(spec, resume, user) or choose or reads:  # off the loop
             spec = await self._blocking(self._place, spec, resume, user, job_id, by, choose)
         else:
             spec = self.model_dirs.place(spec, resume, user, job_id, by)
@@ -165,7 +171,9 @@ class JobService:
         by: Principal | None,
         choose: bool,
     ) -> JobSpec:
-        """The model dir placed (ModelDirs.place), then the checkpoint to start from chosen."""
+        """The data dirs checked (DataDirs.place), the model dir placed (ModelDirs.place),
+        then the checkpoint to start from chosen."""
+        spec = self.data_dirs.place(spec, user, by)
         spec = self.model_dirs.place(spec, resume, user, job_id, by)
         return choose_checkpoint(spec) if choose else spec
 

@@ -73,38 +73,60 @@ class ModelDirs:
         if not spec.model_dir:
             model_dir = self.user_dir(user) / job_id
         else:
-            model_dir = self._checked(spec.model_dir, user, groups, "model_dir", restricted)
+            model_dir = self.owned(
+                spec.model_dir, user, groups, "model_dir", restricted=restricted
+            )
         resume = None
         if checkpoint:
-            resume = self._checked(checkpoint, user, groups, "checkpoint_path", restricted)
+            resume = self.owned(checkpoint, user, groups, "checkpoint_path", restricted=restricted)
             if str(resume) != checkpoint:
                 spec = with_checkpoint_path(spec, str(resume))
         self._make_owner_dir(model_dir)
         if self.check_paths and spec.model_dir:
-            _usable(check_job_dir, model_dir, "model_dir")
+            usable(check_job_dir, model_dir, "model_dir")
         if self.check_paths and resume is not None and not spec.depends_on:
-            _usable(check_job_file, resume, "checkpoint_path")
+            usable(check_job_file, resume, "checkpoint_path")
         return dataclasses.replace(spec, model_dir=str(model_dir))
 
-    def _checked(
-        self, given: str, user: str, groups: Sequence[str], field: str, restricted: bool
+    def owned(
+        self,
+        given: str,
+        user: str,
+        groups: Sequence[str],
+        field: str,
+        *,
+        restricted: bool,
+        allowed: Sequence[Path] | None = None,
+        resolve: bool = True,
     ) -> Path:
-        """`given` canonical. A restricted caller's path is checked as written first (`..`
-        folded, nothing resolved: no link outside their reach is followed, no lookup of
-        another user's files is made), then again once links are resolved."""
+        """`given` canonical (`..` folded only, without `resolve`). A restricted caller's path
+        is checked as written first (`..` folded, nothing resolved: no link outside their
+        reach is followed, no lookup of another user's files is made), then again once links
+        are resolved; it must lie in their own directory, one of their groups' or one of
+        `allowed` (default: the model dirs' allow-list)."""
+        allowed = self.allowed if allowed is None else tuple(allowed)
+        written = Path(os.path.normpath(given))
         if restricted:
-            self._check_owned(Path(os.path.normpath(given)), given, user, groups, field)
+            self._check_owned(written, given, user, groups, field, allowed)
+        if not resolve:
+            return written
         path = canonical(given)
         if restricted:
-            self._check_owned(path, given, user, groups, field)
+            self._check_owned(path, given, user, groups, field, allowed)
         return path
 
     def _check_owned(
-        self, path: Path, given: str, user: str, groups: Sequence[str], field: str
+        self,
+        path: Path,
+        given: str,
+        user: str,
+        groups: Sequence[str],
+        field: str,
+        allowed: Sequence[Path],
     ) -> None:
         names = [Path("users") / user, *(Path("groups") / g for g in groups if _safe_name(g))]
         owned = [root / name for root in self._roots for name in names]
-        if any(path.is_relative_to(d) for d in [*owned, *self.allowed]):
+        if any(path.is_relative_to(d) for d in [*owned, *allowed]):
             return
         theirs = f"{self.user_dir(user)}/"
         if groups:
@@ -145,7 +167,7 @@ class ModelDirs:
         self._made.add(owner)
 
 
-def _usable(check: Callable[[Path], None], path: Path, field: str) -> None:
+def usable(check: Callable[[Path], None], path: Path, field: str) -> None:
     """`check(path)`, its refusal an InvalidSpec naming `field`."""
     try:
         check(path)

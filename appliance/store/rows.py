@@ -164,7 +164,7 @@ def replica_from_row(r: ReplicaRow | RowMapping) -> Replica:
 _REPLICA_COLUMNS = tuple(ReplicaRow.__table__.columns.keys())
 
 
-_ROLE_ORDER = {Role.CHIEF: 0, Role.CS2: 1, Role.SWARMX: 2, Role.MEMORYX: 3}
+_ROLE_ORDER = {Role.CHIEF: 0, Role.CS2: 1, Role.SWARMX: 2, Role.MEMORYX: 3, Role.WORKER: 4}
 
 
 def sorted_replicas(replicas: tuple[Replica, ...]) -> tuple[Replica, ...]:

@@ -213,14 +213,14 @@ def test_auth_tokens_are_mounted_from_a_secret(rendered: dict[str, Rendered]) ->
 
 
 @pytest.mark.parametrize(
-    ("values", "counts"), [("default", (4, 4, 2)), ("postgres-auth-large", (64, 8, 4))]
+    ("values", "counts"), [("default", (4, 4, 2, 2)), ("postgres-auth-large", (64, 8, 4, 2))]
 )
 def test_settings_and_inventory_are_what_the_coordinator_reads(
     rendered: dict[str, Rendered],
     clean_environ: pytest.MonkeyPatch,
     tmp_path: Path,
     values: str,
-    counts: tuple[int, int, int],
+    counts: tuple[int, int, int, int],
 ) -> None:
     """The pod's environment builds a Settings, and its inventory parses to the expected pool."""
     r = rendered[values]
@@ -255,7 +255,10 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
     assert settings.coordinator_address == f"{service}.{NAMESPACE}.svc:50051"
 
     pool = read_inventory(
-        inventory, memoryx_bytes=settings.memoryx_bytes, swarmx_ports=settings.swarmx_ports
+        inventory,
+        memoryx_bytes=settings.memoryx_bytes,
+        swarmx_ports=settings.swarmx_ports,
+        worker_slots=settings.worker_slots,
     )
     assert pool == settings.pool()
     _check_queues(r, env, sources, pool, values)
@@ -274,7 +277,9 @@ def test_settings_and_inventory_are_what_the_coordinator_reads(
             ["cs2-01", "cs2-02", "cs2-03", "cs2-04"],
             ["memx-01", "memx-02", "memx-03", "memx-04"],
             ["swarmx-01", "swarmx-02"],
+            ["worker-01", "worker-02"],
         ]
+        assert settings.worker_slots == 8 and settings.data_dirs_allowed == ()
     else:
         assert settings.kube_clean_pod_policy == "keep-failed"
         assert settings.database_url == secrets[("appliance-db", "url")]
@@ -301,6 +306,25 @@ def test_pool_names_can_be_given_or_counted(helm: Helm, tmp_path: Path) -> None:
     names = {kind: [n.name for n in pool if n.kind is kind] for kind in NodeKind}
     assert names[NodeKind.SYSTEM] == [f"cs2-{i:02d}" for i in range(1, 13)]
     assert names[NodeKind.SWARMX] == ["sx-east", "sx-west"]
+    assert names[NodeKind.WORKER] == ["worker-01", "worker-02"]
+
+
+def test_shared_data_sets_are_allowed_and_mounted_for_input_workers(helm: Helm) -> None:
+    """dataSets.path: readable by every user's job, and where the input workers' pods mount it
+    (from dataSets.existingClaim when given); pool.workers: 0 leaves no worker nodes."""
+    text = helm.template(
+        "--set", "dataSets.path=/datasets", "--set", "dataSets.existingClaim=datasets-ro",
+        "--set", "pool.workers=0",
+    )  # fmt: skip
+    objects = [o for o in yaml.safe_load_all(text) if o]
+    (settings,) = [o for o in objects if o["metadata"]["name"].endswith("-settings")]
+    env = settings["data"]
+    assert (
+        env["APPLIANCE_DATA_DIRS_ALLOWED"] == env["APPLIANCE_KUBE_DATA_SETS_PATH"] == "/datasets"
+    )
+    assert env["APPLIANCE_KUBE_DATA_SETS_CLAIM"] == "datasets-ro"
+    (inventory,) = [o for o in objects if o["metadata"]["name"].endswith("-inventory")]
+    assert yaml.safe_load(inventory["data"]["inventory.yaml"])["workers"] == []
 
 
 @pytest.mark.parametrize(

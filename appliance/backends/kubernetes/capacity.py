@@ -1,10 +1,11 @@
 """Whether the pool's largest job can run on the cluster's nodes at all (pure).
 
-The scheduler admits a job against the pool (CS-2 systems, MemoryX, SwarmX); Kubernetes then
-has to place its pods, each with the requests of its role. A pool larger than the nodes can
-hold promises jobs that sit pending until the pending timeout fails them. This check packs the
-pods of the pool's largest job (every system; MemoryX and SwarmX replicas up to what the plan
-can give such a job) into the nodes' allocatable CPU and memory, first fit by decreasing size,
+The scheduler admits a job against the pool (CS-2 systems, MemoryX, SwarmX, input-worker
+slots); Kubernetes then has to place its pods, each with the requests of its role. A pool
+larger than the nodes can hold promises jobs that sit pending until the pending timeout fails
+them. This check packs the pods of the pool's largest job (every system; MemoryX and SwarmX
+replicas up to what the plan can give such a job; an input worker per system when the pool
+has worker nodes) into the nodes' allocatable CPU and memory, first fit by decreasing size,
 and says in a sentence when they do not fit. Allocatable is before the pods already running
 (the cluster's own, the coordinator), so a job that "fits" may still wait for room.
 """
@@ -36,18 +37,23 @@ class Room:
 
 def largest_job(pool: Sequence[Node]) -> dict[Role, int]:
     """Replicas by role of the largest job the pool admits: one chief, a CS-2 replica per
-    system, MemoryX on every MemoryX node (a model as large as they hold), and the SwarmX
-    nodes the plan gives that many systems."""
+    system, MemoryX on every MemoryX node (a model as large as they hold), the SwarmX nodes
+    the plan gives that many systems, and when the pool has worker nodes, the input workers of
+    a job reading a data set (one per system, runconfig.num_workers_per_csx's default)."""
     systems = sum(1 for n in pool if n.kind is NodeKind.SYSTEM)
     memoryx = [n for n in pool if n.kind is NodeKind.MEMORYX]
     swarmx = [n for n in pool if n.kind is NodeKind.SWARMX]
     fanout = max((n.capacity for n in swarmx), default=1) or 1
-    return {
+    slots = sum(n.capacity for n in pool if n.kind is NodeKind.WORKER)
+    counts = {
         Role.CHIEF: 1,
         Role.CS2: systems,
         Role.MEMORYX: len(memoryx),
         Role.SWARMX: min(len(swarmx), math.ceil(systems / fanout)),
     }
+    if slots:
+        counts[Role.WORKER] = min(slots, systems)
+    return counts
 
 
 def node_room(node: Mapping[str, Any]) -> Room | None:

@@ -45,6 +45,8 @@ class _Running:
 
 
 class LocalBackend(OptionalParts):
+    shares_data_dirs = True  # its replicas are processes on this machine
+
     def __init__(
         self,
         data_dir: Path,

@@ -80,7 +80,8 @@ def nodes_router(jobs: JobService, states: NodeService, caller: CallerDependency
 
     @router.get("/nodes", response_model=NodeListOut, tags=["cluster"])
     async def list_nodes(by: Principal | None = authenticated) -> NodeListOut:
-        """Every CS-2 system, MemoryX and SwarmX node: state, usage and the jobs holding it."""
+        """Every CS-2 system, MemoryX, SwarmX and input-worker node: state, usage and the jobs
+        holding it."""
         return NodeListOut(nodes=[_node_out(u, j) for u, j in await jobs.nodes()])
 
     @router.get("/systems", response_model=NodeListOut, tags=["cluster"])

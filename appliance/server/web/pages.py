@@ -99,8 +99,8 @@ def pages_router(uses: UseCases, sessions: Sessions) -> APIRouter:
 
     @router.get(f"{PREFIX}/cluster", response_class=HTMLResponse)
     async def cluster_page(request: Request, by: Principal | None = caller) -> HTMLResponse:
-        """The pool as tiles: every CS-2, MemoryX and SwarmX node, coloured by state; totals
-        by kind, and the queued jobs by what they wait for."""
+        """The pool as tiles: every CS-2, MemoryX, SwarmX and input-worker node, coloured by
+        state; totals by kind, and the queued jobs by what they wait for."""
         nodes = await jobs.nodes()
         groups = [
             (kind, KIND_NAMES[kind], [_tile(u, held) for u, held in nodes if u.node.kind is kind])

@@ -15,13 +15,13 @@ from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
 from appliance.domain.job import Job
 
 KIND_NAMES = {NodeKind.SYSTEM: "CS-2 systems", NodeKind.MEMORYX: "MemoryX nodes",
-              NodeKind.SWARMX: "SwarmX nodes"}  # fmt: skip
+              NodeKind.SWARMX: "SwarmX nodes", NodeKind.WORKER: "Input-worker nodes"}  # fmt: skip
 JSON_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
 
 def amount(kind: NodeKind, value: int) -> str:
     """A node's capacity (or what jobs hold of it) in its unit: bytes of MemoryX memory,
-    SwarmX ports, CS-2 systems."""
+    SwarmX ports, input-worker slots, CS-2 systems."""
     if kind is NodeKind.MEMORYX:
         gib = value / (1 << 30)
         if 0 < gib < 0.1:
@@ -29,6 +29,8 @@ def amount(kind: NodeKind, value: int) -> str:
         return f"{gib:.1f}".removesuffix(".0") + " GiB"
     if kind is NodeKind.SWARMX:
         return f"{value} port{'' if value == 1 else 's'}"
+    if kind is NodeKind.WORKER:
+        return f"{value} slot{'' if value == 1 else 's'}"
     return str(value)
 
 

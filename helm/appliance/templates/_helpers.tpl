@@ -103,23 +103,29 @@ Call with (list "cs2" .Values.pool.systems); returns a YAML list.
 {{- end }}
 
 {{/*
-The inventory file the coordinator reads (appliance.config.read_inventory): systems, memoryx
-and swarmx lists of names. A name used twice anywhere fails the install here rather than the
+The inventory file the coordinator reads (appliance.config.read_inventory): systems, memoryx,
+swarmx and workers lists of names. A name used twice anywhere fails the install here rather than the
 coordinator at start-up.
 */}}
 {{- define "appliance.inventory" -}}
 {{- $systems := include "appliance.poolNames" (list "cs2" .Values.pool.systems) | fromYamlArray }}
 {{- $memoryx := include "appliance.poolNames" (list "memx" .Values.pool.memoryx) | fromYamlArray }}
 {{- $swarmx := include "appliance.poolNames" (list "swarmx" .Values.pool.swarmx) | fromYamlArray }}
-{{- $all := concat $systems $memoryx $swarmx }}
+{{- $workers := include "appliance.poolNames" (list "worker" (.Values.pool.workers | default 0)) | fromYamlArray }}
+{{- $all := concat $systems $memoryx $swarmx $workers }}
 {{- $seen := dict }}
 {{- range $all }}
 {{- if hasKey $seen . }}
-{{- fail (printf "pool: the node name %q is used twice; every CS-2, MemoryX and SwarmX name must be unique" .) }}
+{{- fail (printf "pool: the node name %q is used twice; every CS-2, MemoryX, SwarmX and worker name must be unique" .) }}
 {{- end }}
 {{- $_ := set $seen . true }}
 {{- end }}
 {{- printf "systems:\n%s\nmemoryx:\n%s\nswarmx:\n%s" (toYaml $systems) (toYaml $memoryx) (toYaml $swarmx) }}
+{{- if $workers }}
+{{- printf "\nworkers:\n%s" (toYaml $workers) }}
+{{- else }}
+{{- printf "\nworkers: []" }}
+{{- end }}
 {{- end }}
 
 {{/* The Secret holding the tokens file: the one named, or the one the chart makes. */}}

@@ -25,13 +25,16 @@ from appliance.domain.plan import Role
 from appliance.domain.spec import JobSpec
 
 JOB_ID = "wsjob-contract000001"
-NAMES = ("chief-0", "cs2-0", "cs2-1")
+# Input workers are replicas like the others: started, ended, torn down and adopted alike.
+NAMES = ("chief-0", "cs2-0", "cs2-1", "worker-0", "worker-1")
 EVENT_TIMEOUT = 10.0
+DATA_SET_PARAMS = "model: {name: fc_mnist}\ntrain_input: {data_dir: /data/contract}\n"
 
 
 def contract_job(attempt: int = 1) -> tuple[Job, list[Replica]]:
-    """A job of a chief and two CS-2s, scheduled for `attempt`."""
-    spec = JobSpec(params_yaml="model: {name: fc_mnist}", num_csx=2, num_steps=10)
+    """A job of a chief, two CS-2s and their two input workers (it reads a data set),
+    scheduled for `attempt`."""
+    spec = JobSpec(params_yaml=DATA_SET_PARAMS, num_csx=2, num_steps=10)
     job = Job(
         id=JOB_ID, user="u", spec=spec, phase=Phase.SCHEDULED, created_at=0, updated_at=0,
         attempt=attempt,

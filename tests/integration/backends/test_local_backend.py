@@ -157,6 +157,25 @@ async def test_a_replica_gets_only_what_it_needs_of_the_coordinators_environment
     assert seen["APPLIANCE_JOB_ID"] == JOB_ID and seen["APPLIANCE_REPLICA_TOKEN"] == f"t-{JOB_ID}"
 
 
+async def test_an_input_worker_runs_the_worker_program_named_by_its_replica(
+    tmp_path: Path,
+) -> None:
+    """What the data plane's `worker` program is started with: its role, its replica name
+    (worker-<k>, k its index) and the job's identity, as every replica is."""
+    python = _fake_worker(
+        tmp_path, "import json, os\nprint(json.dumps([sys.argv, dict(os.environ)]), flush=True)"
+    )
+    backend = LocalBackend(tmp_path, "127.0.0.1:1", grace_seconds=0.5, python=python)
+    job, _ = _job([])
+    await backend.launch(job, [Replica(JOB_ID, "worker-3", Role.WORKER, 3, "worker-01")])
+    await asyncio.wait_for(_next(backend.observe(), ReplicaEventKind.EXITED), 10)
+    argv, env = json.loads(backend.log_path(JOB_ID, "worker-3").read_text())
+    await backend.close()
+    assert argv[1:6] == ["-m", "appliance.workers", "worker", "--job-id", JOB_ID]
+    assert argv[argv.index("--replica") + 1] == "worker-3"
+    assert (env["APPLIANCE_JOB_ID"], env["APPLIANCE_REPLICA"]) == (JOB_ID, "worker-3")
+
+
 class TestLocalBackendContract(BackendContract):
     """The backend contract with stand-in workers: `sys.exit(0)`, or sleeping until stopped."""
 

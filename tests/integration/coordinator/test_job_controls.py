@@ -87,7 +87,9 @@ def test_list_nodes_shows_states_usage_and_holders(
     nodes = {n.name: n for n in stub.ListNodes(pb.ListNodesRequest()).nodes}
     assert sorted(nodes) == [
         *SYSTEMS, "memx-01", "memx-02", "memx-03", "memx-04", "swarmx-01", "swarmx-02",
+        "worker-01", "worker-02",
     ]  # fmt: skip
+    assert nodes["worker-01"].kind == "worker" and nodes["worker-01"].capacity == 8
     assert nodes["cs2-04"].state == "error" and nodes["cs2-01"].state == "ok"
     assert nodes["memx-01"].kind == "memoryx" and nodes["memx-01"].capacity == 16 << 30
     assert all(n.used == 0 and not n.jobs for n in nodes.values())

@@ -31,8 +31,8 @@ def test_readyz_warns_when_the_pools_largest_job_cannot_fit_the_nodes(
         readyz = httpx.get(f"http://127.0.0.1:{coordinator.coordinator.http_port}/readyz")
         assert readyz.status_code == 200  # a warning: the coordinator still works
         (warning,) = readyz.json()["warnings"]
-        assert "the pool's largest job (1 chief, 4 cs2, 4 memoryx, 1 swarmx" in warning
-        assert "401.35 CPU" in warning and "schedulable node(s)" in warning
+        assert "the pool's largest job (1 chief, 4 cs2, 4 memoryx, 1 swarmx, 4 worker" in warning
+        assert "401.75 CPU" in warning and "schedulable node(s)" in warning
         assert "replicaResources" in warning
 
 

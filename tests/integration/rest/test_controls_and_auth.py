@@ -43,13 +43,15 @@ def test_heartbeat_and_pool_endpoints(parked: Rest) -> None:
     beat = parked.http.post(f"/api/v1/jobs/{job['id']}/heartbeat", json={"holder": "h:1"})
     assert beat.status_code == 200 and beat.json() == {"lease": None, "keep_running": True}
     nodes = parked.http.get("/api/v1/nodes").json()["nodes"]
-    assert len(nodes) == 10 and {n["kind"] for n in nodes} == {"system", "memoryx", "swarmx"}
+    kinds = {"system", "memoryx", "swarmx", "worker"}
+    assert len(nodes) == 12 and {n["kind"] for n in nodes} == kinds
     systems = parked.http.get("/api/v1/systems").json()["nodes"]
     assert [s["name"] for s in systems] == SYSTEMS
     assert {s["state"] for s in systems} == {"maintenance"}
     groups = {g["kind"]: g for g in parked.http.get("/api/v1/nodegroups").json()["nodegroups"]}
     assert groups["system"]["nodes"] == 4 and groups["system"]["usable"] == 0
     assert groups["memoryx"]["capacity"] == 4 * (16 << 30)
+    assert (groups["worker"]["nodes"], groups["worker"]["capacity"]) == (2, 16)
     parked.http.post(f"/api/v1/jobs/{job['id']}/cancel")
 
 

@@ -164,7 +164,7 @@ def test_an_admin_drains_a_system_from_the_cluster_picture(
     browser.get(f"{dashboard.base_url}/ui/cluster")
     tile = "li[data-node='cs2-02']"
     assert state_of(browser, "cs2-02") == "maintenance"
-    assert len(browser.find_elements(By.CSS_SELECTOR, "li.tile")) == 4 + 4 + 2
+    assert len(browser.find_elements(By.CSS_SELECTOR, "li.tile")) == 4 + 4 + 2 + 2  # + workers
     Select(browser.find_element(By.ID, "state-cs2-02")).select_by_value("drain")
     browser.find_element(By.ID, "reason-cs2-02").send_keys("fan swap")
     browser.find_element(By.ID, "set-cs2-02").click()

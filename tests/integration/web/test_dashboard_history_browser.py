@@ -182,6 +182,8 @@ def test_the_cluster_page_sums_up_the_pool_and_the_queue(
     assert row("swarmx") == ["2", "0", "2", "0", "0 ports of 8 ports"]
     assert text(browser, "li[data-node='memx-01'] .in-use") == "0 GiB of 16 GiB"
     assert text(browser, "li[data-node='swarmx-01'] .in-use") == "0 ports of 4 ports"
+    assert row("worker") == ["2", "0", "2", "0", "0 slots of 16 slots"]
+    assert text(browser, "li[data-node='worker-02'] .in-use") == "0 slots of 8 slots"
 
     with dashboard.api("root") as api:
 

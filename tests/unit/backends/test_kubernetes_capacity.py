@@ -36,14 +36,24 @@ def test_memory_quantities() -> None:
 
 
 def test_the_largest_job_takes_every_system_and_memoryx_node() -> None:
-    assert largest_job(POOL) == {Role.CHIEF: 1, Role.CS2: 4, Role.MEMORYX: 4, Role.SWARMX: 1}
+    assert largest_job(POOL) == {
+        Role.CHIEF: 1, Role.CS2: 4, Role.MEMORYX: 4, Role.SWARMX: 1, Role.WORKER: 4,
+    }  # fmt: skip
+
+
+def test_the_largest_job_has_an_input_worker_per_system_only_where_there_are_worker_nodes() -> (
+    None
+):
+    no_workers = default_pool(workers=0)
+    assert Role.WORKER not in largest_job(no_workers)
+    assert largest_job(default_pool(workers=1, worker_slots=2))[Role.WORKER] == 2
 
 
 def test_the_2_cpu_node_of_the_report_cannot_hold_a_4_cs2_job() -> None:
     """What was found on a real single-node cluster: 4 CS-2 pods pending, Insufficient cpu."""
     problem = fit_problem(POOL, TEMPLATE.requests_of, [node("2", "8025424Ki")])
     assert problem is not None
-    assert "1 chief, 4 cs2, 4 memoryx, 1 swarmx replicas: 3.35 CPU, 4.50 GiB requested" in problem
+    assert "1 chief, 4 cs2, 4 memoryx, 1 swarmx, 4 worker replicas: 3.75 CPU, 5.50 GiB" in problem
     assert "1 schedulable node(s) (2.00 CPU, 7.65 GiB)" in problem
     assert "replicaResources" in problem
 

@@ -56,7 +56,8 @@ def test_nodes_are_typed(client: ApplianceClient, cluster: FakeCluster) -> None:
 
     nodes = client.nodes()
 
-    assert len(nodes) == 10 and all(isinstance(node, NodeStatus) for node in nodes)
+    assert len(nodes) == 12 and all(isinstance(node, NodeStatus) for node in nodes)
+    assert [n.kind for n in nodes[-2:]] == [NodeKind.WORKER, NodeKind.WORKER]
     assert (nodes[0].name, nodes[0].kind, nodes[0].state) == (
         "cs2-01",
         NodeKind.SYSTEM,

@@ -25,6 +25,8 @@ def busy(cluster: FakeCluster) -> FakeCluster:
     nodes["memx-01"].jobs.append("wsjob-a")
     nodes["swarmx-01"].used = 1
     nodes["swarmx-01"].jobs.extend(["wsjob-a", "wsjob-b"])
+    nodes["worker-01"].used = 2  # wsjob-a's two input workers
+    nodes["worker-01"].jobs.append("wsjob-a")
     return cluster
 
 
@@ -59,7 +61,9 @@ def test_get_nodes_in_human_units(csctl: Csctl, busy: FakeCluster) -> None:
     assert rows["cs2-01"] == ["cs2-01", "system", "ok", "1/1", "wsjob-a"]
     assert rows["memx-01"] == ["memx-01", "memoryx", "ok", "1.5Gi/16Gi", "wsjob-a"]
     assert rows["swarmx-01"] == ["swarmx-01", "swarmx", "ok", "1/4", "wsjob-a,wsjob-b"]
-    assert len(rows) == 11
+    assert rows["worker-01"] == ["worker-01", "worker", "ok", "2/8", "wsjob-a"]
+    assert rows["worker-02"] == ["worker-02", "worker", "ok", "0/8"]
+    assert len(rows) == 13
 
 
 def test_get_nodes_as_json(csctl: Csctl, busy: FakeCluster) -> None:
@@ -78,6 +82,7 @@ def test_get_nodegroups_counts_and_free_capacity(csctl: Csctl, busy: FakeCluster
         ["system", "4", "2", "1", "1", "0", "1/4"],
         ["memoryx", "4", "4", "0", "0", "0", "62.5Gi/64Gi"],
         ["swarmx", "2", "2", "0", "0", "0", "7/8"],
+        ["worker", "2", "2", "0", "0", "0", "14/16"],
     ]
 
 

@@ -122,3 +122,50 @@ def test_unknown_models_and_optimizers_name_params(params: str, optimizer: str, 
         plan_replicas(spec(params=params, optimizer=optimizer), default_pool())
     assert raised.value.field == "params"
     assert says in raised.value.message
+
+
+def data_set_spec(num_csx: int, per_csx: int = 1, section: str = "train_input") -> JobSpec:
+    params = (
+        f"{MLP}{section}:\n  data_dir: /data/mnist\nrunconfig:\n  num_workers_per_csx: {per_csx}\n"
+    )
+    return spec(num_csx, params=params)
+
+
+@pytest.mark.parametrize(("num_csx", "per_csx"), [(1, 1), (2, 3), (4, 4)])
+def test_a_job_that_reads_a_data_set_has_num_workers_per_csx_input_workers_per_cs2(
+    num_csx: int, per_csx: int
+) -> None:
+    plan = plan_replicas(data_set_spec(num_csx, per_csx), default_pool())
+
+    assert plan.groups[-1] == ReplicaGroup(Role.WORKER, num_csx * per_csx, demand=1)
+    names = [name for name, role, _ in plan.replica_names() if role is Role.WORKER]
+    assert names == [f"worker-{k}" for k in range(num_csx * per_csx)]
+
+
+def test_eval_input_data_dir_alone_gives_input_workers_too() -> None:
+    plan = plan_replicas(data_set_spec(2, section="eval_input"), default_pool())
+
+    assert counts(plan)[Role.WORKER] == 2
+
+
+def test_a_synthetic_job_has_no_input_workers_and_its_shape_is_unchanged() -> None:
+    plan = plan_replicas(spec(2), default_pool())
+
+    assert Role.WORKER not in counts(plan)
+    assert [role for role, _, _ in plan.shape] == ["chief", "cs2", "memoryx", "swarmx"]
+
+
+def test_more_input_workers_than_worker_slots_is_insufficient_capacity() -> None:
+    with pytest.raises(InsufficientCapacity) as raised:
+        plan_replicas(data_set_spec(4, 5), default_pool())  # 20 workers, 2 nodes x 8 slots
+
+    assert raised.value.field == "params"
+    assert "20 input workers" in raised.value.message and "16 slots" in raised.value.message
+
+
+def test_a_pool_without_worker_nodes_refuses_a_data_set_job_naming_num_csx() -> None:
+    with pytest.raises(InsufficientCapacity) as raised:
+        plan_replicas(data_set_spec(1), pool())
+
+    assert raised.value.field == "num_csx"
+    assert plan_replicas(spec(1), pool()).shape == plan_replicas(spec(1), default_pool()).shape

@@ -22,11 +22,13 @@ def pool(
     swarmx: tuple[int, ...] = (4,),
     used: Mapping[str, int] | None = None,
     states: Mapping[str, NodeState] | None = None,
+    workers: tuple[int, ...] = (),
 ) -> list[NodeUsage]:
     nodes = (
         [Node(f"cs2-{i:02d}", NodeKind.SYSTEM, 1) for i in range(1, systems + 1)]
         + [Node(f"memx-{i:02d}", NodeKind.MEMORYX, c) for i, c in enumerate(memx, 1)]
         + [Node(f"swarmx-{i:02d}", NodeKind.SWARMX, c) for i, c in enumerate(swarmx, 1)]
+        + [Node(f"worker-{i:02d}", NodeKind.WORKER, c) for i, c in enumerate(workers, 1)]
     )
     used, states = used or {}, states or {}
     return [
@@ -46,6 +48,7 @@ def job(
     memx_bytes: int = GIB,
     memx_count: int = 1,
     ports: int | None = None,
+    workers: int = 0,
 ) -> QueuedJob:
     plan = ReplicaPlan(
         groups=(
@@ -53,7 +56,8 @@ def job(
             ReplicaGroup(Role.CS2, systems, demand=1),
             ReplicaGroup(Role.MEMORYX, memx_count, demand=memx_bytes),
             ReplicaGroup(Role.SWARMX, 1, demand=systems if ports is None else ports),
-        ),
+        )
+        + ((ReplicaGroup(Role.WORKER, workers, demand=1),) if workers else ()),
         model_bytes=memx_bytes * memx_count,
     )
     return QueuedJob(job_id, priority, at, plan)
@@ -214,3 +218,31 @@ def test_the_snapshot_is_not_modified() -> None:
     admit(queue, nodes)
 
     assert (nodes, queue) == before
+
+
+def test_input_workers_take_slots_on_the_worker_node_with_the_most_room() -> None:
+    nodes = pool(workers=(4, 4), used={"worker-01": 1})
+
+    result = admit([job("a", 2, workers=4)], nodes)
+
+    # 3 and 4 slots free: each worker goes where most are left (the lower name among equals).
+    assert placed(result, "a", Role.WORKER) == ["worker-02", "worker-01", "worker-02", "worker-01"]
+    [decision] = result.admitted
+    assert {p.amount for p in decision.placements if p.role is Role.WORKER} == {1}
+
+
+def test_a_job_waits_for_input_worker_slots_saying_so() -> None:
+    nodes = pool(workers=(4, 4), used={"worker-01": 3, "worker-02": 4})
+
+    result = admit([job("a", 2, workers=2), job("b", 1)], nodes)
+
+    assert admitted(result) == ["b"]
+    assert result.pending["a"] == "needs 2 worker-node x 1 slot, room for 1"
+
+
+def test_input_workers_are_not_placed_on_a_worker_node_out_of_service() -> None:
+    nodes = pool(workers=(8, 8), states={"worker-01": NodeState.DRAIN})
+
+    result = admit([job("a", 1, workers=2)], nodes)
+
+    assert placed(result, "a", Role.WORKER) == ["worker-02", "worker-02"]

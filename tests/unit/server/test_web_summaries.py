@@ -15,17 +15,17 @@ from appliance.server.web.summaries import amount, curves_response, kind_totals,
 
 
 def test_totals_by_kind() -> None:
-    pool = default_pool()  # cs2-01..04, memx-01..04 (16 GiB), swarmx-01..02 (4 ports)
+    pool = default_pool()  # cs2-01..04, memx-01..04 (16 GiB), swarmx-01..02, worker-01..02
     states = {"cs2-02": NodeState.DRAIN, "cs2-03": NodeState.MAINTENANCE,
               "cs2-04": NodeState.DRAIN, "memx-04": NodeState.ERROR}  # fmt: skip
-    used = {"cs2-01": 1, "cs2-04": 1, "memx-01": 3 << 29, "swarmx-01": 2}
+    used = {"cs2-01": 1, "cs2-04": 1, "memx-01": 3 << 29, "swarmx-01": 2, "worker-02": 1}
     usage = [
         NodeUsage(
             dataclasses.replace(n, state=states.get(n.name, NodeState.OK)), used.get(n.name, 0)
         )
         for n in pool
     ]
-    systems, memoryx, swarmx = kind_totals(usage)
+    systems, memoryx, swarmx, workers = kind_totals(usage)
     assert systems == {
         "kind": "system", "name": "CS-2 systems", "nodes": 4, "busy": 2, "free": 0, "out": 2,
         "out_states": "1 drain, 1 maintenance", "in_use": "2 of 4",
@@ -33,6 +33,8 @@ def test_totals_by_kind() -> None:
     assert (memoryx["busy"], memoryx["free"], memoryx["out"]) == (1, 2, 1)
     assert memoryx["in_use"] == "1.5 GiB of 64 GiB"
     assert (swarmx["busy"], swarmx["free"], swarmx["in_use"]) == (1, 1, "2 ports of 8 ports")
+    assert (workers["name"], workers["busy"], workers["free"]) == ("Input-worker nodes", 1, 1)
+    assert workers["in_use"] == "1 slot of 16 slots"
 
 
 def test_amounts_in_each_kinds_unit() -> None:
@@ -40,6 +42,7 @@ def test_amounts_in_each_kinds_unit() -> None:
     assert amount(NodeKind.MEMORYX, 16 << 30) == "16 GiB"
     assert amount(NodeKind.MEMORYX, 5 << 20) == "5 MiB"
     assert amount(NodeKind.SWARMX, 1) == "1 port"
+    assert amount(NodeKind.WORKER, 8) == "8 slots"
     assert amount(NodeKind.SYSTEM, 3) == "3"
 
 
