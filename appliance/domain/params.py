@@ -155,6 +155,16 @@ DATA_PROCESSORS: dict[str, tuple[str, ...]] = {
     "gpt2": ("GptHDF5DataProcessor",),
 }
 MAX_WORKERS_PER_CSX = 8
+_SECTIONS_BY_MODE = {
+    "train": ("train_input",),
+    "eval": ("eval_input",),
+    "train_and_eval": ("train_input", "eval_input"),
+}
+
+
+def input_sections(mode: str) -> tuple[str, ...]:
+    """The input sections a job of `mode` reads batches from (none for compile)."""
+    return _SECTIONS_BY_MODE.get(mode, ())
 
 
 def _check_processor(value: str) -> str:
@@ -332,14 +342,15 @@ class Params(_Section):
                 )
         return self
 
-    @property
-    def reads_data_set(self) -> bool:
-        """Whether the job reads a data set (and so has input workers): a data_dir is given."""
-        return bool(self.train_input.data_dir or self.eval_input.data_dir)
+    def sections_read(self, mode: str) -> tuple[str, ...]:
+        """The input sections whose data set a job of `mode` reads (those with a data_dir):
+        training reads train_input's, evaluation eval_input's, as the Model Zoo's run.py does
+        (a `--mode train` job never opens eval_input.data_dir)."""
+        return tuple(s for s in input_sections(mode) if getattr(self, s).data_dir)
 
-    def input_workers(self, num_csx: int) -> int:
-        """How many input workers the job has on `num_csx` CS-2s (0: synthetic data)."""
-        return num_csx * self.runconfig.num_workers_per_csx if self.reads_data_set else 0
+    def input_workers(self, num_csx: int, mode: str) -> int:
+        """How many input workers a job of `mode` on `num_csx` CS-2s has (0: synthetic data)."""
+        return num_csx * self.runconfig.num_workers_per_csx if self.sections_read(mode) else 0
 
     def model_digest(self) -> str:
         """sha256 of the `model` section: equal digests mean checkpoint-compatible shapes."""

@@ -100,7 +100,7 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
         ReplicaGroup(Role.MEMORYX, memx_count, demand=per_memx),
         ReplicaGroup(Role.SWARMX, swarm_count, demand=per_swarm),
     )
-    workers = parse_params(spec.params).input_workers(spec.num_csx)
+    workers = parse_params(spec.params).input_workers(spec.num_csx, spec.mode)
     if workers:
         slots = sum(n.capacity for n in pool if n.kind is NodeKind.WORKER)
         if workers > slots:

@@ -23,11 +23,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from appliance.domain.auth import Principal
+from appliance.domain.params import input_sections
 from appliance.domain.spec import JobSpec, with_data_dirs
 from appliance.safe_paths import check_data_dir
 from appliance.services.model_dirs import ModelDirs, usable
-
-INPUT_SECTIONS = ("train_input", "eval_input")
 
 
 class DataDirs:
@@ -42,9 +41,10 @@ class DataDirs:
 
     @staticmethod
     def named(spec: JobSpec) -> list[tuple[str, str]]:
-        """(section, data_dir) of each input section of the job that names a data set."""
+        """(section, data_dir) of each input section the job's mode reads that names a data
+        set (a `--mode train` job never opens eval_input.data_dir: it is not checked)."""
         found = []
-        for section in INPUT_SECTIONS:
+        for section in input_sections(spec.mode):
             part = spec.params.get(section)
             if isinstance(part, Mapping) and isinstance(part.get("data_dir"), str):
                 found.append((section, part["data_dir"]))

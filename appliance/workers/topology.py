@@ -104,8 +104,8 @@ class JobLayout:
     def feeds(self, training: bool) -> bool:
         """Whether training (or evaluation) batches come from input workers: the section has
         a data_dir (the job then has workers); else the CS-2s make synthetic ones."""
-        section = self.params.train_input if training else self.params.eval_input
-        return bool(self.workers and section.data_dir)
+        section = "train_input" if training else "eval_input"
+        return bool(self.workers) and section in self.params.sections_read(self.mode)
 
 
 def weight_order(num_units: int) -> list[int]:
@@ -143,11 +143,11 @@ def job_layout(topology: control_pb2.Topology) -> JobLayout:
         model = build_model(typed)
     except InvalidSpec as err:
         raise ValueError(err.message) from None
-    workers = typed.input_workers(topology.num_csx)
+    workers = typed.input_workers(topology.num_csx, _MODES[topology.mode])
     if len(by_role["worker"]) != workers:
         raise ValueError(
             f"topology lists {len(by_role['worker'])} input workers but the params need "
-            f"{workers} (num_workers_per_csx per CS-2 when a data_dir is given)"
+            f"{workers} (num_workers_per_csx per CS-2 when the mode reads a data_dir)"
         )
     return JobLayout(
         job_id=topology.job_id,

@@ -53,8 +53,12 @@ def test_the_workshops_command_line_trains_fc_mnist_from_its_model_directory(
     # Each key the emulation does not use: one warning line, on stderr, and only there.
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
     keys = [line.split()[2] for line in warnings]
-    assert "model.mixed_precision" in keys and "eval_input.data_dir" in keys
-    assert len(keys) == len(set(keys)) == 11
+    # The workshop's own loader's seed and image_size; its eval data set is not read in train
+    # mode (as the Model Zoo's run.py does not), so its absence is no error.
+    assert sorted(keys) == sorted(
+        ["model.mixed_precision", *(f"{s}.{k}" for s in ("train_input", "eval_input")
+                                    for k in ("seed", "image_size"))]
+    )  # fmt: skip
     assert "is accepted and not used" not in done.stdout
     # The job's events record them for anyone who looks later.
     events = subprocess.run(

@@ -17,9 +17,11 @@ MLP = "model:\n  name: fc_mnist\n  input_size: 784\n  hidden_sizes: [64]\n  num_
 MLP_PARAMS = 784 * 64 + 64 + 64 * 10 + 10
 
 
-def spec(num_csx: int = 1, optimizer: str = "sgd", params: str = MLP) -> JobSpec:
+def spec(
+    num_csx: int = 1, optimizer: str = "sgd", params: str = MLP, mode: str = "train"
+) -> JobSpec:
     params_yaml = f"{params}optimizer:\n  optimizer_type: {optimizer}\n"
-    return validate_spec(params_yaml=params_yaml, num_csx=num_csx, num_steps=10)
+    return validate_spec(params_yaml=params_yaml, num_csx=num_csx, num_steps=10, mode=mode)
 
 
 def pool(
@@ -124,11 +126,13 @@ def test_unknown_models_and_optimizers_name_params(params: str, optimizer: str, 
     assert says in raised.value.message
 
 
-def data_set_spec(num_csx: int, per_csx: int = 1, section: str = "train_input") -> JobSpec:
+def data_set_spec(
+    num_csx: int, per_csx: int = 1, section: str = "train_input", mode: str = "train"
+) -> JobSpec:
     params = (
         f"{MLP}{section}:\n  data_dir: /data/mnist\nrunconfig:\n  num_workers_per_csx: {per_csx}\n"
     )
-    return spec(num_csx, params=params)
+    return spec(num_csx, params=params, mode=mode)
 
 
 @pytest.mark.parametrize(("num_csx", "per_csx"), [(1, 1), (2, 3), (4, 4)])
@@ -142,10 +146,14 @@ def test_a_job_that_reads_a_data_set_has_num_workers_per_csx_input_workers_per_c
     assert names == [f"worker-{k}" for k in range(num_csx * per_csx)]
 
 
-def test_eval_input_data_dir_alone_gives_input_workers_too() -> None:
-    plan = plan_replicas(data_set_spec(2, section="eval_input"), default_pool())
+@pytest.mark.parametrize(("mode", "workers"), [("eval", 2), ("train_and_eval", 2), ("train", 0)])
+def test_eval_input_data_dir_gives_input_workers_to_the_modes_that_evaluate(
+    mode: str, workers: int
+) -> None:
+    # As the Model Zoo's run.py: a --mode train job never reads eval_input.data_dir.
+    plan = plan_replicas(data_set_spec(2, section="eval_input", mode=mode), default_pool())
 
-    assert counts(plan)[Role.WORKER] == 2
+    assert counts(plan).get(Role.WORKER, 0) == workers
 
 
 def test_a_synthetic_job_has_no_input_workers_and_its_shape_is_unchanged() -> None:

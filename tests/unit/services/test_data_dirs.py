@@ -18,13 +18,15 @@ ALICE = Principal("alice", ("nlp",))
 ADMIN = Principal("root", (), admin=True)
 
 
-def spec(train: str | None = None, evaluate: str | None = None) -> JobSpec:
+def spec(
+    train: str | None = None, evaluate: str | None = None, mode: str = "train_and_eval"
+) -> JobSpec:
     params: dict[str, object] = {"model": {"name": "fc_mnist"}}
     if train is not None:
         params["train_input"] = {"data_dir": train, "batch_size": 8}
     if evaluate is not None:
         params["eval_input"] = {"data_dir": evaluate}
-    return validate_spec(params_yaml=params, num_csx=1, num_steps=5)
+    return validate_spec(params_yaml=params, num_csx=1, num_steps=5, mode=mode)
 
 
 @pytest.fixture
@@ -129,3 +131,18 @@ def test_without_the_shared_filesystem_only_the_path_as_written_is_checked(root:
 def test_a_synthetic_job_is_left_as_it_is(dirs: DataDirs) -> None:
     synthetic = spec()
     assert dirs.place(synthetic, "alice", ALICE) is synthetic
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_only_the_data_set_the_mode_reads_is_checked(
+    dirs: DataDirs, root: Path, mode: str
+) -> None:
+    # As the Model Zoo's run.py: a --mode train job never opens eval_input.data_dir.
+    nowhere, fine = str(root / "no" / "such"), str(root / "root" / "users" / "alice" / "mnist")
+    read, unread = (fine, nowhere) if mode == "train" else (nowhere, fine)
+    dirs.place(spec(train=read, evaluate=unread, mode=mode), "alice", None)  # not refused
+    with pytest.raises(InvalidSpec) as refused:
+        dirs.place(spec(train=unread, evaluate=read, mode=mode), "alice", None)
+    assert (
+        refused.value.field == ("train_input" if mode == "train" else "eval_input") + ".data_dir"
+    )
