@@ -24,7 +24,6 @@ from tests.data_sets import write_digits
 from tests.integration.test_workers import run_job
 from tests.model_specs import with_
 
-pytest.importorskip("sklearn.datasets")
 
 
 def digits_params(root: Path, **runconfig: Any) -> dict[str, Any]:
