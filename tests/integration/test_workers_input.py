@@ -25,7 +25,6 @@ from tests.integration.test_workers import run_job
 from tests.model_specs import with_
 
 
-
 def digits_params(root: Path, **runconfig: Any) -> dict[str, Any]:
     train, evaluation = write_digits(root)  # 1,438 training and 359 evaluation images
     return {
