@@ -155,6 +155,7 @@ DATA_PROCESSORS: dict[str, tuple[str, ...]] = {
     "gpt2": ("GptHDF5DataProcessor",),
 }
 MAX_WORKERS_PER_CSX = 8
+DEFAULT_EVAL_BATCHES = 4
 _SECTIONS_BY_MODE = {
     "train": ("train_input",),
     "eval": ("eval_input",),
@@ -186,8 +187,9 @@ class InputSection(_Section):
 
     batch_size: Annotated[int, Field(gt=0, le=1 << 16)] = 32
     max_sequence_length: Annotated[int, Field(gt=1, le=1 << 16)] | None = None
-    # Evaluation only: how many batches one evaluation runs over.
-    num_batches: Annotated[int, Field(gt=0, le=1 << 16)] = 4
+    # Evaluation only: how many batches one evaluation runs over (None: one pass over the data
+    # set when a data_dir is given, else DEFAULT_EVAL_BATCHES synthetic ones).
+    num_batches: Annotated[int, Field(gt=0, le=1 << 16)] | None = None
     # The data set: a directory of files in the processor's format (the model's default
     # processor when none is named).
     data_dir: AbsolutePath | None = None

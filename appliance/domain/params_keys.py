@@ -98,7 +98,10 @@ def _input_keys(section: str) -> list[KnownKey]:
             f"{section}.max_sequence_length",
             "gpt2: tokens per sequence (default model.max_position_embeddings)",
         ),
-        _used(f"{section}.num_batches", "batches one evaluation runs over (default 4)"),
+        _used(
+            f"{section}.num_batches",
+            "batches one evaluation runs over (default: one pass over eval_input's data set, else 4)",
+        ),
         _used(
             f"{section}.data_dir",
             "the data set the input workers read (none: synthetic data, or the shipped text "

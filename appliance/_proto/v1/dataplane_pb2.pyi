@@ -557,3 +557,40 @@ class BatchChunk(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BatchChunk: _TypeAlias = BatchChunk  # noqa: Y015
+
+@_typing.final
+class DescribeEvalSetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeEvalSetRequest: _TypeAlias = DescribeEvalSetRequest  # noqa: Y015
+
+@_typing.final
+class EvalSetDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NUM_SAMPLES_FIELD_NUMBER: _builtins.int
+    BATCHES_PER_EPOCH_FIELD_NUMBER: _builtins.int
+    num_samples: _builtins.int
+    batches_per_epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        num_samples: _builtins.int = ...,
+        batches_per_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches_per_epoch", b"batches_per_epoch", "num_samples", b"num_samples"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvalSetDescription: _TypeAlias = EvalSetDescription  # noqa: Y015

@@ -535,6 +535,11 @@ class InputFeedStub:
                 request_serializer=appliance_dot_v1_dot_dataplane__pb2.EvalBatchRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_dataplane__pb2.BatchChunk.FromString,
                 _registered_method=True)
+        self.DescribeEvalSet = channel.unary_unary(
+                '/appliance.v1.InputFeed/DescribeEvalSet',
+                request_serializer=appliance_dot_v1_dot_dataplane__pb2.DescribeEvalSetRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_dataplane__pb2.EvalSetDescription.FromString,
+                _registered_method=True)
 
 
 class InputFeedServicer:
@@ -561,6 +566,14 @@ class InputFeedServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeEvalSet(self, request, context):
+        """How many evaluation batches one pass over eval_input's data set makes (what an
+        evaluation reads when eval_input.num_batches is not given).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InputFeedServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -573,6 +586,11 @@ def add_InputFeedServicer_to_server(servicer, server):
                     servicer.StreamEvalBatch,
                     request_deserializer=appliance_dot_v1_dot_dataplane__pb2.EvalBatchRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_dataplane__pb2.BatchChunk.SerializeToString,
+            ),
+            'DescribeEvalSet': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeEvalSet,
+                    request_deserializer=appliance_dot_v1_dot_dataplane__pb2.DescribeEvalSetRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_dataplane__pb2.EvalSetDescription.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -634,6 +652,33 @@ class InputFeed:
             '/appliance.v1.InputFeed/StreamEvalBatch',
             appliance_dot_v1_dot_dataplane__pb2.EvalBatchRequest.SerializeToString,
             appliance_dot_v1_dot_dataplane__pb2.BatchChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeEvalSet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.InputFeed/DescribeEvalSet',
+            appliance_dot_v1_dot_dataplane__pb2.DescribeEvalSetRequest.SerializeToString,
+            appliance_dot_v1_dot_dataplane__pb2.EvalSetDescription.FromString,
             options,
             channel_credentials,
             insecure,

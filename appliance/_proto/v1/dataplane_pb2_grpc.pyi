@@ -243,6 +243,10 @@ class InputFeedStub:
     """The CS-2's shard of evaluation batch `index` (eval_input's data set, in order unless
     eval_input.shuffle).
     """
+    DescribeEvalSet: _grpc.UnaryUnaryMultiCallable[_dataplane_pb2.DescribeEvalSetRequest, _dataplane_pb2.EvalSetDescription]
+    """How many evaluation batches one pass over eval_input's data set makes (what an
+    evaluation reads when eval_input.num_batches is not given).
+    """
 
 @_typing.type_check_only
 class InputFeedAsyncStub(InputFeedStub):
@@ -261,6 +265,10 @@ class InputFeedAsyncStub(InputFeedStub):
     StreamEvalBatch: _aio.UnaryStreamMultiCallable[_dataplane_pb2.EvalBatchRequest, _dataplane_pb2.BatchChunk]  # type: ignore[assignment]
     """The CS-2's shard of evaluation batch `index` (eval_input's data set, in order unless
     eval_input.shuffle).
+    """
+    DescribeEvalSet: _aio.UnaryUnaryMultiCallable[_dataplane_pb2.DescribeEvalSetRequest, _dataplane_pb2.EvalSetDescription]  # type: ignore[assignment]
+    """How many evaluation batches one pass over eval_input's data set makes (what an
+    evaluation reads when eval_input.num_batches is not given).
     """
 
 class InputFeedServicer(metaclass=_abc_1.ABCMeta):
@@ -289,6 +297,16 @@ class InputFeedServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_dataplane_pb2.BatchChunk], _abc.AsyncIterator[_dataplane_pb2.BatchChunk]]:
         """The CS-2's shard of evaluation batch `index` (eval_input's data set, in order unless
         eval_input.shuffle).
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeEvalSet(
+        self,
+        request: _dataplane_pb2.DescribeEvalSetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dataplane_pb2.EvalSetDescription, _abc.Awaitable[_dataplane_pb2.EvalSetDescription]]:
+        """How many evaluation batches one pass over eval_input's data set makes (what an
+        evaluation reads when eval_input.num_batches is not given).
         """
 
 def add_InputFeedServicer_to_server(servicer: InputFeedServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

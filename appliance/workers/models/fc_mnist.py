@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from appliance.domain.model_shapes import fc_layer_shapes
-from appliance.domain.params import FcMnistModel, Params, parse_params
+from appliance.domain.params import DEFAULT_EVAL_BATCHES, FcMnistModel, Params, parse_params
 from appliance.workers.models.model import Array, Batch, HeadOutput, Labels, Tensors
 
 __all__ = ["Array", "FcMnist", "Labels", "TrainingConfig", "training_config"]
@@ -145,7 +145,7 @@ class FcMnist:
     def __init__(self, params: Params) -> None:
         self.config = training_config(params)
         self.eval_batch_size = params.eval_input.batch_size
-        self.num_eval_batches = params.eval_input.num_batches
+        self.num_eval_batches = params.eval_input.num_batches or DEFAULT_EVAL_BATCHES
 
     @property
     def num_units(self) -> int:

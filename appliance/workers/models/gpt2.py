@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from appliance.domain.model_shapes import gpt2_unit_shapes
-from appliance.domain.params import Gpt2Model, Params
+from appliance.domain.params import DEFAULT_EVAL_BATCHES, Gpt2Model, Params
 from appliance.workers.models import gpt2_layers as nn
 from appliance.workers.models.model import Array, Batch, HeadOutput, Labels, Tensors
 from appliance.workers.models.text_corpus import TextCorpus, load_corpus
@@ -35,7 +35,7 @@ class Gpt2:
         self.seed = params.runconfig.seed
         self.batch_size = params.train_input.batch_size
         self.eval_batch_size = params.eval_input.batch_size
-        self.num_eval_batches = params.eval_input.num_batches
+        self.num_eval_batches = params.eval_input.num_batches or DEFAULT_EVAL_BATCHES
         self.sequence_length = (
             params.train_input.max_sequence_length or self.config.max_position_embeddings
         )

@@ -178,6 +178,14 @@ class InputWorkerRole(dataplane_pb2_grpc.InputFeedServicer):
             yield chunk
         self.batches_sent += 1
 
+    async def DescribeEvalSet(
+        self, request: pb.DescribeEvalSetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EvalSetDescription:
+        source = await self._source("eval_input", context)
+        return pb.EvalSetDescription(
+            num_samples=len(source.data_set), batches_per_epoch=source.order.batches_per_epoch
+        )
+
     async def _source(self, section: str, context: grpc.aio.ServicerContext) -> DataSource:
         """The section's data source, once open (they open after Configure)."""
         await self._opened.wait()

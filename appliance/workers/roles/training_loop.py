@@ -81,6 +81,7 @@ class TrainingLoop:
         self._evaluation: dict[str, float] = {}
         self._evaluated_at: int | None = None
         self._eval_samples = 0  # how many samples the newest evaluation covered
+        self._eval_set_batches: int | None = None  # one pass over eval_input's data set
 
     async def run(self) -> dict[str, Any] | None:
         """Run the job; returns its final metrics, or None if the coordinator said stop."""
@@ -98,8 +99,7 @@ class TrainingLoop:
         step = self.start_step
         metrics: dict[str, Any] = {"step": step, "loss": None}
         if layout.mode == "eval":
-            batches = runconfig.eval_steps or layout.model.num_eval_batches
-            metrics.update(await self._evaluate(step, batches))
+            metrics.update(await self._evaluate(step, runconfig.eval_steps))
             metrics["eval_samples"] = self._eval_samples
             log.info("evaluated %d samples of the weights at step %d", self._eval_samples, step)
             await self._report(step, metrics["eval_loss"], 0.0, final=True)
@@ -167,20 +167,31 @@ class TrainingLoop:
                 )
         self._input_position = checkpoints.DataPosition(after.epoch, after.offset, after.seed)
 
+    async def _eval_batches(self) -> int:
+        """Batches of one evaluation when eval_input.num_batches is not given: one pass over
+        the data set (as the Model Zoo's evaluation reads its whole loader), asked of the input
+        workers once; else the synthetic default."""
+        if self.params.eval_input.num_batches is None and self.layout.feeds(training=False):
+            if self._eval_set_batches is None:
+                self._eval_set_batches = await self.calls.eval_set_batches()
+            return self._eval_set_batches
+        return self.layout.model.num_eval_batches
+
     async def _evaluate(self, version: int, batches: int | None = None) -> dict[str, float]:
-        """Loss and accuracy over `batches` evaluation batches (eval_input's num_batches) with
-        the weights at `version`."""
-        loss_sum, correct, predictions = 0.0, 0, 0
-        count = self.layout.model.num_eval_batches if batches is None else batches
+        """Loss and accuracy over `batches` evaluation batches (eval_input's num_batches; else
+        one pass over its data set, or the synthetic default) with the weights at `version`."""
+        loss_sum, correct, predictions, samples = 0.0, 0, 0, 0
+        count = await self._eval_batches() if batches is None else batches
         for index in range(count):
             results = await self.calls.run_step(version, evaluate=True, eval_batch=index)
             loss_sum += math.fsum(r.loss_sum for r in results)
             correct += sum(r.num_correct for r in results)
             predictions += sum(r.num_predictions for r in results)
+            samples += sum(r.num_samples for r in results)
         evaluation = {"eval_loss": loss_sum / predictions, "eval_accuracy": correct / predictions}
         log.info("evaluation at step %d: %s", version, evaluation)
         self._evaluation, self._evaluated_at = evaluation, version
-        self._eval_samples = count * self.params.eval_input.batch_size
+        self._eval_samples = samples
         if self.summaries:
             self.summaries.record(version, evaluation)
         return evaluation

@@ -106,6 +106,20 @@ class PeerCalls:
         layers = range(self.layout.model.num_units)
         return dict(zip(layers, await asyncio.gather(*(fetch(i) for i in layers)), strict=True))
 
+    async def eval_set_batches(self) -> int:
+        """The batches of one pass over eval_input's data set, as its input workers read it."""
+        first = self.layout.workers[0]
+        stub = dataplane_pb2_grpc.InputFeedStub(self._channel(first))
+        try:
+            described = await stub.DescribeEvalSet(
+                pb.DescribeEvalSetRequest(),
+                timeout=self._timeout,
+                metadata=self._channels.metadata,
+            )
+        except grpc.aio.AioRpcError as err:
+            raise _failure(first, "describing the evaluation set", err, self._timeout) from err
+        return int(described.batches_per_epoch)
+
     async def shutdown(self, chief: str, reason: str) -> None:
         """Best effort: ask every other replica to exit 0."""
 

@@ -41,8 +41,9 @@ def workshop_params(train: Path, evaluation: Path) -> dict[str, Any]:
     """The workshop's params as written, with its data dirs pointing at the digits."""
     params: dict[str, Any] = yaml.safe_load(WORKSHOP.read_text())
     params["train_input"]["data_dir"] = str(train)
-    # All 359 held-out digits in one evaluation: two full batches and a short last one.
-    params["eval_input"].update(data_dir=str(evaluation), drop_last_batch=False, num_batches=3)
+    # No num_batches: an evaluation is one pass over the eval set, as the Model Zoo's; all 359
+    # held-out digits in two full batches and a short last one.
+    params["eval_input"].update(data_dir=str(evaluation), drop_last_batch=False)
     return params
 
 
@@ -60,6 +61,7 @@ def test_the_workshops_params_learn_real_digits_through_the_appliance(
     print(f"workshop params on the digits: step {progress.step}, eval accuracy "
           f"{progress.eval_accuracy:.4f}, eval loss {progress.eval_loss:.4f}")  # fmt: skip
     assert progress.step == 1000 and progress.eval_accuracy >= 0.95
+    assert progress.eval_samples == 359
     workers = sorted(r.name for r in replicas if r.name.startswith("worker-"))
     assert workers == ["worker-0", "worker-1"]  # one per CS-2 (num_workers_per_csx: 1)
     assert {r.node for r in replicas if r.name in workers} <= {"worker-01", "worker-02"}
