@@ -33,18 +33,9 @@ from pydantic_core import PydanticCustomError
 
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params_keys import screen
+from appliance.domain.params_sentences import sentence_of, shown
 
 MAX_SIZE = 1 << 20
-
-
-# The most of a refused value an error sentence shows.
-_MAX_SHOWN = 80
-
-
-def _shown(value: Any) -> str:
-    """`value` as the error shows it: its repr, cut (a list of 8,000 schedulers was echoed)."""
-    text = repr(value)
-    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
 
 def _check_size(value: int) -> int:
@@ -88,7 +79,7 @@ def _spell(data: Any, key: str, fields: tuple[str, ...], section: str) -> Any:
     value = data[key]
     if not isinstance(value, list | tuple) or len(value) != len(fields):
         raise ValueError(
-            f"{section}.{key} must be a list of {len(fields)} numbers, got {_shown(value)}"
+            f"{section}.{key} must be a list of {len(fields)} numbers, got {shown(value)}"
         )
     return {**{k: v for k, v in data.items() if k != key}, **dict(zip(fields, value, strict=True))}
 
@@ -115,7 +106,7 @@ class FcMnistModel(_Section):
         for key, value in (("depth", depth), ("hidden_size", width)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1024:
                 raise ValueError(
-                    f"model.{key} must be an integer from 1 to 1024, got {_shown(value)}"
+                    f"model.{key} must be an integer from 1 to 1024, got {shown(value)}"
                 )
         rest = {k: v for k, v in data.items() if k not in ("depth", "hidden_size")}
         return {**rest, "hidden_sizes": [width] * depth}
@@ -371,7 +362,7 @@ def parse_params(params: Mapping[str, Any]) -> Params:
     name = model.get("name", "fc_mnist")
     if name not in MODEL_NAMES:
         raise InvalidSpec(
-            f"params: model.name {_shown(name)} is not known; use one of {', '.join(MODEL_NAMES)}",
+            f"params: model.name {shown(name)} is not known; use one of {', '.join(MODEL_NAMES)}",
             field="params",
         )
     screened = screen({k: v for k, v in sections.items() if isinstance(v, Mapping)}, name)
@@ -380,42 +371,8 @@ def parse_params(params: Mapping[str, Any]) -> Params:
     try:
         typed_model = model_type.model_validate(kept.get("model", {}))
     except pydantic.ValidationError as err:
-        raise InvalidSpec(_sentence(err, "model"), field="params") from None
+        raise InvalidSpec(sentence_of(err, "model"), field="params") from None
     try:
         return Params.model_validate({**kept, "model": typed_model})
     except pydantic.ValidationError as err:
-        raise InvalidSpec(_sentence(err, ""), field="params") from None
-
-
-def _sentence(err: pydantic.ValidationError, prefix: str) -> str:
-    """The first error as "params: <key path> <what is wrong>, got <value>"."""
-    first = err.errors(include_url=False)[0]
-    parts = [prefix] if prefix else []
-    parts += [str(p) for p in first["loc"] if not str(p).startswith(("function-", "tagged-"))]
-    path = ".".join(parts)
-    kind, context, value = first["type"], first.get("ctx") or {}, first.get("input")
-    if kind == "extra_forbidden":
-        return f"params: unknown key {path}; check the spelling or remove it"
-    if kind == "value_error":
-        return f"params: {context.get('error', first['msg'])}"
-    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<"}
-    if kind in bounds:
-        limit = next(iter(context.values()))
-        return f"params: {path} must be {bounds[kind]} {_number(limit)}, got {_shown(value)}"
-    if kind == "less_than_equal":
-        return f"params: {path} must be <= {context.get('le')}, got {_shown(value)}"
-    if kind == "literal_error":
-        return f"params: {path} {_shown(value)} is not one of {context.get('expected')}"
-    if kind == "size_range":
-        return f"params: {path} {first['msg']}, got {_shown(value)}"
-    if kind == "processor":
-        return f"params: {path} {_shown(value)} {first['msg']}"
-    if kind == "int_parsing":
-        if path[-1:].isdigit():  # an item of a list: name the list
-            return f"params: {path.rsplit('.', 1)[0]} must be integers, got {_shown(value)}"
-        return f"params: {path} must be an integer, got {_shown(value)}"
-    return f"params: {path}: {first['msg'].lower()}, got {_shown(value)}"
-
-
-def _number(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+        raise InvalidSpec(sentence_of(err, ""), field="params") from None
