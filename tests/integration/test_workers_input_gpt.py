@@ -12,9 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import h5py
 import pytest
 
 from appliance._proto.v1 import common_pb2
+from appliance.domain.restarts import EXIT_PEER_FAILED
 from tests.data_sets import write_gpt_text
 from tests.integration.test_workers import run_job
 
@@ -72,3 +74,24 @@ async def test_gpt_learns_held_out_text_from_its_input_workers(tmp_path: Path) -
           f"{last:.4f} at step {last_step}")  # fmt: skip
     # Measured: 3.27 at step 10 (about the unigram entropy of the text), 1.91 at step 300.
     assert last < first - 1.0
+
+
+async def test_a_sample_that_fails_mid_stream_fails_the_worker_and_the_job(
+    tmp_path: Path,
+) -> None:
+    """The shards open fine; the batch of step 3 meets a corrupt sample (a label outside the
+    vocabulary) after steps 0-2 were streamed and trained on."""
+    params = gpt_text_params(tmp_path / "text")
+    params["train_input"].update(batch_size=8, shuffle=False)
+    shard = Path(params["train_input"]["data_dir"]) / "examples_0.h5"  # samples 0-63
+    with h5py.File(shard, "r+") as file:
+        file["data"][26, 2, 5] = 999  # sample 26: in step 3's batch (samples 24-31)
+    async with run_job(tmp_path, 1, 1, 1, 10, params) as job:
+        assert await job.exit_code("worker-0", within=60) == 1, job.logs()
+        # The chief ends as on any peer's failure, with the worker's reason.
+        assert await job.exit_code("chief-0", within=60) == EXIT_PEER_FAILED, job.logs()
+    last = (tmp_path / "logs" / "worker-0.log").read_text().strip().splitlines()[-1]
+    assert last.startswith("DataError: ") and f"{shard}: sample 26 has a label" in last, last
+    reason = (tmp_path / "logs" / "chief-0.log").read_text().strip().splitlines()[-1]
+    assert reason.startswith("step 3 failed on cs2-0: "), reason
+    assert f"cs2-0 step 3: worker-0: DataError: {shard}: sample 26 has a label" in reason, reason
