@@ -29,10 +29,11 @@ from appliance.domain.params import InputSection, Params
 from appliance.workers.data.dataset import DataSet
 from appliance.workers.models.model import Batch
 from appliance.workers.roles import input_worker
+from appliance.workers.roles.cs2_feed import TrainingFeed
 from appliance.workers.roles.input_worker import InputWorkerRole
 from appliance.workers.topology import job_layout
 from appliance.workers.transport.batches import read_batches
-from appliance.workers.transport.channels import CHANNEL_OPTIONS
+from appliance.workers.transport.channels import CHANNEL_OPTIONS, PeerChannels
 from appliance.workers.transport.tensors import CHUNK_BYTES
 from tests.data_sets import write_digits
 
@@ -144,3 +145,31 @@ async def test_a_slow_consumer_holds_the_worker_to_its_prefetch_depth(
     print(f"batches of {batch_bytes} bytes: the worker read at most {most_ahead} batches ahead "
           f"of the consumer ({in_transit} may be in transit, {prefetch} prefetched)")  # fmt: skip
     assert most_ahead <= in_transit + prefetch
+
+
+async def test_a_cs2_takes_a_batch_already_in_without_yielding_its_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CS-2 decodes its next batch ahead (cs2_feed.TrainingFeed): once it is in, the step
+    that wants it gets it at once, without handing the event loop to other work first."""
+    topology = digits_job(tmp_path, 64, prefetch=2)
+    async with serving_worker(topology, monkeypatch) as (role, _, address):
+        for peer in topology.peers:
+            peer.address = address
+        channels = PeerChannels("")
+        feed = TrainingFeed(job_layout(topology), 0, 0, channels)  # cs2-0 from step 0
+        try:
+            for step in range(5):
+                # The worker sent the step's batch (and the next); the CS-2 decoded it.
+                queues = list(getattr(feed, "_ready", {}).values())
+                await poll(
+                    lambda s=step, q=queues: role.batches_sent > s + 1 and all(r.full() for r in q)
+                )
+                taking = feed.batch(step)
+                with pytest.raises(StopIteration) as taken:
+                    taking.send(None)  # it finishes without suspending
+                fed = taken.value.value
+                assert fed.step == step and fed.batch.num_samples == 64
+        finally:
+            feed.cancel()
+            await channels.close()
