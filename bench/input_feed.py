@@ -44,7 +44,7 @@ from tests.data_sets import write_digits, write_gpt_text
 
 GOAL_SHARE = 0.05
 WAIT_LINE = re.compile(r"(cs2-\d+) INFO .*input wait: (\{.*\})")
-STEPS = {"fc_mnist": 600, "gpt2": 150}
+STEPS = {"fc_mnist": 600, "gpt2": 600}
 FC_MNIST = {
     "model": {"name": "fc_mnist", "input_size": 784, "hidden_sizes": [256, 256],
               "num_classes": 10},
