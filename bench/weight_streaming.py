@@ -47,6 +47,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from appliance._proto.v1 import common_pb2
 from appliance.domain import model_shapes as models
 from appliance.domain.params import parse_params
 from appliance.workers.models import optimizers
@@ -77,8 +78,11 @@ def single_process_step_seconds(params: dict[str, Any], steps: int) -> float:
     return (time.perf_counter() - started) / steps
 
 
-async def streamed_job(params: dict[str, Any], num_csx: int, steps: int) -> dict[str, Any]:
-    """Run one job; its steady step rate (between progress reports) and traffic by role."""
+async def sampled_job(
+    params: dict[str, Any], num_csx: int, steps: int
+) -> tuple[list[common_pb2.Progress], str, list[tuple[int, dict[str, float]]]]:
+    """Run one job to its end: its progress reports, its logs, and its replicas' CPU seconds
+    sampled at each report (sample_cpu)."""
     swarmx = 1 if num_csx <= 2 else 2
     cpu_samples: list[tuple[int, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,8 +96,13 @@ async def streamed_job(params: dict[str, Any], num_csx: int, steps: int) -> dict
             for name in job.processes:
                 await job.exit_code(name, within=30)
             assert code == 0, job.logs()
-            progress = job.fake.progress
-            logs = job.logs()
+            return job.fake.progress, job.logs(), cpu_samples
+
+
+async def streamed_job(params: dict[str, Any], num_csx: int, steps: int) -> dict[str, Any]:
+    """Run one job; its steady step rate (between progress reports) and traffic by role."""
+    swarmx = 1 if num_csx <= 2 else 2
+    progress, logs, cpu_samples = await sampled_job(params, num_csx, steps)
     if len(progress) < 2:
         raise SystemExit(
             f"only {len(progress)} progress report(s) in {steps} steps: use more --steps"

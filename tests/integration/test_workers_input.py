@@ -144,3 +144,28 @@ async def test_a_worker_that_cannot_read_its_data_set_fails_with_the_reason(
         assert await job.exit_code("chief-0", within=60) in (1, EXIT_PEER_FAILED)
     last = (tmp_path / "logs" / "worker-0.log").read_text().strip().splitlines()[-1]
     assert last.startswith("DataError: ") and "train-images-idx3-ubyte" in last, last
+
+
+async def test_samples_per_second_counts_the_samples_of_a_short_last_batch(
+    tmp_path: Path,
+) -> None:
+    """1,438 training images in batches of 1,000 without drop_last_batch: steps of 1,000 and
+    438 samples in turn; the 359 evaluation images in batches of 120, the last of 119."""
+    params = with_(
+        digits_params(tmp_path / "digits"),
+        train_input={"batch_size": 1000, "drop_last_batch": False},
+    )
+    num_steps = 5
+    async with run_job(
+        tmp_path, 2, 1, 1, num_steps, params, mode=common_pb2.MODE_TRAIN_AND_EVAL
+    ) as job:
+        assert await job.exit_code("chief-0", within=60) == 0, job.logs()
+    samples = [1000 if step % 2 == 0 else 438 for step in range(num_steps)]
+    reported = 0
+    for progress in job.fake.progress:
+        assert progress.steps_per_second > 0
+        per_step = sum(samples[reported : progress.step]) / (progress.step - reported)
+        assert progress.samples_per_second / progress.steps_per_second == pytest.approx(per_step)
+        reported = progress.step
+    assert reported == num_steps
+    assert job.fake.progress[-1].eval_samples == 359

@@ -11,6 +11,7 @@ time waited over the time of the training steps).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -26,6 +27,8 @@ from appliance.workers.transport.batches import FedBatch, read_batches
 from appliance.workers.transport.channels import PeerChannels
 
 _LANE = "input"  # a connection of its own: batches never queue behind weights
+# Training batches a CS-2 keeps decoded ahead of its steps, per worker stream.
+READ_AHEAD = 1
 
 
 class FeedError(Exception):
@@ -92,7 +95,14 @@ class CS2Input:
 
 
 class TrainingFeed:
-    """The CS-2's training batches from `first` on, one stream from each of its workers."""
+    """The CS-2's training batches from `first` on, one stream from each of its workers.
+
+    Each stream has a reader task that takes its worker's next batch off the wire and decodes
+    it as soon as the previous one was taken (READ_AHEAD ready, one more decoded at most): the loop
+    does that while the step waits for weights or gradients, so a step whose batch is in finds
+    it ready and does not yield the loop to other work (the previous step's backward pass)
+    before it starts. What the CS-2 waits for (INPUT_WAIT) is then only the batches not in yet.
+    """
 
     def __init__(
         self, layout: JobLayout, cs2_index: int, first: int, channels: PeerChannels
@@ -103,21 +113,33 @@ class TrainingFeed:
         self._calls: dict[
             str, grpc.aio.UnaryStreamCall[pb.TrainingBatchesRequest, pb.BatchChunk]
         ] = {}
-        self._batches: dict[str, AsyncIterator[FedBatch]] = {}
-        for j in range(layout.workers_per_cs2):
+        self._ready: dict[str, asyncio.Queue[FedBatch | FeedError]] = {}
+        self._readers: list[asyncio.Task[None]] = []
+        per_cs2 = layout.workers_per_cs2
+        for j in range(per_cs2):
             worker = layout.worker_of_step(cs2_index, first + j)
             stub = dataplane_pb2_grpc.InputFeedStub(channels.get(worker.address, _LANE))
             call = stub.StreamTrainingBatches(request, metadata=channels.metadata)
             self._calls[worker.name] = call
-            self._batches[worker.name] = read_batches(_chunks(call))
+            ready: asyncio.Queue[FedBatch | FeedError] = asyncio.Queue(READ_AHEAD)
+            self._ready[worker.name] = ready
+            steps = range(first + j, layout.num_steps, per_cs2)
+            batches = read_batches(_chunks(call))
+            self._readers.append(asyncio.create_task(_read_ahead(worker, batches, steps, ready)))
 
     async def batch(self, step: int) -> FedBatch:
         """Step `step`'s batch (shard); raises FeedError if its worker failed."""
         worker = self._layout.worker_of_step(self._index, step)
+        ready = self._ready[worker.name]
         TRACE.mark("cs2_batch_wanted", step)
         started = time.perf_counter()
-        fed = await _next(worker, self._batches[worker.name], step)
+        fed = ready.get_nowait() if not ready.empty() else await ready.get()
         INPUT_WAIT.wait_seconds += time.perf_counter() - started
+        if isinstance(fed, FeedError):
+            ready.put_nowait(fed)  # the stream is over: whoever asks next hears why too
+            raise fed
+        if fed.step != step:  # asked out of order: not the next step this worker serves
+            raise FeedError(grpc.StatusCode.INTERNAL, f"{worker.name} has step {fed.step} next")
         INPUT_WAIT.batches += 1
         TRACE.mark("cs2_batch_in", step)
         return fed
@@ -125,6 +147,25 @@ class TrainingFeed:
     def cancel(self) -> None:
         for call in self._calls.values():
             call.cancel()
+        for reader in self._readers:
+            reader.cancel()
+
+
+async def _read_ahead(
+    worker: PeerAddress,
+    batches: AsyncIterator[FedBatch],
+    steps: range,
+    ready: asyncio.Queue[FedBatch | FeedError],
+) -> None:
+    """Put each of `steps`' batches from `batches` into `ready` as it comes (in step order),
+    or the FeedError that ended the stream."""
+    for step in steps:
+        try:
+            fed = await _next(worker, batches, step)
+        except FeedError as err:
+            await ready.put(err)
+            return
+        await ready.put(fed)
 
 
 async def eval_batch(

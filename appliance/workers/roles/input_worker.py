@@ -193,23 +193,22 @@ class InputWorkerRole(dataplane_pb2_grpc.InputFeedServicer):
         if self._failure is not None:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"worker-{self.index}: {error_of(self._failure)}",
+                error_of(self._failure),
             )
         if source is None:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"worker-{self.index} reads no data set for {section} (no data_dir)",
+                f"no data set for {section} (no data_dir)",
             )
         assert source is not None
         return source
 
     async def _abort(self, err: Exception, context: grpc.aio.ServicerContext) -> None:
-        """Fail the worker with `err` (its last error line) and abort the call with it."""
+        """Fail the worker with `err` (its last error line) and abort the call with it (the CS-2
+        names the worker: its reason reads `worker-k: DataError: <file>: ...`)."""
         log.error("reading failed: %s", err, exc_info=err)
         self._fail(err)
-        await context.abort(
-            grpc.StatusCode.FAILED_PRECONDITION, f"worker-{self.index}: {error_of(err)}"
-        )
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, error_of(err))
 
     def _fail(self, err: BaseException) -> None:
         if self._failure is None:

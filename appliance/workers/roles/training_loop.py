@@ -48,10 +48,11 @@ PROGRESS_INTERVAL = 0.5
 
 @dataclasses.dataclass
 class _Rate:
-    """Steps since the last report, for steps/s and samples/s."""
+    """Where the last report (or summary) was: for steps/s and samples/s since it."""
 
     since: float
     step: int
+    samples: int  # training samples up to `step` (this run's)
 
 
 class TrainingLoop:
@@ -82,6 +83,10 @@ class TrainingLoop:
         self._evaluated_at: int | None = None
         self._eval_samples = 0  # how many samples the newest evaluation covered
         self._eval_set_batches: int | None = None  # one pass over eval_input's data set
+        # Training samples this run has stepped through: a data set's short last batch (no
+        # drop_last_batch) counts what it holds, not batch_size.
+        self._samples = 0
+        self._samples_per_second = 0.0
 
     async def run(self) -> dict[str, Any] | None:
         """Run the job; returns its final metrics, or None if the coordinator said stop."""
@@ -104,8 +109,8 @@ class TrainingLoop:
             log.info("evaluated %d samples of the weights at step %d", self._eval_samples, step)
             await self._report(step, metrics["eval_loss"], 0.0, final=True)
             return metrics
-        rate = _Rate(time.monotonic(), step)
-        last_log = _Rate(time.monotonic(), step)
+        rate = _Rate(time.monotonic(), step, 0)
+        last_log = _Rate(time.monotonic(), step, 0)
         interval = log_interval(runconfig.log_steps, layout.num_steps)
         for step in range(self.start_step, layout.num_steps):
             loss, learning_rate = await self._train_step(step)
@@ -126,8 +131,10 @@ class TrainingLoop:
             # A checkpoint is reported at once: a restart decided meanwhile names it, and
             # preemption weighs the work since it.
             if now - rate.since >= PROGRESS_INTERVAL or final or checkpointed:
-                steps_per_second = (done - rate.step) / max(now - rate.since, 1e-9)
-                rate = _Rate(now, done)
+                elapsed = max(now - rate.since, 1e-9)
+                steps_per_second = (done - rate.step) / elapsed
+                self._samples_per_second = (self._samples - rate.samples) / elapsed
+                rate = _Rate(now, done, self._samples)
                 if not await self._report(done, loss, steps_per_second, final, learning_rate):
                     return None
         await self._checkpoint(layout.num_steps)
@@ -137,6 +144,7 @@ class TrainingLoop:
 
     async def _train_step(self, step: int) -> tuple[float, float]:
         results = await self.calls.run_step(step)
+        self._samples += sum(r.num_samples for r in results)
         if results[0].HasField("position"):
             self._follow_input(step, results[0].position, results[0].next_position)
         loss = math.fsum(r.loss_sum for r in results) / sum(r.num_predictions for r in results)
@@ -191,16 +199,15 @@ class TrainingLoop:
         evaluation = {"eval_loss": loss_sum / predictions, "eval_accuracy": correct / predictions}
         log.info("evaluation at step %d: %s", version, evaluation)
         self._evaluation, self._evaluated_at = evaluation, version
-        self._eval_samples = samples
+        self._eval_samples = samples  # a short last batch counts what it holds
         if self.summaries:
             self.summaries.record(version, evaluation)
         return evaluation
 
     def _summarise(self, done: int, loss: float, learning_rate: float, last: _Rate) -> None:
         now = time.monotonic()
-        samples = (done - last.step) * self.layout.model.batch_size
-        samples_per_second = samples / max(now - last.since, 1e-9)
-        last.since, last.step = now, done
+        samples_per_second = (self._samples - last.samples) / max(now - last.since, 1e-9)
+        last.since, last.step, last.samples = now, done, self._samples
         if self.summaries:
             self.summaries.record(
                 done,
@@ -265,7 +272,7 @@ class TrainingLoop:
             num_steps=done if evaluating else self.layout.num_steps,
             loss=loss,
             steps_per_second=steps_per_second,
-            samples_per_second=steps_per_second * self.layout.model.batch_size,
+            samples_per_second=self._samples_per_second,
             reported_at=time.time(),
             checkpoint_step=self.checkpoint_step,
             resumed_from_step=self.start_step,

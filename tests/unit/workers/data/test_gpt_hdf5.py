@@ -15,6 +15,7 @@ import pytest
 
 from appliance.domain.params import Params, parse_params
 from appliance.workers.data.dataset import DataError, DataSet, open_data_set
+from appliance.workers.data.gpt_hdf5 import GptHdf5Set
 from appliance.workers.data.writers import text_samples, write_gpt_shards
 from appliance.workers.models.gpt2 import Gpt2
 from tests.data_sets import write_gpt_text
@@ -184,3 +185,26 @@ def test_a_fifo_a_link_and_a_missing_dir_are_refused(tmp_path: Path) -> None:
     os.unlink(data_dir / "a.h5")
     with pytest.raises(DataError, match=r"holds no .h5 file"):
         _open(data_dir)
+
+
+def test_shuffled_batches_over_many_shards_open_each_shard_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundled corpus in 40 shards: a shuffled batch reads from many of them, and reopening
+    (and rechecking) one per sample read cost most of the read."""
+    train, _ = write_gpt_text(tmp_path, LENGTH, samples_per_file=200)
+    data_set = _open(train)
+    opened: list[str] = []
+    real = GptHdf5Set._open_shard
+
+    def counted(self: GptHdf5Set, folder: int, name: str) -> Any:
+        opened.append(name)
+        return real(self, folder, name)
+
+    monkeypatch.setattr(GptHdf5Set, "_open_shard", counted)
+    shards = len(list(train.glob("*.h5")))
+    assert 16 < shards <= 64
+    order = np.random.default_rng(0).permutation(len(data_set))
+    for batch in np.array_split(order, 40):
+        data_set.read(batch.astype(np.int64))
+    assert sorted(opened) == sorted({p.name for p in train.glob("*.h5")})
