@@ -86,14 +86,14 @@ def test_a_job_preempted_on_a_data_set_resumes_with_the_very_next_batch(
     }
     with ApplianceClient(coordinator.address, detach=True) as client:
         reference = client.submit(params=params, num_csx=4, num_steps=STEPS, priority="p3")
-        uninterrupted = reference.wait(timeout=180)
+        uninterrupted = reference.wait(timeout=150)
         assert uninterrupted.phase is Phase.SUCCEEDED, uninterrupted.reason
 
         victim = client.submit(params=params, num_csx=4, num_steps=STEPS, priority="p3")
-        wait_until(lambda: victim.status.progress.step >= 30, 120, "the P3 job to train")
+        wait_until(lambda: victim.status.progress.step >= 30, 90, "the P3 job to train")
         urgent = client.submit(params=URGENT, num_csx=2, num_steps=50, priority="p1")
-        assert urgent.wait(timeout=150).phase is Phase.SUCCEEDED
-        final = victim.wait(timeout=180)
+        assert urgent.wait(timeout=120).phase is Phase.SUCCEEDED
+        final = victim.wait(timeout=150)
 
     assert final.phase is Phase.SUCCEEDED, final.reason
     first, second = final.attempts
