@@ -8,10 +8,10 @@ port-forwarded door reads them with its input workers and succeeds; only the wor
 mount the directory, read-only (a write in it fails with EROFS), no other replica nor the
 coordinator; a corrupt file fails its job naming it (the worker's last error line is its pod's
 termination message); a worker killed by the runtime restarts its job, which resumes bit for
-bit. Last, `dataSets.path` alone (a hostPath volume): the restricted namespace refuses the
-worker's pod and the job fails saying so; a privileged one runs it, mounted read-only.
-Its own volumes (data sets, model dirs; the store on an emptyDir) leave the node's pool of
-volumes to the other modules' releases.
+bit; a deleted coordinator's successor adopts a running job, its workers with it. Last,
+`dataSets.path` alone (a hostPath volume): the restricted namespace refuses the worker's pod
+and the job fails saying so; a privileged one runs it, mounted read-only. Its own volumes
+(data sets, model dirs, the store) leave the node's pool of volumes to the other modules.
 """
 
 from __future__ import annotations
@@ -39,10 +39,13 @@ from tests.node.test_sizes_on_node import README_2CPU
 NAMESPACE = "appliance-data"
 CLAIM = "data-sets"
 MODEL_DIRS = "model-dirs"
+STORE = "store"
 STEPS = 400
 # ~200 steps/s on the node, and its progress lags by a moment: long enough that the kill lands
 # mid-run (a worker that dies once the chief has all its batches does not fail the job).
 KILL_STEPS = 1500
+# Long enough to outlive a coordinator's replacement (~15 s).
+ADOPT_STEPS = 4000
 
 
 def _params(train: Path, evaluation: Path) -> dict[str, Any]:
@@ -76,8 +79,9 @@ def data_release(node: RealNode) -> Iterator[DataRelease]:
     write_digits(root / "corrupt")
     images = root / "corrupt" / "train" / "train-images-idx3-ubyte"
     images.write_bytes(images.read_bytes()[:-1000])  # truncated, as a half-copied file is
-    model_dirs.mkdir()
-    model_dirs.chmod(0o1777)  # a hostPath volume: fsGroup does not apply (README)
+    for writable in (model_dirs, base / "store"):
+        writable.mkdir()
+        writable.chmod(0o1777)  # a hostPath volume: fsGroup does not apply (README)
     node.kubectl("create", "namespace", NAMESPACE, check=False)
     labels = [f"{key}={value}" for key, value in RESTRICTED.items()]
     node.kubectl("label", "--overwrite", "namespace", NAMESPACE, *labels)
@@ -85,10 +89,11 @@ def data_release(node: RealNode) -> Iterator[DataRelease]:
     # the node's pool of volumes, which other modules' releases use).
     _apply(node, _volume_and_claim(CLAIM, root, "ReadOnlyMany"))
     _apply(node, _volume_and_claim(MODEL_DIRS, model_dirs, "ReadWriteOnce"))
+    _apply(node, _volume_and_claim(STORE, base / "store", "ReadWriteOnce"))
     try:
         install(
             node, NAMESPACE, "--set", f"dataSets.path={root}", "--set",
-            f"dataSets.existingClaim={CLAIM}", "--set", "persistence.enabled=false",
+            f"dataSets.existingClaim={CLAIM}", "--set", f"persistence.existingClaim={STORE}",
             "--set", "modelDirs.persistence.enabled=true",
             "--set", f"modelDirs.persistence.existingClaim={MODEL_DIRS}",
             "--set-json", f"replicaResources={README_2CPU}",
@@ -96,7 +101,7 @@ def data_release(node: RealNode) -> Iterator[DataRelease]:
         yield DataRelease(root, admin_token(node, NAMESPACE), model_dirs)
     finally:
         uninstall(node, NAMESPACE)
-        for claim in (CLAIM, MODEL_DIRS):
+        for claim in (CLAIM, MODEL_DIRS, STORE):
             node.kubectl("delete", "pv", f"{NAMESPACE}-{claim}", "--wait=false", check=False)
         shutil.rmtree(base, ignore_errors=True)
 
@@ -261,6 +266,36 @@ def test_an_input_worker_killed_by_the_runtime_restarts_its_job_which_resumes_ex
     assert_same_run(
         data_release.model_dir(job.id), data_release.model_dir(reference.id), KILL_STEPS
     )
+
+
+def test_a_new_coordinator_adopts_a_running_job_with_its_input_workers(
+    node: RealNode, data_release: DataRelease
+) -> None:
+    root = data_release.root
+    params = _params(root / "digits" / "train", root / "digits" / "val")
+    old = coordinator_pod(node, NAMESPACE)["metadata"]["name"]  # type: ignore[index]
+    with (
+        node.port_forward(NAMESPACE, "svc/appliance", 50051) as (grpc_port,),
+        ApplianceClient(f"127.0.0.1:{grpc_port}", token=data_release.token) as client,
+    ):
+        job = client.submit(params=params, num_csx=2, num_steps=ADOPT_STEPS, detach=True)
+        count = _replica_count(client, job.id)
+        wait_for(lambda: _running(node, job.id, count), f"{count} running pods")
+    node.kubectl("-n", NAMESPACE, "delete", "pod", old, "--wait=false")
+    new = wait_for(
+        lambda: (p := coordinator_pod(node, NAMESPACE))["metadata"]["name"] != old and p,  # type: ignore[index]
+        "a new coordinator pod",
+    )["metadata"]["name"]
+    with (
+        node.port_forward(NAMESPACE, "svc/appliance", 50051) as (grpc_port,),
+        ApplianceClient(f"127.0.0.1:{grpc_port}", token=data_release.token) as client,
+    ):
+        done = client.job(job.id).wait(timeout=300)
+        assert done.phase == Phase.SUCCEEDED, done.reason
+        assert client.get_job(job.id).restarts == 0
+    log = node.kubectl("-n", NAMESPACE, "logs", new)
+    assert f"adopted {job.id} ({count} replicas)" in log, log
+    assert count == 7  # chief, 2 CS-2s, MemoryX, SwarmX and the 2 input workers
 
 
 def test_the_nodes_own_directory_is_refused_by_restricted_and_mounted_read_only_elsewhere(
