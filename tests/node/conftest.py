@@ -102,3 +102,14 @@ def coordinator_pod(node: RealNode, namespace: str) -> dict[str, object]:
         return None
 
     return dict(wait_for(ready, "a Ready coordinator pod", timeout=180))
+
+
+def replace_coordinator(node: RealNode, namespace: str, old: str) -> str:
+    """Delete the coordinator pod `old`; the name of the Ready one that replaces it."""
+    node.kubectl("-n", namespace, "delete", "pod", old, "--wait=false")
+
+    def replaced() -> dict[str, object] | None:
+        pod = coordinator_pod(node, namespace)
+        return None if pod["metadata"]["name"] == old else pod  # type: ignore[index]
+
+    return str(wait_for(replaced, "a new coordinator pod")["metadata"]["name"])

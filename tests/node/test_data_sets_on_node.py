@@ -32,7 +32,13 @@ from tests.data_sets import write_digits
 from tests.integration.coordinator.same_run import assert_same_run
 from tests.kube.cluster import RESTRICTED
 from tests.kube.node import RealNode, wait_for
-from tests.node.conftest import admin_token, coordinator_pod, install, uninstall
+from tests.node.conftest import (
+    admin_token,
+    coordinator_pod,
+    install,
+    replace_coordinator,
+    uninstall,
+)
 from tests.node.test_chart_on_node import _exec, _job_pods
 from tests.node.test_sizes_on_node import README_2CPU
 
@@ -281,11 +287,7 @@ def test_a_new_coordinator_adopts_a_running_job_with_its_input_workers(
         job = client.submit(params=params, num_csx=2, num_steps=ADOPT_STEPS, detach=True)
         count = _replica_count(client, job.id)
         wait_for(lambda: _running(node, job.id, count), f"{count} running pods")
-    node.kubectl("-n", NAMESPACE, "delete", "pod", old, "--wait=false")
-    new = wait_for(
-        lambda: (p := coordinator_pod(node, NAMESPACE))["metadata"]["name"] != old and p,  # type: ignore[index]
-        "a new coordinator pod",
-    )["metadata"]["name"]
+    new = replace_coordinator(node, NAMESPACE, old)
     with (
         node.port_forward(NAMESPACE, "svc/appliance", 50051) as (grpc_port,),
         ApplianceClient(f"127.0.0.1:{grpc_port}", token=data_release.token) as client,
