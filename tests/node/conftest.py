@@ -62,6 +62,18 @@ def install(node: RealNode, namespace: str, *values: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def admin_token(node: RealNode, namespace: str) -> str:
+    """The admin token the chart made at install (its Secret)."""
+    secret = node.kubectl_json("-n", namespace, "get", "secret", "appliance-auth")
+    return base64.b64decode(secret["data"]["admin-token"]).decode()
+
+
+def uninstall(node: RealNode, namespace: str) -> None:
+    """The release and its namespace gone (the namespace's pods with it)."""
+    node.helm("uninstall", RELEASE, "--namespace", namespace, "--wait")
+    node.kubectl("delete", "namespace", namespace, "--wait=true", check=False, timeout=180)
+
+
 @pytest.fixture(scope="session")
 def release(node: RealNode, namespace: str) -> str:
     """The chart installed as the README says, model dirs on a volume; the admin token."""
@@ -90,3 +102,14 @@ def coordinator_pod(node: RealNode, namespace: str) -> dict[str, object]:
         return None
 
     return dict(wait_for(ready, "a Ready coordinator pod", timeout=180))
+
+
+def replace_coordinator(node: RealNode, namespace: str, old: str) -> str:
+    """Delete the coordinator pod `old`; the name of the Ready one that replaces it."""
+    node.kubectl("-n", namespace, "delete", "pod", old, "--wait=false")
+
+    def replaced() -> dict[str, object] | None:
+        pod = coordinator_pod(node, namespace)
+        return None if pod["metadata"]["name"] == old else pod  # type: ignore[index]
+
+    return str(wait_for(replaced, "a new coordinator pod")["metadata"]["name"])

@@ -21,7 +21,7 @@ from appliance.client.errors import JobFailed
 from appliance.domain.phases import Phase
 from tests.kube.cluster import REPO
 from tests.kube.node import RealNode, wait_for
-from tests.node.conftest import coordinator_pod
+from tests.node.conftest import coordinator_pod, replace_coordinator
 
 PARAMS = REPO / "examples" / "params_fc_mnist.yaml"
 CSCTL = Path(sys.executable).parent / "csctl"
@@ -155,11 +155,7 @@ def test_a_deleted_coordinator_pod_is_replaced_and_adopts_the_running_job(
         before = {j.id for j in client.list_jobs(all=True)}
         job = client.submit(params=str(PARAMS), num_csx=2, num_steps=1500, detach=True)
         wait_for(lambda: _all_running(node, namespace, job.id, 5), "5 running containers")
-    node.kubectl("-n", namespace, "delete", "pod", old, "--wait=false")
-    new = wait_for(
-        lambda: (p := coordinator_pod(node, namespace))["metadata"]["name"] != old and p,  # type: ignore[index]
-        "a new coordinator pod",
-    )["metadata"]["name"]
+    new = replace_coordinator(node, namespace, old)
     # The port-forward died with the old pod (the README says so): a new one reaches the new.
     with (
         node.port_forward(namespace, "svc/appliance", 50051) as (grpc_port,),
