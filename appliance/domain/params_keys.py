@@ -100,7 +100,8 @@ def _input_keys(section: str) -> list[KnownKey]:
         ),
         _used(
             f"{section}.num_batches",
-            "batches one evaluation runs over (default: one pass over eval_input's data set, else 4)",
+            "batches one evaluation runs over "
+            "(default: one pass over eval_input's data set, else 4)",
         ),
         _used(
             f"{section}.data_dir",
