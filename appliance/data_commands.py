@@ -29,6 +29,7 @@ MAX_INPUT_BYTES = 4 << 30
 MAX_TEXT_BYTES = 256 << 20
 _MAX_SEQUENCE_LENGTH = 1 << 16
 _BYTE_VOCABULARY = 256
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 @click.group()
@@ -97,6 +98,7 @@ def preprocess_text(
             f"{inputs[0]}{' ...' if len(inputs) > 1 else ''}: {len(tokens)} tokens, fewer than "
             f"one sample of {max_sequence_length + 1}; give more text or a shorter length"
         )
+    _refuse_shards_in(output)
     with _writing(output):
         _report(write_gpt_shards(output, samples, samples_per_file))
 
@@ -198,6 +200,19 @@ def _writing(output: Path) -> Iterator[None]:
         raise click.ClickException(f"{where} cannot be written: {exc.strerror or exc}") from None
 
 
+def _refuse_shards_in(output: Path) -> None:
+    """Refuse an output directory already holding HDF5 shards: this run's (numbered from 0)
+    would overwrite some and sit beside the rest, and the processor reads every one."""
+    with contextlib.suppress(OSError):  # none there, or a failure the write will name
+        with os.scandir(output) as listing:
+            found = sorted(e.name for e in listing if e.name.endswith((".h5", ".hdf5")))
+        if found:
+            raise click.ClickException(
+                f"{output} already holds {found[0]}{' ...' if len(found) > 1 else ''} (a data "
+                "set); write to an empty directory or remove them"
+            )
+
+
 def _read_input(path: Path, limit: int) -> bytes:
     """The regular file `path`, whole (at most `limit` bytes), or one line saying why not."""
     fd = _open_input(path, limit)
@@ -227,7 +242,13 @@ def _open_input(path: Path, limit: int) -> int:
 def _load_npy(path: Path) -> npt.NDArray[np.generic]:
     """The .npy `path` (memory-mapped: a header claiming more than the file holds is refused
     by the mapping, nothing is allocated for it), no pickles."""
-    os.close(_open_input(path, MAX_INPUT_BYTES))  # a regular file, bounded
+    fd = _open_input(path, MAX_INPUT_BYTES)  # a regular file, bounded
+    try:
+        head = os.pread(fd, len(_NPY_MAGIC), 0)
+    finally:
+        os.close(fd)
+    if head != _NPY_MAGIC:  # numpy would take it for a pickle and suggest allow_pickle
+        raise click.ClickException(f"{path} is not a .npy array (no NumPy header)")
     try:
         values = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
@@ -248,8 +269,10 @@ def _npz_inputs(images: npt.NDArray[np.generic], path: Path) -> npt.NDArray[np.g
 def _pixels(images: npt.NDArray[np.generic], path: Path) -> npt.NDArray[np.uint8]:
     if images.dtype == np.uint8:
         return images.astype(np.uint8)
-    if images.dtype.kind != "f" or not np.isfinite(images).all():
+    if images.dtype.kind != "f":
         raise click.ClickException(f"{path}: images are {images.dtype}; use uint8 or floats")
+    if not np.isfinite(images).all():
+        raise click.ClickException(f"{path}: images have NaN or infinite values")
     if images.min() < 0 or images.max() > 1:
         raise click.ClickException(f"{path}: floating images must be in [0, 1] for IDX")
     return np.rint(images.astype(np.float64) * 255.0).astype(np.uint8)

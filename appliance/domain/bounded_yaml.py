@@ -65,17 +65,50 @@ def _too_deep(field: str) -> InvalidSpec:
     return InvalidSpec(f"{field} nests deeper than {MAX_DEPTH} levels", field=field)
 
 
+class _Mapping:
+    """An open mapping of the event stream: its keys so far, whether a key comes next."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+        self.key = ""
+        self.wants_key = True
+
+
+def _check_key(frames: list[_Mapping | None], event: yaml.Event, field: str) -> None:
+    """A node starts: in a mapping, a key or a value in turn; a key given twice is refused
+    (YAML loaders keep the last silently, so an edit adding a key above the old one was lost)."""
+    frame = frames[-1] if frames else None
+    if frame is None:
+        return
+    frame.wants_key = not frame.wants_key
+    if frame.wants_key or not isinstance(event, yaml.ScalarEvent) or event.value == "<<":
+        return
+    frame.key = event.value
+    if frame.key in frame.keys:
+        where = ".".join([f.key for f in frames if f is not None])
+        line = event.start_mark.line + 1 if event.start_mark is not None else 0
+        raise InvalidSpec(
+            f"{field}: {where} is given twice (again at line {line}); keep one", field=field
+        )
+    frame.keys.add(frame.key)
+
+
 def _walk_events(text: str, field: str) -> None:
     depth = 0
     anchors: dict[str, bool] = {}  # anchor -> names a plain value
+    frames: list[_Mapping | None] = []  # the open collections (None: a sequence)
     for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, (*_OPENS, yaml.ScalarEvent, yaml.AliasEvent)):
+            _check_key(frames, event, field)
         if isinstance(event, _OPENS):
+            frames.append(_Mapping() if isinstance(event, yaml.MappingStartEvent) else None)
             depth += 1
             if event.anchor is not None:
                 anchors[event.anchor] = False
             if depth > MAX_DEPTH:
                 raise _too_deep(field)
         elif isinstance(event, _CLOSES):
+            frames.pop()
             depth -= 1
         elif isinstance(event, yaml.ScalarEvent):
             if len(event.value) > MAX_SCALAR_CHARS:

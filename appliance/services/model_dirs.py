@@ -110,7 +110,12 @@ class ModelDirs:
             self._check_owned(written, given, user, groups, field, allowed)
         if not resolve:
             return written
-        path = canonical(given)
+        try:
+            path = canonical(given)
+        except OSError as exc:  # a link the coordinator may not read (/proc/1/root)
+            raise InvalidSpec(
+                f"{field} {given!r} cannot be resolved: {exc.strerror or exc}", field=field
+            ) from None
         if restricted:
             self._check_owned(path, given, user, groups, field, allowed)
         return path

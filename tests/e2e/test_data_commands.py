@@ -140,3 +140,30 @@ def test_digits_without_scikit_learn_say_how_to_install_it(tmp_path: Path) -> No
                           timeout=120)  # fmt: skip
     assert done.returncode == 1
     assert done.stderr == "Error: the digits come with scikit-learn: pip install scikit-learn\n"
+
+
+def test_text_into_a_directory_holding_shards_is_refused_not_mixed_with_them(
+    tmp_path: Path,
+) -> None:
+    # Shards are numbered from 0 each run: a second run writing fewer of them left the first
+    # run's examples_1.h5 beside its own, and the processor read every .h5 of the directory.
+    (tmp_path / "book.txt").write_text("hello world " * 100)
+    text = ("preprocess", "text", "--input", tmp_path / "book.txt", "--max-sequence-length", 8)
+    _run(*text, "--output", tmp_path / "out", "--samples-per-file", 100)
+    before = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert before == ["examples_0.h5", "examples_1.h5"]
+    err = _run(*text, "--output", tmp_path / "out", code=1)
+    assert f"Error: {tmp_path / 'out'} already holds examples_0.h5" in err, err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before
+
+
+def test_images_with_nan_or_a_file_that_is_no_npy_say_what_is_wrong(tmp_path: Path) -> None:
+    np.save(tmp_path / "nan.npy", np.full((4, 2, 2), np.nan, np.float32))
+    np.save(tmp_path / "y.npy", np.arange(4))
+    (tmp_path / "text.npy").write_text("a text file, not an array\n")
+    err = _run("preprocess", "images", "--images", tmp_path / "nan.npy", "--labels",
+               tmp_path / "y.npy", "--output", tmp_path / "out", code=1)  # fmt: skip
+    assert "nan.npy: images have NaN or infinite values" in err, err
+    err = _run("preprocess", "images", "--images", tmp_path / "text.npy", "--labels",
+               tmp_path / "y.npy", "--output", tmp_path / "out", code=1)  # fmt: skip
+    assert "text.npy is not a .npy array" in err and "allow_pickle" not in err, err

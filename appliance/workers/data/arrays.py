@@ -3,10 +3,14 @@
 An image data set becomes float32 inputs of shape (n, model.input_size) and int64 labels in
 0..num_classes-1; uint8 pixels are scaled to [0, 1], floating inputs are kept as they are and
 must be finite (in float32). The whole set is read at open (bounded by MAX_SET_BYTES), so a
-hostile file fails the job when its input workers start, not hours into it.
+hostile file fails the job when its input workers start, not hours into it. Pixels are held as
+the bytes they are and scaled as a batch is read (the same float32 values): in float32 a
+set would take four times the memory in every input worker.
 """
 
 from __future__ import annotations
+
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -14,12 +18,15 @@ import numpy.typing as npt
 from appliance.workers.data.errors import DataError
 from appliance.workers.models.model import Array, Batch, Labels
 
-# The most an in-memory data set may hold (its float32 inputs).
+# The most an in-memory data set may hold (its inputs, as held).
 MAX_SET_BYTES = 4 << 30
+# Inputs as held: float32, or uint8 pixels that read() scales.
+Inputs = npt.NDArray[np.float32] | npt.NDArray[np.uint8]
 
 
-def image_inputs(values: npt.NDArray[np.generic], where: str, input_size: int) -> Array:
-    """`values` (n, ...) as float32 (n, input_size), or DataError naming `where`."""
+def image_inputs(values: npt.NDArray[np.generic], where: str, input_size: int) -> Inputs:
+    """`values` (n, ...) as (n, input_size): uint8 pixels as they are, anything else as finite
+    float32; or DataError naming `where`."""
     if values.ndim < 1:
         raise DataError(f"{where}: inputs must have a sample axis, got shape {values.shape}")
     features = int(np.prod(values.shape[1:], dtype=np.int64))
@@ -30,7 +37,7 @@ def image_inputs(values: npt.NDArray[np.generic], where: str, input_size: int) -
         )
     flat = values.reshape(len(values), features)
     if values.dtype == np.uint8:
-        return (flat.astype(np.float32) / np.float32(255.0)).astype(np.float32)
+        return flat.astype(np.uint8, copy=False)
     if values.dtype not in (np.float32, np.float64):
         raise DataError(
             f"{where}: inputs have dtype {values.dtype}; use float32, float64 or uint8"
@@ -62,7 +69,7 @@ def class_labels(values: npt.NDArray[np.generic], where: str, num_classes: int) 
 class InMemoryImages:
     """A data set of images and labels held in memory (the DataSet protocol)."""
 
-    def __init__(self, name: str, inputs: Array, labels: Labels) -> None:
+    def __init__(self, name: str, inputs: Inputs, labels: Labels) -> None:
         self.name = name
         self._inputs = inputs
         self._labels = labels
@@ -72,11 +79,24 @@ class InMemoryImages:
 
     def read(self, indices: npt.NDArray[np.int64]) -> Batch:
         """The samples `indices` (each in 0..len-1) as one batch, in that order."""
-        return Batch(inputs=self._inputs[indices], targets=self._labels[indices])
+        return Batch(inputs=scaled(self._inputs[indices]), targets=self._labels[indices])
 
 
-def join(name: str, parts: list[tuple[Array, Labels]]) -> InMemoryImages:
-    """One in-memory data set of the shards `parts`, in order."""
-    inputs = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, 0), np.float32)
+def scaled(inputs: Inputs) -> Array:
+    """Inputs as float32: uint8 pixels scaled to [0, 1]."""
+    if inputs.dtype != np.uint8:
+        return inputs.astype(np.float32, copy=False)
+    values = inputs.astype(np.float32)
+    values /= np.float32(255.0)
+    return values
+
+
+def join(name: str, parts: list[tuple[Inputs, Labels]]) -> InMemoryImages:
+    """One in-memory data set of the shards `parts`, in order (pixels stay bytes when every
+    shard's are)."""
+    held = [p[0] for p in parts]
+    if len({a.dtype for a in held}) > 1:
+        held = [scaled(a) for a in held]
+    inputs = cast(Inputs, np.concatenate(held) if parts else np.zeros((0, 0), np.float32))
     labels = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     return InMemoryImages(name, inputs, labels)

@@ -36,6 +36,7 @@ import numpy.typing as npt
 from appliance.domain.params import Gpt2Model
 from appliance.workers.data import files
 from appliance.workers.data.errors import DataError
+from appliance.workers.data.order import MAX_SAMPLES
 from appliance.workers.models.model import Batch
 
 _SUFFIXES = (".h5", ".hdf5")
@@ -206,6 +207,10 @@ class GptHdf5Set:
             )
         if shape[0] == 0:
             raise DataError(f"{where} holds no samples")
+        if shape[0] > MAX_SAMPLES:  # a chunked dataset claims any count in a few bytes
+            raise DataError(
+                f"{where}: 'data' claims {shape[0]} samples, more than {MAX_SAMPLES} in one file"
+            )
         if claimed is not None and not (
             isinstance(claimed, int | np.integer) and int(claimed) == shape[0]
         ):

@@ -7,7 +7,9 @@ The samples stream as consecutive epochs. Epoch e's order is
 next `batch_size` samples of its epoch. With drop_last the epoch's last, partial batch is
 dropped; without it that batch is short (it holds the samples left). `num_examples` keeps the
 data set's first num_examples samples (all of them when it holds fewer: the option bounds, it
-does not demand). A data set that makes no batch at all is refused.
+does not demand). A data set that makes no batch at all is refused, and so is one of more than
+MAX_SAMPLES samples: an epoch's order is an int64 array of every sample, and a header can claim
+any count in a few bytes (2**40 samples would be 8 TiB at the first batch).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from appliance.domain.params import InputSection, Params
 from appliance.workers.data.errors import DataError
 
 Indices = npt.NDArray[np.int64]
+
+# The most samples an order is drawn over (its permutation: 8 bytes a sample, 2 GiB).
+MAX_SAMPLES = 1 << 28
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +55,11 @@ class InputOrder:
             raise ValueError(f"batch_size must be > 0, got {batch_size}")
         if num_samples <= 0:
             raise DataError(f"{name} holds no samples")
+        if num_samples > MAX_SAMPLES:
+            raise DataError(
+                f"{name} holds {num_samples} samples, more than the {MAX_SAMPLES} an input "
+                "worker orders: set num_examples to use the first ones, or split the data set"
+            )
         if drop_last and num_samples < batch_size:
             raise DataError(
                 f"{name} holds {num_samples} samples, fewer than one batch of {batch_size} "

@@ -5,7 +5,8 @@ in `threads` reader threads, at most `depth` ahead: an item read (or being read)
 its consumer `release`s it, and no reader claims the next key while `depth` items count. So
 however slowly the consumer takes them (gRPC flow control holding back its writes), the worker
 never holds more than `depth` batches, and a reader's error reaches the consumer in key order.
-Threads, because reading is file I/O and NumPy, both of which release the GIL.
+Threads, because reading is file I/O and NumPy, both of which release the GIL. The depth a
+worker asks for is bounded in bytes too (`depth_within`): at most PREFETCH_BYTES of batches.
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 _T = TypeVar("_T")
+
+# The most a worker's read-ahead holds (a node hosts up to eight workers), unless one batch is
+# larger: prefetch_factor 64 of a 188 MB batch (all of MNIST) would be 12 GB.
+PREFETCH_BYTES = 1 << 30
+
+
+def depth_within(wanted: int, item_bytes: int) -> int:
+    """`wanted` items ahead, fewer when that many pass PREFETCH_BYTES; at least one."""
+    return max(1, min(wanted, PREFETCH_BYTES // max(1, item_bytes)))
 
 
 class Prefetcher(Generic[_T]):

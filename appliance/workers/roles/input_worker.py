@@ -6,8 +6,9 @@ a pure function of the data set's size, the seed and the epoch, so N CS-2s see t
 would, and a resumed attempt reads from its first step on with no state carried over), split
 as Batch.shard(i, N) splits a batch, and only CS-2 i's rows read. Reader threads
 (train_input.num_workers, at least one) read at most prefetch_factor batches ahead of what
-gRPC has taken (roles/input_prefetch.py); flow control holds the writes back when the CS-2 does
-not keep up. Evaluation batches come one call each, from eval_input's data set.
+gRPC has taken, fewer when those would pass PREFETCH_BYTES (roles/input_prefetch.py); flow
+control holds the writes back when the CS-2 does not keep up. Evaluation batches come one
+call each, from eval_input's data set.
 
 The data sets are opened once the chief has configured the worker: a DataError (or any other
 failure to open or read) ends the worker with exit 1 and that error as its last line, so the
@@ -33,7 +34,7 @@ from appliance.workers.data.dataset import DataSet, open_data_set
 from appliance.workers.data.order import InputOrder, input_order
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.models.model import Batch
-from appliance.workers.roles.input_prefetch import Prefetcher
+from appliance.workers.roles.input_prefetch import Prefetcher, depth_within
 from appliance.workers.step_trace import TRACE
 from appliance.workers.topology import JobLayout
 from appliance.workers.transport.batches import FedBatch, encode_batch
@@ -49,6 +50,17 @@ class DataSource:
     order: InputOrder
     shard: int
     num_shards: int
+    sample_bytes: int  # one sample's inputs and targets, as read
+
+    @classmethod
+    def of(cls, data_set: DataSet, order: InputOrder, shard: int, num_shards: int) -> DataSource:
+        one = data_set.read(np.zeros(1, dtype=np.int64))
+        return cls(data_set, order, shard, num_shards, one.inputs.nbytes + one.targets.nbytes)
+
+    def prefetch_depth(self, wanted: int) -> int:
+        """`wanted` batches ahead, fewer when their shards would pass PREFETCH_BYTES."""
+        rows = -(-min(self.order.batch_size, self.order.num_samples) // self.num_shards)
+        return depth_within(wanted, rows * self.sample_bytes)
 
     def position(self, step: int) -> pb.InputPosition:
         where = self.order.position(step)
@@ -75,7 +87,7 @@ def open_source(
     """Open `section`'s data set and its order; DataError if it cannot be read."""
     data_set = open_data_set(section, layout.params)
     order = input_order(section, layout.params, len(data_set), training=training)
-    return DataSource(data_set, order, shard, len(layout.cs2))
+    return DataSource.of(data_set, order, shard, len(layout.cs2))
 
 
 class InputWorkerRole(dataplane_pb2_grpc.InputFeedServicer):
@@ -145,7 +157,7 @@ class InputWorkerRole(dataplane_pb2_grpc.InputFeedServicer):
         prefetcher = Prefetcher(
             source.read,
             range(first, request.num_steps, workers),
-            section.prefetch_factor,
+            source.prefetch_depth(section.prefetch_factor),
             max(1, section.num_workers),
         )
         try:

@@ -65,6 +65,13 @@ def _block(depth: int) -> str:
         ("model: {seed: !!int " + "9" * 41 + "}", "integer of more than 40 digits"),
         ("model: *nowhere", "not valid YAML"),
         ("model: [1, 2\n", "not valid YAML at line 2"),
+        # The README's sed, run again for another data set, adds a key above the old one; a
+        # loader keeps the last, the old one, silently.
+        (
+            "train_input:\n  data_dir: ./new\n  data_dir: ./old\nmodel: {name: fc_mnist}\n",
+            "train_input.data_dir is given twice (again at line 3); keep one",
+        ),
+        ("model: {name: fc_mnist, name: gpt2}", "model.name is given twice (again at line 1)"),
     ],
 )
 def test_params_out_of_bounds_are_refused_naming_the_field(text: str, says: str) -> None:
@@ -80,6 +87,8 @@ def test_within_bounds_params_load_as_before() -> None:
     assert load_bounded("model: {v: " + "x" * MAX_SCALAR_CHARS + "}", "params")["model"]["v"]
     assert load_bounded("model: {v: " + "7" * 40 + "}", "params")["model"]["v"] == int("7" * 40)
     assert load_bounded("model: {v: '" + "7" * 400 + "'}", "params")["model"]["v"] == "7" * 400
+    same_keys = "a: {x: 1, y: {x: 2}}\nb: [{x: 1}, {x: 2}]\nc: {<<: {x: 1}}\n"  # not twice
+    assert load_bounded(same_keys, "params")["b"] == [{"x": 1}, {"x": 2}]
 
 
 def _nested(depth: int) -> dict[str, object]:

@@ -146,3 +146,26 @@ def test_only_the_data_set_the_mode_reads_is_checked(
     assert (
         refused.value.field == ("train_input" if mode == "train" else "eval_input") + ".data_dir"
     )
+
+
+# A link the coordinator may not read: /proc/1/root of init, for any process that may not trace
+# it (a user's, or root's in a container without CAP_SYS_PTRACE, as here and in CI).
+UNREADABLE_LINK = "/proc/1/root"
+
+
+@pytest.mark.parametrize("by", [ADMIN, None], ids=["admin", "auth-off"])
+def test_a_path_through_a_link_the_coordinator_cannot_read_is_refused_naming_the_field(
+    dirs: DataDirs, by: Principal | None
+) -> None:
+    with pytest.raises(PermissionError):  # the premise: resolving the path fails
+        os.readlink(UNREADABLE_LINK)
+    given = f"{UNREADABLE_LINK}/tmp"
+    with pytest.raises(InvalidSpec, match=f"train_input.data_dir '{given}' cannot be") as refused:
+        dirs.place(spec(given), "alice", by)
+    assert refused.value.field == "train_input.data_dir"
+    model_dir = validate_spec(
+        params_yaml={"model": {"name": "fc_mnist"}}, num_csx=1, num_steps=5, model_dir=given
+    )
+    with pytest.raises(InvalidSpec, match=f"model_dir '{given}' cannot be") as refused:
+        dirs.model_dirs.place(model_dir, None, "alice", "wsjob-x", by)
+    assert refused.value.field == "model_dir"

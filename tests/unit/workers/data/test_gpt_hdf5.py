@@ -47,6 +47,11 @@ def _shard(path: Path, data: npt.ArrayLike, **attrs: Any) -> None:
         shard.attrs.update(attrs)
 
 
+def _sparse(path: Path, samples: int) -> None:
+    with h5py.File(path, "w") as shard:
+        shard.create_dataset("data", shape=(samples, 3, LENGTH), dtype="i4", chunks=(1, 3, LENGTH))
+
+
 def test_shards_become_the_models_own_batch_kinds(tmp_path: Path) -> None:
     write_gpt_shards(tmp_path, text_samples("abcdefghi" * 5, LENGTH), samples_per_file=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -97,6 +102,8 @@ def _good(count: int = 2) -> npt.NDArray[np.int32]:
         (lambda p: _shard(p, _good(), n_examples=3), "n_examples is 3, 'data' has 2"),
         (lambda p: _shard(p, _good(), n_examples="2"), "n_examples is '2'"),
         (lambda p: h5py.File(p, "w").close(), "has no dataset 'data'"),
+        # A chunked dataset may claim any number of samples in a few bytes (none written).
+        (lambda p: _sparse(p, 1 << 40), "'data' claims 1099511627776 samples, more than"),
     ],
 )
 def test_a_bad_shard_is_refused_at_open(tmp_path: Path, make: Any, said: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from appliance.domain.params import parse_params
 from appliance.workers.data.dataset import DataError
-from appliance.workers.data.order import InputOrder, InputPosition, input_order
+from appliance.workers.data.order import MAX_SAMPLES, InputOrder, InputPosition, input_order
 
 
 def _all(order: InputOrder, epochs: int) -> list[list[int]]:
@@ -84,3 +84,21 @@ def test_input_order_keeps_the_first_num_examples_and_the_given_seed() -> None:
     order = input_order(params.train_input, params, 100)
     assert (order.num_samples, order.seed, order.shuffle, order.drop_last) == (6, 11, False, False)
     assert input_order(params.train_input, params, 4).num_samples == 4  # fewer: all of them
+
+
+def test_a_data_set_too_large_to_order_is_refused_before_its_order_is_drawn() -> None:
+    # An epoch's order is an int64 array of every sample: 2**40 samples (a header can claim
+    # them) would be 8 TiB, drawn at the first batch; the worker node ran out of memory.
+    with pytest.raises(DataError, match=r"the data set in /d holds 1099511627776 samples, more"):
+        InputOrder(1 << 40, 8, shuffle=True, seed=0, drop_last=True, name="the data set in /d")
+    with pytest.raises(DataError, match=r"num_examples"):
+        InputOrder(MAX_SAMPLES + 1, 8, shuffle=False, seed=0, drop_last=True)
+    assert InputOrder(MAX_SAMPLES, 8, shuffle=False, seed=0, drop_last=True).batches_per_epoch
+
+
+def test_num_examples_bounds_a_data_set_too_large_to_order() -> None:
+    params = parse_params({
+        "model": {"name": "fc_mnist"},
+        "train_input": {"data_dir": "/d", "batch_size": 4, "num_examples": 100},
+    })  # fmt: skip
+    assert input_order(params.train_input, params, 1 << 40).num_samples == 100
