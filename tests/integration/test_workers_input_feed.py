@@ -50,13 +50,17 @@ class CountingSet:
         self.name = inner.name
         self.lock = threading.Lock()
         self.reads = 0
+        self.probed = False  # the one-sample read DataSource.of sizes a sample by
 
     def __len__(self) -> int:
         return len(self.inner)
 
     def read(self, indices: npt.NDArray[np.int64]) -> Batch:
         with self.lock:
-            self.reads += 1
+            if not self.probed and len(indices) == 1:
+                self.probed = True  # not a batch read ahead
+            else:
+                self.reads += 1
         return self.inner.read(indices)
 
 
