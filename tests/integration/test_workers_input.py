@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from appliance._proto.v1 import common_pb2
@@ -22,6 +21,7 @@ from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.workers import checkpoints
 from tests.data_sets import write_digits
 from tests.integration.test_workers import run_job
+from tests.integration.test_workers_training import assert_same_weights
 from tests.model_specs import with_
 
 
@@ -105,13 +105,7 @@ async def test_a_resumed_run_continues_with_the_next_batch_bitwise(tmp_path: Pat
     async with run_job(resumed, 2, 1, 1, num_steps, again, model_dir=resumed / "model") as job:
         assert await job.exit_code("chief-0", within=90) == 0, job.logs()
     assert job.fake.progress[0].step > 26  # it did not start over
-    with (
-        np.load(whole / "model" / "weights.npz") as a,
-        np.load(resumed / "model" / "weights.npz") as b,
-    ):
-        assert sorted(a.files) == sorted(b.files)
-        for key in a.files:
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert_same_weights(whole / "model", resumed / "model")
 
 
 async def test_a_checkpoint_the_data_set_no_longer_matches_is_refused(tmp_path: Path) -> None:

@@ -23,6 +23,14 @@ from tests.integration.test_workers import run_job
 from tests.model_specs import ADAMW, BIG_LAYER, FC, GPT, SGD, with_
 
 
+def assert_same_weights(mine: Path, theirs: Path) -> None:
+    """The weights.npz of two model dirs, bit for bit."""
+    with np.load(mine / "weights.npz") as a, np.load(theirs / "weights.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        for key in a.files:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
 def max_relative_difference(got: np.ndarray, expected: np.ndarray) -> float:
     return float(np.abs(got - expected).max() / max(np.abs(expected).max(), 1e-30))
 
@@ -124,13 +132,7 @@ async def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_pat
     async with run_job(resumed, 2, 2, 1, 20, params_resumed, model_dir=resumed / "model") as job:
         assert await job.exit_code("chief-0", within=90) == 0, job.logs()
     assert job.fake.progress[0].step > 10  # it did not start over
-    with (
-        np.load(whole / "model" / "weights.npz") as a,
-        np.load(resumed / "model" / "weights.npz") as b,
-    ):
-        assert sorted(a.files) == sorted(b.files)
-        for key in a.files:
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert_same_weights(whole / "model", resumed / "model")
     final = checkpoints.read_checkpoint(resumed / "model" / "checkpoint_20.npz")
     uninterrupted = checkpoints.read_checkpoint(whole / "model" / "checkpoint_20.npz")
     for layer, state in uninterrupted.states.items():
