@@ -64,7 +64,10 @@ def test_a_user_reads_only_her_own_her_groups_and_the_shared_data_sets(
             assert refused.value.field == "train_input.data_dir"
         own = str(root / "users/alice/mnist")
         with pytest.raises(PermissionDenied) as refused:
-            alice.submit(params=params(own, str(root / "users/bob/mnist")), num_csx=1, num_steps=2)
+            alice.submit(
+                params=params(own, str(root / "users/bob/mnist")),
+                num_csx=1, num_steps=2, mode="train_and_eval",  # --mode train never reads it
+            )  # fmt: skip
         assert refused.value.field == "eval_input.data_dir"
         with pytest.raises(InvalidSpec, match="does not exist") as missing:
             alice.submit(params=params(f"{root}/users/alice/absent"), num_csx=1, num_steps=2)
