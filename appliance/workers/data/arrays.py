@@ -43,7 +43,7 @@ def image_inputs(values: npt.NDArray[np.generic], where: str, input_size: int) -
             f"{where}: inputs have dtype {values.dtype}; use float32, float64 or uint8"
         )
     with np.errstate(over="ignore"):  # a float64 beyond float32's range: refused below
-        inputs = flat.astype(np.float32)
+        inputs = flat.astype(np.float32, copy=False)  # float32 as read: no copy
     if not np.isfinite(inputs).all():
         bad = int(np.argmin(np.isfinite(inputs).all(axis=1)))
         raise DataError(f"{where}: sample {bad} has a NaN or infinite input (in float32)")
@@ -97,6 +97,9 @@ def join(name: str, parts: list[tuple[Inputs, Labels]]) -> InMemoryImages:
     held = [p[0] for p in parts]
     if len({a.dtype for a in held}) > 1:
         held = [scaled(a) for a in held]
-    inputs = cast(Inputs, np.concatenate(held) if parts else np.zeros((0, 0), np.float32))
+    if len(held) == 1:  # as it is: a copy would double the set's memory while made
+        inputs = held[0]
+    else:
+        inputs = cast(Inputs, np.concatenate(held) if held else np.zeros((0, 0), np.float32))
     labels = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     return InMemoryImages(name, inputs, labels)

@@ -89,22 +89,6 @@ def open_file(folder: int, name: str, path: Path) -> tuple[int, int]:
     return fd, info.st_size
 
 
-def read_file(folder: int, name: str, path: Path) -> bytes:
-    """The whole regular file `name` (bounded by MAX_FILE_BYTES, and by its size when opened:
-    a file that grows while read is refused)."""
-    fd, size = open_file(folder, name, path)
-    try:
-        with os.fdopen(fd, "rb", closefd=False) as stream:
-            data = stream.read(size + 1)
-    except OSError as exc:
-        raise DataError(f"{path / name} cannot be read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) != size:
-        raise DataError(f"{path / name} changed while it was read")
-    return data
-
-
 def _kind(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "FIFO"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import os
 import threading
 from pathlib import Path
@@ -45,6 +46,9 @@ _SUFFIXES = (".h5", ".hdf5")
 # of 35 shards: 9 ms with 16 kept open, 1.5 ms with all). An open file costs a descriptor and
 # HDF5's chunk cache (at most 1 MiB).
 _OPEN_FILES = 64
+# The largest chunk of `data` read (a read decompresses whole chunks; the Model Zoo's hold one
+# sample, h5py's automatic ones at most 1 MiB).
+MAX_CHUNK_BYTES = 64 << 20
 _FAULTS = (OSError, KeyError, ValueError, RuntimeError, TypeError)
 
 
@@ -189,7 +193,7 @@ class GptHdf5Set:
             if data.external or data.is_virtual:
                 # Its values would be read from other files, with the input worker's rights.
                 raise DataError(f"{where}: 'data' keeps its values in other files; refused")
-            shape, dtype = tuple(data.shape), data.dtype
+            shape, dtype, chunks = tuple(data.shape), data.dtype, data.chunks
             claimed = handle.attrs.get("n_examples")
         except _FAULTS as exc:
             raise DataError(f"{where} cannot be read: {_first_line(exc)}") from None
@@ -207,6 +211,12 @@ class GptHdf5Set:
             )
         if shape[0] == 0:
             raise DataError(f"{where} holds no samples")
+        chunk_bytes = math.prod(chunks or ()) * dtype.itemsize
+        if chunk_bytes > MAX_CHUNK_BYTES:  # each read decompresses a whole chunk
+            raise DataError(
+                f"{where}: 'data' is stored in chunks of {chunk_bytes} bytes, more than "
+                f"{MAX_CHUNK_BYTES}; write chunks of one sample, as the Model Zoo does"
+            )
         if shape[0] > MAX_SAMPLES:  # a chunked dataset claims any count in a few bytes
             raise DataError(
                 f"{where}: 'data' claims {shape[0]} samples, more than {MAX_SAMPLES} in one file"

@@ -9,8 +9,8 @@ format reader, no pickles, so neither a zip bomb nor a header claiming a huge sh
 
 from __future__ import annotations
 
-import io
 import math
+import os
 import zipfile
 from pathlib import Path
 from typing import IO
@@ -23,6 +23,7 @@ from appliance.workers.data import arrays, files
 from appliance.workers.data.errors import DataError
 
 _MEMBERS = ("inputs", "labels")
+_PIECE = 1 << 20
 
 
 def open_numpy_set(data_dir: Path, model: FcMnistModel) -> arrays.InMemoryImages:
@@ -35,7 +36,9 @@ def open_numpy_set(data_dir: Path, model: FcMnistModel) -> arrays.InMemoryImages
             raise DataError(f"data_dir {data_dir} holds no .npz file (NumpyDataProcessor)")
         for name in names:
             where = str(data_dir / name)
-            members = read_npz(files.read_file(folder, name, data_dir), where)
+            fd, _ = files.open_file(folder, name, data_dir)
+            with os.fdopen(fd, "rb") as stream:  # members read from it, not the whole file
+                members = read_npz(stream, where)
             inputs = arrays.image_inputs(members["inputs"], where, model.input_size)
             labels = arrays.class_labels(members["labels"], where, model.num_classes)
             if len(inputs) != len(labels):
@@ -53,10 +56,11 @@ def open_numpy_set(data_dir: Path, model: FcMnistModel) -> arrays.InMemoryImages
     return arrays.join(str(data_dir), parts)
 
 
-def read_npz(data: bytes, where: str) -> dict[str, npt.NDArray[np.generic]]:
-    """The arrays `inputs` and `labels` of the .npz `data`, or DataError naming `where`."""
+def read_npz(data: IO[bytes], where: str) -> dict[str, npt.NDArray[np.generic]]:
+    """The arrays `inputs` and `labels` of the .npz in the file `data`, or DataError naming
+    `where`."""
     try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
+        archive = zipfile.ZipFile(data)
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
         raise DataError(f"{where} is not an .npz (a zip archive): {exc}") from None
     with archive:
@@ -81,17 +85,32 @@ def _member(
             size = count * dtype.itemsize
             if size > arrays.MAX_SET_BYTES:
                 raise DataError(f"{where}: array '{name}' claims {shape}, too large to read")
-            body = stream.read(size + 1)
+            body = np.empty(size, dtype=np.uint8)
+            have = _read_into(stream, body)
+            have += len(stream.read(1))  # nothing may follow
     except DataError:
         raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as exc:
         raise DataError(f"{where}: array '{name}' cannot be read: {exc}") from None
-    if len(body) != size:
+    if have != size:
         raise DataError(
-            f"{where}: array '{name}' has {len(body)} bytes of data, its header says {size}"
+            f"{where}: array '{name}' has {have} bytes of data, its header says {size}"
         )
-    values = np.frombuffer(body, dtype=dtype, count=count)
-    return values.reshape(shape, order="F" if fortran else "C")
+    return body.view(dtype).reshape(shape, order="F" if fortran else "C")
+
+
+def _read_into(stream: IO[bytes], buffer: npt.NDArray[np.uint8]) -> int:
+    """Fill `buffer` from `stream` a piece at a time (one read of it all would hold the data
+    twice); how many bytes came."""
+    view = buffer.data  # a memoryview of its bytes
+    got = 0
+    while got < len(view):
+        piece = stream.read(min(_PIECE, len(view) - got))
+        if not piece:
+            break
+        view[got : got + len(piece)] = piece
+        got += len(piece)
+    return got
 
 
 def _header(stream: IO[bytes], version: tuple[int, int]) -> tuple[tuple[int, ...], bool, np.dtype]:

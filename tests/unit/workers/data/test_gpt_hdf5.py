@@ -47,9 +47,11 @@ def _shard(path: Path, data: npt.ArrayLike, **attrs: Any) -> None:
         shard.attrs.update(attrs)
 
 
-def _sparse(path: Path, samples: int) -> None:
+def _sparse(path: Path, samples: int, chunk: int = 1) -> None:
     with h5py.File(path, "w") as shard:
-        shard.create_dataset("data", shape=(samples, 3, LENGTH), dtype="i4", chunks=(1, 3, LENGTH))
+        shard.create_dataset(
+            "data", shape=(samples, 3, LENGTH), dtype="i4", chunks=(chunk, 3, LENGTH)
+        )
 
 
 def test_shards_become_the_models_own_batch_kinds(tmp_path: Path) -> None:
@@ -104,6 +106,12 @@ def _good(count: int = 2) -> npt.NDArray[np.int32]:
         (lambda p: h5py.File(p, "w").close(), "has no dataset 'data'"),
         # A chunked dataset may claim any number of samples in a few bytes (none written).
         (lambda p: _sparse(p, 1 << 40), "'data' claims 1099511627776 samples, more than"),
+        # One chunk is decompressed whole to read any sample of it: 2**21 samples in one chunk
+        # (a few KB of zeros, gzip'd) were 192 MiB of memory and time at every batch.
+        (
+            lambda p: _sparse(p, 1 << 21, chunk=1 << 21),
+            r"'data' is stored in chunks of 201326592 bytes, more than 67108864",
+        ),
     ],
 )
 def test_a_bad_shard_is_refused_at_open(tmp_path: Path, make: Any, said: str) -> None:
