@@ -60,6 +60,11 @@ def unit_shapes(params: Params) -> list[UnitShapes]:
     return [{"weight": s, "bias": (s[1],)} for s in fc_layer_shapes(params.model)]
 
 
+def head_units(params: Params) -> tuple[int, ...]:
+    """Units whose tensors the loss head reads: GPT-2's LM head is tied to the embeddings."""
+    return (0,) if isinstance(params.model, Gpt2Model) else ()
+
+
 def parameter_count(params: Mapping[str, Any]) -> int:
     """Number of trainable parameters; raises InvalidSpec for bad params."""
     count = 0

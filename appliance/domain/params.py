@@ -296,6 +296,10 @@ class OptimizerSection(_Section):
         )
 
 
+ExecutionStrategy = Literal["weight_streaming", "pipeline"]
+PIPELINE: ExecutionStrategy = "pipeline"
+
+
 class RunConfig(_Section):
     """Seed, summary / checkpoint / eval cadence and the checkpoint to resume from."""
 
@@ -312,6 +316,10 @@ class RunConfig(_Section):
     autoload_last_checkpoint: bool = True
     # Input workers per CS-2 for a job that reads a data set (none for synthetic data).
     num_workers_per_csx: Annotated[int, Field(gt=0, le=MAX_WORKERS_PER_CSX)] = 1
+    # As the Model Zoo 1.7's --execution_strategy: the whole model on one wafer (pipeline) or
+    # weights streamed from MemoryX through SwarmX, layer by layer (weight_streaming). The
+    # default streams: it runs any model size on any number of systems.
+    execution_strategy: ExecutionStrategy = "weight_streaming"
 
 
 class Params(_Section):

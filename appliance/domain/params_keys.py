@@ -229,6 +229,10 @@ KNOWN_KEYS: tuple[KnownKey, ...] = (
         "runconfig.num_workers_per_csx",
         "input workers per CS-2 when a data_dir is given (default 1)",
     ),
+    _used(
+        "runconfig.execution_strategy",
+        "pipeline (the whole model on one CS-2) or weight_streaming (the default)",
+    ),
     _ignored(
         "runconfig.save_losses",
         "losses are always written (TensorBoard, metrics.jsonl)",

@@ -9,9 +9,9 @@ import math
 from collections.abc import Sequence
 
 from appliance.domain import model_shapes as models
-from appliance.domain.errors import InsufficientCapacity
+from appliance.domain.errors import InsufficientCapacity, InvalidSpec
 from appliance.domain.inventory import Node, NodeKind
-from appliance.domain.params import parse_params
+from appliance.domain.params import PIPELINE, parse_params
 from appliance.domain.spec import JobSpec
 
 
@@ -50,15 +50,17 @@ class ReplicaPlan:
         return tuple((g.role.value, g.count, g.demand) for g in self.groups)
 
     def group(self, role: Role) -> ReplicaGroup:
-        return next(g for g in self.groups if g.role is role)
+        """The role's group; a role the plan has none of (a pipelined job's MemoryX) counts 0."""
+        return next((g for g in self.groups if g.role is role), ReplicaGroup(role, 0))
 
     def replica_names(self) -> list[tuple[str, Role, int]]:
         return [(f"{g.role}-{i}", g.role, i) for g in self.groups for i in range(g.count)]
 
 
 def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
-    """chief x1, cs2 x num_csx, memoryx x M (model bytes over node capacity), swarmx x S, and
-    for a job that reads a data set, worker x num_csx * num_workers_per_csx (one slot each).
+    """chief x1, cs2 x num_csx, memoryx x M (model bytes over node capacity), swarmx x S (a
+    pipelined job: chief and one CS-2 only), and for a job that reads a data set, worker x
+    num_csx * num_workers_per_csx (one slot each).
 
     Raises InsufficientCapacity when the plan can never fit the pool, whatever else runs.
     """
@@ -71,10 +73,45 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
             f"cluster; ask for at most {len(systems)}",
             field="num_csx",
         )
+    parsed = parse_params(spec.params)
+    model_bytes = models.memory_bytes(spec.params)
+    if parsed.runconfig.execution_strategy == PIPELINE:
+        groups = _pipelined_groups(spec)
+    else:
+        groups = _streaming_groups(spec, model_bytes, memx, swarm)
+    workers = parsed.input_workers(spec.num_csx, spec.mode)
+    if workers:
+        slots = sum(n.capacity for n in pool if n.kind is NodeKind.WORKER)
+        if workers > slots:
+            raise InsufficientCapacity(
+                f"the job needs {workers} input workers (num_csx={spec.num_csx} x "
+                f"runconfig.num_workers_per_csx) but the cluster's worker nodes have {slots} "
+                "slots; ask for fewer",
+                field="params" if slots >= spec.num_csx else "num_csx",
+            )
+        groups += (ReplicaGroup(Role.WORKER, workers, demand=1),)
+    return ReplicaPlan(groups=groups, model_bytes=model_bytes)
+
+
+def _pipelined_groups(spec: JobSpec) -> tuple[ReplicaGroup, ...]:
+    """A pipelined job is its chief and one CS-2 that holds the whole model: no MemoryX, no
+    SwarmX (the article scales out with weight streaming only)."""
+    if spec.num_csx != 1:
+        raise InvalidSpec(
+            f"num_csx={spec.num_csx}: runconfig.execution_strategy pipeline runs on one CS-2; "
+            "use weight_streaming to train on several",
+            field="num_csx",
+        )
+    return (ReplicaGroup(Role.CHIEF, 1), ReplicaGroup(Role.CS2, 1, demand=1))
+
+
+def _streaming_groups(
+    spec: JobSpec, model_bytes: int, memx: Sequence[Node], swarm: Sequence[Node]
+) -> tuple[ReplicaGroup, ...]:
+    """chief, num_csx CS-2s, the MemoryX that hold the model's bytes, the SwarmX that fan out
+    to the CS-2s."""
     if not memx or not swarm:
         raise InsufficientCapacity("the cluster has no MemoryX or no SwarmX nodes")
-
-    model_bytes = models.memory_bytes(spec.params)
     node_bytes = max(n.capacity for n in memx)
     memx_count = max(1, math.ceil(model_bytes / node_bytes))
     if memx_count > len(memx):
@@ -94,21 +131,9 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
             field="num_csx",
         )
     per_swarm = math.ceil(spec.num_csx / swarm_count)
-    groups: tuple[ReplicaGroup, ...] = (
+    return (
         ReplicaGroup(Role.CHIEF, 1),
         ReplicaGroup(Role.CS2, spec.num_csx, demand=1),
         ReplicaGroup(Role.MEMORYX, memx_count, demand=per_memx),
         ReplicaGroup(Role.SWARMX, swarm_count, demand=per_swarm),
     )
-    workers = parse_params(spec.params).input_workers(spec.num_csx, spec.mode)
-    if workers:
-        slots = sum(n.capacity for n in pool if n.kind is NodeKind.WORKER)
-        if workers > slots:
-            raise InsufficientCapacity(
-                f"the job needs {workers} input workers (num_csx={spec.num_csx} x "
-                f"runconfig.num_workers_per_csx) but the cluster's worker nodes have {slots} "
-                "slots; ask for fewer",
-                field="params" if slots >= spec.num_csx else "num_csx",
-            )
-        groups += (ReplicaGroup(Role.WORKER, workers, demand=1),)
-    return ReplicaPlan(groups=groups, model_bytes=model_bytes)

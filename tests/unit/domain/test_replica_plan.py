@@ -177,3 +177,37 @@ def test_a_pool_without_worker_nodes_refuses_a_data_set_job_naming_num_csx() -> 
 
     assert raised.value.field == "num_csx"
     assert plan_replicas(spec(1), pool()).shape == plan_replicas(spec(1), default_pool()).shape
+
+
+PIPELINED = MLP + "runconfig:\n  execution_strategy: pipeline\n"
+
+
+def test_a_pipelined_job_is_its_chief_and_one_cs2_with_no_memoryx_or_swarmx() -> None:
+    plan = plan_replicas(spec(1, params=PIPELINED), default_pool())
+
+    assert counts(plan) == {Role.CHIEF: 1, Role.CS2: 1}
+    assert plan.shape == (("chief", 1, 0), ("cs2", 1, 1))
+    assert plan.group(Role.MEMORYX).count == 0  # a role it has none of counts 0
+
+
+def test_a_pipelined_job_on_a_data_set_has_its_input_workers() -> None:
+    params = "train_input:\n  data_dir: /data/mnist\n" + PIPELINED
+    plan = plan_replicas(spec(1, params=params), default_pool())
+
+    assert counts(plan) == {Role.CHIEF: 1, Role.CS2: 1, Role.WORKER: 1}
+
+
+def test_a_pipelined_job_on_several_cs2s_is_refused_naming_num_csx() -> None:
+    with pytest.raises(InvalidSpec) as raised:
+        plan_replicas(spec(2, params=PIPELINED), default_pool())
+
+    assert raised.value.field == "num_csx"
+    assert "pipeline runs on one CS-2; use weight_streaming" in raised.value.message
+
+
+def test_an_unknown_execution_strategy_is_refused_naming_the_key() -> None:
+    params = MLP + "runconfig:\n  execution_strategy: layer_pipelined\n"
+    with pytest.raises(InvalidSpec) as raised:
+        plan_replicas(spec(1, params=params), default_pool())
+
+    assert "runconfig.execution_strategy" in f"{raised.value.field} {raised.value.message}"
