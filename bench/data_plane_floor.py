@@ -5,7 +5,8 @@
 
 Three processes (cs2, swarmx, memoryx) move exactly the default fc_mnist job's tensors each step
 with the replicas' lanes and channel options (appliance.workers.transport.channels): the CS-2 reads
-the step's three units (10 KB, 263 KB, 803 KB: last unit first, topology.weight_order) from SwarmX,
+the step's three units (10 KB, 263 KB, 803 KB: last unit first, the schedule before #34) from
+SwarmX,
 which relays them from MemoryX, then pushes their gradients (last unit first) through SwarmX to
 MemoryX. Messages are at most the chunk size (the replicas' CHUNK_BYTES is 1 MiB, so each unit is
 one message); MemoryX sends chunk i of step k + 1 once chunk i of step k's gradient is in, as an

@@ -108,17 +108,6 @@ class JobLayout:
         return bool(self.workers) and section in self.params.sections_read(self.mode)
 
 
-def weight_order(num_units: int) -> list[int]:
-    """The order in which a step's weights are requested and streamed: last unit first.
-
-    That is the order in which the previous step's updates complete (backward emits the last
-    unit's gradient first), so no unit waits in a stream behind one still being updated: the
-    others reach the CS-2 during backward, and only unit 0, updated last and needed first, is
-    on the path from one step to the next.
-    """
-    return list(reversed(range(num_units)))
-
-
 def job_layout(topology: control_pb2.Topology) -> JobLayout:
     """Check the topology is complete and build the layout; raises ValueError otherwise."""
     params: Any = yaml.safe_load(topology.params_yaml or "{}") or {}

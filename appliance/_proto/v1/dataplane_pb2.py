@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from appliance._proto.v1 import control_pb2 as appliance_dot_v1_dot_control__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x61ppliance/v1/dataplane.proto\x12\x0c\x61ppliance.v1\x1a\x1a\x61ppliance/v1/control.proto\"\\\n\x0bTensorChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\"\n\x05\x64type\x18\x03 \x01(\x0e\x32\x13.appliance.v1.DType\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"y\n\nLayerChunk\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\r\n\x05layer\x18\x02 \x01(\x05\x12\x14\n\x0csource_index\x18\x03 \x01(\x05\x12*\n\x07tensors\x18\x04 \x03(\x0b\x32\x19.appliance.v1.TensorChunk\x12\x0c\n\x04last\x18\x05 \x01(\x08\"K\n\x0eWeightsRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\r\n\x05layer\x18\x02 \x01(\x05\x12\x1c\n\x14with_optimizer_state\x18\x03 \x01(\x08\"E\n\x12StepWeightsRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x0e\n\x06layers\x18\x02 \x03(\x05\x12\x11\n\tnum_steps\x18\x03 \x01(\x03\"\x1f\n\x0bGradientAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"$\n\x14GradientNormsRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\"0\n\tLayerNorm\x12\r\n\x05layer\x18\x01 \x01(\x05\x12\x14\n\x0csquared_norm\x18\x02 \x01(\x01\"@\n\x15GradientNormsResponse\x12\'\n\x06layers\x18\x01 \x03(\x0b\x32\x17.appliance.v1.LayerNorm\"R\n\x13\x41pplyUpdatesRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x15\n\rlearning_rate\x18\x02 \x01(\x01\x12\x16\n\x0egradient_scale\x18\x03 \x01(\x01\"\x16\n\x14\x41pplyUpdatesResponse\"D\n\x0eRunStepRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x10\n\x08\x65valuate\x18\x02 \x01(\x08\x12\x12\n\neval_batch\x18\x03 \x01(\x03\"\xc7\x01\n\rRunStepResult\x12\x10\n\x08loss_sum\x18\x01 \x01(\x01\x12\x13\n\x0bnum_samples\x18\x02 \x01(\x03\x12\x17\n\x0fnum_predictions\x18\x03 \x01(\x03\x12\x13\n\x0bnum_correct\x18\x04 \x01(\x03\x12-\n\x08position\x18\x05 \x01(\x0b\x32\x1b.appliance.v1.InputPosition\x12\x32\n\rnext_position\x18\x06 \x01(\x0b\x32\x1b.appliance.v1.InputPosition\"\x13\n\x11\x43onfigureResponse\"!\n\x0fShutdownRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x12\n\x10ShutdownResponse\"<\n\rInputPosition\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04seed\x18\x03 \x01(\x03\"?\n\x16TrainingBatchesRequest\x12\x12\n\nstart_step\x18\x01 \x01(\x03\x12\x11\n\tnum_steps\x18\x02 \x01(\x03\"!\n\x10\x45valBatchRequest\x12\r\n\x05index\x18\x01 \x01(\x03\"\xcf\x01\n\nBatchChunk\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12-\n\x08position\x18\x02 \x01(\x0b\x32\x1b.appliance.v1.InputPosition\x12\x32\n\rnext_position\x18\x03 \x01(\x0b\x32\x1b.appliance.v1.InputPosition\x12\x16\n\x0eglobal_samples\x18\x04 \x01(\x03\x12*\n\x07tensors\x18\x05 \x03(\x0b\x32\x19.appliance.v1.TensorChunk\x12\x0c\n\x04last\x18\x06 \x01(\x08\"\x18\n\x16\x44\x65scribeEvalSetRequest\"D\n\x12\x45valSetDescription\x12\x13\n\x0bnum_samples\x18\x01 \x01(\x03\x12\x19\n\x11\x62\x61tches_per_epoch\x18\x02 \x01(\x03*S\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01\x12\x0f\n\x0b\x44TYPE_INT64\x10\x02\x12\x0f\n\x0b\x44TYPE_INT32\x10\x03\x32\xf7\x01\n\x0fWeightStreaming\x12I\n\rStreamWeights\x12\x1c.appliance.v1.WeightsRequest\x1a\x18.appliance.v1.LayerChunk0\x01\x12Q\n\x11StreamStepWeights\x12 .appliance.v1.StepWeightsRequest\x1a\x18.appliance.v1.LayerChunk0\x01\x12\x46\n\rPushGradients\x12\x18.appliance.v1.LayerChunk\x1a\x19.appliance.v1.GradientAck(\x01\x32\xc0\x01\n\rUpdateControl\x12X\n\rGradientNorms\x12\".appliance.v1.GradientNormsRequest\x1a#.appliance.v1.GradientNormsResponse\x12U\n\x0c\x41pplyUpdates\x12!.appliance.v1.ApplyUpdatesRequest\x1a\".appliance.v1.ApplyUpdatesResponse2U\n\rStepExecution\x12\x44\n\x07RunStep\x12\x1c.appliance.v1.RunStepRequest\x1a\x1b.appliance.v1.RunStepResult2\xa3\x01\n\x10ReplicaLifecycle\x12\x44\n\tConfigure\x12\x16.appliance.v1.Topology\x1a\x1f.appliance.v1.ConfigureResponse\x12I\n\x08Shutdown\x12\x1d.appliance.v1.ShutdownRequest\x1a\x1e.appliance.v1.ShutdownResponse2\x90\x02\n\tInputFeed\x12Y\n\x15StreamTrainingBatches\x12$.appliance.v1.TrainingBatchesRequest\x1a\x18.appliance.v1.BatchChunk0\x01\x12M\n\x0fStreamEvalBatch\x12\x1e.appliance.v1.EvalBatchRequest\x1a\x18.appliance.v1.BatchChunk0\x01\x12Y\n\x0f\x44\x65scribeEvalSet\x12$.appliance.v1.DescribeEvalSetRequest\x1a .appliance.v1.EvalSetDescriptionb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x61ppliance/v1/dataplane.proto\x12\x0c\x61ppliance.v1\x1a\x1a\x61ppliance/v1/control.proto\"\\\n\x0bTensorChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\"\n\x05\x64type\x18\x03 \x01(\x0e\x32\x13.appliance.v1.DType\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"y\n\nLayerChunk\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\r\n\x05layer\x18\x02 \x01(\x05\x12\x14\n\x0csource_index\x18\x03 \x01(\x05\x12*\n\x07tensors\x18\x04 \x03(\x0b\x32\x19.appliance.v1.TensorChunk\x12\x0c\n\x04last\x18\x05 \x01(\x08\"K\n\x0eWeightsRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\r\n\x05layer\x18\x02 \x01(\x05\x12\x1c\n\x14with_optimizer_state\x18\x03 \x01(\x08\"E\n\x12StepWeightsRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x0e\n\x06layers\x18\x02 \x03(\x05\x12\x11\n\tnum_steps\x18\x03 \x01(\x03\"\x1f\n\x0bGradientAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"$\n\x14GradientNormsRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\"0\n\tLayerNorm\x12\r\n\x05layer\x18\x01 \x01(\x05\x12\x14\n\x0csquared_norm\x18\x02 \x01(\x01\"@\n\x15GradientNormsResponse\x12\'\n\x06layers\x18\x01 \x03(\x0b\x32\x17.appliance.v1.LayerNorm\"R\n\x13\x41pplyUpdatesRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x15\n\rlearning_rate\x18\x02 \x01(\x01\x12\x16\n\x0egradient_scale\x18\x03 \x01(\x01\"\x16\n\x14\x41pplyUpdatesResponse\"D\n\x0eRunStepRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x10\n\x08\x65valuate\x18\x02 \x01(\x08\x12\x12\n\neval_batch\x18\x03 \x01(\x03\"\xe2\x01\n\rRunStepResult\x12\x10\n\x08loss_sum\x18\x01 \x01(\x01\x12\x13\n\x0bnum_samples\x18\x02 \x01(\x03\x12\x17\n\x0fnum_predictions\x18\x03 \x01(\x03\x12\x13\n\x0bnum_correct\x18\x04 \x01(\x03\x12-\n\x08position\x18\x05 \x01(\x0b\x32\x1b.appliance.v1.InputPosition\x12\x32\n\rnext_position\x18\x06 \x01(\x0b\x32\x1b.appliance.v1.InputPosition\x12\x19\n\x11peak_weight_bytes\x18\x07 \x01(\x03\"\x13\n\x11\x43onfigureResponse\"!\n\x0fShutdownRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x12\n\x10ShutdownResponse\"<\n\rInputPosition\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04seed\x18\x03 \x01(\x03\"?\n\x16TrainingBatchesRequest\x12\x12\n\nstart_step\x18\x01 \x01(\x03\x12\x11\n\tnum_steps\x18\x02 \x01(\x03\"!\n\x10\x45valBatchRequest\x12\r\n\x05index\x18\x01 \x01(\x03\"\xcf\x01\n\nBatchChunk\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12-\n\x08position\x18\x02 \x01(\x0b\x32\x1b.appliance.v1.InputPosition\x12\x32\n\rnext_position\x18\x03 \x01(\x0b\x32\x1b.appliance.v1.InputPosition\x12\x16\n\x0eglobal_samples\x18\x04 \x01(\x03\x12*\n\x07tensors\x18\x05 \x03(\x0b\x32\x19.appliance.v1.TensorChunk\x12\x0c\n\x04last\x18\x06 \x01(\x08\"\x18\n\x16\x44\x65scribeEvalSetRequest\"D\n\x12\x45valSetDescription\x12\x13\n\x0bnum_samples\x18\x01 \x01(\x03\x12\x19\n\x11\x62\x61tches_per_epoch\x18\x02 \x01(\x03*S\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01\x12\x0f\n\x0b\x44TYPE_INT64\x10\x02\x12\x0f\n\x0b\x44TYPE_INT32\x10\x03\x32\xf7\x01\n\x0fWeightStreaming\x12I\n\rStreamWeights\x12\x1c.appliance.v1.WeightsRequest\x1a\x18.appliance.v1.LayerChunk0\x01\x12Q\n\x11StreamStepWeights\x12 .appliance.v1.StepWeightsRequest\x1a\x18.appliance.v1.LayerChunk0\x01\x12\x46\n\rPushGradients\x12\x18.appliance.v1.LayerChunk\x1a\x19.appliance.v1.GradientAck(\x01\x32\xc0\x01\n\rUpdateControl\x12X\n\rGradientNorms\x12\".appliance.v1.GradientNormsRequest\x1a#.appliance.v1.GradientNormsResponse\x12U\n\x0c\x41pplyUpdates\x12!.appliance.v1.ApplyUpdatesRequest\x1a\".appliance.v1.ApplyUpdatesResponse2U\n\rStepExecution\x12\x44\n\x07RunStep\x12\x1c.appliance.v1.RunStepRequest\x1a\x1b.appliance.v1.RunStepResult2\xa3\x01\n\x10ReplicaLifecycle\x12\x44\n\tConfigure\x12\x16.appliance.v1.Topology\x1a\x1f.appliance.v1.ConfigureResponse\x12I\n\x08Shutdown\x12\x1d.appliance.v1.ShutdownRequest\x1a\x1e.appliance.v1.ShutdownResponse2\x90\x02\n\tInputFeed\x12Y\n\x15StreamTrainingBatches\x12$.appliance.v1.TrainingBatchesRequest\x1a\x18.appliance.v1.BatchChunk0\x01\x12M\n\x0fStreamEvalBatch\x12\x1e.appliance.v1.EvalBatchRequest\x1a\x18.appliance.v1.BatchChunk0\x01\x12Y\n\x0f\x44\x65scribeEvalSet\x12$.appliance.v1.DescribeEvalSetRequest\x1a .appliance.v1.EvalSetDescriptionb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'appliance.v1.dataplane_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DTYPE']._serialized_start=1550
-  _globals['_DTYPE']._serialized_end=1633
+  _globals['_DTYPE']._serialized_start=1577
+  _globals['_DTYPE']._serialized_end=1660
   _globals['_TENSORCHUNK']._serialized_start=74
   _globals['_TENSORCHUNK']._serialized_end=166
   _globals['_LAYERCHUNK']._serialized_start=168
@@ -57,33 +57,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNSTEPREQUEST']._serialized_start=734
   _globals['_RUNSTEPREQUEST']._serialized_end=802
   _globals['_RUNSTEPRESULT']._serialized_start=805
-  _globals['_RUNSTEPRESULT']._serialized_end=1004
-  _globals['_CONFIGURERESPONSE']._serialized_start=1006
-  _globals['_CONFIGURERESPONSE']._serialized_end=1025
-  _globals['_SHUTDOWNREQUEST']._serialized_start=1027
-  _globals['_SHUTDOWNREQUEST']._serialized_end=1060
-  _globals['_SHUTDOWNRESPONSE']._serialized_start=1062
-  _globals['_SHUTDOWNRESPONSE']._serialized_end=1080
-  _globals['_INPUTPOSITION']._serialized_start=1082
-  _globals['_INPUTPOSITION']._serialized_end=1142
-  _globals['_TRAININGBATCHESREQUEST']._serialized_start=1144
-  _globals['_TRAININGBATCHESREQUEST']._serialized_end=1207
-  _globals['_EVALBATCHREQUEST']._serialized_start=1209
-  _globals['_EVALBATCHREQUEST']._serialized_end=1242
-  _globals['_BATCHCHUNK']._serialized_start=1245
-  _globals['_BATCHCHUNK']._serialized_end=1452
-  _globals['_DESCRIBEEVALSETREQUEST']._serialized_start=1454
-  _globals['_DESCRIBEEVALSETREQUEST']._serialized_end=1478
-  _globals['_EVALSETDESCRIPTION']._serialized_start=1480
-  _globals['_EVALSETDESCRIPTION']._serialized_end=1548
-  _globals['_WEIGHTSTREAMING']._serialized_start=1636
-  _globals['_WEIGHTSTREAMING']._serialized_end=1883
-  _globals['_UPDATECONTROL']._serialized_start=1886
-  _globals['_UPDATECONTROL']._serialized_end=2078
-  _globals['_STEPEXECUTION']._serialized_start=2080
-  _globals['_STEPEXECUTION']._serialized_end=2165
-  _globals['_REPLICALIFECYCLE']._serialized_start=2168
-  _globals['_REPLICALIFECYCLE']._serialized_end=2331
-  _globals['_INPUTFEED']._serialized_start=2334
-  _globals['_INPUTFEED']._serialized_end=2606
+  _globals['_RUNSTEPRESULT']._serialized_end=1031
+  _globals['_CONFIGURERESPONSE']._serialized_start=1033
+  _globals['_CONFIGURERESPONSE']._serialized_end=1052
+  _globals['_SHUTDOWNREQUEST']._serialized_start=1054
+  _globals['_SHUTDOWNREQUEST']._serialized_end=1087
+  _globals['_SHUTDOWNRESPONSE']._serialized_start=1089
+  _globals['_SHUTDOWNRESPONSE']._serialized_end=1107
+  _globals['_INPUTPOSITION']._serialized_start=1109
+  _globals['_INPUTPOSITION']._serialized_end=1169
+  _globals['_TRAININGBATCHESREQUEST']._serialized_start=1171
+  _globals['_TRAININGBATCHESREQUEST']._serialized_end=1234
+  _globals['_EVALBATCHREQUEST']._serialized_start=1236
+  _globals['_EVALBATCHREQUEST']._serialized_end=1269
+  _globals['_BATCHCHUNK']._serialized_start=1272
+  _globals['_BATCHCHUNK']._serialized_end=1479
+  _globals['_DESCRIBEEVALSETREQUEST']._serialized_start=1481
+  _globals['_DESCRIBEEVALSETREQUEST']._serialized_end=1505
+  _globals['_EVALSETDESCRIPTION']._serialized_start=1507
+  _globals['_EVALSETDESCRIPTION']._serialized_end=1575
+  _globals['_WEIGHTSTREAMING']._serialized_start=1663
+  _globals['_WEIGHTSTREAMING']._serialized_end=1910
+  _globals['_UPDATECONTROL']._serialized_start=1913
+  _globals['_UPDATECONTROL']._serialized_end=2105
+  _globals['_STEPEXECUTION']._serialized_start=2107
+  _globals['_STEPEXECUTION']._serialized_end=2192
+  _globals['_REPLICALIFECYCLE']._serialized_start=2195
+  _globals['_REPLICALIFECYCLE']._serialized_end=2358
+  _globals['_INPUTFEED']._serialized_start=2361
+  _globals['_INPUTFEED']._serialized_end=2633
 # @@protoc_insertion_point(module_scope)

@@ -360,6 +360,7 @@ class RunStepResult(_message.Message):
     NUM_CORRECT_FIELD_NUMBER: _builtins.int
     POSITION_FIELD_NUMBER: _builtins.int
     NEXT_POSITION_FIELD_NUMBER: _builtins.int
+    PEAK_WEIGHT_BYTES_FIELD_NUMBER: _builtins.int
     loss_sum: _builtins.float
     """Sum of the per-prediction losses of this CS-2's shard of the global batch."""
     num_samples: _builtins.int
@@ -367,6 +368,11 @@ class RunStepResult(_message.Message):
     num_predictions: _builtins.int
     """Predictions (loss terms) in the shard, and how many of them were right."""
     num_correct: _builtins.int
+    peak_weight_bytes: _builtins.int
+    """The most weight bytes the CS-2 held at once since its previous result (the previous
+    step's backward and this step's forward): in weight streaming, a unit and the one
+    prefetched after it, never the whole model.
+    """
     @_builtins.property
     def position(self) -> Global___InputPosition:
         """A training step on a data set: where the step's global batch starts, and where the next
@@ -384,10 +390,11 @@ class RunStepResult(_message.Message):
         num_correct: _builtins.int = ...,
         position: Global___InputPosition | None = ...,
         next_position: Global___InputPosition | None = ...,
+        peak_weight_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["next_position", b"next_position", "position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["loss_sum", b"loss_sum", "next_position", b"next_position", "num_correct", b"num_correct", "num_predictions", b"num_predictions", "num_samples", b"num_samples", "position", b"position"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["loss_sum", b"loss_sum", "next_position", b"next_position", "num_correct", b"num_correct", "num_predictions", b"num_predictions", "num_samples", b"num_samples", "peak_weight_bytes", b"peak_weight_bytes", "position", b"position"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

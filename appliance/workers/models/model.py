@@ -129,9 +129,22 @@ def backward_units(
     """Yield (unit, complete gradient) from the last unit to the first."""
     grad = head.grad
     for unit in reversed(range(model.num_units)):
-        assert grad is not None, "the head computed no gradient"
-        grads, grad_inputs = model.backward_unit(unit, weights[unit], caches[unit], grad)
-        for name, extra in head.tied_grads.get(unit, {}).items():
-            grads[name] = grads[name] + extra  # the unit's own part first, then the head's
+        grads, grad = backward_one(model, unit, weights[unit], caches[unit], grad, head)
         yield unit, grads
-        grad = grad_inputs if grad_inputs is not None else None
+
+
+def backward_one(
+    model: StreamedModel,
+    unit: int,
+    weights: Tensors,
+    cache: Any,
+    grad: Array | None,
+    head: HeadOutput,
+) -> tuple[Tensors, Array | None]:
+    """One unit's complete gradient (its own part, then the head's for a tied unit) and the
+    gradient at its inputs (None for the first unit)."""
+    assert grad is not None, "the head computed no gradient"
+    grads, grad_inputs = model.backward_unit(unit, weights, cache, grad)
+    for name, extra in head.tied_grads.get(unit, {}).items():
+        grads[name] = grads[name] + extra  # the unit's own part first, then the head's
+    return grads, grad_inputs

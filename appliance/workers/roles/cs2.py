@@ -1,26 +1,30 @@
 """CS-2: runs one step of its shard of the global batch, one streamed unit (layer) at a time.
 
 Two calls to this CS-2's SwarmX, opened by the first training step, serve every training step:
-a StreamStepWeights stream brings each version's units in turn, last unit first
-(appliance.workers.topology.weight_order: the order in which they become ready), and one
-PushGradients stream takes every step's gradients. Setting a call up costs more here than the
-megabyte it carries (bench/data_plane_floor.py), hence no call per step. Forward computes each
-unit as soon as it and the units before it are in. Backward runs in reverse unit order, on the
-event loop; each unit's gradient goes out as soon as it is complete while backward carries on
-(see appliance.workers.models.model for tied weights). A message carries a whole unit unless it
-exceeds the chunk size, because each message costs more than the bytes it carries.
+a StreamStepWeights stream brings each version's units in the order the article gives
+(appliance.domain.weight_schedule.training_order): forward 0..U-1, the head's tied units, then
+U-1..0 again for backward; and one PushGradients stream takes every step's gradients. Setting a
+call up costs more here than the megabyte it carries (bench/data_plane_floor.py), hence no call
+per step. The wafer holds activations, not the model (roles/cs2_weights.py): forward computes
+each unit as it comes and drops it; backward, on the event loop, takes each unit again, computes
+its gradient, sends it at once while backward carries on (see appliance.workers.models.model for
+tied weights) and drops the unit and its activations. At most one more unit than the one
+computed on is held, decoded; each result reports the most weight bytes held at once. A message
+carries a whole unit unless it exceeds the chunk size, because each message costs more than the
+bytes it carries.
 
-RunStep answers as soon as the step's gradients are on their way: MemoryX updates each layer as
-its gradient completes and sends the next version as soon as it is applied, so the next step's
-weights may be here before its RunStep. With clipping, the chief's GradientNorms call waits at
-MemoryX for the sums. The next RunStep (training or evaluation) fails if the push failed. On
-the job's last step, RunStep answers once MemoryX has taken every layer of every step.
-The gradient is that of (sum of this shard's losses) / (predictions in the global batch), so the
-shards' gradients add up to the gradient of the global mean loss. A step's weights are dropped
-when the step ends; the CS-2 holds no weights but the next version's as they arrive.
+RunStep answers as soon as the forward pass and the loss are done (with clipping, and on the
+job's last step, once backward has pushed every gradient): MemoryX updates each layer as its
+gradient completes. The next training step's forward waits until the last one's backward took
+its units; an evaluation step waits until that backward is done (its version needs the
+updates). With clipping, the chief's GradientNorms call waits at MemoryX for the sums. The next
+RunStep (training or evaluation) fails if the push failed. On the job's last step, RunStep
+answers once MemoryX has taken every layer of every step. The gradient is that of (sum of this
+shard's losses) / (predictions in the global batch), so the shards' gradients add up to the
+gradient of the global mean loss.
 
 Evaluation steps run forward and the loss only, on the CS-2's shard of an evaluation batch, with
-one StreamStepWeights call for the version they evaluate.
+one StreamStepWeights call for the version they evaluate (forward and the head's units only).
 
 On a data set (a section with a data_dir) the batches come from the CS-2's input workers
 (roles/cs2_feed.py) and the loss is normalised by the global batch's actual sample count (an
@@ -33,19 +37,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance._proto.v1 import dataplane_pb2_grpc
+from appliance.domain.weight_schedule import forward_order, training_order
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
-from appliance.workers.models.model import Batch, Tensors, backward_units
+from appliance.workers.models.model import Batch, backward_one
 from appliance.workers.roles.cs2_feed import INPUT_WAIT, CS2Input, FeedError
+from appliance.workers.roles.cs2_weights import UnitStream, WaferWeights
 from appliance.workers.step_trace import TRACE
-from appliance.workers.topology import JobLayout, weight_order
+from appliance.workers.topology import JobLayout
 from appliance.workers.transport.channels import PeerChannels
 from appliance.workers.transport.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
 from appliance.workers.transport.weight_rpc import WeightStreamingClient
@@ -56,8 +62,6 @@ _T = TypeVar("_T")
 
 # A step's result and, unless the step had to wait for it, its gradient push.
 _StepOutcome = tuple[pb.RunStepResult, "asyncio.Future[None] | None"]
-# Weights of the units as they arrive (None once the stream ended) and the task reading them.
-_Arrivals = tuple["asyncio.Queue[LayerTensors | None]", "asyncio.Future[None]"]
 
 
 class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
@@ -74,6 +78,7 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         # Opened by the first training step, for all of them.
         self._streams: _TrainingStreams | None = None
         self._input: CS2Input | None = None  # the input workers, on a data set
+        self._wafer = WaferWeights()
 
     def add_services(self, server: grpc.aio.Server) -> None:
         dataplane_pb2_grpc.add_StepExecutionServicer_to_server(self, server)
@@ -91,6 +96,7 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
 
     async def close(self) -> None:
         TRAFFIC.report(log)
+        log.info("most weight bytes held at once: %d", self._wafer.largest)
         if self._input is not None:
             INPUT_WAIT.report(log)
             self._input.cancel()
@@ -111,12 +117,19 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         weights = self._channels.weight_streaming(swarmx.address, "weights")
         gradients = self._channels.weight_streaming(swarmx.address, "gradients")
         if self._streams is None and not request.evaluate:
-            self._streams = _TrainingStreams(layout, request.step, weights, gradients)
-        step = _StepRun(layout, self.index, weights, self._streams, self._step_timeout)
+            self._streams = _TrainingStreams(layout, request.step, weights, gradients, self._wafer)
+        step = _StepRun(
+            layout, self.index, weights, self._streams, self._step_timeout, self._wafer
+        )
         step.input = self._input
         previous, self._push = self._push, None
         started = time.perf_counter()
         try:
+            if request.evaluate and previous is not None:
+                # Its version needs the last step's updates anyway; the wafer holds the units
+                # of one pass at a time.
+                await _completion(previous)
+                previous = None
             result, self._push = await _alongside(step.run(request), previous)
             if not request.evaluate:
                 INPUT_WAIT.step_seconds += time.perf_counter() - started
@@ -156,7 +169,8 @@ async def _completion(push: asyncio.Future[None]) -> None:
 
 
 class _StepRun:
-    """One RunStep call: the weights streamed in and the activations kept for backward."""
+    """One RunStep call: the weights streamed in, unit by unit, and the activations kept for
+    backward."""
 
     def __init__(
         self,
@@ -165,6 +179,7 @@ class _StepRun:
         weights: WeightStreamingClient,
         streams: _TrainingStreams | None,
         timeout: float,
+        wafer: WaferWeights,
     ) -> None:
         self.layout = layout
         self.model = layout.model
@@ -172,7 +187,7 @@ class _StepRun:
         self.weight_stub = weights
         self.streams = streams
         self.timeout = timeout
-        self.weights: dict[int, Tensors] = {}
+        self.wafer = wafer
         self.input: CS2Input | None = None
 
     async def run(self, request: pb.RunStepRequest) -> _StepOutcome:
@@ -183,7 +198,12 @@ class _StepRun:
         streams = None if request.evaluate else self.streams
         # An evaluation step asks for its version's weights; a training step takes the next
         # version's from the stream that brings every training step's.
-        arrivals = self._stream_weights(request.step) if streams is None else streams.arrivals
+        if streams is None:
+            units = self._stream_weights(request.step)
+        else:
+            units = streams.units
+            await units.begin(request.step)
+        push = None if streams is None else streams.push
         fed = None
         try:  # the weights travel while a worker thread makes the batch (or a worker sends it)
             if self.input is not None and self.input.feeds(request.evaluate):
@@ -191,15 +211,24 @@ class _StepRun:
                 batch = fed.batch
             else:
                 batch = await asyncio.to_thread(self._batch, request)
-            outputs, caches = await self._forward(
-                request.step, batch, arrivals, None if streams is None else streams.push
+            outputs, caches = await self._forward(request.step, batch, units, push)
+            head_units = await self._head_units(request.step, units, push)
+            samples = model.batch_size if fed is None else fed.global_samples
+            normalizer = samples * model.predictions_per_sample
+            head = model.head(
+                outputs,
+                {u.layer: u.tensors for u in head_units},
+                batch.targets,
+                normalizer,
+                not request.evaluate,
             )
+            for unit in head_units:
+                units.drop(unit)
+            if streams is None:
+                await units.reader  # the evaluation stream ends with its head's units
         finally:
             if streams is None:
-                arrivals[1].cancel()
-        samples = model.batch_size if fed is None else fed.global_samples
-        normalizer = samples * model.predictions_per_sample
-        head = model.head(outputs, self.weights, batch.targets, normalizer, not request.evaluate)
+                units.close()
         result = pb.RunStepResult(
             loss_sum=head.loss_sum,
             num_samples=batch.num_samples,
@@ -210,12 +239,15 @@ class _StepRun:
             result.position.CopyFrom(fed.position)
             result.next_position.CopyFrom(fed.next_position)
         if streams is None:
+            result.peak_weight_bytes = self.wafer.report()
             return result, None
-        pushed = asyncio.ensure_future(self._backward(request.step, caches, head, streams.push))
+        pushed = asyncio.ensure_future(self._backward(request.step, caches, head, streams))
         clipping = self.layout.params.optimizer.max_gradient_norm is not None
         if clipping or request.step + 1 >= self.layout.num_steps:
             await pushed  # the chief reads the norms next (MemoryX waits for the sums)
+            result.peak_weight_bytes = self.wafer.report()
             return result, None
+        result.peak_weight_bytes = self.wafer.report()  # the backward's units count next time
         return result, pushed
 
     def _batch(self, request: pb.RunStepRequest) -> Batch:
@@ -225,67 +257,85 @@ class _StepRun:
             return model.eval_batch(request.eval_batch).shard(self.index, count)
         return model.train_batch(request.step).shard(self.index, count)
 
-    def _stream_weights(self, version: int) -> _Arrivals:
-        """Start streaming every unit's weights at `version`; they queue up as they arrive."""
-        request = pb.StepWeightsRequest(step=version, layers=weight_order(self.model.num_units))
+    def _stream_weights(self, version: int) -> UnitStream:
+        """Stream the forward pass's units (and the head's) at `version`, for an evaluation."""
+        order = forward_order(self.model.num_units, self.model.head_units)
+        request = pb.StepWeightsRequest(step=version, layers=order)
         stream = self.weight_stub.stream_step_weights(request, self.timeout)
-        arrived: asyncio.Queue[LayerTensors | None] = asyncio.Queue()
-        return arrived, asyncio.ensure_future(_read_into(read_layers(stream), arrived))
+        return UnitStream(read_layers(stream), self.wafer)
 
     async def _forward(
-        self, version: int, batch: Batch, arrivals: _Arrivals, push: _GradientPush | None
+        self, version: int, batch: Batch, units: UnitStream, push: _GradientPush | None
     ) -> tuple[Any, list[Any]]:
-        """Forward unit by unit as the weights arrive. A training step watches the job's
-        gradient `push` meanwhile (if it fails first, it fails the step); an evaluation step
-        (no push) has a stream of its own that carries this step's weights only."""
-        num_units = self.model.num_units
-        arrived, reader = arrivals
+        """Forward unit by unit as the weights arrive, each dropped once computed on. A
+        training step watches the job's gradient `push` meanwhile (if it fails first, it fails
+        the step)."""
         caches: list[Any] = []
         outputs: Any = batch.inputs
-        try:
-            for unit in range(num_units):
-                while unit not in self.weights:  # units arrive in weight_order, not unit order
-                    streamed = await _next_layer(arrived, reader, push)
-                    if streamed.step != version or not 0 <= streamed.layer < num_units:
-                        raise ValueError(f"unexpected unit {streamed.layer} at {streamed.step}")
-                    if streamed.layer in self.weights:
-                        raise ValueError(f"unit {streamed.layer} streamed twice")
-                    self.weights[streamed.layer] = streamed.tensors
-                    TRACE.mark("cs2_weights_in", version, streamed.layer)
-                # On the event loop: a thread hand-off per unit costs more than it overlaps;
-                # gRPC keeps receiving the next units meanwhile.
-                outputs, cache = self.model.forward_unit(unit, self.weights[unit], outputs)
-                caches.append(cache)
-            if push is None:
-                await reader
-        finally:
-            if push is None:
-                reader.cancel()
+        for unit in range(self.model.num_units):
+            entry = units.entry(version, unit)
+            streamed = await units.next(entry, version, unit, _watching(push))
+            TRACE.mark("cs2_weights_in", version, unit)
+            # On the event loop: a thread hand-off per unit costs more than it overlaps;
+            # gRPC keeps receiving the next units meanwhile.
+            outputs, cache = self.model.forward_unit(unit, streamed.tensors, outputs)
+            caches.append(cache)
+            units.drop(streamed)
         return outputs, caches
 
+    async def _head_units(
+        self, version: int, units: UnitStream, push: _GradientPush | None
+    ) -> list[LayerTensors]:
+        """The units the head reads (a tied LM head: the embeddings), streamed once more."""
+        order = forward_order(self.model.num_units, self.model.head_units)
+        return [
+            await units.next(units.entry(version, place), version, order[place], _watching(push))
+            for place in range(self.model.num_units, len(order))
+        ]
+
     async def _backward(
-        self, step: int, caches: list[Any], head: Any, push: _GradientPush
+        self, step: int, caches: list[Any], head: Any, streams: _TrainingStreams
     ) -> None:
-        """Backward unit by unit on the event loop; each unit's gradient goes out once done.
+        """Backward unit by unit on the event loop, last to first, each unit's weights streamed
+        again; each unit's gradient goes out once done and the unit and its activations leave.
 
         Not in a worker thread: the last unit's gradient starts the next step's critical path
         (MemoryX's update of unit 0, then its weights back), and a thread hand-off delays it by
         a scheduler wake-up. gRPC sends a unit's chunks in its own threads while the next unit
         is computed.
         """
-        for unit, grads in backward_units(self.model, self.weights, caches, head):
+        push, grad = streams.push, head.grad
+        units, num_units = streams.units, self.model.num_units
+        backward_from = len(forward_order(num_units, self.model.head_units))
+        for place, unit in enumerate(reversed(range(num_units)), start=backward_from):
+            entry = units.entry(step, place)
+            streamed = await units.next(entry, step, unit, push.unless_ended)
+            TRACE.mark("cs2_weights_in", step, unit)
+            grads, grad = backward_one(
+                self.model, unit, streamed.tensors, caches[unit], grad, head
+            )
+            units.drop(streamed)
+            caches[unit] = None  # its activations are no longer needed
             push.send(encode_layer(step, unit, self.index, grads))
             TRACE.mark("cs2_gradient_out", step, unit)
             # gRPC takes the unit's chunks (its write of the unit before may first have to
             # complete) before the next unit is computed, so they travel meanwhile.
             await push.taken()
+        TRACE.mark("cs2_peak_weight_bytes", step, self.wafer.peak)
         if step + 1 >= self.layout.num_steps:
             await push.close()  # the job's last step: answered once MemoryX has every layer
 
 
+def _watching(
+    push: _GradientPush | None,
+) -> Callable[[Awaitable[LayerTensors | None]], Awaitable[LayerTensors | None]] | None:
+    return None if push is None else push.unless_ended
+
+
 class _TrainingStreams:
     """A CS-2's two calls for all its training steps, opened by the first: every version's
-    weights from that step's on, and a push of every step's gradients."""
+    units from that step's on (forward, then again in reverse), and a push of every step's
+    gradients."""
 
     def __init__(
         self,
@@ -293,22 +343,18 @@ class _TrainingStreams:
         first: int,
         weights: WeightStreamingClient,
         gradients: WeightStreamingClient,
+        wafer: WaferWeights,
     ) -> None:
+        order = training_order(layout.model.num_units, layout.model.head_units)
         request = pb.StepWeightsRequest(
-            step=first,
-            layers=weight_order(layout.model.num_units),
-            num_steps=layout.num_steps - first,
+            step=first, layers=order, num_steps=layout.num_steps - first
         )
         stream = weights.stream_step_weights(request, None)  # as long as the job
-        arrived: asyncio.Queue[LayerTensors | None] = asyncio.Queue()
-        self.arrivals: _Arrivals = (
-            arrived,
-            asyncio.ensure_future(_read_into(read_layers(stream), arrived)),
-        )
+        self.units = UnitStream(read_layers(stream), wafer, first, len(order))
         self.push = _GradientPush(gradients, None)
 
     def cancel(self) -> None:
-        self.arrivals[1].cancel()
+        self.units.close()
         self.push.cancel()
 
 
@@ -357,31 +403,3 @@ class _GradientPush:
 
     def cancel(self) -> None:
         self._call.cancel()
-
-
-async def _read_into(
-    layers: AsyncIterator[LayerTensors], arrived: asyncio.Queue[LayerTensors | None]
-) -> None:
-    """Take in every layer of the stream as it arrives; None marks the end."""
-    try:
-        async for layer in layers:
-            arrived.put_nowait(layer)
-    finally:
-        arrived.put_nowait(None)
-
-
-async def _next_layer(
-    arrived: asyncio.Queue[LayerTensors | None],
-    reader: asyncio.Future[None],
-    push: _GradientPush | None,
-) -> LayerTensors:
-    """The next streamed layer; the reader's error if the stream failed or ended early, or the
-    push's if `push` is given and it failed first."""
-    if not arrived.empty() or push is None:
-        layer = await arrived.get()
-    else:
-        layer = await push.unless_ended(arrived.get())
-    if layer is None:
-        await reader  # raises the stream's error, if any
-        raise ValueError("the weight stream ended early")
-    return layer

@@ -3,16 +3,19 @@
 A layer's weights carry a version, the number of updates applied. StreamWeights(step=k) and
 StreamStepWeights(step=k) send a layer once it reaches version k; StreamStepWeights with
 num_steps = n sends versions k..k + n - 1, each as soon as it is reached (SwarmX keeps one such
-call open for a whole training run). A PushGradients stream carries one SwarmX's partial sums of
-one or more layers of one or more steps; once every feeding SwarmX delivered
-its partial sum of a layer, they are added in SwarmX index order (so the result does not depend
-on arrival order). Without clipping the update is applied right away, with the learning rate of
-step k's schedule, and the layer's version moves to k + 1 while backward still runs on lower
-layers. With global-norm clipping (which needs every layer of every MemoryX) the sum and its
-squared norm are kept, and updates are a second phase driven by the chief: GradientNorms reports
-the squared norms, then ApplyUpdates applies the optimizer with the step's learning rate and clip
-scale; GradientNorms waits until every layer holds its sum (the pushes are not answered per
-step). A push is answered once each of its layers holds its sum (clipping) or is updated.
+call open for a whole training run), each layer as often as the request lists it (forward and
+again for backward: a layer is only updated once every CS-2 has computed its gradient, which
+needs its backward broadcast, so that broadcast always finds the version it asks for).
+A PushGradients stream carries one SwarmX's partial sums of one or more layers of one or more
+steps; once every feeding SwarmX delivered its partial sum of a layer, they are added in SwarmX
+index order (so the result does not depend on arrival order). Without clipping the update is
+applied right away, with the learning rate of step k's schedule, and the layer's version moves to k
++ 1 while backward still runs on lower layers. With global-norm clipping (which needs every layer
+of every MemoryX) the sum and its squared norm are kept, and updates are a second phase driven by
+the chief: GradientNorms reports the squared norms, then ApplyUpdates applies the optimizer with
+the step's learning rate and clip scale; GradientNorms waits until every layer holds its sum (the
+pushes are not answered per step). A push is answered once each of its layers holds its sum
+(clipping) or is updated.
 Optimizer state never leaves MemoryX except into a checkpoint.
 """
 

@@ -6,14 +6,15 @@ step, because setting up a call costs more here than the megabyte it carries
 
 Weights: in a job that trains, the first request for a version opens one StreamStepWeights
 stream per MemoryX for that version and every later one that a training step uses (an
-evaluation-only job fetches its one version on its own), each MemoryX's layers last unit
-first (appliance.workers.topology.weight_order, the order in which the previous step's updates
-complete); MemoryX sends each layer as soon as it reaches the version, i.e. as soon as the
-previous step's update of it is applied, while backward goes on elsewhere. Chunks are kept per
-(version, layer) as they arrive and every CS-2 gets the same ones, each as soon as it is here:
-a CS-2's stream for its training steps (one call for all of them) or for one evaluation
-version. A kept layer is dropped once every CS-2 pushed its gradient for it (they are all past
-its forward pass); an evaluation request drops every older version.
+evaluation-only job fetches its one version on its own), each MemoryX's share of the step's
+broadcasts in the order of appliance.domain.weight_schedule.training_order: forward, the
+head's tied units, then backward in reverse, so a unit comes two or three times per version.
+MemoryX sends each broadcast as soon as the layer reaches the version, i.e. as soon as the
+previous step's update of it is applied. Chunks are kept per (version, layer, broadcast) as they
+arrive and every CS-2 gets the same ones, each as soon as it is here: a CS-2's stream for its
+training steps (one call for all of them) or for one evaluation version (its forward
+broadcasts). A layer's kept broadcasts are dropped once every CS-2 pushed its gradient for it
+(they are all past its backward pass); an evaluation request drops every older version.
 
 Gradients: each CS-2 pushes one stream for all its steps, its layers' gradients in backward
 order; once all of this SwarmX's CS-2s have pushed chunk i of a layer, their chunks are added in
@@ -37,10 +38,11 @@ from typing import Any
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2 as pb
+from appliance.domain.weight_schedule import occurrences, training_order
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.step_trace import TRACE
-from appliance.workers.topology import JobLayout, PeerAddress, weight_order
+from appliance.workers.topology import JobLayout, PeerAddress
 from appliance.workers.transport.channels import PeerChannels
 from appliance.workers.transport.relay import ChunkOrder, LayerRelay, sum_chunks
 from appliance.workers.transport.tensors import TRAFFIC
@@ -49,7 +51,9 @@ from appliance.workers.transport.wire import WireChunk
 
 log = logging.getLogger(__name__)
 
-LayerKey = tuple[int, int]  # (step, layer)
+# (step, layer, broadcast): a training step broadcasts a unit two or three times (forward, a
+# tied head, backward; appliance.domain.weight_schedule), each its own relay.
+LayerKey = tuple[int, int, int]
 _END = None  # closes an outgoing gradient stream
 
 
@@ -213,16 +217,19 @@ class SwarmXRole:
             self._stream_from_memoryx(layout, step)
         streamed = self._streamed
         missing: dict[PeerAddress, list[int]] = {}
-        for layer in layers:
-            if (step, layer) not in self._weights:
-                self._weights[step, layer] = LayerRelay()
+        keys = [(step, layer, seen) for layer, seen in occurrences(layers)]
+        for key in keys:
+            if key not in self._weights:
+                self._weights[key] = LayerRelay()
                 if streamed is None or step not in streamed:
-                    missing.setdefault(layout.memoryx_of_layer(layer), []).append(layer)
+                    missing.setdefault(layout.memoryx_of_layer(key[1]), []).append(key[1])
         for owner, owned in missing.items():
+            # Every broadcast of a unit comes from its owner, so the owner's list numbers them
+            # as the whole list does.
             self._start(
                 self._stream_versions(owner, range(step, step + 1), owned, self._step_timeout)
             )
-        return [self._weights[step, layer] for layer in layers]
+        return [self._weights[key] for key in keys]
 
     def _start(self, fetch: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(fetch)
@@ -236,7 +243,7 @@ class SwarmXRole:
         if layout.mode == "eval" or first >= layout.num_steps:
             return  # nothing (left) to train: versions are fetched one at a time
         self._streamed = range(first, layout.num_steps)
-        order = weight_order(layout.model.num_units)
+        order = training_order(layout.model.num_units, layout.model.head_units)
         for owner in layout.memoryx:
             owned = [layer for layer in order if layout.memoryx_of_layer(layer) == owner]
             if owned:
@@ -252,6 +259,7 @@ class SwarmXRole:
             step=versions.start, layers=layers, num_steps=len(versions)
         )
         total, received = len(versions) * len(layers), 0  # layers complete
+        broadcasts = occurrences(layers)
         try:
             async for chunk in stub.stream_step_weights(request, deadline):
                 version, place = divmod(received, len(layers))
@@ -260,9 +268,10 @@ class SwarmXRole:
                     layers[place],
                 ):
                     raise ValueError(f"{owner.name} sent layer {chunk.layer} out of order")
-                relay = self._weights.get((chunk.step, chunk.layer))
+                key = (chunk.step, chunk.layer, broadcasts[place][1])
+                relay = self._weights.get(key)
                 if relay is None:  # here before any CS-2 asked for it
-                    relay = self._weights[chunk.step, chunk.layer] = LayerRelay()
+                    relay = self._weights[key] = LayerRelay()
                 relay.add(chunk)
                 if chunk.last:
                     TRACE.mark("swarmx_weights_in", chunk.step, chunk.layer)
@@ -312,7 +321,8 @@ class SwarmXRole:
         if not partial_sum.last:
             return
         TRACE.mark("swarmx_gradient_out", step, layer)
-        self._weights.pop((step, layer), None)  # every CS-2 is past this layer's forward pass
+        for key in [key for key in self._weights if key[:2] == (step, layer)]:
+            del self._weights[key]  # every CS-2 is past this layer's broadcasts
         reduction.summed += 1
         if reduction.summed == layout.model.num_units:
             del self._reductions[step]

@@ -87,6 +87,9 @@ class TrainingLoop:
         # drop_last_batch) counts what it holds, not batch_size.
         self._samples = 0
         self._samples_per_second = 0.0
+        # The most weight bytes a CS-2 held at once since the last summary, and in the run.
+        self._peak_weight_bytes = 0
+        self._most_weight_bytes = 0
 
     async def run(self) -> dict[str, Any] | None:
         """Run the job; returns its final metrics, or None if the coordinator said stop."""
@@ -140,10 +143,18 @@ class TrainingLoop:
         await self._checkpoint(layout.num_steps)
         if layout.mode == "train_and_eval" and self._evaluated_at != layout.num_steps:
             metrics.update(await self._evaluate(layout.num_steps))  # resumed at the end
+        metrics["peak_weight_bytes"] = self._most_weight_bytes
         return metrics
+
+    def _held(self, results: list[pb.RunStepResult]) -> None:
+        """Keep the most weight bytes any CS-2 says it held at once."""
+        peak = max(r.peak_weight_bytes for r in results)
+        self._peak_weight_bytes = max(self._peak_weight_bytes, peak)
+        self._most_weight_bytes = max(self._most_weight_bytes, peak)
 
     async def _train_step(self, step: int) -> tuple[float, float]:
         results = await self.calls.run_step(step)
+        self._held(results)
         self._samples += sum(r.num_samples for r in results)
         if results[0].HasField("position"):
             self._follow_input(step, results[0].position, results[0].next_position)
@@ -192,6 +203,7 @@ class TrainingLoop:
         count = await self._eval_batches() if batches is None else batches
         for index in range(count):
             results = await self.calls.run_step(version, evaluate=True, eval_batch=index)
+            self._held(results)
             loss_sum += math.fsum(r.loss_sum for r in results)
             correct += sum(r.num_correct for r in results)
             predictions += sum(r.num_predictions for r in results)
@@ -215,8 +227,10 @@ class TrainingLoop:
                     "loss": loss,
                     "learning_rate": learning_rate,
                     "samples_per_second": samples_per_second,
+                    "peak_weight_bytes": self._peak_weight_bytes,
                 },
             )
+        self._peak_weight_bytes = 0
 
     async def _checkpoint(self, step: int) -> None:
         if self.model_dir is None or step == self._written:

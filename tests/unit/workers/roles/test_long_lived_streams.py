@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import cast
 
 import numpy as np
@@ -11,7 +12,8 @@ import pytest
 from appliance._proto.v1 import common_pb2, control_pb2
 from appliance.domain.params import OptimizerSection
 from appliance.workers.models import optimizers
-from appliance.workers.roles.cs2 import _GradientPush, _next_layer
+from appliance.workers.roles.cs2 import _GradientPush
+from appliance.workers.roles.cs2_weights import UnitStream, WaferWeights
 from appliance.workers.roles.memoryx import LayerShard, MemoryXRole
 from appliance.workers.roles.swarmx import SwarmXRole
 from appliance.workers.topology import JobLayout, PeerAddress, job_layout
@@ -92,12 +94,12 @@ async def test_a_failed_push_to_memoryx_fails_the_weights_still_to_come() -> Non
 
 async def test_a_cancelled_push_fails_nothing() -> None:
     role = SwarmXRole(0, step_timeout=5, channels=PeerChannels("t"))
-    role._weights = {(4, 0): LayerRelay()}
+    role._weights = {(4, 0, 0): LayerRelay()}
     push = asyncio.create_task(asyncio.Event().wait())
     push.cancel()
     await asyncio.wait({push})
     role._push_ended(push)
-    assert list(role._weights) == [(4, 0)]
+    assert list(role._weights) == [(4, 0, 0)]
 
 
 class GoneSwarmX:
@@ -111,23 +113,36 @@ async def test_a_step_waiting_for_weights_fails_when_its_push_fails() -> None:
     """The next version would never come: the push carried the gradients it is made from."""
 
     push = _GradientPush(cast(WeightStreamingClient, GoneSwarmX()), None)
-    arrived: asyncio.Queue[LayerTensors | None] = asyncio.Queue()
-    reader = asyncio.ensure_future(asyncio.Event().wait())
+    units = UnitStream(_layers(), WaferWeights())
     with pytest.raises(RuntimeError, match="swarmx went away"):
-        await asyncio.wait_for(_next_layer(arrived, reader, push), 5)
-    reader.cancel()
+        await asyncio.wait_for(units.next(0, 4, 0, push.unless_ended), 5)
+    units.close()
 
 
 async def test_weights_already_here_are_taken_even_if_the_push_failed() -> None:
     push = _GradientPush(cast(WeightStreamingClient, GoneSwarmX()), None)
     with pytest.raises(RuntimeError):
         await push.close()  # the call has ended
-    arrived: asyncio.Queue[LayerTensors | None] = asyncio.Queue()
-    layer = LayerTensors(4, 0, 0, {})
-    arrived.put_nowait(layer)
-    reader = asyncio.ensure_future(asyncio.Event().wait())
-    assert await _next_layer(arrived, reader, push) is layer
-    reader.cancel()
+    layer = LayerTensors(4, 0, 0, {"weight": np.ones(3, dtype=np.float32)})
+    wafer, delivered = WaferWeights(), asyncio.Event()
+    units = UnitStream(_layers(layer, delivered=delivered), wafer)
+    await asyncio.wait_for(delivered.wait(), 5)
+    assert wafer.held == 12
+    assert await units.next(0, 4, 0, push.unless_ended) is layer
+    units.close()
+    assert wafer.held == 0
+
+
+async def _layers(
+    *layers: LayerTensors, delivered: asyncio.Event | None = None
+) -> AsyncIterator[LayerTensors]:
+    """A weight stream that brings `layers`, then nothing more (it never ends); `delivered` is
+    set once the reader took them all and asks for more."""
+    for layer in layers:
+        yield layer
+    if delivered is not None:
+        delivered.set()
+    await asyncio.Event().wait()
 
 
 def _layout(mode: common_pb2.Mode.ValueType) -> JobLayout:
