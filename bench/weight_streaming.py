@@ -7,8 +7,9 @@ appliance.domain.params.Gpt2Model) prints JSON with:
 - step time of a 1-CS-2 job against a single-process NumPy loop of the same model and batch
   (appliance.workers.models.reference, one BLAS thread like every replica), measured in this run;
 - tensor bytes sent per step by role against the theoretical minimum (each layer's weights go
-  once MemoryX -> SwarmX and once SwarmX -> each CS-2, each gradient once CS-2 -> SwarmX and
-  once SwarmX -> MemoryX);
+  MemoryX -> SwarmX and SwarmX -> each CS-2 once forward and once again for backward, a tied
+  head's units once more, appliance.domain.weight_schedule; each gradient once CS-2 -> SwarmX
+  and once SwarmX -> MemoryX);
 - steps/s with 1, 2 and 4 CS-2s;
 - CPU time per step of each replica process of the 1-CS-2 job (psutil, every thread, sampled at
   each progress report), and the lower bound it sets for the job as it is: spending that much
@@ -32,6 +33,7 @@ pin_blas_threads(os.environ)  # before NumPy loads: what every replica does
 import argparse
 import asyncio
 import json
+import math
 import re
 import subprocess
 import sys
@@ -50,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 from appliance._proto.v1 import common_pb2
 from appliance.domain import model_shapes as models
 from appliance.domain.params import parse_params
+from appliance.domain.weight_schedule import training_order
 from appliance.workers.models import optimizers
 from appliance.workers.models.reference import ReferenceTrainer
 from tests.integration.test_workers import RunningJob, run_job
@@ -79,14 +82,14 @@ def single_process_step_seconds(params: dict[str, Any], steps: int) -> float:
 
 
 async def sampled_job(
-    params: dict[str, Any], num_csx: int, steps: int
+    params: dict[str, Any], num_csx: int, steps: int, pipelined: bool = False
 ) -> tuple[list[common_pb2.Progress], str, list[tuple[int, dict[str, float]]]]:
     """Run one job to its end: its progress reports, its logs, and its replicas' CPU seconds
-    sampled at each report (sample_cpu)."""
-    swarmx = 1 if num_csx <= 2 else 2
+    sampled at each report (sample_cpu). A pipelined job has no MemoryX and no SwarmX."""
+    memoryx, swarmx = (0, 0) if pipelined else (1, 1 if num_csx <= 2 else 2)
     cpu_samples: list[tuple[int, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        async with run_job(Path(tmp), num_csx, 1, swarmx, steps, params) as job:
+        async with run_job(Path(tmp), num_csx, memoryx, swarmx, steps, params) as job:
             sampler = asyncio.create_task(sample_cpu(job, cpu_samples))
             try:
                 code = await job.exit_code("chief-0", within=600)
@@ -99,10 +102,12 @@ async def sampled_job(
             return job.fake.progress, job.logs(), cpu_samples
 
 
-async def streamed_job(params: dict[str, Any], num_csx: int, steps: int) -> dict[str, Any]:
+async def streamed_job(
+    params: dict[str, Any], num_csx: int, steps: int, pipelined: bool = False
+) -> dict[str, Any]:
     """Run one job; its steady step rate (between progress reports) and traffic by role."""
-    swarmx = 1 if num_csx <= 2 else 2
-    progress, logs, cpu_samples = await sampled_job(params, num_csx, steps)
+    swarmx = 0 if pipelined else 1 if num_csx <= 2 else 2
+    progress, logs, cpu_samples = await sampled_job(params, num_csx, steps, pipelined)
     if len(progress) < 2:
         raise SystemExit(
             f"only {len(progress)} progress report(s) in {steps} steps: use more --steps"
@@ -168,9 +173,12 @@ def traffic_per_step(
         "cs2_gradients": sent.get("cs2", {}).get("gradients", 0) / steps,
         "swarmx_gradients": sent.get("swarmx", {}).get("gradients", 0) / steps,
     }
+    # Weights go forward, then again in reverse for backward (a tied head's units once more).
+    sizes = [4 * sum(math.prod(s) for s in unit.values()) for unit in models.unit_shapes(typed)]
+    broadcast = sum(sizes[u] for u in training_order(len(sizes), models.head_units(typed)))
     minimum = {
-        "memoryx_weights": swarmx * weight_bytes,
-        "swarmx_weights": num_csx * weight_bytes,
+        "memoryx_weights": swarmx * broadcast,
+        "swarmx_weights": num_csx * broadcast,
         "cs2_gradients": num_csx * weight_bytes,
         "swarmx_gradients": swarmx * weight_bytes,
     }
