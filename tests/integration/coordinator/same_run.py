@@ -12,10 +12,12 @@ import numpy as np
 
 def history(model_dir: Path) -> dict[int, dict[str, float]]:
     """metrics.jsonl by step (a resumed run logs the steps after its checkpoint again), without
-    what differs between two runs of the same numbers: the speed and the job that wrote a line."""
+    what differs between two runs of the same numbers: the speed, the job that wrote a line and
+    the most weight bytes held at once (whether the next unit arrived before the one computed on
+    was dropped is a matter of timing)."""
     lines = (model_dir / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
-    unlike = {"samples_per_second", "job"}
+    unlike = {"samples_per_second", "job", "peak_weight_bytes"}
     return {r["step"]: {k: v for k, v in r.items() if k not in unlike} for r in records}
 
 
