@@ -1,5 +1,8 @@
 """Who talks to whom inside one wsjob, derived from the coordinator's Topology.
 
+A pipelined job (no MemoryX, no SwarmX in its topology) runs on one CS-2 that holds the whole
+model and serves the chief as the job's one MemoryX (roles/cs2_pipelined.py).
+
 Invariants of the weight-streaming wiring:
 - layer l lives on memoryx-(l % M);
 - cs2-i streams through swarmx-(i // fanout) with fanout = ceil(N / S);
@@ -61,6 +64,12 @@ class JobLayout:
     resume_from: str = ""
 
     @property
+    def pipelined(self) -> bool:
+        """The whole model on one CS-2: no SwarmX, and the CS-2 is the job's one MemoryX (it
+        holds every layer and its optimizer state, and serves the chief as MemoryX does)."""
+        return not self.swarmx
+
+    @property
     def fanout(self) -> int:
         """How many CS-2s each SwarmX serves."""
         return math.ceil(len(self.cs2) / len(self.swarmx))
@@ -87,9 +96,10 @@ class JobLayout:
         ]
 
     def others(self, chief_name: str) -> list[PeerAddress]:
-        """Every replica except the chief."""
+        """Every replica except the chief (a pipelined CS-2 once, though it is also MemoryX)."""
         peers = (*self.cs2, *self.memoryx, *self.swarmx, *self.workers)
-        return [p for p in peers if p.name != chief_name]
+        named = {p.name: p for p in peers if p.name != chief_name}
+        return list(named.values())
 
     @property
     def workers_per_cs2(self) -> int:
@@ -117,10 +127,20 @@ def job_layout(topology: control_pb2.Topology) -> JobLayout:
     for peer in topology.peers:
         if peer.role in by_role:
             by_role[peer.role].append(PeerAddress(peer.name, peer.role, peer.index, peer.address))
+    # A pipelined job (the plan's choice): no MemoryX and no SwarmX, one CS-2.
+    pipelined = not by_role["memoryx"] and not by_role["swarmx"]
+    optional = {"worker", "memoryx", "swarmx"} if pipelined else {"worker"}
     for role, peers in by_role.items():
         peers.sort(key=lambda p: p.index)
-        if (not peers and role != "worker") or [p.index for p in peers] != list(range(len(peers))):
+        if (not peers and role not in optional) or [p.index for p in peers] != list(
+            range(len(peers))
+        ):
             raise ValueError(f"topology has no contiguous {role}-0..{role}-K replicas")
+    if pipelined and topology.num_csx != 1:
+        raise ValueError(
+            "a topology without MemoryX and SwarmX (pipelined) has one CS-2, not "
+            f"{topology.num_csx}"
+        )
     if len(by_role["cs2"]) != topology.num_csx:
         raise ValueError(
             f"topology lists {len(by_role['cs2'])} cs2 but num_csx={topology.num_csx}"
@@ -146,7 +166,8 @@ def job_layout(topology: control_pb2.Topology) -> JobLayout:
         params=typed,
         model=model,
         cs2=tuple(by_role["cs2"]),
-        memoryx=tuple(by_role["memoryx"]),
+        # A pipelined CS-2 holds every layer: to the chief it is the job's one MemoryX.
+        memoryx=tuple(by_role["cs2"] if pipelined else by_role["memoryx"]),
         swarmx=tuple(by_role["swarmx"]),
         workers=tuple(by_role["worker"]),
         resume_from=topology.resume_from or typed.runconfig.checkpoint_path or "",

@@ -37,8 +37,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import grpc
 
@@ -49,16 +49,16 @@ from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import StopSignal
 from appliance.workers.models.model import Batch, backward_one
 from appliance.workers.roles.cs2_feed import INPUT_WAIT, CS2Input, FeedError
+from appliance.workers.roles.cs2_pipelined import WaferStore, run_pipelined_step
+from appliance.workers.roles.cs2_push import GradientPush
 from appliance.workers.roles.cs2_weights import UnitStream, WaferWeights
 from appliance.workers.step_trace import TRACE
 from appliance.workers.topology import JobLayout
 from appliance.workers.transport.channels import PeerChannels
 from appliance.workers.transport.tensors import TRAFFIC, LayerTensors, encode_layer, read_layers
-from appliance.workers.transport.weight_rpc import WeightStreamingClient
-from appliance.workers.transport.wire import WireChunk
+from appliance.workers.transport.weight_rpc import WeightStreamingClient, add_weight_streaming
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 # A step's result and, unless the step had to wait for it, its gradient push.
 _StepOutcome = tuple[pb.RunStepResult, "asyncio.Future[None] | None"]
@@ -79,17 +79,29 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         self._streams: _TrainingStreams | None = None
         self._input: CS2Input | None = None  # the input workers, on a data set
         self._wafer = WaferWeights()
+        self._store = WaferStore(index)  # a pipelined job's layers
 
     def add_services(self, server: grpc.aio.Server) -> None:
         dataplane_pb2_grpc.add_StepExecutionServicer_to_server(self, server)
+        # What the chief asks of MemoryX, served by a pipelined CS-2 (roles/cs2_pipelined.py).
+        add_weight_streaming(self._store, server)
+        dataplane_pb2_grpc.add_UpdateControlServicer_to_server(self._store, server)
 
     def configure(self, layout: JobLayout) -> None:
         if self._layout is None:
+            if layout.pipelined:
+                held = self._store.hold(layout)  # raises ValueError if it cannot resume
+                log.info(
+                    "pipelined: holding all %d layers, %d bytes",
+                    len(held.layers),
+                    held.weight_bytes,
+                )
             self._layout = layout
             if layout.workers:
                 self._input = CS2Input(layout, self.index, self._channels, self._step_timeout)
             self._configured.set()
-            log.info("streaming through %s", layout.swarmx_of_cs2(self.index).name)
+            if not layout.pipelined:
+                log.info("streaming through %s", layout.swarmx_of_cs2(self.index).name)
 
     async def run(self, control: ControlPlane, stop: StopSignal) -> None:
         await asyncio.Future()  # serve until stopped
@@ -113,6 +125,30 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         await self._configured.wait()
         layout = self._layout
         assert layout is not None
+        source = "" if layout.pipelined else f"{layout.swarmx_of_cs2(self.index).name}: "
+        try:
+            if self._store.layers is not None:  # pipelined: the whole model is here
+                return await run_pipelined_step(
+                    layout, self.index, self._store.layers, self._input, request
+                )
+            return await self._streamed_step(layout, request)
+        except FeedError as err:  # an input worker failed (it says why itself)
+            await context.abort(err.code, f"cs2-{self.index} step {request.step}: {err}")
+            raise AssertionError("unreachable") from err
+        except grpc.aio.AioRpcError as err:
+            await context.abort(
+                err.code(), f"cs2-{self.index} step {request.step}: {source}{err.details()}"
+            )
+            raise AssertionError("unreachable") from err
+        except ValueError as err:  # a malformed weight stream, or a layer at another version
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"cs2-{self.index} step {request.step}: {err}"
+            )
+            raise AssertionError("unreachable") from err
+
+    async def _streamed_step(
+        self, layout: JobLayout, request: pb.RunStepRequest
+    ) -> pb.RunStepResult:
         swarmx = layout.swarmx_of_cs2(self.index)
         weights = self._channels.weight_streaming(swarmx.address, "weights")
         gradients = self._channels.weight_streaming(swarmx.address, "gradients")
@@ -124,29 +160,15 @@ class CS2Role(dataplane_pb2_grpc.StepExecutionServicer):
         step.input = self._input
         previous, self._push = self._push, None
         started = time.perf_counter()
-        try:
-            if request.evaluate and previous is not None:
-                # Its version needs the last step's updates anyway; the wafer holds the units
-                # of one pass at a time.
-                await _completion(previous)
-                previous = None
-            result, self._push = await _alongside(step.run(request), previous)
-            if not request.evaluate:
-                INPUT_WAIT.step_seconds += time.perf_counter() - started
-            return result
-        except FeedError as err:  # an input worker failed (it says why itself)
-            await context.abort(err.code, f"cs2-{self.index} step {request.step}: {err}")
-            raise AssertionError("unreachable") from err
-        except grpc.aio.AioRpcError as err:
-            await context.abort(
-                err.code(), f"cs2-{self.index} step {request.step}: {swarmx.name}: {err.details()}"
-            )
-            raise AssertionError("unreachable") from err
-        except ValueError as err:  # a malformed weight stream
-            await context.abort(
-                grpc.StatusCode.INTERNAL, f"cs2-{self.index} step {request.step}: {err}"
-            )
-            raise AssertionError("unreachable") from err
+        if request.evaluate and previous is not None:
+            # Its version needs the last step's updates anyway; the wafer holds the units of
+            # one pass at a time.
+            await _completion(previous)
+            previous = None
+        result, self._push = await _alongside(step.run(request), previous)
+        if not request.evaluate:
+            INPUT_WAIT.step_seconds += time.perf_counter() - started
+        return result
 
 
 async def _alongside(
@@ -265,7 +287,7 @@ class _StepRun:
         return UnitStream(read_layers(stream), self.wafer)
 
     async def _forward(
-        self, version: int, batch: Batch, units: UnitStream, push: _GradientPush | None
+        self, version: int, batch: Batch, units: UnitStream, push: GradientPush | None
     ) -> tuple[Any, list[Any]]:
         """Forward unit by unit as the weights arrive, each dropped once computed on. A
         training step watches the job's gradient `push` meanwhile (if it fails first, it fails
@@ -284,7 +306,7 @@ class _StepRun:
         return outputs, caches
 
     async def _head_units(
-        self, version: int, units: UnitStream, push: _GradientPush | None
+        self, version: int, units: UnitStream, push: GradientPush | None
     ) -> list[LayerTensors]:
         """The units the head reads (a tied LM head: the embeddings), streamed once more."""
         order = forward_order(self.model.num_units, self.model.head_units)
@@ -327,7 +349,7 @@ class _StepRun:
 
 
 def _watching(
-    push: _GradientPush | None,
+    push: GradientPush | None,
 ) -> Callable[[Awaitable[LayerTensors | None]], Awaitable[LayerTensors | None]] | None:
     return None if push is None else push.unless_ended
 
@@ -351,55 +373,8 @@ class _TrainingStreams:
         )
         stream = weights.stream_step_weights(request, None)  # as long as the job
         self.units = UnitStream(read_layers(stream), wafer, first, len(order))
-        self.push = _GradientPush(gradients, None)
+        self.push = GradientPush(gradients, None)
 
     def cancel(self) -> None:
         self.units.close()
         self.push.cancel()
-
-
-class _GradientPush:
-    """A PushGradients call, open before its gradients exist; chunks queue up."""
-
-    def __init__(self, stub: WeightStreamingClient, timeout: float | None) -> None:
-        self._ready: asyncio.Queue[WireChunk | None] = asyncio.Queue()
-        self._taken = asyncio.Event()  # set while gRPC has taken every chunk sent so far
-        self._call = asyncio.ensure_future(stub.push_gradients(self._chunks(), timeout))
-
-    async def _chunks(self) -> AsyncIterator[WireChunk]:
-        while (chunk := await self._ready.get()) is not None:
-            if self._ready.empty():
-                self._taken.set()
-            yield chunk
-
-    def send(self, chunks: Iterable[WireChunk]) -> None:
-        for chunk in chunks:
-            self._ready.put_nowait(chunk)
-            self._taken.clear()
-
-    async def taken(self) -> None:
-        """Until gRPC has taken every chunk sent so far; raises if the call ended."""
-        await self.unless_ended(self._taken.wait())
-
-    async def unless_ended(self, awaitable: Awaitable[_T]) -> _T:
-        """`awaitable`'s result, unless the call ends first: then its error. A push ends only
-        when closed, so while a step waits for its weights a failed push fails the step (the
-        next version would never come: its gradients did not get through)."""
-        waiting = asyncio.ensure_future(awaitable)
-        try:
-            await asyncio.wait({waiting, self._call}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not waiting.done():
-                waiting.cancel()
-        if waiting.done():
-            return waiting.result()
-        self._call.result()  # raises the call's error
-        raise ValueError("the gradient push ended early")
-
-    async def close(self) -> None:
-        """End the stream; returns once MemoryX has taken every layer (raises if it failed)."""
-        self._ready.put_nowait(None)
-        await self._call
-
-    def cancel(self) -> None:
-        self._call.cancel()

@@ -94,7 +94,8 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
                 weights = layout.model.init_unit(layer)
                 state = optimizers.initial_state(self._optimizer, weights)
                 self._layers[layer] = LayerShard(weights, state)
-        self._expected_sources = frozenset(layout.feeding_swarmx())
+        # A pipelined CS-2 hands its own gradients over as the one source, 0.
+        self._expected_sources = frozenset([0] if layout.pipelined else layout.feeding_swarmx())
         self._configured.set()
         log.info("holding layers %s (%s)", sorted(self._layers), self._optimizer.optimizer_type)
 
@@ -191,6 +192,36 @@ class MemoryXRole(dataplane_pb2_grpc.UpdateControlServicer):
                     f"layer {layer} is at version {shard.version}, not {version}",
                 )
             return dict(shard.weights)
+
+    async def weights_at(self, version: int) -> dict[int, Tensors]:
+        """Every held layer's weights (not copies) once it reaches `version`: what a pipelined
+        CS-2 computes with. Raises ValueError if a layer is past it."""
+        held = {}
+        for layer, shard in sorted(self._layers.items()):
+            async with shard.changed:
+                await shard.changed.wait_for(lambda: shard.version >= version)  # noqa: B023
+                if shard.version != version:
+                    raise ValueError(f"layer {layer} is at version {shard.version}, not {version}")
+                held[layer] = shard.weights
+        return held
+
+    async def add_gradient(self, step: int, layer: int, gradient: Tensors) -> None:
+        """A pipelined CS-2's gradient of one layer, taken as the one source's sum (then
+        applied, or kept for the clip as a SwarmX's would be). Raises ValueError if refused."""
+        refused = await self._add_partial_sum(
+            self._layers[layer], LayerTensors(step, layer, 0, gradient)
+        )
+        if refused is not None:
+            raise ValueError(refused)
+
+    @property
+    def layers(self) -> list[int]:
+        return sorted(self._layers)
+
+    @property
+    def weight_bytes(self) -> int:
+        """The bytes of the weights held (a pipelined wafer's every layer)."""
+        return sum(int(a.nbytes) for s in self._layers.values() for a in s.weights.values())
 
     async def _add_partial_sum(self, shard: LayerShard, partial: LayerTensors) -> str | None:
         """Keep one SwarmX's partial sum; the last one completes the layer's gradient.

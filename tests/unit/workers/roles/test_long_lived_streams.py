@@ -12,7 +12,7 @@ import pytest
 from appliance._proto.v1 import common_pb2, control_pb2
 from appliance.domain.params import OptimizerSection
 from appliance.workers.models import optimizers
-from appliance.workers.roles.cs2 import _GradientPush
+from appliance.workers.roles.cs2_push import GradientPush
 from appliance.workers.roles.cs2_weights import UnitStream, WaferWeights
 from appliance.workers.roles.memoryx import LayerShard, MemoryXRole
 from appliance.workers.roles.swarmx import SwarmXRole
@@ -112,7 +112,7 @@ class GoneSwarmX:
 async def test_a_step_waiting_for_weights_fails_when_its_push_fails() -> None:
     """The next version would never come: the push carried the gradients it is made from."""
 
-    push = _GradientPush(cast(WeightStreamingClient, GoneSwarmX()), None)
+    push = GradientPush(cast(WeightStreamingClient, GoneSwarmX()), None)
     units = UnitStream(_layers(), WaferWeights())
     with pytest.raises(RuntimeError, match="swarmx went away"):
         await asyncio.wait_for(units.next(0, 4, 0, push.unless_ended), 5)
@@ -120,7 +120,7 @@ async def test_a_step_waiting_for_weights_fails_when_its_push_fails() -> None:
 
 
 async def test_weights_already_here_are_taken_even_if_the_push_failed() -> None:
-    push = _GradientPush(cast(WeightStreamingClient, GoneSwarmX()), None)
+    push = GradientPush(cast(WeightStreamingClient, GoneSwarmX()), None)
     with pytest.raises(RuntimeError):
         await push.close()  # the call has ended
     layer = LayerTensors(4, 0, 0, {"weight": np.ones(3, dtype=np.float32)})
