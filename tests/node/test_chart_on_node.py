@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from appliance.client import ApplianceClient
 from appliance.client.errors import JobFailed
@@ -107,6 +108,28 @@ def test_a_job_from_this_machine_runs_as_real_containers_and_succeeds(
         logs = _csctl(grpc_port, release, "logs", job.id, "--replica", "chief-0")
         assert logs.returncode == 0, logs.stderr
         assert "finished (exit 0)" in logs.stdout
+
+
+def test_a_pipelined_job_runs_as_two_containers_chief_and_cs2(
+    node: RealNode, namespace: str, release: str
+) -> None:
+    params = yaml.safe_load(PARAMS.read_text())
+    params["runconfig"] = {**params.get("runconfig", {}), "execution_strategy": "pipeline"}
+    with (
+        node.port_forward(namespace, "svc/appliance", 50051) as (grpc_port,),
+        ApplianceClient(f"127.0.0.1:{grpc_port}", token=release) as client,
+    ):
+        job = client.submit(params=params, num_csx=1, num_steps=1500, detach=True)
+        # The whole model on one CS-2: no MemoryX, no SwarmX pod.
+        wait_for(lambda: _all_running(node, namespace, job.id, 2), "2 running containers")
+        names = sorted(
+            p["metadata"]["labels"]["appliance.io/replica"]  # type: ignore[index]
+            for p in _job_pods(node, namespace, job.id)
+        )
+        assert names == ["chief-0", "cs2-0"], names
+        done = job.wait(timeout=300)
+        assert done.phase == Phase.SUCCEEDED, done.reason
+        assert sorted(r.name for r in done.replicas) == ["chief-0", "cs2-0"]
 
 
 @pytest.mark.parametrize("max_restarts", [0, 1])
