@@ -15,7 +15,6 @@ the next step waits for the layers' versions, as a weight-streaming step waits f
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
@@ -101,10 +100,12 @@ async def run_pipelined_step(
     if feed is not None and feed.feeds(request.evaluate):
         fed = await feed.batch(request)
         batch = fed.batch
-    elif request.evaluate:
-        batch = await asyncio.to_thread(model.eval_batch, request.eval_batch)
-    else:
-        batch = await asyncio.to_thread(model.train_batch, request.step)
+    else:  # on the event loop: no weights are in flight to overlap with a thread's work
+        batch = (
+            model.eval_batch(request.eval_batch)
+            if request.evaluate
+            else model.train_batch(request.step)
+        )
     weights = await layers.weights_at(request.step)
     caches: list[Any] = []
     outputs: Any = batch.inputs
