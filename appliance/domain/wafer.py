@@ -56,11 +56,11 @@ def gigabytes(count: int) -> str:
 
 
 def describe(need: WaferNeed) -> str:
-    """`23.7 GB (weights 5.3 GB, gradients 5.3 GB, optimizer state 10.5 GB, activations ...)`."""
+    """Where the bytes go: `weights 5.3 GB, gradients 5.3 GB, optimizer state 10.5 GB, ...`."""
     return (
-        f"{gigabytes(need.total)} (weights {gigabytes(need.weights)}, gradients "
-        f"{gigabytes(need.gradients)}, optimizer state {gigabytes(need.optimizer_state)}, "
-        f"activations {gigabytes(need.activations)})"
+        f"weights {gigabytes(need.weights)}, gradients {gigabytes(need.gradients)}, "
+        f"optimizer state {gigabytes(need.optimizer_state)}, "
+        f"activations {gigabytes(need.activations)}"
     )
 
 
