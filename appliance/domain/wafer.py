@@ -32,6 +32,7 @@ from appliance.domain.params import PIPELINE, FcMnistModel, Gpt2Model, Params
 WAFER_BYTES = 40 * 10**9  # a CS-2's 40 GB of on-chip SRAM
 MAX_WAFER_BYTES = 10**15  # a bound on a configured wafer (a petabyte), against typos
 ACTIVATION_BYTES = 4  # float32
+WEIGHT_STREAMING = "weight_streaming"
 # Units a streaming CS-2 holds at once: the one it computes on and the prefetched next one.
 STREAMED_UNITS_HELD = 2
 
@@ -61,6 +62,15 @@ def describe(need: WaferNeed) -> str:
         f"weights {gigabytes(need.weights)}, gradients {gigabytes(need.gradients)}, "
         f"optimizer state {gigabytes(need.optimizer_state)}, "
         f"activations {gigabytes(need.activations)}"
+    )
+
+
+def wafer_line(mode: str, need: WaferNeed, wafer_bytes: int) -> str:
+    """`wafer (pipelined): 47.6 GB of 40.0 GB - does not fit (weights 5.3 GB, ...)`."""
+    fits = "fits" if need.total <= wafer_bytes else "does not fit"
+    return (
+        f"wafer ({mode}): {gigabytes(need.total)} of {gigabytes(wafer_bytes)} - {fits} "
+        f"({describe(need)})"
     )
 
 
