@@ -28,6 +28,7 @@ import math
 
 from appliance.domain.model_shapes import BYTES_PER_PARAM, OPTIMIZER_STATE_COPIES, unit_shapes
 from appliance.domain.params import PIPELINE, FcMnistModel, Gpt2Model, Params
+from appliance.domain.spec import JobSpec
 
 WAFER_BYTES = 40 * 10**9  # a CS-2's 40 GB of on-chip SRAM
 MAX_WAFER_BYTES = 10**15  # a bound on a configured wafer (a petabyte), against typos
@@ -63,6 +64,16 @@ def describe(need: WaferNeed) -> str:
         f"optimizer state {gigabytes(need.optimizer_state)}, "
         f"activations {gigabytes(need.activations)}"
     )
+
+
+def execution_strategy_of(spec: JobSpec) -> str:
+    """`pipeline` or `weight_streaming`, as the job's params chose (and its plan follows: a
+    pipelined plan has no MemoryX and no SwarmX); "" without params (list views)."""
+    if not spec.params_yaml:
+        return ""
+    runconfig = spec.params.get("runconfig")
+    value = runconfig.get("execution_strategy") if isinstance(runconfig, dict) else None
+    return PIPELINE if value == PIPELINE else WEIGHT_STREAMING
 
 
 def wafer_line(mode: str, need: WaferNeed, wafer_bytes: int) -> str:
