@@ -12,6 +12,7 @@ from typing import Any
 from appliance.domain.job import Job
 from appliance.domain.phases import Phase
 from appliance.domain.spec import JobSpec, checkpoint_path_of
+from appliance.domain.wafer import execution_strategy_of
 from csctl.render import (
     ATTEMPT_COLUMNS,
     REPLICA_COLUMNS,
@@ -28,6 +29,11 @@ JOB_COLUMNS = ("NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "SYSTEMS"
 # --show-pending adds where a queued job stands and when it is estimated to start.
 PENDING_COLUMNS = (*JOB_COLUMNS, "PENDING", "START(EST)")
 # REASON: the code of why the job waits (its pending reason), else of why it ended.
+# How `csctl get job` says a job's execution strategy.
+EXECUTION_SAID = {
+    "pipeline": "pipelined (one CS-2 holds the model; no MemoryX, no SwarmX)",
+    "weight_streaming": "weight streaming (MemoryX holds the model, SwarmX streams it)",
+}
 WIDE_COLUMNS = (*JOB_COLUMNS, "REASON", "QUEUE", "STEP", "RESTARTS", "PENDING", "START(EST)")
 
 
@@ -145,6 +151,8 @@ def job_detail_table(job: Job, *, now: float) -> str:
         text += "\n\n" + format_table(ATTEMPT_COLUMNS, rows)
     if job.spec.params_yaml and (start := checkpoint_path_of(job.spec)):
         text += f"\n\nSTARTS FROM: {start}"  # asked for, or chosen at submit
+    if strategy := execution_strategy_of(job.spec):
+        text += f"\n\nEXECUTION: {EXECUTION_SAID[strategy]}"
     if job.spec.comment:
         text += f"\n\nCOMMENT: {job.spec.comment}"
     if job.reason:

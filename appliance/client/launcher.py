@@ -53,6 +53,7 @@ from appliance.domain.job import JobEvent
 from appliance.domain.phases import Phase
 from appliance.domain.reasons import ReasonCode
 from appliance.domain.spec import Mode, parse_label_selector
+from appliance.domain.wafer import wafer_line
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -223,6 +224,8 @@ def _compile(
         f"{report.bytes_swarmx_to_memoryx / mib:.2f})",
         file=out,
     )
+    _say(wafer_line("pipelined", report.wafer_pipelined, report.wafer_bytes), file=out)
+    _say(wafer_line("weight streaming", report.wafer_streaming, report.wafer_bytes), file=out)
     return 0
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 from appliance.config.kube import ReplicaResources
 from appliance.domain.leadership import LeaseTiming
 from appliance.domain.simulation import FailAt
+from appliance.domain.wafer import WAFER_BYTES
 
 PreemptionPolicy = Literal["lower-priority", "never"]
 Election = Literal["auto", "off", "database", "kubernetes"]
@@ -64,6 +65,7 @@ class PoolSettings:
     queues_file: Path | None = None
     worker_nodes: int = 2
     worker_slots: int = 8
+    wafer_bytes: int = WAFER_BYTES  # each system's on-chip memory (the inventory may say its own)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,6 +34,7 @@ from appliance.domain.inventory import Node
 from appliance.domain.leadership import LeaseTiming
 from appliance.domain.simulation import parse_fail_at
 from appliance.domain.spec import MAX_SIM_STEP_SECONDS, SIM_STEP_SECONDS_LABEL
+from appliance.domain.wafer import MAX_WAFER_BYTES
 
 DEFAULT_GRPC_PORT = ServerSettings.grpc_port
 DEFAULT_HTTP_PORT = ServerSettings.http_port
@@ -85,6 +86,13 @@ class Settings(KubeFields, DataFields):
         ge=1,
         le=4096,
         description="Input workers one worker node hosts.",
+    )
+    wafer_bytes: int = Field(
+        default=PoolSettings.wafer_bytes,
+        gt=0,
+        le=MAX_WAFER_BYTES,
+        description="On-chip memory of each CS-2's wafer, in bytes (40 GB, a CS-2's SRAM); the "
+        "inventory file may give a system its own.",
     )
     scheduler_interval: float = Field(
         default=SchedulerSettings.interval,
@@ -324,7 +332,7 @@ class Settings(KubeFields, DataFields):
         return PoolSettings(
             self.systems, self.memoryx_nodes, self.swarmx_nodes, self.memoryx_bytes,
             self.swarmx_ports, self.inventory_file, self.queues_file, self.worker_nodes,
-            self.worker_slots,
+            self.worker_slots, self.wafer_bytes,
         )  # fmt: skip
 
     @property

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+from appliance.domain.wafer import WAFER_BYTES
 
 
 class NodeKind(enum.StrEnum):
@@ -32,7 +34,8 @@ class NodeState(enum.StrEnum):
 @dataclasses.dataclass(frozen=True)
 class Node:
     """One entry of the pool. `capacity` is 1 for systems, bytes for MemoryX, ports for SwarmX,
-    input-worker slots for a worker node."""
+    input-worker slots for a worker node. `wafer_bytes`: a system's on-chip memory (a CS-2's
+    40 GB unless configured; other kinds ignore it)."""
 
     name: str
     kind: NodeKind
@@ -40,6 +43,7 @@ class Node:
     state: NodeState = NodeState.OK
     reason: str = ""  # why an admin set the state
     since: float = 0.0  # when (0: never changed)
+    wafer_bytes: int = WAFER_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +77,7 @@ def default_pool(
     swarmx_ports: int = 4,
     workers: int = 2,
     worker_slots: int = 8,
+    wafer_bytes: int = WAFER_BYTES,
 ) -> list[Node]:
     """The embedded default: cs2-01..04, memx-01..04 (16 GiB each), swarmx-01..02 (4 ports),
     worker-01..02 (8 input-worker slots each)."""
@@ -84,6 +89,7 @@ def default_pool(
         swarmx_ports=swarmx_ports,
         workers=[f"worker-{i:02d}" for i in range(1, workers + 1)],
         worker_slots=worker_slots,
+        wafer_bytes=wafer_bytes,
     )
 
 
@@ -96,10 +102,17 @@ def named_pool(
     swarmx_ports: int,
     workers: Sequence[str] = (),
     worker_slots: int = 8,
+    wafer_bytes: int = WAFER_BYTES,
+    wafers: Mapping[str, int] | None = None,
 ) -> list[Node]:
-    """A pool of the named nodes; every node of a shared kind has the same capacity."""
+    """A pool of the named nodes; every node of a shared kind has the same capacity, every
+    system a wafer of `wafer_bytes` unless `wafers` names its own."""
+    own = wafers or {}
     return (
-        [Node(name, NodeKind.SYSTEM, 1) for name in systems]
+        [
+            Node(name, NodeKind.SYSTEM, 1, wafer_bytes=own.get(name, wafer_bytes))
+            for name in systems
+        ]
         + [Node(name, NodeKind.MEMORYX, memoryx_bytes) for name in memoryx]
         + [Node(name, NodeKind.SWARMX, swarmx_ports) for name in swarmx]
         + [Node(name, NodeKind.WORKER, worker_slots) for name in workers]

@@ -15,6 +15,7 @@ from appliance.domain.bounded_yaml import load_bounded
 from appliance.domain.job import Attempt, Job, Lease, Progress, Replica
 from appliance.domain.spec_document import spec_document
 from appliance.domain.timestamps import rfc3339
+from appliance.domain.wafer import execution_strategy_of
 
 
 def job_document(job: Job, *, parsed_params: bool = False) -> dict[str, Any]:
@@ -28,6 +29,7 @@ def job_document(job: Job, *, parsed_params: bool = False) -> dict[str, Any]:
         "id": job.id,
         "user": job.user,
         "spec": spec,
+        "execution_strategy": execution_strategy_of(job.spec),
         "phase": job.phase.value,
         "reason": job.reason,
         "pending_reason": job.pending_reason,

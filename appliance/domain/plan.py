@@ -13,6 +13,7 @@ from appliance.domain.errors import InsufficientCapacity, InvalidSpec
 from appliance.domain.inventory import Node, NodeKind
 from appliance.domain.params import PIPELINE, parse_params
 from appliance.domain.spec import JobSpec
+from appliance.domain.wafer import WaferNeed, describe, gigabytes, wafer_needs
 
 
 class Role(enum.StrEnum):
@@ -43,6 +44,9 @@ class ReplicaGroup:
 class ReplicaPlan:
     groups: tuple[ReplicaGroup, ...]
     model_bytes: int
+    # What each CS-2 of the job holds on its wafer (domain/wafer.py): a system whose wafer is
+    # smaller cannot run it.
+    wafer_bytes: int = 0
 
     @functools.cached_property
     def shape(self) -> tuple[tuple[str, int, int], ...]:
@@ -75,7 +79,10 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
         )
     parsed = parse_params(spec.params)
     model_bytes = models.memory_bytes(spec.params)
-    if parsed.runconfig.execution_strategy == PIPELINE:
+    strategy = parsed.runconfig.execution_strategy
+    need = wafer_needs(parsed, spec.num_csx, strategy)
+    _check_wafer(need, strategy, max(n.wafer_bytes for n in systems))
+    if strategy == PIPELINE:
         groups = _pipelined_groups(spec)
     else:
         groups = _streaming_groups(spec, model_bytes, memx, swarm)
@@ -90,7 +97,22 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
                 field="params" if slots >= spec.num_csx else "num_csx",
             )
         groups += (ReplicaGroup(Role.WORKER, workers, demand=1),)
-    return ReplicaPlan(groups=groups, model_bytes=model_bytes)
+    return ReplicaPlan(groups=groups, model_bytes=model_bytes, wafer_bytes=need.total)
+
+
+def _check_wafer(need: WaferNeed, strategy: str, largest: int) -> None:
+    """Refuse a job whose CS-2s need more than the largest wafer of the pool holds."""
+    if need.total <= largest:
+        return
+    if strategy == PIPELINE:
+        mode, advice = "pipelined", "use runconfig.execution_strategy weight_streaming"
+    else:
+        mode, advice = "weight-streaming", "use more CS-2s or a smaller train_input.batch_size"
+    raise InsufficientCapacity(
+        f"the model needs {gigabytes(need.total)} on a CS-2's wafer in {mode} mode "
+        f"({describe(need)}) but a CS-2 holds {gigabytes(largest)}; {advice}",
+        field="params",
+    )
 
 
 def _pipelined_groups(spec: JobSpec) -> tuple[ReplicaGroup, ...]:

@@ -21,6 +21,7 @@ from appliance.domain.job import (
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
 from appliance.domain.spec import Mode, Priority
+from appliance.domain.wafer import WAFER_BYTES, WaferNeed
 from appliance.protocol.spec_pb import MODE_TO_PB, PRIORITY_TO_PB
 from appliance.protocol.spec_pb import spec_from_pb as spec_from_pb  # derived from the fields
 from appliance.protocol.spec_pb import spec_to_pb as spec_to_pb
@@ -269,7 +270,23 @@ def compile_report_to_pb(report: CompileReport) -> cluster_pb2.CompileReport:
         bytes_swarmx_to_memoryx=report.bytes_swarmx_to_memoryx,
         bytes_per_step=report.bytes_per_step,
         unit_count=report.unit_count,
+        wafer_pipelined=_wafer_pb(report.wafer_pipelined),
+        wafer_streaming=_wafer_pb(report.wafer_streaming),
+        wafer_bytes=report.wafer_bytes,
     )
+
+
+def _wafer_pb(need: WaferNeed) -> cluster_pb2.WaferNeed:
+    return cluster_pb2.WaferNeed(
+        weights=need.weights,
+        gradients=need.gradients,
+        optimizer_state=need.optimizer_state,
+        activations=need.activations,
+    )
+
+
+def _wafer_of(msg: cluster_pb2.WaferNeed) -> WaferNeed:
+    return WaferNeed(msg.weights, msg.gradients, msg.optimizer_state, msg.activations)
 
 
 def compile_report_from_pb(msg: cluster_pb2.CompileReport) -> CompileReport:
@@ -294,4 +311,7 @@ def compile_report_from_pb(msg: cluster_pb2.CompileReport) -> CompileReport:
         bytes_cs2_to_swarmx=msg.bytes_cs2_to_swarmx,
         bytes_swarmx_to_memoryx=msg.bytes_swarmx_to_memoryx,
         unit_count=msg.unit_count or len(msg.units),
+        wafer_pipelined=_wafer_of(msg.wafer_pipelined),
+        wafer_streaming=_wafer_of(msg.wafer_streaming),
+        wafer_bytes=msg.wafer_bytes or WAFER_BYTES,
     )

@@ -47,10 +47,12 @@ class PoolStore(StoreBase):
                             kind=node.kind.value,
                             capacity=node.capacity,
                             state=node.state.value,
+                            wafer_bytes=node.wafer_bytes,
                         )
                     )
                 else:
                     row.kind, row.capacity = node.kind.value, node.capacity
+                    row.wafer_bytes = node.wafer_bytes
             held = set(s.scalars(select(PlacementRow.node).distinct()))
             for name, row in existing.items():
                 if name not in held:
@@ -79,7 +81,9 @@ class PoolStore(StoreBase):
             row.state, row.reason, row.since = state.value, reason, now
             s.add(NodeEventRow(node=name, time=now, state=state.value, reason=reason, by=by))
             holders = _holders(s, [name])
-            node = Node(row.name, NodeKind(row.kind), row.capacity, state, reason, now)
+            node = Node(
+                row.name, NodeKind(row.kind), row.capacity, state, reason, now, row.wafer_bytes
+            )
         self.forget_pool()
         return node, [(job_id, attempt) for _, job_id, attempt in holders]
 
@@ -151,15 +155,16 @@ class PoolStore(StoreBase):
         return {node: sorted(jobs) for node, jobs in holders.items()}
 
 
-# A Node as read (_node): name, kind, capacity, state, reason, since.
+# A Node as read (_node): name, kind, capacity, state, reason, since, wafer bytes.
 _NODE_COLUMNS = (
     NodeRow.name, NodeRow.kind, NodeRow.capacity, NodeRow.state, NodeRow.reason, NodeRow.since,
+    NodeRow.wafer_bytes,
 )  # fmt: skip
 
 
 def _node(row: Any) -> Node:
-    name, kind, capacity, state, reason, since = row[:6]
-    return Node(name, NodeKind(kind), capacity, NodeState(state), reason, since)
+    name, kind, capacity, state, reason, since, wafer = row[:7]
+    return Node(name, NodeKind(kind), capacity, NodeState(state), reason, since, wafer)
 
 
 def _holders(s: Session, names: Sequence[str]) -> list[tuple[str, str, int]]:

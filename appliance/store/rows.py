@@ -113,6 +113,7 @@ def lease_of(seconds: float, expires_at: float, holder: str) -> Lease | None:
 def plan_to_json(plan: ReplicaPlan) -> dict[str, Any]:
     return {
         "model_bytes": plan.model_bytes,
+        "wafer_bytes": plan.wafer_bytes,
         "groups": [[g.role.value, g.count, g.demand] for g in plan.groups],
     }
 
@@ -125,7 +126,8 @@ def plan_from_json(data: str | Mapping[str, Any] | None) -> ReplicaPlan:
     if isinstance(data, str):
         return _plan_of_text(data)
     groups = tuple((str(r), int(c), int(d)) for r, c, d in data["groups"])
-    return _plan_of(groups, int(data["model_bytes"]))
+    # A plan stored before the wafer had a size (#34) needs none of it.
+    return _plan_of(groups, int(data["model_bytes"]), int(data.get("wafer_bytes", 0)))
 
 
 PLAN_AS_READ = type_coerce(JobRow.plan, Text).label("plan")
@@ -137,9 +139,13 @@ def _plan_of_text(text: str) -> ReplicaPlan:
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan_of(groups: tuple[tuple[str, int, int], ...], model_bytes: int) -> ReplicaPlan:
+def _plan_of(
+    groups: tuple[tuple[str, int, int], ...], model_bytes: int, wafer_bytes: int
+) -> ReplicaPlan:
     return ReplicaPlan(
-        groups=tuple(ReplicaGroup(Role(r), c, d) for r, c, d in groups), model_bytes=model_bytes
+        groups=tuple(ReplicaGroup(Role(r), c, d) for r, c, d in groups),
+        model_bytes=model_bytes,
+        wafer_bytes=wafer_bytes,
     )
 
 

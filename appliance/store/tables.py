@@ -21,6 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from appliance.domain.phases import ACTIVE, HOLDS_RESOURCES, Phase
+from appliance.domain.wafer import WAFER_BYTES
 
 
 class Base(DeclarativeBase):
@@ -275,6 +276,10 @@ class NodeRow(Base):
     # Why an admin set the state, and when (0: never changed).
     reason: Mapped[str] = mapped_column(Text, default="", server_default="")
     since: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # A system's on-chip memory (other kinds: the default, unused).
+    wafer_bytes: Mapped[int] = mapped_column(
+        BigInteger, default=WAFER_BYTES, server_default=str(WAFER_BYTES)
+    )
 
 
 class NodeEventRow(Base):

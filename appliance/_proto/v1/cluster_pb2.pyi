@@ -1329,6 +1329,9 @@ class CompileReport(_message.Message):
     BYTES_SWARMX_TO_MEMORYX_FIELD_NUMBER: _builtins.int
     BYTES_PER_STEP_FIELD_NUMBER: _builtins.int
     UNIT_COUNT_FIELD_NUMBER: _builtins.int
+    WAFER_PIPELINED_FIELD_NUMBER: _builtins.int
+    WAFER_STREAMING_FIELD_NUMBER: _builtins.int
+    WAFER_BYTES_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     parameter_bytes: _builtins.int
     memory_bytes: _builtins.int
@@ -1340,10 +1343,17 @@ class CompileReport(_message.Message):
     bytes_per_step: _builtins.int
     unit_count: _builtins.int
     """Every streamed unit; `units` lists the first 1000 of them."""
+    wafer_bytes: _builtins.int
     @_builtins.property
     def units(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedUnit]: ...
     @_builtins.property
     def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaCount]: ...
+    @_builtins.property
+    def wafer_pipelined(self) -> Global___WaferNeed:
+        """What one CS-2's wafer holds pipelined and weight streaming, and the pool's largest wafer."""
+
+    @_builtins.property
+    def wafer_streaming(self) -> Global___WaferNeed: ...
     def __init__(
         self,
         *,
@@ -1358,14 +1368,47 @@ class CompileReport(_message.Message):
         bytes_swarmx_to_memoryx: _builtins.int = ...,
         bytes_per_step: _builtins.int = ...,
         unit_count: _builtins.int = ...,
+        wafer_pipelined: Global___WaferNeed | None = ...,
+        wafer_streaming: Global___WaferNeed | None = ...,
+        wafer_bytes: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["wafer_pipelined", b"wafer_pipelined", "wafer_streaming", b"wafer_streaming"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_cs2_to_swarmx", b"bytes_cs2_to_swarmx", "bytes_memoryx_to_swarmx", b"bytes_memoryx_to_swarmx", "bytes_per_step", b"bytes_per_step", "bytes_swarmx_to_cs2", b"bytes_swarmx_to_cs2", "bytes_swarmx_to_memoryx", b"bytes_swarmx_to_memoryx", "memory_bytes", b"memory_bytes", "model", b"model", "parameter_bytes", b"parameter_bytes", "replicas", b"replicas", "unit_count", b"unit_count", "units", b"units"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_cs2_to_swarmx", b"bytes_cs2_to_swarmx", "bytes_memoryx_to_swarmx", b"bytes_memoryx_to_swarmx", "bytes_per_step", b"bytes_per_step", "bytes_swarmx_to_cs2", b"bytes_swarmx_to_cs2", "bytes_swarmx_to_memoryx", b"bytes_swarmx_to_memoryx", "memory_bytes", b"memory_bytes", "model", b"model", "parameter_bytes", b"parameter_bytes", "replicas", b"replicas", "unit_count", b"unit_count", "units", b"units", "wafer_bytes", b"wafer_bytes", "wafer_pipelined", b"wafer_pipelined", "wafer_streaming", b"wafer_streaming"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompileReport: _TypeAlias = CompileReport  # noqa: Y015
+
+@_typing.final
+class WaferNeed(_message.Message):
+    """Bytes on a CS-2's wafer (domain/wafer.py)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WEIGHTS_FIELD_NUMBER: _builtins.int
+    GRADIENTS_FIELD_NUMBER: _builtins.int
+    OPTIMIZER_STATE_FIELD_NUMBER: _builtins.int
+    ACTIVATIONS_FIELD_NUMBER: _builtins.int
+    weights: _builtins.int
+    gradients: _builtins.int
+    optimizer_state: _builtins.int
+    activations: _builtins.int
+    def __init__(
+        self,
+        *,
+        weights: _builtins.int = ...,
+        gradients: _builtins.int = ...,
+        optimizer_state: _builtins.int = ...,
+        activations: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activations", b"activations", "gradients", b"gradients", "optimizer_state", b"optimizer_state", "weights", b"weights"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaferNeed: _TypeAlias = WaferNeed  # noqa: Y015
 
 @_typing.final
 class ListQueuesRequest(_message.Message):

@@ -149,6 +149,11 @@ class JobOut(_Out):
     id: str = Field(description="wsjob-<id>")
     user: str
     spec: SpecOut
+    execution_strategy: str = Field(
+        default="",
+        description="pipeline (one CS-2 holds the model: no MemoryX, no SwarmX) or "
+        "weight_streaming, as its params chose; empty in list views.",
+    )
     phase: Phase
     reason: str = Field(description="Why the job ended (terminal phases).")
     pending_reason: str = Field(description="Why a QUEUED job waits (in lists too).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +30,12 @@ def test_compile_reports_layers_bytes_and_replicas_without_a_job(
     counts = {g.role: g.count for g in report.plan.groups}
     assert counts == {Role.CHIEF: 1, Role.CS2: 2, Role.MEMORYX: 1, Role.SWARMX: 1}
     weights = report.parameter_bytes
-    assert report.bytes_swarmx_to_cs2 == report.bytes_cs2_to_swarmx == 2 * weights
-    assert report.bytes_per_step == 2 * weights * (2 + 1)
+    # Two broadcasts a step (forward, then backward in reverse), gradients up once.
+    assert report.bytes_swarmx_to_cs2 == 2 * report.bytes_cs2_to_swarmx == 2 * 2 * weights
+    assert report.bytes_per_step == 2 * weights * (1 + 2) + weights * (2 + 1)  # 1 SwarmX
+    assert report.wafer_bytes == 40 * 10**9
+    assert report.wafer_pipelined.optimizer_state == weights  # sgd: one copy
+    assert report.wafer_streaming.weights == (784 * 256 + 256 + 256 * 256 + 256) * 4
     assert client.list_jobs(all=True) == []  # nothing was created
     assert all(n.used == 0 for n in client.nodes())  # nothing was reserved
 
@@ -56,6 +61,10 @@ def test_launcher_compile_mode_prints_the_report(coordinator: RunningCoordinator
     assert result.stdout.startswith("model gpt2: ")
     assert "replicas: chief x1, cs2 x4" in result.stdout
     assert "bytes per step:" in result.stdout
+    for mode in ("pipelined", "weight streaming"):
+        assert re.search(
+            rf"\nwafer \({mode}\): 0\.0 GB of 40\.0 GB - fits \(weights ", result.stdout
+        )
 
 
 def test_a_very_deep_model_reports_its_first_layers_and_counts_them_all(

@@ -213,3 +213,12 @@ def test_sync_pool_keeps_a_removed_node_while_a_job_holds_it(store: JobStore) ->
     store.set_phase("wsjob-a", Phase.CANCELLED, "done", T0 + 2)
     store.sync_pool(smaller)
     assert sorted(n.name for n in store.pool()) == sorted(n.name for n in smaller)
+
+
+def test_the_store_keeps_each_systems_wafer(store: JobStore) -> None:
+    pool = [*default_pool(), Node("cs2-big", NodeKind.SYSTEM, 1, wafer_bytes=80 * 10**9)]
+    store.sync_pool(pool)
+    store.forget_pool()
+    wafers = {n.name: n.wafer_bytes for n in store.pool() if n.kind is NodeKind.SYSTEM}
+    assert wafers == {"cs2-01": 40 * 10**9, "cs2-02": 40 * 10**9, "cs2-03": 40 * 10**9,
+                      "cs2-04": 40 * 10**9, "cs2-big": 80 * 10**9}  # fmt: skip
