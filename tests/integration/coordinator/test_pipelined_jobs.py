@@ -43,21 +43,21 @@ def test_a_pipelined_job_is_two_replicas_and_resumes_exactly(
 ) -> None:
     with ApplianceClient(coordinator.address, detach=True) as client:
         reference = client.submit(params=PARAMS, num_csx=1, num_steps=STEPS)
-        uninterrupted = reference.wait(timeout=180)
+        uninterrupted = reference.wait(timeout=120)
         assert uninterrupted.phase is Phase.SUCCEEDED, uninterrupted.reason
         assert sorted(r.name for r in uninterrupted.replicas) == ["chief-0", "cs2-0"]
 
         job = client.submit(
             params=PARAMS, num_csx=1, num_steps=STEPS, priority="p3", max_restarts=1
         )
-        wait_until(lambda: job.status.progress.step >= 70, 120, "a checkpoint to be written")
+        wait_until(lambda: job.status.progress.step >= 70, 60, "a checkpoint to be written")
         if interruption == "killed":
             os.kill(next(r.pid for r in job.status.replicas if r.name == "cs2-0"), signal.SIGKILL)
         else:  # a job of every system takes this one's
             urgent = client.submit(params=PARAMS | {"runconfig": {}}, num_csx=4, num_steps=5,
                                    priority="p1")  # fmt: skip
-            assert urgent.wait(timeout=150).phase is Phase.SUCCEEDED
-        final = job.wait(timeout=180)
+            assert urgent.wait(timeout=120).phase is Phase.SUCCEEDED
+        final = job.wait(timeout=150)
 
     assert final.phase is Phase.SUCCEEDED, final.reason
     first, second = final.attempts
