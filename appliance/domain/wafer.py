@@ -15,8 +15,10 @@ A CS-2 has WAFER_BYTES of on-chip SRAM (40 GB, the talks' figure). Everything he
 
 The activation model: every unit's input is kept, per sample, for the backward pass. GPT: one
 max_sequence_length x hidden_size tensor per unit (the embeddings' output, each block's output;
-the final layer norm's input is the last block's) plus the logits, max_sequence_length x
-vocab_size. fc_mnist: each layer's input width plus the logits. It leaves out what a real
+the final layer norm's input is the last block's); the logits (max_sequence_length x
+vocab_size, larger than all of those for GPT-2 small) are recomputed from the final norm's
+output in backward, as activation checkpointing does, not kept. fc_mnist: each layer's input
+width plus the logits. It leaves out what a real
 kernel also keeps (attention scores, the MLP's inner width), so it is a lower bound on what a
 batch needs.
 """
@@ -77,7 +79,7 @@ def execution_strategy_of(spec: JobSpec) -> str:
 
 
 def wafer_line(mode: str, need: WaferNeed, wafer_bytes: int) -> str:
-    """`wafer (pipelined): 47.6 GB of 40.0 GB - does not fit (weights 5.3 GB, ...)`."""
+    """`wafer (pipelined): 47.9 GB of 40.0 GB - does not fit (weights 5.3 GB, ...)`."""
     fits = "fits" if need.total <= wafer_bytes else "does not fit"
     return (
         f"wafer ({mode}): {gigabytes(need.total)} of {gigabytes(wafer_bytes)} - {fits} "
@@ -98,9 +100,9 @@ def activations_per_sample(params: Params) -> int:
         widths = [model.input_size, *model.hidden_sizes, model.num_classes]
         return sum(widths) * ACTIVATION_BYTES
     seq = sequence_length(params)
-    # Embeddings' output + each block's output (the final norm reads the last), the logits.
-    per_unit = (1 + model.num_hidden_layers) * seq * model.hidden_size
-    return (per_unit + seq * model.vocab_size) * ACTIVATION_BYTES
+    # Embeddings' output + each block's output (the final norm reads the last); the logits are
+    # recomputed in backward, not kept.
+    return (1 + model.num_hidden_layers) * seq * model.hidden_size * ACTIVATION_BYTES
 
 
 def _unit_bytes(params: Params) -> list[int]:

@@ -26,8 +26,8 @@ def gpt(hidden: int, layers: int, heads: int, seq: int, batch: int) -> dict[str,
 
 
 GPT2_SMALL = gpt(768, 12, 12, 1024, 8)
-# GPT-3 XL at batch 32 x 2048 tokens (GPT-3 trained it at 512): a modest batch.
-GPT3_XL = gpt(2048, 24, 16, 2048, 32)
+# GPT-3 XL at batch 64 x 2048 tokens (GPT-3 trained it at 512, the Model Zoo's config at 121).
+GPT3_XL = gpt(2048, 24, 16, 2048, 64)
 NEOX_20B = gpt(6144, 44, 64, 2048, 8)
 
 
@@ -40,12 +40,12 @@ def test_gpt2_small_fits_the_wafer_pipelined() -> None:
     need = needs(GPT2_SMALL, PIPELINE)
     # 16 bytes a parameter: weights, gradients, Adam's two moments, all float32.
     assert need.weights == need.gradients == need.optimizer_state // 2 == 124_439_808 * 4
-    # Per sample: 13 tensors of 1024 x 768 (embeddings, 12 blocks) and 1024 x 50257 logits.
-    assert need.activations == 8 * 4 * (13 * 1024 * 768 + 1024 * 50257)
+    # Per sample: 13 tensors of 1024 x 768 (embeddings, 12 blocks); the logits are recomputed.
+    assert need.activations == 8 * 4 * 13 * 1024 * 768
     assert describe(need) == (
-        "weights 0.5 GB, gradients 0.5 GB, optimizer state 1.0 GB, activations 2.0 GB"
+        "weights 0.5 GB, gradients 0.5 GB, optimizer state 1.0 GB, activations 0.3 GB"
     )
-    assert gigabytes(need.total) == "4.0 GB"
+    assert gigabytes(need.total) == "2.3 GB"
     assert need.total < WAFER_BYTES
 
 
@@ -53,9 +53,9 @@ def test_gpt3_xl_does_not_fit_pipelined_but_streams_on_one_cs2() -> None:
     assert parameter_count(GPT3_XL) == 1_315_723_264
     pipelined = needs(GPT3_XL, PIPELINE)
     assert describe(pipelined) == (
-        "weights 5.3 GB, gradients 5.3 GB, optimizer state 10.5 GB, activations 26.6 GB"
+        "weights 5.3 GB, gradients 5.3 GB, optimizer state 10.5 GB, activations 26.8 GB"
     )
-    assert gigabytes(pipelined.total) == "47.6 GB"
+    assert gigabytes(pipelined.total) == "47.9 GB"
     assert pipelined.total > WAFER_BYTES
     streaming = needs(GPT3_XL, STREAMING)
     assert streaming.optimizer_state == 0
@@ -71,13 +71,13 @@ def test_neox_20b_streams_and_needs_its_memoryx() -> None:
     assert needs(NEOX_20B, PIPELINE).total > 8 * WAFER_BYTES
     streaming = needs(NEOX_20B, STREAMING)
     assert describe(streaming) == (
-        "weights 3.6 GB, gradients 1.8 GB, optimizer state 0.0 GB, activations 21.4 GB"
+        "weights 3.6 GB, gradients 1.8 GB, optimizer state 0.0 GB, activations 18.1 GB"
     )
-    assert gigabytes(streaming.total) == "26.8 GB"
+    assert gigabytes(streaming.total) == "23.6 GB"
     assert memory_bytes(NEOX_20B) == 20_256_221_184 * 12  # weights and Adam's two moments
 
 
-@pytest.mark.parametrize(("num_csx", "shard"), [(1, 32), (3, 11), (4, 8), (32, 1)])
+@pytest.mark.parametrize(("num_csx", "shard"), [(1, 64), (3, 22), (4, 16), (64, 1)])
 def test_each_streaming_cs2_keeps_the_activations_of_its_shard(num_csx: int, shard: int) -> None:
     one = needs({**GPT3_XL, "train_input": {"batch_size": 1, "max_sequence_length": 2048}},
                 STREAMING)  # fmt: skip
