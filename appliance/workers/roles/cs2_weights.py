@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from appliance.domain.wafer import STREAMED_UNITS_HELD
 from appliance.workers.transport.tensors import LayerTensors
 
-# Units decoded ahead of the one computed on.
-PREFETCH_UNITS = 1
+# Units decoded ahead of the one computed on: what compile counts a streaming CS-2 to hold
+# (appliance.domain.wafer), less the one computed on.
+PREFETCH_UNITS = STREAMED_UNITS_HELD - 1
 
 
 def unit_bytes(layer: LayerTensors) -> int:
