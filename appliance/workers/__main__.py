@@ -27,13 +27,14 @@ from appliance.domain.replica_errors import ERROR_FILE_ENV, error_of
 
 if TYPE_CHECKING:
     from appliance.workers.runtime import ReplicaRole, WorkerOptions
+    from appliance.workers.transport.channels import PeerChannels
 
 # "worker": an input worker; worker-k feeds CS-2 k // num_workers_per_csx (roles/input_worker).
 ROLES = ("chief", "cs2", "memoryx", "swarmx", "worker")
 _REPLICA_NAME = re.compile(r"^(chief|cs2|memoryx|swarmx|worker)-(\d+)$")
 
 
-def build_role(options: WorkerOptions) -> ReplicaRole:
+def build_role(options: WorkerOptions, channels: PeerChannels) -> ReplicaRole:
     """The role object for a replica name such as `cs2-1` (its index comes from the name)."""
     match = _REPLICA_NAME.match(options.replica)
     if match is None or match.group(1) != options.role:
@@ -42,9 +43,6 @@ def build_role(options: WorkerOptions) -> ReplicaRole:
             param_hint="--replica",
         )
     index = int(match.group(2))
-    from appliance.workers.transport.channels import PeerChannels
-
-    channels = PeerChannels(options.dataplane_token)
     from appliance.workers.roles.chief import ChiefRole
     from appliance.workers.roles.cs2 import CS2Role
     from appliance.workers.roles.input_worker import InputWorkerRole
@@ -95,6 +93,15 @@ def build_role(options: WorkerOptions) -> ReplicaRole:
     help="write the last error line here when failing (a pod's termination message)",
 )
 @click.option(
+    "--data-plane",
+    envvar="APPLIANCE_DATA_PLANE",
+    type=click.Choice(["shared-memory", "grpc"]),
+    default="shared-memory",
+    show_default=True,
+    help="shared-memory: co-located replicas of the job talk through shared memory, others "
+    "over gRPC; grpc: everything over gRPC",
+)
+@click.option(
     "--step-timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=30.0,
@@ -110,6 +117,7 @@ def main(
     exit_file: str | None,
     error_file: str | None,
     step_timeout: float,
+    data_plane: str,
 ) -> None:
     """Run one replica of a wsjob until it finishes, is told to stop, or fails."""
     # One BLAS thread, whatever the environment says: the thread count changes a product's
@@ -145,9 +153,12 @@ def main(
         step_timeout=step_timeout,
         dataplane_token=token,
     )
-    replica_role = build_role(options)
+    from appliance.workers.transport.channels import PeerChannels
+
+    channels = PeerChannels(token, shared_memory=data_plane == "shared-memory")
+    replica_role = build_role(options, channels)
     try:
-        ending = asyncio.run(run_replica(options, replica_role))
+        ending = asyncio.run(run_replica(options, replica_role, channels))
     except Exception as exc:  # the top level: the traceback for the log, then one line why
         traceback.print_exc()
         ending = Ending(EXIT_FAILED, error_of(exc))

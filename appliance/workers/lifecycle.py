@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -74,7 +74,9 @@ class StopSignal:
 class LifecycleServicer(dataplane_pb2_grpc.ReplicaLifecycleServicer):
     """Configure (hand over the topology) and Shutdown, served by every replica."""
 
-    def __init__(self, stop: StopSignal, on_configure: Callable[[JobLayout], None] | None) -> None:
+    def __init__(
+        self, stop: StopSignal, on_configure: Callable[[JobLayout], Awaitable[None]] | None
+    ) -> None:
         self._stop = stop
         self._on_configure = on_configure
 
@@ -85,9 +87,10 @@ class LifecycleServicer(dataplane_pb2_grpc.ReplicaLifecycleServicer):
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this replica takes no topology")
             raise AssertionError("unreachable")
         try:
-            self._on_configure(job_layout(request))
+            layout = job_layout(request)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad topology: {err}")
+        await self._on_configure(layout)
         return dataplane_pb2.ConfigureResponse()
 
     async def Shutdown(

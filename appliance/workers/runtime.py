@@ -30,8 +30,9 @@ from appliance.workers.lifecycle import (
     StopSignal,
 )
 from appliance.workers.topology import JobLayout
-from appliance.workers.transport.channels import CHANNEL_OPTIONS
+from appliance.workers.transport.channels import CHANNEL_OPTIONS, PeerChannels, local_address
 from appliance.workers.transport.job_credential import DataPlaneAuthentication
+from appliance.workers.transport.local_server import LocalServer, ServerPair
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,9 @@ class ReplicaRole(Protocol):
         """Release channels to peers."""
 
 
-async def run_replica(options: WorkerOptions, role: ReplicaRole) -> Ending:
+async def run_replica(options: WorkerOptions, role: ReplicaRole, channels: PeerChannels) -> Ending:
     """Run one replica until it finishes or is stopped; returns its exit code (and last error
-    line)."""
+    line). `channels` are the role's channels to its peers: negotiated at Configure."""
     stop = StopSignal()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.request, EXIT_SIGTERM, "SIGTERM received")
@@ -81,16 +82,39 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole) -> Ending:
     server = grpc.aio.server(
         options=CHANNEL_OPTIONS, interceptors=[DataPlaneAuthentication(options.dataplane_token)]
     )
-    on_configure = None if options.role == "chief" else role.configure
-    dataplane_pb2_grpc.add_ReplicaLifecycleServicer_to_server(
-        LifecycleServicer(stop, on_configure), server
+    # The same services for co-located peers, through shared memory (transport/channels.py).
+    local = (
+        LocalServer(
+            local_address(options.dataplane_token, options.replica), options.dataplane_token
+        )
+        if channels.shared_memory
+        else None
     )
-    role.add_services(server)
+    control: ControlPlane | None = None
+
+    async def configure(layout: JobLayout) -> None:
+        role.configure(layout)
+        described = await channels.negotiate(layout.others(options.replica))
+        if control is not None:
+            control.set_data_plane(described)
+
+    on_configure = None if options.role == "chief" else configure
+    services = ServerPair(server, local)
+    dataplane_pb2_grpc.add_ReplicaLifecycleServicer_to_server(
+        LifecycleServicer(stop, on_configure), services
+    )
+    role.add_services(services)
     # A pod serves on its own IP (APPLIANCE_REPLICA_HOST, from the downward API); a local
     # process on loopback.
     host = os.environ.get("APPLIANCE_REPLICA_HOST") or "127.0.0.1"
     port = server.add_insecure_port(f"{_bracketed(host)}:0")
     await server.start()
+    if local is not None:
+        try:
+            await local.start()
+        except OSError as err:  # e.g. a replica of this attempt still holds the name
+            log.warning("serving gRPC only: no local socket (%s)", err)
+            local = None
     address = f"{_bracketed(host)}:{port}"
     log.info(
         "%s of %s serving on %s (pid %d)", options.replica, options.job_id, address, os.getpid()
@@ -98,8 +122,8 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole) -> Ending:
 
     # Several addresses: coordinators without a Service in front (workers/control.py).
     addresses = [a.strip() for a in options.coordinator.split(",") if a.strip()]
-    channels = [grpc.aio.insecure_channel(address) for address in addresses]
-    control = ControlPlane(channels, options.job_id, options.replica, options.orphan_timeout)
+    coordinators = [grpc.aio.insecure_channel(address) for address in addresses]
+    control = ControlPlane(coordinators, options.job_id, options.replica, options.orphan_timeout)
     main = asyncio.create_task(_register_and_run(options, role, control, stop, address))
     stopped = asyncio.create_task(stop.wait())
     try:
@@ -110,8 +134,10 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole) -> Ending:
             task.cancel()
         await asyncio.gather(main, stopped, return_exceptions=True)
         await server.stop(SERVER_GRACE_SECONDS)
+        if local is not None:
+            await local.stop(SERVER_GRACE_SECONDS)
         await role.close()
-        for channel in channels:
+        for channel in coordinators:
             await channel.close()
     return ending
 

@@ -53,6 +53,7 @@ class ChiefRole:
                     log.info("attempt %d resumes from %s", topology.attempt, start)
                 topology.resume_from = start  # what the peers are configured with
                 layout = dataclasses.replace(layout, resume_from=start)
+            control.set_data_plane(await self._channels.negotiate(layout.others(self.replica)))
             calls = PeerCalls(layout, self._channels, self._step_timeout)
             loop = TrainingLoop(layout, calls, control)
         except ValueError as err:

@@ -1,13 +1,29 @@
-"""One gRPC channel per peer address, opened on first use and closed with the replica; the
-channel (and server) options tuned for tensor streams."""
+"""A channel per peer: through shared memory to a co-located peer, else gRPC (opened on first
+use); both closed with the replica. The channel (and server) options tuned for tensor streams.
+
+Which transport reaches a peer is settled at Configure (`negotiate`): a replica serves its
+job's co-located peers on an abstract Unix socket whose name only the job's credential gives
+(`local_address`); a peer that answers there with a link (local_link.py) is on this host and
+of this job and attempt, and every later call to it goes through shared memory. A peer that
+does not (another host, another network namespace, shared memory turned off on either side)
+is reached over gRPC. Nothing else changes for the roles: both are grpc.aio channels.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import logging
+
 import grpc
 
+from appliance.workers.topology import PeerAddress
 from appliance.workers.transport.job_credential import call_metadata
+from appliance.workers.transport.local_channel import LocalChannel
 from appliance.workers.transport.tensors import CHUNK_BYTES
 from appliance.workers.transport.weight_rpc import WeightStreamingClient
+
+log = logging.getLogger(__name__)
 
 # Room for one chunk plus its envelope.
 _MESSAGE_LIMIT = 4 * CHUNK_BYTES
@@ -35,11 +51,38 @@ class PeerChannels:
     Every call on them carries `metadata`: the job's data-plane credential (job_credential.py).
     """
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, shared_memory: bool = False) -> None:
         self.metadata = call_metadata(token)
+        self._token = token
+        self.shared_memory = shared_memory
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+        self._local: dict[str, LocalChannel] = {}  # by address
+
+    async def negotiate(self, peers: list[PeerAddress]) -> str:
+        """Find which of `peers` answer on their local sockets; say which transport reaches
+        which peer (logged, and shown in the job's replica detail)."""
+        local: list[str] = []
+        remote: list[str] = []
+        for peer in peers:
+            if self.shared_memory and peer.address not in self._local:
+                channel = LocalChannel(local_address(self._token, peer.name), self._token)
+                try:
+                    await channel.channel_ready()
+                except grpc.aio.AioRpcError as err:
+                    log.info(
+                        "%s is not reachable through shared memory: %s", peer.name, err.details()
+                    )
+                else:
+                    self._local[peer.address] = channel
+            (local if peer.address in self._local else remote).append(peer.name)
+        described = describe_transports(local, remote, self.shared_memory)
+        log.info("data plane: %s", described)
+        return described
 
     def get(self, address: str, lane: str = "") -> grpc.aio.Channel:
+        local = self._local.get(address)
+        if local is not None:
+            return local
         channel = self._channels.get((address, lane))
         if channel is None:
             channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
@@ -51,6 +94,32 @@ class PeerChannels:
         return WeightStreamingClient(self.get(address, lane), self.metadata)
 
     async def close(self) -> None:
-        for channel in self._channels.values():
+        for channel in [*self._channels.values(), *self._local.values()]:
             await channel.close()
         self._channels.clear()
+        self._local.clear()
+
+
+def local_address(token: str, replica: str) -> str:
+    """The abstract Unix socket `replica` of the job (and attempt) whose data-plane credential
+    is `token` serves its co-located peers on. No file: the kernel drops the name when the
+    replica's socket closes, however the replica ends."""
+    digest = hmac.new(token.encode(), f"local-socket\0{replica}".encode(), hashlib.sha256)
+    return f"\0appliance-dataplane-{digest.hexdigest()[:40]}"
+
+
+def describe_transports(local: list[str], remote: list[str], shared_memory: bool) -> str:
+    """`shared memory: cs2-0, swarmx-0; grpc: worker-0`, short whatever the job's size."""
+    parts = []
+    if local:
+        parts.append(f"shared memory: {_names(local)}")
+    if remote:
+        off = "" if shared_memory else " (shared memory off)"
+        parts.append(f"grpc{off}: {_names(remote)}")
+    return "; ".join(parts) or "no peers"
+
+
+def _names(names: list[str]) -> str:
+    if len(names) <= 4:
+        return ", ".join(names)
+    return f"{len(names)} replicas ({', '.join(names[:3])}, ...)"

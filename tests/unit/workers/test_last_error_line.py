@@ -14,7 +14,7 @@ import sys
 from appliance.workers import runtime
 from appliance.workers.__main__ import main
 
-async def run_replica(options, role):
+async def run_replica(options, role, channels):
     raise RuntimeError("the run broke:\\n\\x1b[31m here")
 
 runtime.run_replica = run_replica

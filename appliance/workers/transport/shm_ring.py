@@ -1,0 +1,174 @@
+"""A one-way ring of shared memory between two co-located replicas: one writes, one reads.
+
+The writer creates the ring as an anonymous memfd (never a name under /dev/shm: nothing to
+guess, nothing to unlink, and the kernel frees it once neither process holds it, however
+either ends), sealed so that its size can never change and no one can map it writable after
+the writer, and hands its descriptor to the reader over the job's Unix socket
+(transport/local_rpc.py). The reader maps it read-only.
+
+A message occupies one slot: a header (sequence number, length), the message's bytes, and
+the sequence number again. The writer fills the slot and only then tells the reader where it
+is (a frame on the socket with the sequence number, offset and length), so a writer that dies
+mid-write never announces a torn slot; the reader still checks that both sequence numbers
+and the length match what the frame says before and after it copies the bytes out, so a slot
+that was overwritten or never finished is refused, never read. The reader copies a message
+out and releases it at once; the writer reuses a slot only after its release (in order: the
+one reader consumes in order), so the ring is also the flow control of the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import fcntl
+import mmap
+import os
+import stat
+import struct
+
+# Room for two of the largest messages a data-plane call may carry (channels._MESSAGE_LIMIT).
+RING_BYTES = 8 << 20
+_HEADER = struct.Struct("<QQ")  # sequence number, length
+_TRAILER = struct.Struct("<Q")
+_ALIGN = 64  # every slot starts on a cache line; its data then start 16 bytes further
+# Shrinking, growing, further seals, and (after the writer's own mapping) any new writable
+# mapping or write(): the reader can neither break the writer (SIGBUS on a shrunk file) nor
+# write into its ring. F_SEAL_FUTURE_WRITE (Linux 5.1) is not in Python's fcntl module.
+_F_SEAL_FUTURE_WRITE = 0x0010
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | _F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL
+_REQUIRED_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+
+
+class RingError(Exception):
+    """A slot that is not what its frame says, or a ring that cannot be used."""
+
+
+def slot_bytes(length: int) -> int:
+    """The room a message of `length` bytes takes in the ring."""
+    size = _HEADER.size + length + _TRAILER.size
+    return -(-size // _ALIGN) * _ALIGN
+
+
+MAX_MESSAGE = RING_BYTES // 2 - slot_bytes(0)
+
+
+class SendRing:
+    """The writer's side: where the next message goes, and what the reader still holds."""
+
+    def __init__(self, size: int = RING_BYTES) -> None:
+        self.size = size
+        self.fd = os.memfd_create("appliance-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(self.fd, size)
+            self._map = mmap.mmap(self.fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, _SEALS)
+        except OSError:
+            os.close(self.fd)
+            raise
+        self._view = memoryview(self._map)
+        self._head = 0  # where the next slot starts
+        # Slots the reader holds, oldest first: (sequence number, start, end).
+        self._held: collections.deque[tuple[int, int, int]] = collections.deque()
+        self._next_seq = 1
+        self._released = asyncio.Event()
+        self._closed = False
+
+    async def write(self, parts: list[bytes | memoryview]) -> tuple[int, int, int]:
+        """Copy `parts` (one message) into a free slot, waiting for room; returns the slot's
+        (sequence number, offset of its data, length) for the frame that announces it."""
+        if self._closed:
+            raise RingError("the peer is gone")
+        length = sum(len(part) for part in parts)
+        if length > MAX_MESSAGE:
+            raise RingError(f"a message of {length} bytes is over the {MAX_MESSAGE} a ring takes")
+        need = slot_bytes(length)
+        while (start := self._room(need)) is None:
+            if self._closed:
+                raise RingError("the ring was closed")
+            self._released.clear()
+            await self._released.wait()
+        seq = self._next_seq
+        self._next_seq += 1
+        data = start + _HEADER.size
+        position = data
+        for part in parts:
+            self._view[position : position + len(part)] = part
+            position += len(part)
+        _TRAILER.pack_into(self._map, position, seq)
+        _HEADER.pack_into(self._map, start, seq, length)  # last: the slot is whole now
+        self._head = start + need
+        self._held.append((seq, start, start + need))
+        return seq, data, length
+
+    def release(self, seq: int) -> None:
+        """The reader is done with every slot up to `seq`."""
+        while self._held and self._held[0][0] <= seq:
+            self._held.popleft()
+        if not self._held:
+            self._head = 0
+        self._released.set()
+
+    def abandon(self) -> None:
+        """The reader is gone: a writer waiting for room, or writing later, fails."""
+        self._closed = True
+        self._released.set()
+
+    def close(self) -> None:
+        """Abandon the ring and unmap it; the memory goes with the last holder."""
+        self.abandon()
+        self._view.release()
+        self._map.close()
+        os.close(self.fd)
+
+    def _room(self, need: int) -> int | None:
+        """Where a slot of `need` bytes can start now, if anywhere."""
+        if not self._held:
+            return 0 if need <= self.size else None
+        tail = self._held[0][1]  # the oldest slot still held
+        if self._head >= tail:
+            if self._head + need <= self.size:
+                return self._head
+            return 0 if need <= tail else None  # wrap: the end of the ring stays unused
+        return self._head if self._head + need <= tail else None
+
+
+class ReceiveRing:
+    """The reader's read-only mapping of a peer's ring."""
+
+    def __init__(self, fd: int, size: int = RING_BYTES) -> None:
+        """Take `fd` (a descriptor the peer sent; closed here): it must be a sealed memfd of
+        exactly `size` bytes, else RingError."""
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size != size:
+                raise RingError("the peer's ring is not a shared-memory file of the agreed size")
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            if seals & _REQUIRED_SEALS != _REQUIRED_SEALS:
+                raise RingError("the peer's ring is not sealed against resizing")
+            self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        except OSError as err:
+            raise RingError(f"the peer's ring cannot be mapped: {err.strerror}") from None
+        finally:
+            os.close(fd)
+        self.size = size
+        self._expected = 1
+
+    def read(self, seq: int, offset: int, length: int) -> bytes:
+        """A copy of the message the writer announced; RingError if the slot does not hold it
+        (out of order, out of bounds, unfinished or overwritten)."""
+        if seq != self._expected:
+            raise RingError(f"message {seq} announced where {self._expected} was due")
+        start = offset - _HEADER.size
+        if not (start >= 0 and offset + length + _TRAILER.size <= self.size and length >= 0):
+            raise RingError(f"message {seq} lies outside the ring")
+        if _HEADER.unpack_from(self._map, start) != (seq, length):
+            raise RingError(f"message {seq} is not whole in its slot")
+        data = self._map[offset : offset + length]
+        trailer = _TRAILER.unpack_from(self._map, offset + length)[0]
+        if trailer != seq or _HEADER.unpack_from(self._map, start) != (seq, length):
+            raise RingError(f"message {seq} changed while it was read")
+        self._expected += 1
+        return data
+
+    def close(self) -> None:
+        self._map.close()
