@@ -25,6 +25,7 @@ from appliance.workers.transport.local_link import (
     Link,
     LinkClosed,
     connect,
+    message_parts,
 )
 
 _POOL = 4
@@ -201,7 +202,7 @@ def _raise_unless_ok(kind: int, code_value: int, details: bytes) -> None:
 def _unary_unary(call: _Call, request: Any) -> _Awaitable:
     async def run() -> Any:
         async with call.on_link() as link:
-            await link.send_message([call.serialize(request)])
+            await link.send_message(message_parts(call.serialize, request))
             return await call.response(link)
 
     return _Awaitable(run())
@@ -228,14 +229,14 @@ def _stream_unary(call: _Call, requests: Any) -> _Awaitable:
 
 async def _send_all(link: Link, serialize: Callable[[Any], bytes], requests: Any) -> None:
     async for request in requests:
-        await link.send_message([serialize(request)])
+        await link.send_message(message_parts(serialize, request))
     link.send_frame(END)
 
 
 def _unary_stream(call: _Call, request: Any) -> _Stream:
     async def responses() -> AsyncIterator[Any]:
         async with call.on_link() as link:
-            await link.send_message([call.serialize(request)])
+            await link.send_message(message_parts(call.serialize, request))
             while True:
                 frame = await link.next_frame()
                 if frame.kind != MESSAGE:

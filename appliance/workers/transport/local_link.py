@@ -22,8 +22,11 @@ import hmac
 import os
 import socket
 import struct
+from collections.abc import Callable
+from typing import Any
 
 from appliance.workers.transport.shm_ring import ReceiveRing, RingError, SendRing
+from appliance.workers.transport.wire import Buffer
 
 # Frame kinds.
 CALL, MESSAGE, END, STATUS, RELEASE = 1, 2, 3, 4, 5
@@ -34,6 +37,12 @@ _MAX_TOKEN = 512
 _ACCEPTED = b"+"
 REFUSAL = b"-data-plane calls need the job's credential\n"
 _HANDSHAKE_SECONDS = 5.0
+
+
+def message_parts(serialize: Callable[[Any], bytes], message: Any) -> list[Buffer]:
+    """`message` serialized, as pieces where the serializer can give them (no joining copy)."""
+    parts = getattr(serialize, "parts", None)
+    return list(parts(message)) if parts is not None else [serialize(message)]
 
 
 class LinkClosed(Exception):
@@ -52,37 +61,30 @@ class Frame:
 class Link:
     """A connected, authenticated pair of rings and the socket's frames."""
 
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        outbound: SendRing,
-        inbound: ReceiveRing,
-    ) -> None:
-        self._reader = reader
-        self._writer = writer
+    def __init__(self, outbound: SendRing, inbound: ReceiveRing) -> None:
         self._outbound = outbound
         self._inbound = inbound
         self._frames: asyncio.Queue[Frame | LinkClosed] = asyncio.Queue()
-        self._pump = asyncio.create_task(self._read_frames())
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
         self.closed = False
         self._why = ""
 
-    async def send_message(self, parts: list[bytes | memoryview]) -> None:
+    async def send_message(self, parts: list[Buffer]) -> None:
         """One message: its bytes into the ring, then the frame that says where they are."""
         try:
-            seq, offset, length = await self._outbound.write(parts)
+            seq, offset, length = await self._outbound.write(parts, self._inbound.peer_released)
         except RingError as err:
             raise LinkClosed(str(err)) from None
         self.send_frame(MESSAGE, seq, offset, length)
-        await self._drain()
 
     def send_frame(
         self, kind: int, a: int = 0, b: int = 0, c: int = 0, payload: bytes = b""
     ) -> None:
-        if self.closed:
-            raise LinkClosed("the connection is closed")
-        self._writer.write(_FRAME.pack(kind, a, b, c, len(payload)) + payload)
+        transport = self._transport
+        if self.closed or transport is None or transport.is_closing():
+            raise LinkClosed(self._why or "the peer closed the connection")
+        transport.write(_FRAME.pack(kind, a, b, c, len(payload)) + payload)
 
     async def next_frame(self) -> Frame:
         """The next frame other than a release; LinkClosed once the peer is gone."""
@@ -95,14 +97,17 @@ class Link:
         return frame
 
     def read_message(self, frame: Frame) -> bytes:
-        """The bytes a MESSAGE frame announces, copied out of the peer's ring and released."""
+        """The bytes a MESSAGE frame announces, copied out of the peer's ring and released
+        (a frame wakes the peer only if it waits for room)."""
         if self.closed:
             raise LinkClosed(self._why)
         try:
             data = self._inbound.read(frame.a, frame.b, frame.c)
         except RingError as err:
             raise LinkClosed(str(err)) from None
-        self.send_frame(RELEASE, frame.a)
+        self._outbound.consumed(frame.a)
+        if self._inbound.peer_waits():
+            self.send_frame(RELEASE)
         return data
 
     def close(self, why: str = "the connection is closed") -> None:
@@ -111,36 +116,59 @@ class Link:
             return
         self.closed = True
         self._why = why
-        self._pump.cancel()
-        self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
         self._frames.put_nowait(LinkClosed(why))
         self._outbound.close()
         self._inbound.close()
 
-    async def _drain(self) -> None:
-        try:
-            await self._writer.drain()
-        except OSError as err:
-            raise LinkClosed(f"the peer is gone: {err}") from None
+    async def start(self, sock: socket.socket) -> None:
+        """Take frames from the connected `sock` from now on."""
+        loop = asyncio.get_running_loop()
+        await loop.create_unix_connection(lambda: _Frames(self), sock=sock)
 
-    async def _read_frames(self) -> None:
-        try:
-            while True:
-                head = await self._reader.readexactly(_FRAME.size)
-                kind, a, b, c, size = _FRAME.unpack(head)
-                if size > _MAX_PAYLOAD:
-                    raise LinkClosed(f"a frame of {size} bytes is over {_MAX_PAYLOAD}")
-                payload = await self._reader.readexactly(size) if size else b""
-                if kind == RELEASE:
-                    self._outbound.release(a)
-                else:
-                    self._frames.put_nowait(Frame(kind, a, b, c, payload))
-        except asyncio.IncompleteReadError:
-            self._frames.put_nowait(LinkClosed("the peer closed the connection"))
-        except (OSError, LinkClosed) as err:
-            self._frames.put_nowait(err if isinstance(err, LinkClosed) else LinkClosed(str(err)))
-        finally:
-            self._outbound.abandon()  # a writer waiting for room fails, not hangs
+    def _frames_arrived(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        position = 0
+        while len(buffer) - position >= _FRAME.size:
+            kind, a, b, c, size = _FRAME.unpack_from(buffer, position)
+            if size > _MAX_PAYLOAD:
+                self._lost(f"a frame of {size} bytes is over {_MAX_PAYLOAD}")
+                return
+            end = position + _FRAME.size + size
+            if len(buffer) < end:
+                break
+            if kind == RELEASE:
+                self._outbound.wake()
+            else:
+                payload = bytes(buffer[position + _FRAME.size : end]) if size else b""
+                self._frames.put_nowait(Frame(kind, a, b, c, payload))
+            position = end
+        del buffer[:position]
+
+    def _lost(self, why: str) -> None:
+        self._outbound.abandon()  # a writer waiting for room fails, not hangs
+        self._frames.put_nowait(LinkClosed(why))
+        if self._transport is not None:
+            self._transport.close()
+
+
+class _Frames(asyncio.Protocol):
+    """The socket's side of a link: frames parsed as bytes arrive, straight to the link."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._link._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._link._frames_arrived(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._link._lost("the peer closed the connection" if exc is None else str(exc))
 
 
 async def connect(path: str, token: str) -> Link:
@@ -167,8 +195,9 @@ async def connect(path: str, token: str) -> Link:
         if outbound is not None:
             outbound.close()
         raise LinkClosed(f"cannot connect to {path}: {err}") from None
-    reader, writer = await asyncio.open_unix_connection(sock=sock)
-    return Link(reader, writer, outbound, inbound)
+    link = Link(outbound, inbound)
+    await link.start(sock)
+    return link
 
 
 async def accept(sock: socket.socket, token: str) -> Link | None:
@@ -203,8 +232,9 @@ async def accept(sock: socket.socket, token: str) -> Link | None:
         if outbound is not None:
             outbound.close()
         return None
-    reader, writer = await asyncio.open_unix_connection(sock=sock)
-    return Link(reader, writer, outbound, inbound)
+    link = Link(outbound, inbound)
+    await link.start(sock)
+    return link
 
 
 async def _receive_exactly(

@@ -29,6 +29,7 @@ from appliance.workers.transport.local_link import (
     Link,
     LinkClosed,
     accept,
+    message_parts,
 )
 
 log = logging.getLogger(__name__)
@@ -173,10 +174,11 @@ async def _run(
         if handler.response_streaming:
             method = handler.unary_stream or handler.stream_stream
             async for response in method(request, context):
-                await link.send_message([serialize(response)])
+                await link.send_message(message_parts(serialize, response))
         else:
             method = handler.unary_unary or handler.stream_unary
-            await link.send_message([serialize(await method(request, context))])
+            response = await method(request, context)
+            await link.send_message(message_parts(serialize, response))
     except _Aborted as aborted:
         _status(link, aborted.code, aborted.details)
         return False

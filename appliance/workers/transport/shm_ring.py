@@ -12,22 +12,31 @@ is (a frame on the socket with the sequence number, offset and length), so a wri
 mid-write never announces a torn slot; the reader still checks that both sequence numbers
 and the length match what the frame says before and after it copies the bytes out, so a slot
 that was overwritten or never finished is refused, never read. The reader copies a message
-out and releases it at once; the writer reuses a slot only after its release (in order: the
-one reader consumes in order), so the ring is also the flow control of the stream.
+out and releases it at once, by writing the message's sequence number into the control area
+of its own ring (which the writer maps): no frame, no wakeup of the writer, unless the writer
+said it waits for room. The writer reuses a slot only after its release (in order: the one
+reader consumes in order), so the ring is also the flow control of the stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import fcntl
 import mmap
 import os
 import stat
 import struct
+from collections.abc import Callable
 
 # Room for two of the largest messages a data-plane call may carry (channels._MESSAGE_LIMIT).
 RING_BYTES = 8 << 20
+# The first cache line is the owner's control area, which the peer reads: how far the owner
+# has consumed the peer's own ring (so the peer reuses those slots without a frame for each),
+# and whether the owner waits for room in this ring (then the peer sends a frame to wake it).
+_CONTROL = struct.Struct("<QQ")
+_DATA_START = 64
 _HEADER = struct.Struct("<QQ")  # sequence number, length
 _TRAILER = struct.Struct("<Q")
 _ALIGN = 64  # every slot starts on a cache line; its data then start 16 bytes further
@@ -49,7 +58,10 @@ def slot_bytes(length: int) -> int:
     return -(-size // _ALIGN) * _ALIGN
 
 
-MAX_MESSAGE = RING_BYTES // 2 - slot_bytes(0)
+MAX_MESSAGE = (RING_BYTES - _DATA_START) // 2 - slot_bytes(0)
+# A writer waiting for room looks again this often, in case its wake-up frame and the
+# reader's release crossed (stores and loads to shared memory are not fenced from Python).
+_RECHECK_SECONDS = 0.002
 
 
 class SendRing:
@@ -66,27 +78,41 @@ class SendRing:
             os.close(self.fd)
             raise
         self._view = memoryview(self._map)
-        self._head = 0  # where the next slot starts
+        self._head = _DATA_START  # where the next slot starts
         # Slots the reader holds, oldest first: (sequence number, start, end).
         self._held: collections.deque[tuple[int, int, int]] = collections.deque()
         self._next_seq = 1
+        self._consumed = 0
+        self._waiting = False
         self._released = asyncio.Event()
         self._closed = False
 
-    async def write(self, parts: list[bytes | memoryview]) -> tuple[int, int, int]:
+    async def write(
+        self, parts: list[bytes | memoryview], released: Callable[[], int]
+    ) -> tuple[int, int, int]:
         """Copy `parts` (one message) into a free slot, waiting for room; returns the slot's
-        (sequence number, offset of its data, length) for the frame that announces it."""
+        (sequence number, offset of its data, length) for the frame that announces it.
+        `released()` is the last sequence number the reader has released."""
         if self._closed:
             raise RingError("the peer is gone")
         length = sum(len(part) for part in parts)
         if length > MAX_MESSAGE:
             raise RingError(f"a message of {length} bytes is over the {MAX_MESSAGE} a ring takes")
         need = slot_bytes(length)
+        self._free(released())
         while (start := self._room(need)) is None:
             if self._closed:
                 raise RingError("the ring was closed")
             self._released.clear()
-            await self._released.wait()
+            self._publish(waiting=True)  # wake me when you release
+            self._free(released())
+            if self._room(need) is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._released.wait(), _RECHECK_SECONDS)
+                if self._closed:
+                    raise RingError("the ring was closed")
+                self._free(released())
+            self._publish(waiting=False)
         seq = self._next_seq
         self._next_seq += 1
         data = start + _HEADER.size
@@ -100,13 +126,26 @@ class SendRing:
         self._held.append((seq, start, start + need))
         return seq, data, length
 
-    def release(self, seq: int) -> None:
+    def wake(self) -> None:
+        """The reader released slots while this writer waited for room."""
+        self._released.set()
+
+    def consumed(self, seq: int) -> None:
+        """Tell the peer (through this ring's control area) that its message `seq` is read."""
+        self._consumed = seq
+        self._publish(self._waiting)
+
+    def _publish(self, waiting: bool) -> None:
+        self._waiting = waiting
+        if not self._closed:
+            _CONTROL.pack_into(self._map, 0, self._consumed, int(waiting))
+
+    def _free(self, seq: int) -> None:
         """The reader is done with every slot up to `seq`."""
         while self._held and self._held[0][0] <= seq:
             self._held.popleft()
         if not self._held:
-            self._head = 0
-        self._released.set()
+            self._head = _DATA_START
 
     def abandon(self) -> None:
         """The reader is gone: a writer waiting for room, or writing later, fails."""
@@ -123,12 +162,13 @@ class SendRing:
     def _room(self, need: int) -> int | None:
         """Where a slot of `need` bytes can start now, if anywhere."""
         if not self._held:
-            return 0 if need <= self.size else None
+            return _DATA_START if _DATA_START + need <= self.size else None
         tail = self._held[0][1]  # the oldest slot still held
         if self._head >= tail:
             if self._head + need <= self.size:
                 return self._head
-            return 0 if need <= tail else None  # wrap: the end of the ring stays unused
+            # wrap: the end of the ring stays unused
+            return _DATA_START if _DATA_START + need <= tail else None
         return self._head if self._head + need <= tail else None
 
 
@@ -159,7 +199,9 @@ class ReceiveRing:
         if seq != self._expected:
             raise RingError(f"message {seq} announced where {self._expected} was due")
         start = offset - _HEADER.size
-        if not (start >= 0 and offset + length + _TRAILER.size <= self.size and length >= 0):
+        if not (
+            start >= _DATA_START and offset + length + _TRAILER.size <= self.size and length >= 0
+        ):
             raise RingError(f"message {seq} lies outside the ring")
         if _HEADER.unpack_from(self._map, start) != (seq, length):
             raise RingError(f"message {seq} is not whole in its slot")
@@ -169,6 +211,14 @@ class ReceiveRing:
             raise RingError(f"message {seq} changed while it was read")
         self._expected += 1
         return data
+
+    def peer_released(self) -> int:
+        """The last sequence number of this side's messages the peer has read."""
+        return int(_CONTROL.unpack_from(self._map, 0)[0])
+
+    def peer_waits(self) -> bool:
+        """Whether the peer waits for room in its ring (to be woken by a frame)."""
+        return bool(_CONTROL.unpack_from(self._map, 0)[1])
 
     def close(self) -> None:
         self._map.close()

@@ -15,18 +15,37 @@ import grpc
 
 from appliance._proto.v1 import dataplane_pb2 as pb
 from appliance.workers.transport.tensors import TRAFFIC
-from appliance.workers.transport.wire import WireChunk, parse_chunk, serialize_chunk
+from appliance.workers.transport.wire import (
+    Buffer,
+    WireChunk,
+    chunk_parts,
+    parse_chunk,
+    serialize_chunk,
+)
 
 SERVICE = "appliance.v1.WeightStreaming"
 
 
-def _counted(kind: str) -> Callable[[WireChunk], bytes]:
-    def serialize(chunk: WireChunk) -> bytes:
+class _Counted:
+    """Serializes chunks and counts their bytes as `kind`. `parts` gives the same bytes as
+    pieces, for a transport that copies them once into shared memory (local_link.py)."""
+
+    def __init__(self, kind: str) -> None:
+        self._kind = kind
+
+    def __call__(self, chunk: WireChunk) -> bytes:
         data = serialize_chunk(chunk)
-        TRAFFIC.count(kind, len(data))
+        TRAFFIC.count(self._kind, len(data))
         return data
 
-    return serialize
+    def parts(self, chunk: WireChunk) -> list[Buffer]:
+        pieces = chunk_parts(chunk)
+        TRAFFIC.count(self._kind, sum(len(piece) for piece in pieces))
+        return pieces
+
+
+def _counted(kind: str) -> Callable[[WireChunk], bytes]:
+    return _Counted(kind)
 
 
 class WeightStreamingClient:

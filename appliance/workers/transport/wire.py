@@ -54,6 +54,13 @@ def serialize_chunk(chunk: WireChunk) -> bytes:
     """The chunk's LayerChunk bytes (fields in number order, defaults left out)."""
     if chunk.encoded is not None:
         return chunk.encoded
+    return b"".join(chunk_parts(chunk))
+
+
+def chunk_parts(chunk: WireChunk) -> list[Buffer]:
+    """The chunk's LayerChunk bytes as consecutive pieces, tensor data as views (no copy)."""
+    if chunk.encoded is not None:
+        return [chunk.encoded]
     parts: list[Buffer] = [
         _varint_field(_STEP, chunk.step),
         _varint_field(_LAYER, chunk.layer),
@@ -75,7 +82,7 @@ def serialize_chunk(chunk: WireChunk) -> bytes:
             parts += (data_head, piece.data)
     if chunk.last:
         parts.append(_varint_field(_LAST, 1))
-    return b"".join(parts)
+    return parts
 
 
 def parse_chunk(data: bytes) -> WireChunk:
