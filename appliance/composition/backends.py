@@ -51,6 +51,7 @@ async def _local(s: Settings, making: Making) -> Backend:
         "",
         grace_seconds=lifetimes.cancel_grace_seconds,
         orphan_timeout=lifetimes.orphan_timeout,
+        data_plane=lifetimes.data_plane,
     )
 
 
@@ -119,6 +120,7 @@ def kube_backend(s: Settings, api: KubeApi) -> KubernetesBackend:
         coordinator_address=s.server.coordinator_address,
         grace_seconds=lifetimes.cancel_grace_seconds,
         orphan_timeout=lifetimes.orphan_timeout,
+        data_plane=lifetimes.data_plane,
         model_dirs=str(s.model_dirs.root.resolve()),
         model_dirs_claim=kube.model_dirs_claim,
         data_sets=kube.data_sets,

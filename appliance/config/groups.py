@@ -95,6 +95,9 @@ class RestartSettings:
     peer_failure_settle_seconds: float = 5.0
 
 
+DataPlane = Literal["shared-memory", "grpc"]
+
+
 @dataclasses.dataclass(frozen=True)
 class ReplicaSettings:
     """The replicas' lifetimes, whatever runs them."""
@@ -103,6 +106,9 @@ class ReplicaSettings:
     init_timeout_seconds: float = 120.0
     orphan_timeout: float = 60.0
     log_tail_lines: int = 20
+    # How co-located replicas of a job move tensors: "shared-memory" (else gRPC, per peer) or
+    # "grpc" for every peer (appliance/workers/transport/channels.py).
+    data_plane: DataPlane = "shared-memory"
 
 
 @dataclasses.dataclass(frozen=True)

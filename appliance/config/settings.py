@@ -14,6 +14,7 @@ from appliance.config.data_fields import DataFields, check_apart
 from appliance.config.groups import (
     AuthSettings,
     DataDirSettings,
+    DataPlane,
     Election,
     KubeSettings,
     LeaseSettings,
@@ -129,6 +130,11 @@ class Settings(KubeFields, DataFields):
         description="Replicas exit when the coordinator is gone this long.",
     )
     log_tail_lines: int = Field(default=ReplicaSettings.log_tail_lines, ge=1, le=1000)
+    worker_data_plane: DataPlane = Field(
+        default=ReplicaSettings.data_plane,
+        description="How replicas of one job on the same host move tensors: shared-memory "
+        "(through shared memory; replicas on other hosts over gRPC) or grpc (all over gRPC).",
+    )
     restart_max_restarts: int = Field(
         default=RestartSettings.max_restarts,
         ge=0,
@@ -359,7 +365,7 @@ class Settings(KubeFields, DataFields):
     def replicas(self) -> ReplicaSettings:
         return ReplicaSettings(
             self.cancel_grace_seconds, self.init_timeout_seconds, self.worker_orphan_timeout,
-            self.log_tail_lines,
+            self.log_tail_lines, self.worker_data_plane,
         )  # fmt: skip
 
     @property

@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +114,14 @@ def make_topology(
 
 
 async def start_replica(
-    replica: str, coordinator: str, log_dir: Path, *extra: str
+    replica: str, coordinator: str, log_dir: Path, *extra: str, data_plane: str = ""
 ) -> asyncio.subprocess.Process:
+    """Start one replica; `data_plane` ("grpc", "shared-memory") overrides its transport."""
     role = replica.rsplit("-", 1)[0]
     log = (log_dir / f"{replica}.log").open("wb")
     env = {**os.environ, "PYTHONPATH": str(ROOT), DATAPLANE_TOKEN_ENV: DATAPLANE_TOKEN}
+    if data_plane:
+        env["APPLIANCE_DATA_PLANE"] = data_plane
     args = ["-m", "appliance.workers", role, "--job-id", JOB_ID, "--replica", replica]
     with log:
         return await asyncio.create_subprocess_exec(
@@ -160,12 +163,18 @@ async def coordinator(
 
 
 @contextlib.asynccontextmanager
-async def replicas(names: list[str], address: str, log_dir: Path) -> AsyncIterator[dict[str, Any]]:
-    """Start the named replicas; kill whatever is left at the end and check nothing survived."""
+async def replicas(
+    names: list[str], address: str, log_dir: Path, data_plane: Mapping[str, str] | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """Start the named replicas (with the transports `data_plane` names, by replica); kill
+    whatever is left at the end and check nothing survived."""
     processes: dict[str, asyncio.subprocess.Process] = {}
+    chosen = data_plane or {}
     try:
         for name in names:
-            processes[name] = await start_replica(name, address, log_dir)
+            processes[name] = await start_replica(
+                name, address, log_dir, data_plane=chosen.get(name, chosen.get("*", ""))
+            )
         yield processes
     finally:
         for process in processes.values():
@@ -188,14 +197,20 @@ async def run_job(
     mode: common_pb2.Mode.ValueType = common_pb2.MODE_TRAIN,
     model_dir: Path | None = None,
     log_dir: Path | None = None,
+    data_plane: Mapping[str, str] | None = None,
 ) -> AsyncIterator[RunningJob]:
+    """A job on real replica processes; `data_plane` gives replicas (or "*": all) a transport
+    ("grpc", "shared-memory"; by default the workers' own default)."""
     model_dir = model_dir or tmp_path / "model"
     topology = make_topology(num_csx, memoryx, swarmx, num_steps, params, model_dir, mode)
     fake = FakeReplicaControl(topology)
     log_dir = log_dir or tmp_path / "logs"
     log_dir.mkdir(parents=True)
     names = [p.name for p in topology.peers]
-    async with coordinator(fake) as address, replicas(names, address, log_dir) as processes:
+    async with (
+        coordinator(fake) as address,
+        replicas(names, address, log_dir, data_plane) as processes,
+    ):
         yield RunningJob(fake, processes, log_dir)
 
 

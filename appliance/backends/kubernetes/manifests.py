@@ -73,6 +73,9 @@ class PodTemplate:
     coordinator_address: str
     grace_seconds: float
     orphan_timeout: float
+    # shared-memory: replicas of one job whose pods share a host and network namespace (host
+    # networking) talk through shared memory; the rest over gRPC. grpc: all over gRPC.
+    data_plane: str = "shared-memory"
     # Where the coordinator puts model dirs (its model dirs root): writable in every replica
     # pod, from this PersistentVolumeClaim if given (ReadWriteMany across nodes), else an
     # emptyDir (checkpoints then go with the pod).
@@ -235,6 +238,7 @@ def replica_pod(
         "--job-id", job_id, "--replica", replica.name,
         "--coordinator", template.coordinator_address,
         "--orphan-timeout", str(template.orphan_timeout),
+        "--data-plane", template.data_plane,
     ]  # fmt: skip
     env = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},

@@ -55,6 +55,7 @@ class LocalBackend(OptionalParts):
         grace_seconds: float = 5.0,
         orphan_timeout: float = 60.0,
         python: str = sys.executable,
+        data_plane: str = "shared-memory",
     ) -> None:
         self.jobs_dir = data_dir / "jobs"
         self.coordinator_address = coordinator_address
@@ -62,6 +63,7 @@ class LocalBackend(OptionalParts):
         self.grace_seconds = grace_seconds
         self.orphan_timeout = orphan_timeout
         self.python = python
+        self.data_plane = data_plane
         self._running: dict[tuple[str, str], _Running] = {}
         self._events: asyncio.Queue[ReplicaEvent] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -127,6 +129,7 @@ class LocalBackend(OptionalParts):
             "--job-id", job_id, "--replica", replica.name,
             "--coordinator", self.coordinator_address,
             "--orphan-timeout", str(self.orphan_timeout),
+            "--data-plane", self.data_plane,
             "--exit-file", str(exit_path), "--error-file", str(error_path),
         ]  # fmt: skip
         with log_path.open("ab") as log_file:

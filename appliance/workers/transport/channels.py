@@ -75,9 +75,8 @@ class PeerChannels:
                 else:
                     self._local[peer.address] = channel
             (local if peer.address in self._local else remote).append(peer.name)
-        described = describe_transports(local, remote, self.shared_memory)
-        log.info("data plane: %s", described)
-        return described
+        log.info("data plane: %s", describe_transports(local, remote, self.shared_memory, None))
+        return describe_transports(local, remote, self.shared_memory)
 
     def get(self, address: str, lane: str = "") -> grpc.aio.Channel:
         local = self._local.get(address)
@@ -108,18 +107,21 @@ def local_address(token: str, replica: str) -> str:
     return f"\0appliance-dataplane-{digest.hexdigest()[:40]}"
 
 
-def describe_transports(local: list[str], remote: list[str], shared_memory: bool) -> str:
-    """`shared memory: cs2-0, swarmx-0; grpc: worker-0`, short whatever the job's size."""
+def describe_transports(
+    local: list[str], remote: list[str], shared_memory: bool, most: int | None = 6
+) -> str:
+    """`shared memory: cs2-0, swarmx-0; grpc: worker-0`; past `most` names a list is
+    shortened to its count and first names, so the line stays short whatever the job's size."""
     parts = []
     if local:
-        parts.append(f"shared memory: {_names(local)}")
+        parts.append(f"shared memory: {_names(local, most)}")
     if remote:
         off = "" if shared_memory else " (shared memory off)"
-        parts.append(f"grpc{off}: {_names(remote)}")
+        parts.append(f"grpc{off}: {_names(remote, most)}")
     return "; ".join(parts) or "no peers"
 
 
-def _names(names: list[str]) -> str:
-    if len(names) <= 4:
+def _names(names: list[str], most: int | None) -> str:
+    if most is None or len(names) <= most:
         return ", ".join(names)
     return f"{len(names)} replicas ({', '.join(names[:3])}, ...)"
