@@ -164,7 +164,9 @@ class SendRing:
         if not self._held:
             return _DATA_START if _DATA_START + need <= self.size else None
         tail = self._held[0][1]  # the oldest slot still held
-        if self._head >= tail:
+        # Not wrapped: the held slots lie in [tail, head). Wrapped (head <= tail, equal when
+        # the ring is full): they lie in [tail, end) and [start, head).
+        if self._head > tail:
             if self._head + need <= self.size:
                 return self._head
             # wrap: the end of the ring stays unused

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 from appliance.workers.transport.local_channel import LocalChannel
 from appliance.workers.transport.local_server import LocalServer
+from appliance.workers.transport.shm_ring import ReceiveRing, SendRing, slot_bytes
 
 TOKEN = "job-token"
 SERVICE = "test.Echo"
@@ -185,3 +187,34 @@ def test_the_socket_is_the_owners_alone(tmp_path: Path) -> None:
 
     assert asyncio.run(mode()) == 0o600
     assert not (tmp_path / "s.sock").exists()  # unlinked when the server stops
+
+
+async def test_a_full_ring_waits_for_its_reader_and_never_overwrites_a_held_slot() -> None:
+    """Messages of every size through a small ring whose reader lags: every write that finds
+    no room waits (the ring full with its head on its tail included), and every message is
+    read back as written."""
+    size = 64 + 8 * slot_bytes(100)
+    sender = SendRing(size)
+    receiver = ReceiveRing(os.dup(sender.fd), size)
+    released = 0
+    announced: list[tuple[int, int, int, bytes]] = []
+    rng = random.Random(5)
+    try:
+        for number in range(400):
+            message = bytes([number % 256]) * rng.choice([1, 40, 100, 250, 300])
+            writing = asyncio.ensure_future(sender.write([message], lambda: released))
+            while not writing.done():  # no room: the reader takes the oldest message
+                await asyncio.sleep(0)
+                if not writing.done() and announced:
+                    seq, offset, length, expected = announced.pop(0)
+                    assert receiver.read(seq, offset, length) == expected
+                    released = seq
+                    sender.wake()
+            announced.append((*writing.result(), message))
+            if rng.random() < 0.3 and announced:  # sometimes the reader keeps up
+                seq, offset, length, expected = announced.pop(0)
+                assert receiver.read(seq, offset, length) == expected
+                released = seq
+    finally:
+        sender.close()
+        receiver.close()
