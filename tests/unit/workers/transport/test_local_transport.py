@@ -196,25 +196,25 @@ async def test_a_full_ring_waits_for_its_reader_and_never_overwrites_a_held_slot
     size = 64 + 8 * slot_bytes(100)
     sender = SendRing(size)
     receiver = ReceiveRing(os.dup(sender.fd), size)
-    released = 0
+    released = [0]  # what the reader has released, as the writer reads it
     announced: list[tuple[int, int, int, bytes]] = []
     rng = random.Random(5)
     try:
         for number in range(400):
             message = bytes([number % 256]) * rng.choice([1, 40, 100, 250, 300])
-            writing = asyncio.ensure_future(sender.write([message], lambda: released))
+            writing = asyncio.ensure_future(sender.write([message], lambda: released[0]))
             while not writing.done():  # no room: the reader takes the oldest message
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # let the write look for room once more
                 if not writing.done() and announced:
                     seq, offset, length, expected = announced.pop(0)
                     assert receiver.read(seq, offset, length) == expected
-                    released = seq
+                    released[0] = seq
                     sender.wake()
             announced.append((*writing.result(), message))
             if rng.random() < 0.3 and announced:  # sometimes the reader keeps up
                 seq, offset, length, expected = announced.pop(0)
                 assert receiver.read(seq, offset, length) == expected
-                released = seq
+                released[0] = seq
     finally:
         sender.close()
         receiver.close()
