@@ -118,10 +118,16 @@ async def test_global_norm_clipping_matches_numpy(tmp_path: Path) -> None:
                 assert moved <= lr * max_norm * 1.0001
 
 
-async def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("data_plane", ["grpc", "shared-memory"])
+async def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
+    tmp_path: Path, data_plane: str
+) -> None:
     params = with_(GPT, optimizer=ADAMW, runconfig={"checkpoint_steps": 10})
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
-    async with run_job(whole, 2, 2, 1, 20, params, model_dir=whole / "model") as job:
+    transport = {"*": data_plane}
+    async with run_job(
+        whole, 2, 2, 1, 20, params, model_dir=whole / "model", data_plane=transport
+    ) as job:
         assert await job.exit_code("chief-0", within=90) == 0, job.logs()
     assert sorted(p.name for p in (whole / "model").glob("checkpoint_*")) == [
         "checkpoint_10.npz",
@@ -129,7 +135,9 @@ async def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_pat
     ]
     start = str(whole / "model" / "checkpoint_10.npz")
     params_resumed = with_(params, runconfig={"checkpoint_path": start})
-    async with run_job(resumed, 2, 2, 1, 20, params_resumed, model_dir=resumed / "model") as job:
+    async with run_job(
+        resumed, 2, 2, 1, 20, params_resumed, model_dir=resumed / "model", data_plane=transport
+    ) as job:
         assert await job.exit_code("chief-0", within=90) == 0, job.logs()
     assert job.fake.progress[0].step > 10  # it did not start over
     assert_same_weights(whole / "model", resumed / "model")
