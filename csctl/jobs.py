@@ -73,7 +73,7 @@ def get_job(session: Session, job_id: str, output: str) -> None:
     """Show one job: a summary by default, as kubectl's `get` does (the job's row, queue
     position, dependencies, attempts, reason and replicas); with -o yaml or -o json, in full:
     spec and params, phase and reasons, queue position, systems, lease, progress, timestamps
-    and replicas (node, phase, pid, exit code, message, log tail).
+    and replicas (node, phase, pid, exit code, data plane, message, log tail).
 
     \b
     Examples:

@@ -15,7 +15,7 @@ from appliance.domain.job_document import job_document as domain_job_document
 from appliance.domain.timestamps import rfc3339
 
 ATTEMPT_COLUMNS = ("ATTEMPT", "SYSTEMS", "FROM-STEP", "RAN", "ENDED", "THEN", "REASON")
-REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "MESSAGE")
+REPLICA_COLUMNS = ("REPLICA", "ROLE", "NODE", "PHASE", "PID", "EXIT", "DATA PLANE", "MESSAGE")
 
 
 def say(text: str = "", *, err: bool = False) -> None:
@@ -158,6 +158,7 @@ def replica_row(replica: Replica) -> list[str]:
         replica.phase.value,
         str(replica.pid) if replica.pid else "",
         "" if replica.exit_code is None else str(replica.exit_code),
+        replica.data_plane,
         next(iter(replica.message.splitlines()), ""),
     ]
 

@@ -67,6 +67,8 @@ class Replica:
     exit_code: int | None = None
     message: str = ""
     log_tail: str = ""
+    # How its data plane reaches its peers, as its heartbeat says (domain/data_plane.py).
+    data_plane: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -94,6 +94,7 @@ def replica_document(r: Replica) -> dict[str, Any]:
         "exit_code": r.exit_code,
         "message": r.message,
         "log_tail": r.log_tail,
+        "data_plane": r.data_plane,
     }
 
 

@@ -115,6 +115,7 @@ def replica_to_pb(r: Replica) -> cluster_pb2.Replica:
         exit_code=r.exit_code or 0,
         message=r.message,
         log_tail=r.log_tail,
+        data_plane=r.data_plane,
     )
 
 
@@ -131,6 +132,7 @@ def replica_from_pb(job_id: str, msg: cluster_pb2.Replica) -> Replica:
         exit_code=msg.exit_code if msg.has_exit_code else None,
         message=msg.message,
         log_tail=msg.log_tail,
+        data_plane=msg.data_plane,
     )
 
 

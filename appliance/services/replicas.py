@@ -3,6 +3,10 @@
 Every call names the attempt its replica was started for. A replica of an attempt that is over
 (one left from before a requeue) is refused: it cannot register, read the topology or write
 progress into the attempt that runs now, and its heartbeats tell it to stop.
+
+A heartbeat also says what the replica's data plane is (shared memory or gRPC, per peer): the
+line is bounded and escaped, and written only when it changed (the last line written of each
+replica is remembered, so an unchanged heartbeat costs no write).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import contextlib
 import dataclasses
 from collections.abc import Sequence
 
+from appliance.domain.data_plane import data_plane_line
 from appliance.domain.errors import (
     Conflict,
     DeadlineExceeded,
@@ -30,11 +35,17 @@ from appliance.store.replica_batches import (
     ReplicaExit,
     all_ready,
 )
+from appliance.store.replicas import DataPlane
 
 Started = tuple[str, str, int | None]  # job, replica, pid
 JobExits = tuple[str, Sequence[ReplicaExit]]
 Report = tuple[str, int, Progress]  # job, attempt, progress
 Reported = tuple[bool, StopState | None]  # written, the job's state before
+
+# Names longer than the store's columns (String(64)) are of no replica: nothing to remember.
+MAX_NAME = 64
+# The data-plane lines remembered (the oldest forgotten first: it is written again, unchanged).
+MAX_DATA_PLANES_KEPT = 10_000
 
 
 class ReplicaService:
@@ -56,6 +67,8 @@ class ReplicaService:
         # in time, and then nothing after them was written together).
         self._states = GroupCommit[str, StopState | None](self._read_states)
         self._readiness = GroupCommit[str, tuple[int, int]](self._read_readiness)
+        self._data_planes = GroupCommit[DataPlane, bool](self._data_plane_batch)
+        self._data_plane_said: dict[tuple[str, str], tuple[int, str]] = {}  # as last written
 
     async def register(
         self, job_id: str, attempt: int, replica: str, address: str, pid: int
@@ -99,6 +112,9 @@ class ReplicaService:
 
     async def _progress_batch(self, batch: list[Report]) -> list[Reported]:
         return await self.ctx.db(self.ctx.store.record_progress, batch)
+
+    async def _data_plane_batch(self, batch: list[DataPlane]) -> list[bool]:
+        return await self.ctx.db(self.ctx.store.set_data_planes, batch)
 
     async def _exit_batch(self, batch: list[JobExits]) -> list[ExitsWritten]:
         return await self.ctx.write_phases(self.ctx.store.record_exits, batch, self.ctx.clock())
@@ -183,6 +199,29 @@ class ReplicaService:
         """What a replica of `attempt` should do: go on, checkpoint now (the chief of a job
         being preempted), or stop (the job ended, or this attempt is over)."""
         return directive_from(job_id, attempt, await self._states.write(job_id))
+
+    async def heartbeat(
+        self, job_id: str, attempt: int, replica: str, data_plane: str = ""
+    ) -> Directive:
+        """A replica of `attempt` is alive and says what its data plane is (untrusted: bounded
+        and escaped, recorded when it changed, while the attempt runs); what it should do."""
+        directive = await self.directive(job_id, attempt)
+        if directive.keep_running:
+            await self._record_data_plane(job_id, attempt, replica, data_plane_line(data_plane))
+        return directive
+
+    async def _record_data_plane(self, job_id: str, attempt: int, replica: str, line: str) -> None:
+        if len(job_id) > MAX_NAME or len(replica) > MAX_NAME:
+            return  # no such replica
+        key = (job_id, replica)
+        said = self._data_plane_said.get(key)
+        if said == (attempt, line) or (said is None and not line):
+            return  # as written; or not chosen yet, as a replica's row starts
+        await self._data_planes.write((job_id, attempt, replica, line))
+        self._data_plane_said.pop(key, None)
+        self._data_plane_said[key] = (attempt, line)
+        if len(self._data_plane_said) > MAX_DATA_PLANES_KEPT:
+            del self._data_plane_said[next(iter(self._data_plane_said))]
 
 
 def directive_from(job_id: str, attempt: int, state: StopState | None) -> Directive:

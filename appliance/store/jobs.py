@@ -266,7 +266,7 @@ def _pending_replica(
     return {
         "job_id": job_id, "name": name, "role": role.value, "index": index, "node": node,
         "phase": ReplicaPhase.PENDING.value, "address": "", "pid": 0, "exit_code": None,
-        "message": "", "log_tail": "",
+        "message": "", "log_tail": "", "data_plane": "",
     }  # fmt: skip
 
 

@@ -164,6 +164,7 @@ def replica_from_row(r: ReplicaRow | RowMapping) -> Replica:
         exit_code=m["exit_code"],
         message=m["message"],
         log_tail=m["log_tail"],
+        data_plane=m["data_plane"],
     )
 
 

@@ -179,6 +179,8 @@ class ReplicaRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
     log_tail: Mapped[str] = mapped_column(Text, default="")
+    # Written by the replica's heartbeat, only when it changed (ReplicaStore.set_data_planes).
+    data_plane: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
 class AttemptRow(Base):

@@ -8,6 +8,10 @@ Given several coordinator addresses (coordinators without a Service in front), a
 calling the one that answered last; when it is unreachable or a standby (UNAVAILABLE), the next
 call goes to the next address, and the backoff starts only after every address failed.
 
+Heartbeats carry what the replica says of its data plane (`set_data_plane`); a new line is
+sent at once rather than an interval later, so the job's replica detail shows it while the
+transports are being set up.
+
 Written here rather than with gRPC's retry policy (a service config retries on one channel,
 never on the next coordinator's) or tenacity (the orphan clock spans every call, and a long
 poll's "not yet" is no failure: both would be callbacks carrying this loop's state).
@@ -16,6 +20,7 @@ poll's "not yet" is no failure: both would be callbacks carrying this loop's sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -26,6 +31,7 @@ import grpc
 
 from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
 from appliance.domain.auth import ATTEMPT_ENV, REPLICA_TOKEN_ENV, bearer_metadata
+from appliance.domain.data_plane import bounded
 from appliance.workers.lifecycle import EXIT_ORPHANED, ReplicaExit, StopSignal
 
 log = logging.getLogger(__name__)
@@ -60,9 +66,16 @@ class ControlPlane:
         self.replica = replica
         self._orphan_timeout = orphan_timeout
         self._last_contact = time.monotonic()
+        self._data_plane = ""
+        self._data_plane_said = asyncio.Event()  # wakes the heartbeat loop early
 
-    def set_data_plane(self, text: str) -> None:  # TEMPORARY until dpdetail35 merges
-        self.data_plane = text
+    def set_data_plane(self, text: str) -> None:
+        """Say how this replica's data plane reaches its peers, one short line such as
+        `shared memory: swarmx-0, worker-0; grpc: none` (cut to MAX_DATA_PLANE characters).
+        The next heartbeat, sent at once, carries it to the coordinator: the job's replica
+        detail shows it. Call it on the replica's event loop."""
+        self._data_plane = bounded(text)
+        self._data_plane_said.set()
 
     @property
     def _stub(self) -> control_pb2_grpc.ReplicaControlStub:
@@ -150,21 +163,29 @@ class ControlPlane:
         return directive
 
     async def heartbeat_forever(self, interval: float, stop: StopSignal) -> None:
-        """Heartbeat every `interval` seconds; asks `stop` to exit 0 once told to stop."""
-        request = control_pb2.HeartbeatRequest(
-            job_id=self.job_id, replica=self.replica, attempt=self.attempt
-        )
+        """Heartbeat every `interval` seconds, and at once after `set_data_plane`; asks `stop`
+        to exit 0 once told to stop."""
         while True:
+            self._data_plane_said.clear()  # a line said from here on is sent by the next one
             directive: control_pb2.ReplicaDirective = await self._with_retry(
                 "Heartbeat",
                 lambda: self._stub.Heartbeat(
-                    request, timeout=CALL_TIMEOUT, metadata=self._metadata
+                    self._heartbeat_request(), timeout=CALL_TIMEOUT, metadata=self._metadata
                 ),
             )
             if not directive.keep_running:
                 stop.request(0, "the coordinator says the job is over")
                 return
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._data_plane_said.wait(), interval)
+
+    def _heartbeat_request(self) -> control_pb2.HeartbeatRequest:
+        return control_pb2.HeartbeatRequest(
+            job_id=self.job_id,
+            replica=self.replica,
+            attempt=self.attempt,
+            data_plane=self._data_plane,
+        )
 
     async def _with_retry(
         self, what: str, call: Callable[[], Awaitable[T]], orphan_clock: bool = True

@@ -202,6 +202,7 @@ class Replica(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     LOG_TAIL_FIELD_NUMBER: _builtins.int
+    DATA_PLANE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     role: _builtins.str
     index: _builtins.int
@@ -214,6 +215,10 @@ class Replica(_message.Message):
     exit_code: _builtins.int
     message: _builtins.str
     log_tail: _builtins.str
+    data_plane: _builtins.str
+    """How the replica's data plane reaches its peers, as its heartbeat says (`shared memory:
+    swarmx-0, worker-0; grpc: none`); empty until it has chosen.
+    """
     def __init__(
         self,
         *,
@@ -228,10 +233,11 @@ class Replica(_message.Message):
         exit_code: _builtins.int = ...,
         message: _builtins.str = ...,
         log_tail: _builtins.str = ...,
+        data_plane: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "exit_code", b"exit_code", "has_exit_code", b"has_exit_code", "index", b"index", "log_tail", b"log_tail", "message", b"message", "name", b"name", "node", b"node", "phase", b"phase", "pid", b"pid", "role", b"role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "data_plane", b"data_plane", "exit_code", b"exit_code", "has_exit_code", b"has_exit_code", "index", b"index", "log_tail", b"log_tail", "message", b"message", "name", b"name", "node", b"node", "phase", b"phase", "pid", b"pid", "role", b"role"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

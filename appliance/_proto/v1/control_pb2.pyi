@@ -218,19 +218,26 @@ class HeartbeatRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     REPLICA_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
+    DATA_PLANE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     replica: _builtins.str
     attempt: _builtins.int
+    data_plane: _builtins.str
+    """How the replica's data plane reaches each peer, one short line (`shared memory: swarmx-0;
+    grpc: none`); empty until it has chosen. Bounded and escaped by the coordinator, and
+    recorded on the replica (Replica.data_plane) only when it changed.
+    """
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         replica: _builtins.str = ...,
         attempt: _builtins.int = ...,
+        data_plane: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "job_id", b"job_id", "replica", b"replica"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "data_plane", b"data_plane", "job_id", b"job_id", "replica", b"replica"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -64,7 +64,10 @@ class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
     async def Heartbeat(
         self, request: control_pb2.HeartbeatRequest, context: Ctx
     ) -> control_pb2.ReplicaDirective:
-        return _directive_to_pb(await self.replicas.directive(request.job_id, request.attempt))
+        directive = await self.replicas.heartbeat(
+            request.job_id, request.attempt, request.replica, request.data_plane
+        )
+        return _directive_to_pb(directive)
 
 
 def _directive_to_pb(directive: Directive) -> control_pb2.ReplicaDirective:

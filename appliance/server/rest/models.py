@@ -137,6 +137,11 @@ class ReplicaOut(_Out):
     exit_code: int | None = Field(description="None while the replica has not exited.")
     message: str
     log_tail: str
+    data_plane: str = Field(
+        default="",
+        description="How the replica's data plane reaches its peers, as it said "
+        "(`shared memory: swarmx-0; grpc: none`); empty until it has chosen.",
+    )
 
 
 class LeaseOut(_Out):

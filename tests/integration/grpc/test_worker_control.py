@@ -4,6 +4,9 @@ The chief asks the coordinator in windows; a window that ends while the job stil
 "not yet" (DEADLINE_EXCEEDED) and the chief asks again, for as long as the job starts. Only a
 job that is over ends the wait (FAILED_PRECONDITION). Before, every window's end was a
 Conflict, so a job whose pods took longer than one window to start lost its chief with exit 1.
+
+A replica's heartbeat carries what it says of its data plane: the job's replica detail shows it
+after the next heartbeat, sent at once; what a hostile replica sends is bounded and escaped.
 """
 
 from __future__ import annotations
@@ -16,26 +19,44 @@ import pytest
 
 from appliance._proto.v1 import control_pb2, control_pb2_grpc
 from appliance.domain.auth import ATTEMPT_ENV
+from appliance.domain.data_plane import MAX_DATA_PLANE
 from appliance.domain.phases import Phase
 from appliance.loops.scheduling import SchedulerLoop
+from appliance.protocol import convert
 from appliance.server.grpc.control import ReplicaControlServicer
 from appliance.services.context import Context
 from appliance.services.replicas import ReplicaService
 from appliance.workers import control
 from appliance.workers.control import ControlPlane
-from tests.unit.harness import NOW, create, new_jobs
+from appliance.workers.lifecycle import StopSignal
+from tests.unit.harness import NOW, create, job_service, new_jobs
 
 JOB = "wsjob-awaitpeers0000"
 WINDOW = 0.1  # seconds; the worker's window, made short (the server honours what it is asked)
 
 
 class CountingServicer(ReplicaControlServicer):
-    """The real servicer, counting the AwaitPeers windows it answered."""
+    """The real servicer, counting the AwaitPeers windows and the heartbeats it answered."""
 
     def __init__(self, replicas: ReplicaService) -> None:
         super().__init__(replicas)
         self.windows = 0
+        self.heartbeats: list[control_pb2.HeartbeatRequest] = []
         self.asked = asyncio.Condition()
+        self.address = ""  # where it serves
+
+    async def Heartbeat(
+        self, request: control_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> control_pb2.ReplicaDirective:
+        directive = await super().Heartbeat(request, context)
+        async with self.asked:
+            self.heartbeats.append(request)
+            self.asked.notify_all()
+        return directive
+
+    async def wait_for_heartbeats(self, count: int) -> None:
+        async with asyncio.timeout(30), self.asked:
+            await self.asked.wait_for(lambda: len(self.heartbeats) >= count)
 
     async def AwaitPeers(
         self, request: control_pb2.AwaitPeersRequest, context: grpc.aio.ServicerContext
@@ -65,7 +86,8 @@ async def served(
     control_pb2_grpc.add_ReplicaControlServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    servicer.address = f"127.0.0.1:{port}"
+    channel = grpc.aio.insecure_channel(servicer.address)
     try:
         yield servicer, ControlPlane([channel], JOB, "chief-0", orphan_timeout=60)
     finally:
@@ -100,3 +122,66 @@ async def test_the_chief_stops_waiting_once_the_job_is_over(
         await asyncio.wait_for(waiting, 30)
     assert ended.value.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert "is FAILED: replica cs2-1 failed: pod unschedulable" in (ended.value.details() or "")
+
+
+async def _running(servicer: CountingServicer, ctx: Context) -> None:
+    """Every replica of JOB registered: the job runs."""
+    for replica in ctx.store.replicas(JOB):
+        await servicer.replicas.register(JOB, 1, replica.name, "127.0.0.1:2", 42)
+    assert ctx.store.get_job(JOB).phase is Phase.RUNNING
+
+
+async def _data_planes(ctx: Context) -> dict[str, str]:
+    """What the job's replica detail says of each replica's data plane (as the doors show it)."""
+    job = await job_service(ctx).get(JOB)
+    shown = {r.name: r.data_plane for r in convert.job_to_pb(job).replicas}
+    assert shown == {r.name: r.data_plane for r in job.replicas}
+    return shown
+
+
+async def test_a_data_plane_said_is_in_the_job_view_after_the_next_heartbeat_sent_at_once(
+    ctx: Context, served: tuple[CountingServicer, ControlPlane]
+) -> None:
+    servicer, chief = served
+    await _running(servicer, ctx)
+    beating = asyncio.create_task(chief.heartbeat_forever(3600, StopSignal()))  # one an hour
+    try:
+        await servicer.wait_for_heartbeats(1)
+        assert set((await _data_planes(ctx)).values()) == {""}  # not chosen yet
+
+        chief.set_data_plane("shared memory: swarmx-0, worker-0; grpc: none")
+        await servicer.wait_for_heartbeats(2)  # at once, not an hour later
+        shown = await _data_planes(ctx)
+        assert shown.pop("chief-0") == "shared memory: swarmx-0, worker-0; grpc: none"
+        assert set(shown.values()) == {""}  # the others said nothing
+
+        chief.set_data_plane("x" * 10_000)  # cut by the replica before it is sent
+        await servicer.wait_for_heartbeats(3)
+        assert len(servicer.heartbeats[-1].data_plane) == MAX_DATA_PLANE
+        assert (await _data_planes(ctx))["chief-0"] == "x" * (MAX_DATA_PLANE - 1) + "…"
+    finally:
+        beating.cancel()
+
+
+async def test_a_hostile_data_plane_is_bounded_and_escaped_and_only_its_attempt_writes_it(
+    ctx: Context, served: tuple[CountingServicer, ControlPlane]
+) -> None:
+    servicer, _ = served
+    await _running(servicer, ctx)
+    hostile = "\x1b]0;owned\x07 grpc:\n\x1b[31m" + "y" * 10_000  # 10 KB, control characters
+
+    def beat(text: str, attempt: int = 1) -> control_pb2.HeartbeatRequest:
+        return control_pb2.HeartbeatRequest(
+            job_id=JOB, replica="cs2-0", attempt=attempt, data_plane=text
+        )
+
+    async with grpc.aio.insecure_channel(servicer.address) as channel:  # a replica of its own
+        stub = control_pb2_grpc.ReplicaControlStub(channel)
+        stale = await stub.Heartbeat(beat("grpc: from an attempt that is over", attempt=2))
+        assert not stale.keep_running
+        assert (await _data_planes(ctx))["cs2-0"] == ""
+        assert (await stub.Heartbeat(beat(hostile))).keep_running
+    line = (await _data_planes(ctx))["cs2-0"]
+    assert len(line) == MAX_DATA_PLANE and line.endswith("…")
+    assert line.startswith("\\x1b]0;owned\\x07 grpc:\\x0a\\x1b[31myyy")
+    assert line.isprintable()

@@ -181,3 +181,37 @@ def test_progress_of_many_jobs_is_written_in_one_batch(store: JobStore) -> None:
 
     assert [written for written, _ in answers] == [True, True]
     assert (store.get_job(A).progress.step, store.get_job(B).progress.step) == (5, 7)
+
+
+def test_a_data_plane_is_written_only_when_it_changed_and_only_by_its_attempt(
+    store: JobStore,
+) -> None:
+    names = _started(store, A, Phase.RUNNING)
+    _started(store, B, Phase.RUNNING)
+    version = store.job_version(A)[0]
+
+    said = "shared memory: swarmx-0; grpc: none"
+    assert store.set_data_planes([(A, 1, names[0], said)]) == [True]
+    assert store.job_version(A)[0] == version + 1  # cached full views see the change
+    assert {r.name: r.data_plane for r in store.replicas(A)}[names[0]] == said
+    assert store.get_job(A).replicas[0].data_plane == said
+
+    unchanged = store.set_data_planes([(A, 1, names[0], said)] * 2)
+    assert unchanged == [False, False]
+    assert store.job_version(A)[0] == version + 1  # no write: no new version
+
+    batch = [
+        (A, 1, names[0], "grpc: swarmx-0"),  # changed
+        (A, 2, names[-1], "grpc: from an attempt A never had"),
+        (A, 1, "cs2-99", "grpc: no such replica"),
+        (B, 1, names[0], "grpc: of B"),
+    ]
+    assert store.set_data_planes(batch) == [True, False, False, True]
+    assert {r.name: r.data_plane for r in store.replicas(A)} == {
+        name: "grpc: swarmx-0" if name == names[0] else "" for name in names
+    }
+    assert store.replicas(B)[0].data_plane == "grpc: of B"
+
+    store.set_phase(A, Phase.FAILED, "over", T0 + 3)
+    assert store.set_data_planes([(A, 1, names[0], "grpc: after the end")]) == [False]
+    assert store.replicas(A)[0].data_plane == "grpc: swarmx-0"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -10,7 +11,9 @@ from csctl_runner import Csctl
 from fake_cluster_service import FakeCluster
 
 from appliance._proto.v1 import cluster_pb2
+from appliance.domain.job import Replica, ReplicaPhase
 from appliance.domain.phases import Phase
+from appliance.domain.plan import Role
 
 HOUR = 3600.0
 
@@ -151,3 +154,23 @@ def test_unknown_job_is_one_error_line_and_exit_1(csctl: Csctl) -> None:
     assert result.stderr == "error: job wsjob-doesnotexist1 not found\n"
     assert result.stdout == ""
     assert "Traceback" not in result.output
+
+
+def test_get_job_shows_each_replicas_data_plane(csctl: Csctl, cluster: FakeCluster) -> None:
+    said = "shared memory: swarmx-0, worker-0; grpc: none"
+    job = cluster.service.add_job(phase=Phase.RUNNING)
+    replicas = (
+        Replica(job.id, "chief-0", Role.CHIEF, 0, "n", ReplicaPhase.READY, pid=7, data_plane=said),
+        Replica(job.id, "cs2-0", Role.CS2, 0, "cs2-0", ReplicaPhase.READY, pid=8),
+    )
+    cluster.service.jobs[job.id] = dataclasses.replace(job, replicas=replicas)
+
+    table = csctl("get", "job", job.id).stdout.splitlines()
+    header = next(line for line in table if line.startswith("REPLICA"))
+    chief = next(line for line in table if line.startswith("chief-0"))
+    assert "DATA PLANE" in header and header.index("DATA PLANE") < header.index("MESSAGE")
+    assert chief[header.index("DATA PLANE") :].rstrip() == said
+    as_json = json.loads(csctl("get", "job", job.id, "-o", "json").stdout)
+    assert [r["data_plane"] for r in as_json["replicas"]] == [said, ""]
+    as_yaml = yaml.safe_load(csctl("get", "job", job.id, "-o", "yaml").stdout)
+    assert as_yaml["replicas"][0]["data_plane"] == said

@@ -109,3 +109,33 @@ async def test_a_replica_of_an_attempt_that_is_over_cannot_act_for_the_next(
     assert not (await replicas.directive(JOB, 1)).keep_running
     await replicas.register(JOB, 2, "cs2-0", "127.0.0.1:2", 42)
     assert (await replicas.directive(JOB, 2)).keep_running
+
+
+async def test_a_heartbeat_writes_the_data_plane_only_when_it_changed(
+    ctx: Context, replicas: ReplicaService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[list[tuple[str, int, str, str]]] = []
+    set_data_planes = ctx.store.set_data_planes
+
+    def recorded(batch: list[tuple[str, int, str, str]]) -> list[bool]:
+        written.append(list(batch))
+        return set_data_planes(batch)
+
+    monkeypatch.setattr(ctx.store, "set_data_planes", recorded)
+    said = "shared memory: swarmx-0; grpc: none"
+
+    for _ in range(3):  # not chosen yet, as its row starts: nothing to write
+        assert (await replicas.heartbeat(JOB, 1, "chief-0", "")).keep_running
+    for _ in range(3):
+        assert (await replicas.heartbeat(JOB, 1, "chief-0", said)).keep_running
+    assert written == [[(JOB, 1, "chief-0", said)]]  # once, not once a heartbeat
+    await replicas.heartbeat(JOB, 1, "chief-0", "grpc: swarmx-0")
+    await replicas.heartbeat(JOB, 1, "chief-0", "grpc: swarmx-0")
+    assert len(written) == 2
+    assert {r.name: r.data_plane for r in ctx.store.replicas(JOB)}["chief-0"] == "grpc: swarmx-0"
+
+    assert not (await replicas.heartbeat(JOB, 2, "chief-0", "grpc: not of it")).keep_running
+    await replicas.heartbeat(JOB, 1, "c" * 10_000, "grpc: no such replica")
+    await ctx.set_phase(JOB, Phase.CANCELLED, "stop")
+    assert not (await replicas.heartbeat(JOB, 1, "chief-0", "grpc: after the end")).keep_running
+    assert len(written) == 2  # told to stop, or of no replica: nothing written
