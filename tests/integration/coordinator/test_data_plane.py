@@ -20,10 +20,12 @@ STEPS = 30
 def run_one(data_dir: Path, **settings: object) -> tuple[dict[str, str], Path]:
     """One 2-CS-2 job to its end: each replica's data plane as the job shows it, and its
     model dir."""
-    with serving(data_dir, **settings) as coordinator:
-        with ApplianceClient(coordinator.address, detach=True) as client:
-            job = client.submit(params=PARAMS, num_csx=2, num_steps=STEPS)
-            final = job.wait(timeout=120)
+    with (
+        serving(data_dir, **settings) as coordinator,
+        ApplianceClient(coordinator.address, detach=True) as client,
+    ):
+        job = client.submit(params=PARAMS, num_csx=2, num_steps=STEPS)
+        final = job.wait(timeout=120)
     assert final.phase is Phase.SUCCEEDED, final.reason
     return {r.name: r.data_plane for r in final.replicas}, Path(final.spec.model_dir)
 
