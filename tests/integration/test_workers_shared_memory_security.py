@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import struct
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,14 @@ from appliance._proto.v1 import control_pb2
 from appliance.workers.transport import local_link
 from appliance.workers.transport.channels import local_address
 from appliance.workers.transport.local_link import REFUSAL, LinkClosed
+from tests.integration.shared_memory_checks import (
+    abstract_sockets,
+    dev_shm,
+    holders,
+    rings_held,
+    rings_of,
+    socket_names,
+)
 from tests.integration.test_workers import DATAPLANE_TOKEN, FakeReplicaControl, RunningJob, run_job
 from tests.integration.test_workers_training import assert_same_weights
 from tests.model_specs import FC, SGD, with_
@@ -32,7 +40,6 @@ PROBE = Path(__file__).with_name("hostile_probe.py")
 NOBODY = 65534
 PARAMS = with_(FC, optimizer=SGD)
 NUM_STEPS = 60
-RING = "/memfd:appliance-ring"
 OTHER_TOKENS = ["data-plane-token-of-wsjob-another", DATAPLANE_TOKEN + "-attempt-2"]
 
 
@@ -86,26 +93,6 @@ async def held_job(tmp_path: Path) -> AsyncIterator[tuple[RunningJob, HeldReport
         assert await job.exit_code("chief-0", within=60) == 0, job.logs()
 
 
-def socket_names(replicas: Iterable[str]) -> dict[str, str]:
-    """The abstract socket each replica of the test job serves on, as /proc/net/unix shows it
-    (without its leading NUL), by replica."""
-    return {name: local_address(DATAPLANE_TOKEN, name)[1:] for name in replicas}
-
-
-def rings_held(pids: Iterable[int]) -> tuple[list[tuple[int, int]], list[tuple[int, str]]]:
-    """The ring descriptors (pid, fd) and ring mappings (pid, address range) of `pids`."""
-    fds, spans = [], []
-    for pid in pids:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(RING):
-                    fds.append((pid, int(fd)))
-        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-            if RING in line:
-                spans.append((pid, line.split()[0]))
-    return fds, spans
-
-
 async def as_nobody(request: dict[str, Any]) -> dict[str, Any]:
     """Run hostile_probe.py as uid/gid 65534 with no groups; its JSON answer."""
     process = await asyncio.create_subprocess_exec(
@@ -117,16 +104,6 @@ async def as_nobody(request: dict[str, Any]) -> dict[str, Any]:
     assert process.returncode == 0, out
     answer: dict[str, Any] = json.loads(out)
     return answer
-
-
-def dev_shm() -> set[str]:
-    """What our user has under /dev/shm (the PostgreSQL servers of other tests have theirs)."""
-    owned = set()
-    for entry in os.scandir("/dev/shm"):
-        with contextlib.suppress(OSError):  # gone meanwhile
-            if entry.stat(follow_symlinks=False).st_uid == os.getuid():
-                owned.add(entry.name)
-    return owned
 
 
 @needs_root
@@ -143,8 +120,11 @@ async def test_a_hostile_local_user_reaches_nothing_of_a_running_job(tmp_path: P
         report = await as_nobody(request)
         assert all(process.returncode is None for process in job.processes.values())
         during = dev_shm()
+        inodes = rings_of(pids)
 
     assert (report["uid"], report["gid"], report["groups"]) == (NOBODY, NOBODY, [])
+    # The job ended well: none of its rings or sockets is left.
+    assert not holders(inodes) and not set(sockets.values()) & abstract_sockets()
     # Nothing of the job under /dev/shm, then or now: its rings are memfds.
     assert not during - before and not dev_shm() - before
     opened = {name for name, outcome in report["dev_shm"].items() if "OPENED" in outcome}
