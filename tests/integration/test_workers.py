@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import sys
@@ -34,7 +35,9 @@ from appliance.workers.models.reference import ReferenceTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_ID = "wsjob-testworkers01"
-DATAPLANE_TOKEN = "data-plane-token-of-" + JOB_ID
+# Unique to this run: a replica's local socket is named after the token, in the host's one
+# abstract namespace, so two runs of these tests on one machine must not share it.
+DATAPLANE_TOKEN = f"data-plane-token-of-{JOB_ID}-{secrets.token_hex(8)}"
 
 
 class FakeReplicaControl(control_pb2_grpc.ReplicaControlServicer):
@@ -198,12 +201,14 @@ async def run_job(
     model_dir: Path | None = None,
     log_dir: Path | None = None,
     data_plane: Mapping[str, str] | None = None,
+    control: type[FakeReplicaControl] = FakeReplicaControl,
 ) -> AsyncIterator[RunningJob]:
     """A job on real replica processes; `data_plane` gives replicas (or "*": all) a transport
-    ("grpc", "shared-memory"; by default the workers' own default)."""
+    ("grpc", "shared-memory"; by default the workers' own default); `control`: the fake
+    coordinator's class (a test may hold or answer calls its way)."""
     model_dir = model_dir or tmp_path / "model"
     topology = make_topology(num_csx, memoryx, swarmx, num_steps, params, model_dir, mode)
-    fake = FakeReplicaControl(topology)
+    fake = control(topology)
     log_dir = log_dir or tmp_path / "logs"
     log_dir.mkdir(parents=True)
     names = [p.name for p in topology.peers]

@@ -180,6 +180,10 @@ async def connect(path: str, token: str) -> Link:
         sock.setblocking(False)
         async with asyncio.timeout(_HANDSHAKE_SECONDS):
             await loop.sock_connect(sock, path)
+            # The name may be another user's now (its replica gone, the name seen in
+            # /proc/net/unix and bound): never tell the token to anyone but our own user.
+            if _peer_uid(sock) != os.getuid():
+                raise LinkClosed("the socket is served by another user")
             encoded = token.encode()
             await loop.sock_sendall(sock, _GREETING + struct.pack("<H", len(encoded)) + encoded)
             answer, fds = await _receive_fds(sock, len(REFUSAL))
@@ -190,7 +194,7 @@ async def connect(path: str, token: str) -> Link:
             inbound = ReceiveRing(fds[0])
             outbound = SendRing()
             await _send_fd(sock, outbound.fd)
-    except (OSError, TimeoutError, RingError) as err:
+    except (OSError, TimeoutError, RingError, LinkClosed) as err:
         sock.close()
         if outbound is not None:
             outbound.close()
@@ -207,12 +211,13 @@ async def accept(sock: socket.socket, token: str) -> Link | None:
     outbound: SendRing | None = None
     try:
         async with asyncio.timeout(_HANDSHAKE_SECONDS):
-            uid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[
-                1
-            ]
+            # Another user is turned away before anything is read: it cannot hold a
+            # connection (of the few a server takes) through the handshake's time.
+            if _peer_uid(sock) != os.getuid():
+                raise LinkClosed("another user")
             head = await _receive_exactly(loop, sock, len(_GREETING) + 2)
             size = struct.unpack("<H", head[-2:])[0]
-            if head[:-2] != _GREETING or size > _MAX_TOKEN or uid != os.getuid():
+            if head[:-2] != _GREETING or size > _MAX_TOKEN:
                 raise LinkClosed("a stranger")
             presented = await _receive_exactly(loop, sock, size)
             if not hmac.compare_digest(presented, token.encode()):
@@ -235,6 +240,12 @@ async def accept(sock: socket.socket, token: str) -> Link | None:
     link = Link(outbound, inbound)
     await link.start(sock)
     return link
+
+
+def _peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end (for a client: the one that listens)."""
+    uid: int = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+    return uid
 
 
 async def _receive_exactly(

@@ -181,12 +181,16 @@ class ReceiveRing:
         """Take `fd` (a descriptor the peer sent; closed here): it must be a sealed memfd of
         exactly `size` bytes, else RingError."""
         try:
+            # The seals first: a size read before them could change before they are set.
+            try:
+                seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            except OSError:  # a file on disk, a pipe, a socket: nothing that can be sealed
+                raise RingError("the peer's ring is not a shared-memory file") from None
+            if seals & _REQUIRED_SEALS != _REQUIRED_SEALS:
+                raise RingError("the peer's ring is not sealed against resizing")
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_size != size:
                 raise RingError("the peer's ring is not a shared-memory file of the agreed size")
-            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-            if seals & _REQUIRED_SEALS != _REQUIRED_SEALS:
-                raise RingError("the peer's ring is not sealed against resizing")
             self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
         except OSError as err:
             raise RingError(f"the peer's ring cannot be mapped: {err.strerror}") from None
