@@ -176,6 +176,7 @@ async def connect(path: str, token: str) -> Link:
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     outbound: SendRing | None = None
+    inbound: ReceiveRing | None = None
     try:
         sock.setblocking(False)
         async with asyncio.timeout(_HANDSHAKE_SECONDS):
@@ -196,8 +197,9 @@ async def connect(path: str, token: str) -> Link:
             await _send_fd(sock, outbound.fd)
     except (OSError, TimeoutError, RingError, LinkClosed) as err:
         sock.close()
-        if outbound is not None:
-            outbound.close()
+        for ring in (outbound, inbound):
+            if ring is not None:
+                ring.close()
         raise LinkClosed(f"cannot connect to {path}: {err}") from None
     link = Link(outbound, inbound)
     await link.start(sock)

@@ -46,10 +46,11 @@ async def main(path: str, token: str, mode: str, seed: int) -> None:
     # A writer that announces its slot too early (the data and trailer written, the header
     # not yet) and is killed before it writes the header.
     ring = link._outbound
-    seq, offset, length = await ring.write(pieces(message(index, rng)))
+    seq, offset, length = await ring.write(
+        pieces(message(index, rng)), link._inbound.peer_released
+    )
     struct.pack_into("<QQ", ring._map, offset - 16, 0, 0)  # the header, as before the write
-    link.send_frame(local_link.MESSAGE, seq, offset, length)
-    await link._drain()
+    link.send_frame(local_link.MESSAGE, seq, offset, length)  # written at once: no buffer yet
     os.kill(os.getpid(), signal.SIGKILL)
 
 

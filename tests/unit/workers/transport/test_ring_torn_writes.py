@@ -126,7 +126,7 @@ async def test_frames_that_do_not_describe_a_whole_slot_are_refused(
     rings: tuple[SendRing, ReceiveRing],
 ) -> None:
     sender, receiver = rings
-    seq, offset, length = await sender.write([b"first message"])
+    seq, offset, length = await sender.write([b"first message"], lambda: 0)
     for announced, refusal in [
         ((seq + 1, offset, length), "message 2 announced where 1 was due"),  # out of order
         ((0, offset, length), "message 0 announced where 1 was due"),
@@ -139,9 +139,9 @@ async def test_frames_that_do_not_describe_a_whole_slot_are_refused(
         with pytest.raises(RingError, match=refusal):
             receiver.read(*announced)
     assert receiver.read(seq, offset, length) == b"first message"  # refusals changed nothing
-    sender.release(seq)
+    first = seq
 
-    seq, offset, length = await sender.write([b"second"])
+    seq, offset, length = await sender.write([b"second"], lambda: first)  # the first released
     struct.pack_into("<Q", sender._map, offset + length, seq + 7)  # its trailer: not its own
     with pytest.raises(RingError, match="message 2 changed while it was read"):
         receiver.read(seq, offset, length)
