@@ -144,6 +144,7 @@ def main(
         format=f"%(asctime)s {replica} %(levelname)s %(name)s: %(message)s",
     )
     keep_tensor_buffers()  # before the first tensor message
+    batch_scheduling()
     options = WorkerOptions(
         role=role,
         job_id=job_id,
@@ -163,6 +164,20 @@ def main(
         traceback.print_exc()
         ending = Ending(EXIT_FAILED, error_of(exc))
     finish(ending.code, exit_file, ending.error, error_file)
+
+
+def batch_scheduling() -> None:
+    """Schedule this replica as a batch process (SCHED_BATCH): a peer it wakes with a message
+    (a frame on a socket, a gRPC call) then no longer preempts it on the spot. Replicas of a
+    job on one host wake each other several times a step; with the normal policy each wake-up
+    handed the core to the woken peer mid-send (a 0.1 ms send, measured), and the job's
+    replicas spent their steps trading cores. Measured (bench.weight_streaming, fc_mnist,
+    shared memory, 3 A/B pairs): 2 CS-2s 131 -> 147 steps/s, 4 CS-2s 54 -> 74; 1 CS-2 the
+    same within the noise. Where the policy cannot be set, the replica runs as it is."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (OSError, AttributeError) as err:
+        logging.getLogger(__name__).info("normal scheduling (no SCHED_BATCH: %s)", err)
 
 
 def finish(
