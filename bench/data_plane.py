@@ -76,17 +76,42 @@ async def one_transport(model: str, transport: str, reference: float) -> dict[st
     }
     scaled = params_of(model, scaling=True)
     rates = {}
+    cpu = {}
     for num_csx in SCALING[model]:
         same = num_csx == 1 and scaled == params
         job = first if same else await streamed_job(scaled, num_csx, steps)
         rates[str(num_csx)] = round(job["steps_per_second"], 2)
+        cpu[str(num_csx)] = cores_model(job["cpu_ms_per_step"], num_csx, job["swarmx"])
         if num_csx == max(SCALING[model]):
             result[f"traffic_{num_csx}_cs2"] = traffic_per_step(scaled, job, num_csx, steps)[
                 "ratio"
             ]
     result["steps_per_second"] = rates
+    result["cpu_by_cs2_count"] = cpu
     result["scaling_vs_one_cs2"] = {n: round(r / rates["1"], 3) for n, r in rates.items()}
     return result
+
+
+def cores_model(
+    by_role: dict[str, float] | None, num_csx: int, swarmx: int
+) -> dict[str, Any] | None:
+    """A job's CPU per step by role, and what it implies: on 2 cores no step is shorter than
+    the total over 2; with a core per replica, none is shorter than the busiest replica's own
+    CPU per step (each replica's work is one event loop), which is what a machine with more
+    cores would approach."""
+    if by_role is None:
+        return None
+    count = {"cs2": num_csx, "swarmx": max(swarmx, 1)}
+    per_replica = {role: ms / count.get(role, 1) for role, ms in by_role.items()}
+    busiest = max(per_replica, key=per_replica.__getitem__)
+    total = sum(by_role.values())
+    return {
+        "ms_per_step_by_role": by_role,
+        "ms_per_step_total": round(total, 3),
+        "two_core_floor_ms": round(total / 2, 3),
+        "core_per_replica_floor_ms": round(per_replica[busiest], 3),
+        "busiest_replica_role": busiest,
+    }
 
 
 async def measure(models: list[str], run: int) -> dict[str, Any]:
