@@ -125,7 +125,9 @@ class SendRing:
         if not self._held:
             return 0 if need <= self.size else None
         tail = self._held[0][1]  # the oldest slot still held
-        if self._head >= tail:
+        # Held slots lie from tail to head, or (wrapped) from tail to the end and from 0 to
+        # head: head == tail is a full wrapped ring, never an empty one (that has none held).
+        if self._head > tail:
             if self._head + need <= self.size:
                 return self._head
             return 0 if need <= tail else None  # wrap: the end of the ring stays unused
