@@ -10,6 +10,7 @@ can be replayed), else from the clock.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -27,11 +28,28 @@ from tests.integration.shared_memory_checks import (
     rings_of,
     socket_names,
 )
-from tests.integration.test_workers import run_job
+from tests.integration.test_workers import RunningJob, run_job
 from tests.integration.test_workers_input import digits_params
 from tests.model_specs import FC, SGD, with_
 
 SEED = int(os.environ.get("APPLIANCE_KILL_SEED") or time.time_ns() % 1_000_000)
+
+
+async def reach_step(job: RunningJob, step: int, replay: str) -> None:
+    """Wait until the chief reports `step`; fail at once (with the logs) if it ends first."""
+    reached = asyncio.create_task(
+        job.fake.wait_until(lambda: any(p.step >= step for p in job.fake.progress), within=120)
+    )
+    ended = asyncio.create_task(job.processes["chief-0"].wait())
+    try:
+        await asyncio.wait({reached, ended}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ended.cancel()
+    if not reached.done():
+        reached.cancel()
+        await asyncio.gather(reached, return_exceptions=True)
+        pytest.fail(f"the job ended before step {step} {replay}\n{job.logs()}")
+    await reached  # its TimeoutError, if the job stalled
 
 
 ROLES = [
@@ -57,9 +75,7 @@ async def test_a_replica_killed_at_random_leaves_no_shared_memory(
         at_step = rng.randrange(1, 40)
         print(f"APPLIANCE_KILL_SEED={SEED}: SIGKILL {victim} once step {at_step} is reported")
         replay = f"(APPLIANCE_KILL_SEED={SEED}: {victim} at step {at_step})"
-        await job.fake.wait_until(
-            lambda: any(p.step >= at_step for p in job.fake.progress), within=120
-        )
+        await reach_step(job, at_step, replay)
         pids = {name: process.pid for name, process in job.processes.items()}
         inodes = rings_of(pids.values())
         assert rings_of([pids[victim]]), f"{victim} holds no ring: nothing to test {replay}"

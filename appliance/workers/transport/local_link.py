@@ -1,16 +1,17 @@
 """One connection between two co-located replicas: a Unix socket for frames, a shared-memory
 ring each way for the messages (shm_ring.py).
 
-The socket lives in the job attempt's own directory (mode 0700, made by the backend and
-removed with the attempt: APPLIANCE_LOCAL_SOCKETS), so only the appliance's user reaches it.
-Before anything else the server checks the peer's uid (SO_PEERCRED) and that the client
-knows the job's data-plane token (the credential every gRPC call of the job carries,
-job_credential.py); only then do the two exchange their rings' descriptors (SCM_RIGHTS).
+The socket is abstract (no file; channels.local_address names it after the job's token), so
+anyone on the host can see its name in /proc/net/unix and try it. Each end first checks the
+other's uid (SO_PEERCRED): the server turns another user away before reading a byte, and the
+client never tells its token to a socket another user serves. Then the client proves it knows
+the job's data-plane token (the credential every gRPC call of the job carries,
+job_credential.py), and only then do the two exchange their rings' descriptors (SCM_RIGHTS).
 A stranger gets one refusal line and the connection closes: no descriptor, no parsing.
 
 After that the socket carries only small frames: a call's method, a message's sequence
-number, offset and length in the sender's ring, the end of a request stream, a status, and
-releases of ring slots. Every frame is bounded before it is read.
+number, offset and length in the sender's ring, the end of a request stream, a status, and a
+wake-up for a writer waiting for room. Every frame is bounded before it is read.
 """
 
 from __future__ import annotations

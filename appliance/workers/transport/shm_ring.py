@@ -4,7 +4,7 @@ The writer creates the ring as an anonymous memfd (never a name under /dev/shm: 
 guess, nothing to unlink, and the kernel frees it once neither process holds it, however
 either ends), sealed so that its size can never change and no one can map it writable after
 the writer, and hands its descriptor to the reader over the job's Unix socket
-(transport/local_rpc.py). The reader maps it read-only.
+(transport/local_link.py). The reader maps it read-only.
 
 A message occupies one slot: a header (sequence number, length), the message's bytes, and
 the sequence number again. The writer fills the slot and only then tells the reader where it

@@ -4,8 +4,10 @@ describe a whole slot, and a ring that is not a sealed memfd of the agreed size,
 The writer is a real process (ring_writer.py) on a real link, SIGKILLed at a random moment
 while it copies megabytes into its ring: every message the reader gets is exactly one the
 writer made (each carries its index, length and SHA-256), and after the kill the reader's
-next frame raises LinkClosed. The random moments come from APPLIANCE_TORN_WRITE_SEED (printed,
-so that a failure can be replayed), else from the clock.
+next frame raises LinkClosed. A ring that fills up (equal messages wrapping to end exactly at
+the oldest slot still held) never overwrites a slot before its release. The random moments
+come from APPLIANCE_TORN_WRITE_SEED (printed, so that a failure can be replayed), else from
+the clock.
 """
 
 from __future__ import annotations
@@ -28,7 +30,13 @@ import pytest
 
 from appliance.workers.transport import local_link
 from appliance.workers.transport.local_link import Link, LinkClosed
-from appliance.workers.transport.shm_ring import RING_BYTES, ReceiveRing, RingError, SendRing
+from appliance.workers.transport.shm_ring import (
+    RING_BYTES,
+    ReceiveRing,
+    RingError,
+    SendRing,
+    slot_bytes,
+)
 
 ROOT = Path(__file__).resolve().parents[4]
 WRITER = Path(__file__).with_name("ring_writer.py")
@@ -192,3 +200,59 @@ def _pipe() -> int:
     reading, writing = os.pipe()
     os.close(writing)
     return reading
+
+
+async def test_a_full_ring_never_overwrites_a_slot_the_reader_holds() -> None:
+    """Equal messages (a data set's batches) wrap to end exactly where the oldest held slot
+    starts: the ring is full then, and the next write waits for a release."""
+    slot = slot_bytes(1000)
+    sender = SendRing(3 * slot)
+    receiver = ReceiveRing(os.dup(sender.fd), 3 * slot)
+    try:
+        frames = [await sender.write([bytes([n]) * 1000]) for n in range(3)]
+        assert receiver.read(*frames[0]) == bytes([0]) * 1000
+        sender.release(frames[0][0])
+        frames.append(await sender.write([bytes([3]) * 1000]))  # wraps into the first slot
+        fifth = asyncio.create_task(sender.write([bytes([4]) * 1000]))
+        await asyncio.sleep(0)  # let it run as far as it can: it must wait for room
+        assert not fifth.done()
+        for n in (1, 2, 3):
+            assert receiver.read(*frames[n]) == bytes([n]) * 1000
+        sender.release(frames[1][0])
+        assert receiver.read(*await fifth) == bytes([4]) * 1000
+    finally:
+        receiver.close()
+        sender.close()
+
+
+async def test_messages_of_any_sizes_come_out_as_they_went_in() -> None:
+    """A writer and a reader that releases late and in bursts, messages of random sizes (many
+    equal), many times round a small ring: every message read is the one written."""
+    rng = random.Random(SEED)
+    print(f"APPLIANCE_TORN_WRITE_SEED={SEED}")
+    size = 16 << 10
+    sender = SendRing(size)
+    receiver = ReceiveRing(os.dup(sender.fd), size)
+    sizes = [rng.choice([0, 1, 100, 1000, 1000, 1000, 4000, (size // 2) - slot_bytes(0)])
+             for _ in range(2000)]  # fmt: skip
+    announced: asyncio.Queue[tuple[int, int, int]] = asyncio.Queue()
+
+    async def write() -> None:
+        for index, length in enumerate(sizes):
+            await announced.put(await sender.write([bytes([index % 251]) * length]))
+
+    writing = asyncio.create_task(write())
+    try:
+        unreleased: list[int] = []
+        for index, length in enumerate(sizes):
+            frame = await asyncio.wait_for(announced.get(), 10)
+            assert receiver.read(*frame) == bytes([index % 251]) * length, f"seed {SEED}"
+            unreleased.append(frame[0])
+            if rng.random() < 0.3 or announced.empty():
+                sender.release(unreleased[-1])
+                unreleased.clear()
+        await writing
+    finally:
+        writing.cancel()
+        receiver.close()
+        sender.close()
