@@ -176,8 +176,12 @@ class ControlPlane:
             if not directive.keep_running:
                 stop.request(0, "the coordinator says the job is over")
                 return
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for swallows a cancellation
+            # that arrives as its inner wait completes (set_data_plane just before the role
+            # failed), and this loop then outlived the replica's end, which waited on it.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._data_plane_said.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self._data_plane_said.wait()
 
     def _heartbeat_request(self) -> control_pb2.HeartbeatRequest:
         return control_pb2.HeartbeatRequest(

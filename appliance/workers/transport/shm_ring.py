@@ -107,8 +107,9 @@ class SendRing:
             self._publish(waiting=True)  # wake me when you release
             self._free(released())
             if self._room(need) is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._released.wait(), _RECHECK_SECONDS)
+                with contextlib.suppress(TimeoutError):  # not wait_for: see control.py
+                    async with asyncio.timeout(_RECHECK_SECONDS):
+                        await self._released.wait()
                 if self._closed:
                     raise RingError("the ring was closed")
                 self._free(released())
