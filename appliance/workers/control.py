@@ -20,7 +20,6 @@ poll's "not yet" is no failure: both would be callbacks carrying this loop's sta
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -33,6 +32,7 @@ from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
 from appliance.domain.auth import ATTEMPT_ENV, REPLICA_TOKEN_ENV, bearer_metadata
 from appliance.domain.data_plane import bounded
 from appliance.workers.lifecycle import EXIT_ORPHANED, ReplicaExit, StopSignal
+from appliance.workers.waits import wait_at_most
 
 log = logging.getLogger(__name__)
 
@@ -176,12 +176,7 @@ class ControlPlane:
             if not directive.keep_running:
                 stop.request(0, "the coordinator says the job is over")
                 return
-            # asyncio.timeout, not wait_for: on Python 3.11, wait_for swallows a cancellation
-            # that arrives as its inner wait completes (set_data_plane just before the role
-            # failed), and this loop then outlived the replica's end, which waited on it.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval):
-                    await self._data_plane_said.wait()
+            await wait_at_most(self._data_plane_said, interval)
 
     def _heartbeat_request(self) -> control_pb2.HeartbeatRequest:
         return control_pb2.HeartbeatRequest(

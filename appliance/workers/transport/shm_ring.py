@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import fcntl
 import mmap
 import os
@@ -30,13 +29,15 @@ import stat
 import struct
 from collections.abc import Callable
 
+from appliance.workers.waits import wait_at_most
+
 # Room for two of the largest messages a data-plane call may carry (channels._MESSAGE_LIMIT).
 RING_BYTES = 8 << 20
 # The first cache line is the owner's control area, which the peer reads: how far the owner
 # has consumed the peer's own ring (so the peer reuses those slots without a frame for each),
 # and whether the owner waits for room in this ring (then the peer sends a frame to wake it).
 _CONTROL = struct.Struct("<QQ")
-_DATA_START = 64
+DATA_START = 64
 _HEADER = struct.Struct("<QQ")  # sequence number, length
 _TRAILER = struct.Struct("<Q")
 _ALIGN = 64  # every slot starts on a cache line; its data then start 16 bytes further
@@ -58,7 +59,7 @@ def slot_bytes(length: int) -> int:
     return -(-size // _ALIGN) * _ALIGN
 
 
-MAX_MESSAGE = (RING_BYTES - _DATA_START) // 2 - slot_bytes(0)
+MAX_MESSAGE = (RING_BYTES - DATA_START) // 2 - slot_bytes(0)
 # A writer waiting for room looks again this often, in case its wake-up frame and the
 # reader's release crossed (stores and loads to shared memory are not fenced from Python).
 _RECHECK_SECONDS = 0.002
@@ -78,7 +79,7 @@ class SendRing:
             os.close(self.fd)
             raise
         self._view = memoryview(self._map)
-        self._head = _DATA_START  # where the next slot starts
+        self._head = DATA_START  # where the next slot starts
         # Slots the reader holds, oldest first: (sequence number, start, end).
         self._held: collections.deque[tuple[int, int, int]] = collections.deque()
         self._next_seq = 1
@@ -107,9 +108,7 @@ class SendRing:
             self._publish(waiting=True)  # wake me when you release
             self._free(released())
             if self._room(need) is None:
-                with contextlib.suppress(TimeoutError):  # not wait_for: see control.py
-                    async with asyncio.timeout(_RECHECK_SECONDS):
-                        await self._released.wait()
+                await wait_at_most(self._released, _RECHECK_SECONDS)
                 if self._closed:
                     raise RingError("the ring was closed")
                 self._free(released())
@@ -146,7 +145,7 @@ class SendRing:
         while self._held and self._held[0][0] <= seq:
             self._held.popleft()
         if not self._held:
-            self._head = _DATA_START
+            self._head = DATA_START
 
     def abandon(self) -> None:
         """The reader is gone: a writer waiting for room, or writing later, fails."""
@@ -163,7 +162,7 @@ class SendRing:
     def _room(self, need: int) -> int | None:
         """Where a slot of `need` bytes can start now, if anywhere."""
         if not self._held:
-            return _DATA_START if _DATA_START + need <= self.size else None
+            return DATA_START if DATA_START + need <= self.size else None
         tail = self._held[0][1]  # the oldest slot still held
         # Not wrapped: the held slots lie in [tail, head). Wrapped (head <= tail, equal when
         # the ring is full): they lie in [tail, end) and [start, head).
@@ -171,7 +170,7 @@ class SendRing:
             if self._head + need <= self.size:
                 return self._head
             # wrap: the end of the ring stays unused
-            return _DATA_START if _DATA_START + need <= tail else None
+            return DATA_START if DATA_START + need <= tail else None
         return self._head if self._head + need <= tail else None
 
 
@@ -207,7 +206,7 @@ class ReceiveRing:
             raise RingError(f"message {seq} announced where {self._expected} was due")
         start = offset - _HEADER.size
         if not (
-            start >= _DATA_START and offset + length + _TRAILER.size <= self.size and length >= 0
+            start >= DATA_START and offset + length + _TRAILER.size <= self.size and length >= 0
         ):
             raise RingError(f"message {seq} lies outside the ring")
         if _HEADER.unpack_from(self._map, start) != (seq, length):

@@ -25,12 +25,14 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from appliance.workers.transport import local_link
 from appliance.workers.transport.local_link import Link, LinkClosed
 from appliance.workers.transport.shm_ring import (
+    DATA_START,
     RING_BYTES,
     ReceiveRing,
     RingError,
@@ -206,19 +208,29 @@ async def test_a_full_ring_never_overwrites_a_slot_the_reader_holds() -> None:
     """Equal messages (a data set's batches) wrap to end exactly where the oldest held slot
     starts: the ring is full then, and the next write waits for a release."""
     slot = slot_bytes(1000)
-    sender = SendRing(3 * slot)
-    receiver = ReceiveRing(os.dup(sender.fd), 3 * slot)
+    size = DATA_START + 3 * slot
+    sender = SendRing(size)
+    receiver = ReceiveRing(os.dup(sender.fd), size)
+    released = [0]  # the last message the reader released, as the writer reads it
+
+    def release(seq: int) -> None:
+        released[0] = seq
+        sender.wake()
+
+    def write(data: bytes) -> Any:
+        return sender.write([data], lambda: released[0])
+
     try:
-        frames = [await sender.write([bytes([n]) * 1000]) for n in range(3)]
+        frames = [await write(bytes([n]) * 1000) for n in range(3)]
         assert receiver.read(*frames[0]) == bytes([0]) * 1000
-        sender.release(frames[0][0])
-        frames.append(await sender.write([bytes([3]) * 1000]))  # wraps into the first slot
-        fifth = asyncio.create_task(sender.write([bytes([4]) * 1000]))
+        release(frames[0][0])
+        frames.append(await write(bytes([3]) * 1000))  # wraps into the first slot
+        fifth = asyncio.create_task(write(bytes([4]) * 1000))
         await asyncio.sleep(0)  # let it run as far as it can: it must wait for room
         assert not fifth.done()
         for n in (1, 2, 3):
             assert receiver.read(*frames[n]) == bytes([n]) * 1000
-        sender.release(frames[1][0])
+        release(frames[1][0])
         assert receiver.read(*await fifth) == bytes([4]) * 1000
     finally:
         receiver.close()
@@ -236,10 +248,12 @@ async def test_messages_of_any_sizes_come_out_as_they_went_in() -> None:
     sizes = [rng.choice([0, 1, 100, 1000, 1000, 1000, 4000, (size // 2) - slot_bytes(0)])
              for _ in range(2000)]  # fmt: skip
     announced: asyncio.Queue[tuple[int, int, int]] = asyncio.Queue()
+    released = [0]
 
     async def write() -> None:
         for index, length in enumerate(sizes):
-            await announced.put(await sender.write([bytes([index % 251]) * length]))
+            data = bytes([index % 251]) * length
+            await announced.put(await sender.write([data], lambda: released[0]))
 
     writing = asyncio.create_task(write())
     try:
@@ -249,7 +263,8 @@ async def test_messages_of_any_sizes_come_out_as_they_went_in() -> None:
             assert receiver.read(*frame) == bytes([index % 251]) * length, f"seed {SEED}"
             unreleased.append(frame[0])
             if rng.random() < 0.3 or announced.empty():
-                sender.release(unreleased[-1])
+                released[0] = unreleased[-1]
+                sender.wake()
                 unreleased.clear()
         await writing
     finally:
