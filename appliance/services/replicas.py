@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Sequence
 
 from appliance.domain.data_plane import data_plane_line
@@ -36,6 +37,10 @@ from appliance.store.replica_batches import (
     all_ready,
 )
 from appliance.store.replicas import DataPlane
+
+log = logging.getLogger(__name__)
+# How long a heartbeat's answer may wait for its data-plane line to be written.
+DATA_PLANE_WRITE_SECONDS = 1.0
 
 Started = tuple[str, str, int | None]  # job, replica, pid
 JobExits = tuple[str, Sequence[ReplicaExit]]
@@ -207,7 +212,18 @@ class ReplicaService:
         and escaped, recorded when it changed, while the attempt runs); what it should do."""
         directive = await self.directive(job_id, attempt)
         if directive.keep_running:
-            await self._record_data_plane(job_id, attempt, replica, data_plane_line(data_plane))
+            # A heartbeat's answer never waits long on this write, nor fails with it: a
+            # coordinator that cannot write now (a standby, a store in failover) still
+            # answers; an unrecorded line is tried again with the next heartbeat.
+            line = data_plane_line(data_plane)
+            recording = asyncio.ensure_future(
+                self._record_data_plane(job_id, attempt, replica, line)
+            )
+            await asyncio.wait({recording}, timeout=DATA_PLANE_WRITE_SECONDS)
+            if not recording.done():
+                recording.cancel()
+            elif not recording.cancelled() and recording.exception() is not None:
+                log.warning("could not record %s's data plane: %s", replica, recording.exception())
         return directive
 
     async def _record_data_plane(self, job_id: str, attempt: int, replica: str, line: str) -> None:
