@@ -120,7 +120,9 @@ def kube_backend(s: Settings, api: KubeApi) -> KubernetesBackend:
         coordinator_address=s.server.coordinator_address,
         grace_seconds=lifetimes.cancel_grace_seconds,
         orphan_timeout=lifetimes.orphan_timeout,
-        data_plane=lifetimes.data_plane,
+        # Each pod has a network namespace of its own, where no peer's socket can be seen:
+        # pods talk gRPC, as before #35 (and run with the normal scheduling policy).
+        data_plane="grpc",
         model_dirs=str(s.model_dirs.root.resolve()),
         model_dirs_claim=kube.model_dirs_claim,
         data_sets=kube.data_sets,

@@ -144,7 +144,8 @@ def main(
         format=f"%(asctime)s {replica} %(levelname)s %(name)s: %(message)s",
     )
     keep_tensor_buffers()  # before the first tensor message
-    batch_scheduling()
+    if data_plane == "shared-memory":  # co-located peers wake each other: see batch_scheduling
+        batch_scheduling()
     options = WorkerOptions(
         role=role,
         job_id=job_id,
