@@ -27,16 +27,13 @@ from appliance.simulation.command import simulate
 EXAMPLE_PARAMS = Path(__file__).parent / "examples" / "params_fc_mnist.yaml"
 
 
-def _settings(data_dir: Path | None, grpc_port: int | None, http_port: int | None) -> Settings:
-    overrides: dict[str, object] = {}
-    if data_dir is not None:
-        overrides["data_dir"] = data_dir
-    if grpc_port is not None:
-        overrides["grpc_port"] = grpc_port
-    if http_port is not None:
-        overrides["http_port"] = http_port
+def _settings(
+    data_dir: Path | None, grpc_port: int | None, http_port: int | None, **tls: Any
+) -> Settings:
+    given = {"data_dir": data_dir, "grpc_port": grpc_port, "http_port": http_port, **tls}
+    overrides = {name: value for name, value in given.items() if value is not None}
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**overrides)
     except ValidationError as exc:
         first = exc.errors()[0]
         if not first["loc"]:  # a rule across settings: its message names them
@@ -59,6 +56,15 @@ _server_options = [
                  help=f"gRPC port; 0 picks a free one [default: {DEFAULT_GRPC_PORT}]."),
     click.option("--http-port", type=click.IntRange(0, 65535), default=None,
                  help=f"HTTP port; 0 picks a free one [default: {DEFAULT_HTTP_PORT}]."),
+    click.option("--tls-cert", "tls_cert_file", type=click.Path(path_type=Path), default=None,
+                 help="PEM serving certificate (chain) for every door, reloaded when it changes "
+                 "[default: one signed by the CA in <data dir>/tls, made on first start]."),
+    click.option("--tls-key", "tls_key_file", type=click.Path(path_type=Path), default=None,
+                 help="PEM key of --tls-cert."),
+    click.option("--tls-client-ca", "tls_client_ca_file", type=click.Path(path_type=Path),
+                 default=None, help="PEM CA client certificates must chain to (mutual TLS)."),
+    click.option("--insecure", is_flag=True, default=None,
+                 help="Serve plaintext, no TLS: on a loopback address only."),
 ]  # fmt: skip
 
 
@@ -87,14 +93,14 @@ main.add_command(data)
 
 @main.command()
 @server_options
-def serve(data_dir: Path | None, grpc_port: int | None, http_port: int | None) -> None:
+def serve(data_dir: Path | None, grpc_port: int | None, http_port: int | None, **tls: Any) -> None:
     """Start the coordinator (SQLite + local worker processes unless configured otherwise).
 
     \b
     Example:
       appliance serve --data-dir /tmp/appliance --grpc-port 0
     """
-    asyncio.run(_serve(_settings(data_dir, grpc_port, http_port), demo=False))
+    asyncio.run(_serve(_settings(data_dir, grpc_port, http_port, **tls), demo=False))
 
 
 @main.command()
@@ -172,6 +178,7 @@ def demo(
     http_port: int | None,
     num_csx: int,
     num_steps: int,
+    **tls: Any,
 ) -> None:
     """Start the coordinator, submit a demo fc_mnist job and follow it; keep serving after.
 
@@ -179,7 +186,7 @@ def demo(
     Example:
       appliance demo            # then, in another terminal: csctl get jobs -a
     """
-    settings = _settings(data_dir, grpc_port, http_port)
+    settings = _settings(data_dir, grpc_port, http_port, **tls)
     asyncio.run(_serve(settings, demo=True, num_csx=num_csx, num_steps=num_steps))
 
 
@@ -209,15 +216,26 @@ async def _serve(
     loop.add_signal_handler(signal.SIGHUP, coordinator.auth.reload)  # the tokens file again
     grpc_address = dial_address(settings.host, coordinator.grpc_port)
     http_address = dial_address(settings.host, coordinator.http_port)
+    scheme = "http" if coordinator.tls is None else "https"
     click.echo(
-        f"appliance {grpc_address} (gRPC), http://{http_address} (HTTP), data in "
+        f"appliance {grpc_address} (gRPC), {scheme}://{http_address} (HTTP), data in "
         f"{settings.data_dir.resolve()}"
         + (f"; listening on every address ({settings.host})" if _wildcard(settings.host) else "")
     )
-    click.echo(try_hint(grpc_address, in_pod="KUBERNETES_SERVICE_HOST" in os.environ))
+    tls = coordinator.tls
+    if tls is not None:
+        click.echo(f"TLS: clients verify with the CA {tls.ca_file} ({tls.fingerprint})")
+    else:
+        click.echo("TLS: off (--insecure): plaintext on loopback; csctl needs --insecure")
+    ca = None if tls is None else tls.ca_file
+    if demo and ca is not None:
+        click.echo(local_cluster(grpc_address, ca))
+    click.echo(
+        try_hint(grpc_address, in_pod="KUBERNETES_SERVICE_HOST" in os.environ, ca=ca, demo=demo)
+    )
     if demo:
         threading.Thread(
-            target=_run_demo_job, args=(grpc_address, num_csx, num_steps), daemon=True
+            target=_run_demo_job, args=(grpc_address, num_csx, num_steps, ca), daemon=True
         ).start()
     stopping = asyncio.create_task(stop.wait())
     stepped_down = asyncio.create_task(coordinator.stepped_down.wait())
@@ -246,19 +264,41 @@ def dial_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-def try_hint(grpc_address: str, *, in_pod: bool) -> str:
+def try_hint(
+    grpc_address: str, *, in_pod: bool, ca: Path | None = None, demo: bool = False
+) -> str:
     """The line telling a user how to reach the coordinator. In a Kubernetes pod its own
     addresses mean nothing to the user: they come in through the Service."""
     if in_pod:
         return (
-            "try, from your machine: kubectl port-forward svc/<release> 50051 8080 (the chart "
-            "prints the exact command), then: csctl --server 127.0.0.1:50051 get jobs -a"
+            "try, from your machine: kubectl port-forward svc/<release> 50051 8080 and fetch the "
+            "CA (the chart prints both commands), then: csctl --server 127.0.0.1:50051 "
+            "--certificate-authority ca.crt get jobs -a"
         )
     csctl = csctl_command()
-    hint = f"try: {csctl} --server {grpc_address} get jobs -a"
+    trust = "--insecure" if ca is None else f"--certificate-authority {ca}"
+    hint = (
+        f"try: {csctl} get jobs -a"
+        if demo and ca is not None
+        else f"try: {csctl} --server {grpc_address} {trust} get jobs -a"
+    )
     if csctl != "csctl":
         hint += f" (plain `csctl` once you run: . {Path(csctl).parent / 'activate'})"
     return hint
+
+
+def local_cluster(grpc_address: str, ca: Path) -> str:
+    """Point csctl at this demo (cluster `local`: the address and the CA, made current), so
+    the demo needs no configuration; the line saying so."""
+    from appliance.client.user_config import ConfigError, config_path, set_cluster, use_cluster
+
+    path = config_path(os.environ)
+    try:
+        set_cluster(path, "local", grpc_address, ca, False)
+        use_cluster(path, "local")
+    except ConfigError as exc:
+        return f"could not write csctl's config ({exc}); pass --certificate-authority {ca}"
+    return f"csctl now talks to this demo: cluster `local` in {path} (its server and CA)"
 
 
 def csctl_command() -> str:
@@ -275,21 +315,19 @@ def csctl_command() -> str:
         return str(beside.absolute())
 
 
-def _run_demo_job(address: str, num_csx: int, num_steps: int) -> None:
+def _run_demo_job(address: str, num_csx: int, num_steps: int, ca: Path | None) -> None:
     from appliance.client import ApplianceClient
 
     csctl = csctl_command()
     try:
-        with ApplianceClient(address) as client:
+        with ApplianceClient(address, ca=ca, insecure=ca is None) as client:
             job = client.submit(
                 params=EXAMPLE_PARAMS,
                 num_csx=num_csx,
                 num_steps=num_steps,
                 labels={"demo": "fc-mnist"},
             )
-            click.echo(
-                f"submitted {job.id}; follow it with: {csctl} --server {address} get job {job.id}"
-            )
+            click.echo(f"submitted {job.id}; follow it with: {csctl} get job {job.id}")
             for event in job.watch():
                 click.echo(f"  {event}")
             click.echo(

@@ -59,8 +59,27 @@ class _CsctlGroup(click.Group):
     help="Bearer token when the appliance has authentication on (else $CSCTL_TOKEN, else "
     "`token:` in the config file).",
 )
+@click.option(
+    "--certificate-authority",
+    "certificate_authority",
+    metavar="FILE",
+    help="PEM CA the server's certificate must chain to (else $CSCTL_CA, else the current "
+    "cluster's in the config file; `appliance serve` prints its path).",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=None,
+    help="Plaintext, no TLS: only to a server on a loopback address started with --insecure.",
+)
 @click.pass_context
-def cli(ctx: click.Context, server: str | None, token: str | None) -> None:
+def cli(
+    ctx: click.Context,
+    server: str | None,
+    token: str | None,
+    certificate_authority: str | None,
+    insecure: bool | None,
+) -> None:
     """Manage wsjobs on a wafer-scale appliance.
 
     \b
@@ -79,7 +98,7 @@ def cli(ctx: click.Context, server: str | None, token: str | None) -> None:
       csctl get usage --since 7d --by queue
       csctl cancel job wsjob-abc123def456gh
     """
-    ctx.obj = Session(server_flag=server, token_flag=token)
+    ctx.obj = Session(server, token, certificate_authority, insecure)
 
 
 @cli.command()

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import click
 
+from appliance.client.tls import resolve_trust
 from appliance.client.user_config import (
     ENV_SERVER,
     ENV_TOKEN,
     SETTABLE,
     ConfigError,
     config_path,
+    current_cluster,
     exposure_warning,
     read_config,
     redacted,
+    set_cluster,
     set_setting,
+    use_cluster,
 )
 from csctl import render
 from csctl.render import say
@@ -39,6 +44,8 @@ def config() -> None:
       csctl config view
       csctl config set server coordinator:50051
       csctl config set token -        # reads the token from stdin, not the command line
+      csctl config set-cluster lab --server coordinator:50051 --certificate-authority ca.crt
+      csctl config use-cluster lab
     """
 
 
@@ -96,3 +103,60 @@ def set_(key: str, value: str) -> None:
     say(f"{key}: {shown} written to {path}")
     if os.environ.get(_OVERRIDDEN_BY[key]):
         say(f"note: ${_OVERRIDDEN_BY[key]} is set and takes precedence over the file", err=True)
+
+
+@config.command("set-cluster")
+@click.argument("name")
+@click.option("--server", metavar="HOST:PORT", help="The appliance's gRPC address.")
+@click.option(
+    "--certificate-authority",
+    "certificate_authority",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="PEM CA its certificate chains to (`appliance serve` prints the path).",
+)
+@click.option(
+    "--insecure/--no-insecure",
+    default=None,
+    help="Plaintext to a loopback server started with --insecure.",
+)
+def set_cluster_(
+    name: str, server: str | None, certificate_authority: Path | None, insecure: bool | None
+) -> None:
+    """Add or change a cluster: a server and the CA its certificate must chain to (as the real
+    csctl and kubectl keep them). The first cluster added becomes the current one.
+
+    \b
+    Examples:
+      csctl config set-cluster lab --server coordinator:50051 --certificate-authority ca.crt
+      csctl config use-cluster lab
+    """
+    path = config_path(os.environ)
+    try:
+        if certificate_authority is not None:  # refuse a file that is not a CA now, not later
+            resolve_trust(certificate_authority, None, {})
+        cluster = set_cluster(path, name, server, certificate_authority, insecure)
+        current = current_cluster(os.environ)
+    except ConfigError as exc:
+        raise CsctlConfigError(str(exc)) from None
+    trust = "plaintext" if cluster.insecure else cluster.certificate_authority or "system CAs"
+    say(f"cluster {name}: {cluster.server or '(no server)'}, trusting {trust}; written to {path}")
+    if current is not None and current.name != name:
+        say(f"the current cluster is {current.name}: `csctl config use-cluster {name}`", err=True)
+
+
+@config.command("use-cluster")
+@click.argument("name")
+def use_cluster_(name: str) -> None:
+    """Make NAME the cluster csctl talks to (its server and CA).
+
+    \b
+    Example:
+      csctl config use-cluster lab
+    """
+    path = config_path(os.environ)
+    try:
+        use_cluster(path, name)
+    except ConfigError as exc:
+        raise CsctlConfigError(str(exc)) from None
+    say(f"current cluster: {name}")

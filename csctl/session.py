@@ -53,6 +53,8 @@ class Session:
 
     server_flag: str | None
     token_flag: str | None = None
+    ca_flag: str | None = None
+    insecure_flag: bool | None = None
     _client: ApplianceClient | None = None
     _server: ServerAddress | None = None
 
@@ -78,6 +80,11 @@ class Session:
                 if warning:
                     click.echo(printable(warning), err=True)
             value = token.value if token is not None else None
-            self._client = ApplianceClient(self.server.address, token=value)
+            try:
+                self._client = ApplianceClient(
+                    self.server.address, token=value, ca=self.ca_flag, insecure=self.insecure_flag
+                )
+            except ConfigError as exc:
+                raise CsctlConfigError(str(exc)) from None
             click.get_current_context().call_on_close(self._client.close)
         return self._client

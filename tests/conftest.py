@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.server.pki import CA_CERT, CertificateAuthority
 from tests import fuzz_report, timing
 from tests.postgres import REQUIRE_ENV, PostgresServer, PostgresUnavailable, postgres_server
 
@@ -39,6 +40,23 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     server: PostgresServer = request.getfixturevalue("postgres")
     with server.fresh_database() as url:
         yield url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_ca(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every coordinator of the session serves TLS with a certificate from one CA (as the
+    coordinators of one cluster share theirs), and every client (csctl, the Python client,
+    httpx) verifies with it; a test of TLS itself sets its own. Session-wide, so that the
+    module-wide coordinators some tiers share see it too."""
+    directory = tmp_path_factory.mktemp("tls-ca")
+    CertificateAuthority.load_or_create(directory)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("CSCTL_INSECURE", "APPLIANCE_INSECURE"):
+            patch.delenv(name, raising=False)
+        patch.setenv("APPLIANCE_TLS_CA_DIR", str(directory))
+        patch.setenv("CSCTL_CA", str(directory / CA_CERT))
+        patch.setenv("SSL_CERT_FILE", str(directory / CA_CERT))  # httpx's and curl's trust
+        yield directory
 
 
 @pytest.fixture(autouse=True)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.client import tls
 from appliance.client.auth import with_token
 from appliance.client.cluster_calls import ClusterCalls, os_user
 from appliance.client.handle import CancelResult, JobHandle
@@ -27,6 +29,7 @@ from appliance.client.lease import (
     lease_holder,
 )
 from appliance.client.params import ParamsSource, load_params_yaml, prepare_submission
+from appliance.client.tls import resolve_trust
 from appliance.client.user_config import DEFAULT_ADDRESS, resolve_token
 from appliance.client.watch import DETACHED_OUTAGE_SECONDS, WatchRetry, watch_job_events
 from appliance.domain.compile import CompileReport
@@ -78,8 +81,13 @@ class ApplianceClient(ClusterCalls):
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         token: str | None = None,
+        ca: str | os.PathLike[str] | bytes | None = None,
+        insecure: bool | None = None,
     ) -> None:
         check_lease_timing(lease_seconds, heartbeat_interval)
+        # Before anything starts: an unusable CA or plaintext off the machine is a ConfigError.
+        given = ca if isinstance(ca, bytes) or ca is None else Path(ca)
+        self.trust = resolve_trust(given, insecure, os.environ)
         if token is None:  # like csctl: $CSCTL_TOKEN, then `token:` in its config file
             found = resolve_token(None, os.environ)
             token = found.value if found is not None else None
@@ -90,8 +98,9 @@ class ApplianceClient(ClusterCalls):
         self.lease_seconds = lease_seconds
         self.heartbeat_interval = heartbeat_interval
         self._leases = LeaseKeeper(self._heartbeat, heartbeat_interval)
-        self._channel = grpc.insecure_channel(
+        self._channel = tls.channel(
             address,
+            self.trust,
             options=[
                 ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
@@ -385,17 +394,17 @@ class ApplianceClient(ClusterCalls):
         try:
             response = self._stub.HeartbeatLease(request, timeout=timeout)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, address=self.address) from exc
+            raise error_from_rpc(exc, address=self.address, trust=self.trust.describe()) from exc
         return bool(response.keep_running)
 
     def _call(self, method: Callable[..., _T], request: object) -> _T:
         try:
             return method(request, timeout=self.timeout)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, address=self.address) from exc
+            raise error_from_rpc(exc, address=self.address, trust=self.trust.describe()) from exc
 
     def _stream(self, method: Callable[..., Iterator[_T]], request: object) -> Iterator[_T]:
         try:
             yield from method(request)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, address=self.address) from exc
+            raise error_from_rpc(exc, address=self.address, trust=self.trust.describe()) from exc

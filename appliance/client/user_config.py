@@ -61,6 +61,10 @@ def resolve_server(flag: str | None, environ: Mapping[str, str]) -> ServerAddres
     if environ.get(ENV_SERVER):
         return ServerAddress(_checked(environ[ENV_SERVER], ENV_SERVER), ENV_SERVER)
     path = config_path(environ)
+    cluster = current_cluster(environ)
+    if cluster is not None and cluster.server:
+        where = f"cluster {cluster.name} in config file {path}"
+        return ServerAddress(_checked(cluster.server, where), where)
     server = read_config(path, required=bool(environ.get(ENV_CONFIG))).get("server")
     if server is not None:
         if not isinstance(server, str):
@@ -145,17 +149,22 @@ def set_setting(path: Path, key: str, value: str) -> str:
         raise ConfigError(f"unknown setting {key!r}; one of: {', '.join(SETTABLE)}")
     config = read_config(path, required=False)
     config[key] = checked
+    _write(path, config)
+    return checked
+
+
+def _write(path: Path, config: Mapping[str, object]) -> None:
+    """Write the config file whole, readable by its owner only."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.tmp")
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             os.fchmod(file.fileno(), 0o600)  # a leftover temporary may have had another mode
-            file.write(yaml.safe_dump(config, sort_keys=False))
+            file.write(yaml.safe_dump(dict(config), sort_keys=False))
         temporary.replace(path)
     except OSError as exc:
         raise ConfigError(f"cannot write config file {path}: {exc.strerror or exc}") from None
-    return checked
 
 
 def _checked_token(token: str) -> str:
@@ -173,3 +182,94 @@ def _checked(address: str, source: str) -> str:
     if not sep or not host or not port.isdigit():
         raise ConfigError(f"server address {address!r} from {source} must be host:port")
     return address
+
+
+# ---- clusters: a server and how to trust it, by name (as kubectl's and csctl's contexts) -------
+
+CLUSTERS, CURRENT = "clusters", "current-cluster"
+MAX_CLUSTERS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """A named appliance: its server, the CA its certificate chains to, or plaintext."""
+
+    name: str
+    server: str = ""
+    certificate_authority: str = ""
+    insecure: bool = False
+
+
+def current_cluster(environ: Mapping[str, str]) -> Cluster | None:
+    """The cluster `current-cluster` names in the config file; None when it names none."""
+    path = config_path(environ)
+    config = read_config(path, required=bool(environ.get(ENV_CONFIG)))
+    name = config.get(CURRENT)
+    if name is None:
+        return None
+    clusters = _clusters(config, path)
+    if not isinstance(name, str) or name not in clusters:
+        raise ConfigError(f"`{CURRENT}` in config file {path} names no cluster of `{CLUSTERS}`")
+    return clusters[name]
+
+
+def _entries(config: Mapping[str, object]) -> dict[object, object]:
+    entries = config.get(CLUSTERS) or {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def _clusters(config: Mapping[str, object], path: Path) -> dict[str, Cluster]:
+    entries = config.get(CLUSTERS) or {}
+    if not isinstance(entries, dict) or len(entries) > MAX_CLUSTERS:
+        raise ConfigError(
+            f"`{CLUSTERS}` in config file {path} must map up to 64 names to clusters"
+        )
+    found: dict[str, Cluster] = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"cluster {name!r} in config file {path} must be a mapping")
+        server, ca = entry.get("server", ""), entry.get("certificate-authority", "")
+        insecure = entry.get("insecure", False)
+        if not (isinstance(server, str) and isinstance(ca, str) and isinstance(insecure, bool)):
+            raise ConfigError(
+                f"cluster {name!r} in config file {path}: server and certificate-authority are "
+                "strings, insecure true or false"
+            )
+        found[str(name)] = Cluster(str(name), server, ca, insecure)
+    return found
+
+
+def set_cluster(
+    path: Path, name: str, server: str | None, ca: Path | None, insecure: bool | None
+) -> Cluster:
+    """Add or change cluster `name` (what is not given is kept); returns it as written."""
+    _checked_name(name)
+    config = read_config(path, required=False)
+    old = _clusters(config, path).get(name, Cluster(name))
+    authority = str(ca.expanduser().resolve()) if ca else old.certificate_authority
+    entry: dict[str, object] = {
+        "server": _checked(server, "--server") if server else old.server,
+        "certificate-authority": authority,
+        "insecure": old.insecure if insecure is None else insecure,
+    }
+    clusters: dict[str, object] = {str(k): v for k, v in _entries(config).items()}
+    clusters[name] = entry
+    config[CLUSTERS] = clusters
+    config.setdefault(CURRENT, name)
+    _write(path, config)
+    return _clusters(config, path)[name]
+
+
+def use_cluster(path: Path, name: str) -> None:
+    """Make `name` the current cluster."""
+    config = read_config(path, required=False)
+    if name not in _clusters(config, path):
+        raise ConfigError(f"no cluster {name!r} in config file {path}; add it with set-cluster")
+    config[CURRENT] = name
+    _write(path, config)
+
+
+def _checked_name(name: str) -> str:
+    if not (0 < len(name) <= 63 and name.replace("-", "").replace("_", "").isalnum()):
+        raise ConfigError(f"cluster name {name[:64]!r}: 1-63 letters, digits, - or _")
+    return name

@@ -31,6 +31,7 @@ from appliance.config.groups import (
 )
 from appliance.config.inventory import pool_of
 from appliance.config.kube_fields import KubeFields
+from appliance.config.tls_fields import TlsFields, TlsSettings
 from appliance.domain.inventory import Node
 from appliance.domain.leadership import LeaseTiming
 from appliance.domain.simulation import parse_fail_at
@@ -42,7 +43,7 @@ DEFAULT_HTTP_PORT = ServerSettings.http_port
 BackendName = Literal["local", "kubernetes", "sim"]
 
 
-class Settings(KubeFields, DataFields):
+class Settings(KubeFields, DataFields, TlsFields):
     """Coordinator settings. Every field can be set as APPLIANCE_<FIELD> in the environment."""
 
     model_config = SettingsConfigDict(env_prefix="APPLIANCE_", frozen=True)
@@ -327,6 +328,14 @@ class Settings(KubeFields, DataFields):
         return ServerSettings(
             self.host, self.grpc_port, self.http_port, self.http_max_body_bytes,
             self.coordinator_address, self.coordinator_id,
+        )  # fmt: skip
+
+    @property
+    def tls(self) -> TlsSettings:
+        return TlsSettings(
+            self.tls_ca_dir or self.data_dir / "tls", self.data_dir / "tls", self.tls_cert_file,
+            self.tls_ca_file, self.tls_key_file, self.tls_client_ca_file, self.tls_names,
+            self.insecure,
         )  # fmt: skip
 
     @property

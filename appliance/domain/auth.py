@@ -30,6 +30,9 @@ REPLICA_TOKEN_ENV = "APPLIANCE_REPLICA_TOKEN"
 DATAPLANE_TOKEN_ENV = "APPLIANCE_DATAPLANE_TOKEN"
 # The attempt of the job a replica was started for: every call it makes names it.
 ATTEMPT_ENV = "APPLIANCE_JOB_ATTEMPT"
+# The CA (PEM) a replica verifies the coordinator's certificate by; unset: the coordinator
+# serves plaintext (insecure, on loopback only).
+COORDINATOR_CA_ENV = "APPLIANCE_COORDINATOR_CA"
 
 
 def bearer_metadata(token: str) -> tuple[str, str]:

@@ -28,10 +28,17 @@ def code_for(exc: errors.ApplianceError) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN
 
 
-def error_from_rpc(exc: grpc.RpcError, *, address: str = "") -> errors.ApplianceError:
-    """Turn a failed call into the project's own exception with the server's message."""
+def error_from_rpc(
+    exc: grpc.RpcError, *, address: str = "", trust: str = ""
+) -> errors.ApplianceError:
+    """Turn a failed call into the project's own exception with the server's message.
+    `trust` says how the client verifies the server (for a failed TLS handshake's line)."""
     code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
     details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    if code is grpc.StatusCode.UNAVAILABLE and address:
+        tls = tls_failure(details or "", address, trust)
+        if tls is not None:
+            return errors.Unavailable(tls)
     unreachable = code is grpc.StatusCode.DEADLINE_EXCEEDED or (
         code is grpc.StatusCode.UNAVAILABLE and (not details or "connect" in details.lower())
     )
@@ -47,3 +54,34 @@ def error_from_rpc(exc: grpc.RpcError, *, address: str = "") -> errors.Appliance
                 field = str(value)
     cls = _FROM_CODE.get(code, errors.ApplianceError)
     return cls(details or f"request failed: {code.name}", field=field)
+
+
+# What gRPC's core says when a handshake fails, and the line a user gets for it.
+_TLS_FAILURES = (
+    ("CERTIFICATE_VERIFY_FAILED", "its certificate is not signed by {trust}"),
+    ("Peer name", "its certificate is not for the name or address dialled ({reason})"),
+    ("WRONG_VERSION_NUMBER", "it does not speak TLS (is it serving with --insecure?)"),
+    ("Tls handshake failed", "the TLS handshake failed ({reason})"),
+    ("Ssl handshake failed", "the TLS handshake failed ({reason})"),
+)
+_PLAINTEXT_TO_TLS = "Socket closed"
+
+
+def tls_failure(details: str, address: str, trust: str) -> str | None:
+    """One line for a connection refused by TLS, naming the server and what did not match;
+    None when the failure is not TLS's."""
+    for marker, what in _TLS_FAILURES:
+        if marker in details:
+            reason = details.rsplit("SSL_ERROR_SSL: ", 1)[-1].rstrip(": OK")[:160]
+            line = what.format(trust=trust or "a CA you trust", reason=reason)
+            return (
+                f"cannot verify the appliance at {address}: {line}; give its CA with "
+                "--certificate-authority FILE, $CSCTL_CA or `csctl config set-cluster` "
+                "(`appliance serve` prints the CA's path)"
+            )
+    if trust.startswith("plaintext") and _PLAINTEXT_TO_TLS in details:
+        return (
+            f"the appliance at {address} closed the plaintext connection: it serves TLS; drop "
+            "--insecure and give its CA with --certificate-authority FILE"
+        )
+    return None

@@ -19,7 +19,7 @@ import errno
 import logging
 import os
 import socket
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import grpc
@@ -28,6 +28,7 @@ import uvicorn
 from appliance._proto.v1 import cluster_pb2_grpc, control_pb2_grpc
 from appliance.composition import Office, StartupError, election, wire
 from appliance.config import Settings
+from appliance.domain.auth import COORDINATOR_CA_ENV
 from appliance.domain.listing import JobQuery
 from appliance.server.auth import Authenticator
 from appliance.server.grpc.authn import CLUSTER, CONTROL, Authentication
@@ -38,6 +39,7 @@ from appliance.server.grpc.metrics import CallMetrics
 from appliance.server.grpc.standby import StandbyRefusal
 from appliance.server.replica_tokens import ReplicaTokens
 from appliance.server.rest.app import create_app
+from appliance.server.tls import ServingTls, TlsError, check_plaintext_allowed
 from appliance.server.web.app import COOKIE_PATHS, install_web
 
 __all__ = ["Coordinator", "StartupError", "listen_tcp"]
@@ -56,6 +58,7 @@ class Coordinator:
         self._grpc: grpc.aio.Server | None = None
         self._http: uvicorn.Server | None = None
         self._health: HealthReporter | None = None
+        self.tls: ServingTls | None = None  # None: plaintext (insecure, on loopback only)
         self.office: Office | None = None
         # Set when this coordinator lost its leadership lease: its owner ends the process.
         self.stepped_down = asyncio.Event()
@@ -72,6 +75,7 @@ class Coordinator:
                 f"leader election ({chosen}) needs PostgreSQL as the store; set "
                 "APPLIANCE_DATABASE_URL, or run one coordinator on SQLite"
             )
+        self.tls = _serving_tls(s)
         # Both ports before the store is opened: a taken port is one line and nothing started.
         _check_free(server.host, server.grpc_port, "gRPC", "--grpc-port")
         http_socket = listen_tcp(server.host, server.http_port)
@@ -94,7 +98,7 @@ class Coordinator:
             http_socket.close()
             await parts.close()
             raise StartupError(f"cannot use the replica token key: {exc}") from None
-        self.backend.replica_secrets = tokens.environment
+        self.backend.replica_secrets = _with_coordinator_ca(tokens.environment, self.tls)
         control_tokens = tokens if self.auth.enabled else None
         self._grpc = grpc.aio.server(
             # grpcio binds with SO_REUSEPORT by default: a second process of the same user could
@@ -114,7 +118,12 @@ class Coordinator:
         problem = uses.readiness.problem
         self._health = serve_health_and_reflection(self._grpc, problem, (CLUSTER, CONTROL))
         try:
-            self.grpc_port = self._grpc.add_insecure_port(f"{server.host}:{server.grpc_port}")
+            where = f"{server.host}:{server.grpc_port}"
+            self.grpc_port = (
+                self._grpc.add_insecure_port(where)
+                if self.tls is None
+                else self._grpc.add_secure_port(where, self.tls.grpc_credentials())
+            )
         except RuntimeError:  # taken between the check and here
             http_socket.close()
             await self._grpc.stop(None)
@@ -146,10 +155,19 @@ class Coordinator:
             cookie_paths=COOKIE_PATHS,
         )
         install_web(rest, uses, self.auth)
+        tls = self.tls
+        factory = None if tls is None else lambda _config, _default: tls.ssl_context()
         config = uvicorn.Config(
-            rest, host=server.host, port=server.http_port, log_level="warning", lifespan="off"
+            rest,
+            host=server.host,
+            port=server.http_port,
+            log_level="warning",
+            lifespan="off",
+            ssl_context_factory=factory,
         )
         self._http = uvicorn.Server(config)
+        if tls is not None:
+            self._spawn(tls.follow())
         self._spawn(self._http.serve(sockets=[http_socket]))
         # The history `csctl get jobs -a` lists, rendered (or read as kept) ahead once serving.
         self._spawn(cluster.listing.render_ahead(JobQuery(include_terminal=True)))
@@ -192,6 +210,28 @@ class Coordinator:
         if self.office is not None:
             await self.office.end()  # the loops are stopped: a standby may take over now
         await self.parts.close()
+
+
+def _serving_tls(settings: Settings) -> ServingTls | None:
+    """The doors' TLS identity; None for plaintext, which only a loopback address may serve."""
+    try:
+        if settings.tls.insecure:
+            check_plaintext_allowed(settings.server.host)
+            return None
+        server = settings.server
+        return ServingTls(settings.tls, server.host, server.coordinator_address)
+    except TlsError as exc:
+        raise StartupError(str(exc)) from None
+
+
+def _with_coordinator_ca(
+    secrets: Callable[[str, int], Mapping[str, str]], tls: ServingTls | None
+) -> Callable[[str, int], Mapping[str, str]]:
+    """A replica's environment: its job's tokens, and the CA it verifies the coordinator by."""
+    if tls is None:
+        return secrets
+    ca = {COORDINATOR_CA_ENV: tls.ca_pem.decode()}
+    return lambda job_id, attempt: {**secrets(job_id, attempt), **ca}
 
 
 def _in_use(host: str, port: int, door: str, option: str) -> str:

@@ -18,6 +18,7 @@ from typing import Protocol
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2_grpc
+from appliance.domain.auth import COORDINATOR_CA_ENV
 from appliance.domain.replica_errors import error_line, error_of
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import (
@@ -122,7 +123,7 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole, channels: PeerC
 
     # Several addresses: coordinators without a Service in front (workers/control.py).
     addresses = [a.strip() for a in options.coordinator.split(",") if a.strip()]
-    coordinators = [grpc.aio.insecure_channel(address) for address in addresses]
+    coordinators = [coordinator_channel(address) for address in addresses]
     control = ControlPlane(coordinators, options.job_id, options.replica, options.orphan_timeout)
     main = asyncio.create_task(_register_and_run(options, role, control, stop, address))
     stopped = asyncio.create_task(stop.wait())
@@ -183,3 +184,12 @@ def _ending(main: asyncio.Task[None], stop: StopSignal) -> Ending:
 def _bracketed(host: str) -> str:
     """An IPv6 pod IP needs brackets in a HOST:PORT address."""
     return f"[{host}]" if ":" in host else host
+
+
+def coordinator_channel(address: str) -> grpc.aio.Channel:
+    """A channel to the coordinator: TLS verified by the CA it gave this replica, or plaintext
+    when it serves plaintext (then it listens on loopback only)."""
+    ca = os.environ.get(COORDINATOR_CA_ENV)
+    if not ca:
+        return grpc.aio.insecure_channel(address)
+    return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(ca.encode()))

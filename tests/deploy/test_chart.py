@@ -104,10 +104,14 @@ def test_coordinator_pod_is_locked_down(rendered: dict[str, Rendered], values: s
     assert r.container["command"] + r.container["args"] == ["appliance", "serve"]
     assert set(r.container["resources"]) == {"requests", "limits"}
     probes = {
-        probe: (r.container[probe]["httpGet"]["path"], r.container[probe]["httpGet"]["port"])
-        for probe in ("livenessProbe", "readinessProbe")
+        probe: tuple(r.container[probe]["httpGet"][k] for k in ("path", "port", "scheme"))
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe")
     }
-    assert probes == {"livenessProbe": ("/healthz", "http"), "readinessProbe": ("/readyz", "http")}
+    assert probes == {
+        "startupProbe": ("/healthz", "http", "HTTPS"),
+        "livenessProbe": ("/healthz", "http", "HTTPS"),
+        "readinessProbe": ("/readyz", "http", "HTTPS"),
+    }
     ports = {p["name"]: p["containerPort"] for p in r.container["ports"]}
     assert ports == {"grpc": 50051, "http": 8080}
 

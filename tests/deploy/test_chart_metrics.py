@@ -27,7 +27,7 @@ def test_scraping_and_the_grpc_probe_are_off_by_default(rendered: dict[str, Rend
         assert not [o for o in r.objects if o["kind"] == "ServiceMonitor"]
         pod = _coordinator(r.objects)
         probe = pod["spec"]["containers"][0]["readinessProbe"]
-        assert probe["httpGet"] == {"path": "/readyz", "port": "http"}
+        assert probe["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTPS"}
         if name == "default":  # the other values set podAnnotations of their own
             assert not any(k.startswith("prometheus.io/") for k in pod["metadata"]["annotations"])
 
@@ -70,12 +70,11 @@ def test_a_service_monitor_scrapes_the_service_http_port(helm: Helm) -> None:
     assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
 
 
-def test_a_grpc_readiness_probe_asks_the_health_service(helm: Helm) -> None:
-    pod = _coordinator(_objects(helm, "--set", "readinessProbe=grpc"))
-    container = pod["spec"]["containers"][0]
-    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert container["readinessProbe"]["grpc"] == {"port": ports["grpc"]}
-    assert "httpGet" not in container["readinessProbe"]
+def test_a_grpc_readiness_probe_is_refused_saying_why(helm: Helm) -> None:
+    """The kubelet's gRPC probe speaks no TLS, and every door serves TLS only."""
+    done = helm.run("template", RELEASE, str(CHART), "--set", "readinessProbe=grpc")
+    assert done.returncode != 0
+    assert "the kubelet's gRPC probe speaks no TLS" in done.stderr, done.stderr
 
 
 def test_bad_metrics_values_are_refused(helm: Helm) -> None:

@@ -28,14 +28,17 @@ def test_authentication_is_on_by_default_with_a_generated_admin_token(
     }
     # A tokens file of the admin's own replaces the generated one.
     secrets = [o for o in rendered["postgres-auth-large"].objects if o["kind"] == "Secret"]
-    assert [s["metadata"]["name"] for s in secrets] == ["appliance-replica-key"]
+    assert [s["metadata"]["name"] for s in secrets] == [
+        "appliance-replica-key",
+        "appliance-tls-ca",
+    ]
 
 
 def test_authentication_can_be_turned_off_only_on_purpose(helm: Helm) -> None:
     text = helm.template("--set", "auth.enabled=false")
     objects = [o for o in yaml.safe_load_all(text) if o]
     secrets = [o["metadata"]["name"] for o in objects if o["kind"] == "Secret"]
-    assert secrets == ["appliance-replica-key"]  # the replica key is made either way
+    assert secrets == ["appliance-replica-key", "appliance-tls-ca"]  # made either way
     assert "APPLIANCE_AUTH_TOKENS_FILE" not in text
 
 

@@ -32,7 +32,7 @@ def serving(tmp_path: Path) -> Iterator[Served]:
     )  # fmt: skip
     assert proc.stdout is not None
     first = proc.stdout.readline()
-    match = re.match(r"appliance (127\.0\.0\.1:\d+) \(gRPC\), (http://\S+) \(HTTP\)", first)
+    match = re.match(r"appliance (127\.0\.0\.1:\d+) \(gRPC\), (https?://\S+) \(HTTP\)", first)
     assert match, f"unexpected first line from appliance serve: {first!r}"
     served = Served(match.group(1), match.group(2))
     try:

@@ -93,16 +93,16 @@ def _scheduled_at(job: JobHandle) -> float:
 
 def test_the_standby_answers_in_one_line(pair: Coordinators) -> None:
     http = pair.ports[1][1]
-    status, body = _http(f"http://127.0.0.1:{http}/readyz")
+    status, body = _http(f"https://127.0.0.1:{http}/readyz")
     standby = (
         f"this coordinator is a standby; the leader is {_leader_name(pair)} (epoch 1): retry "
         "through the appliance's Service address, or at the leader"
     )
     assert (status, body["reason"]) == (503, standby)
-    status, body = _http(f"http://127.0.0.1:{http}/api/v1/jobs")
+    status, body = _http(f"https://127.0.0.1:{http}/api/v1/jobs")
     assert (status, body) == (503, {"error": {"code": "unavailable", "message": standby,
                                               "field": None}})  # fmt: skip
-    assert _http(f"http://127.0.0.1:{http}/healthz")[0] == 200
+    assert _http(f"https://127.0.0.1:{http}/healthz")[0] == 200
     with ApplianceClient(pair.address(1), detach=True) as client:
         with pytest.raises(Unavailable) as refused:
             client.submit(params=PARAMS, num_csx=1, num_steps=10)

@@ -68,7 +68,7 @@ def test_unreachable_api_server_at_start(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{port}'}}}}]\n"
         "users: [{name: u, user: {token: t}}]\n"
         "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
     )

@@ -74,7 +74,7 @@ def test_a_wildcard_bind_prints_an_address_a_user_can_dial(tmp_path: Path, in_po
         env["KUBERNETES_SERVICE_HOST"] = "10.96.0.1"  # what the kubelet sets in every pod
     first, hint = first_lines(tmp_path, env)
     assert "0.0.0.0:" not in first + hint, first + hint
-    grpc = re.match(r"appliance (127\.0\.0\.1:\d+) \(gRPC\), http://127\.0\.0\.1:\d+ ", first)
+    grpc = re.match(r"appliance (127\.0\.0\.1:\d+) \(gRPC\), https?://127\.0\.0\.1:\d+ ", first)
     assert grpc, first
     assert "listening on every address (0.0.0.0)" in first
     if in_pod:

@@ -61,7 +61,7 @@ def test_the_wheel_serves_the_dashboard_and_docs_assets(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        match = re.match(r"appliance \S+ \(gRPC\), (http://\S+) \(HTTP\)", first)
+        match = re.match(r"appliance \S+ \(gRPC\), (https?://\S+) \(HTTP\)", first)
         assert match, f"unexpected first line: {first!r}"
         base = match.group(1)
         for name in ("htmx.min.js", "swagger-ui-bundle.js", "uPlot.iife.min.js"):

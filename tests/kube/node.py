@@ -173,3 +173,19 @@ def wait_for(check: Any, what: str, timeout: float = 120) -> Any:
             return value
         time.sleep(0.2)
     raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+
+
+SESSION_CA_SECRET = "appliance-test-ca"
+
+
+def trust_session_ca(node: RealNode, namespace: str) -> list[str]:
+    """The session's CA (tests/conftest.py) as a Secret in `namespace`, and the chart values
+    that make the coordinator sign its serving certificate with it: the suite's clients pin
+    that CA. (The CA the chart makes by itself is checked in tests/deploy.)"""
+    ca_dir = Path(os.environ["APPLIANCE_TLS_CA_DIR"])
+    node.kubectl(
+        "-n", namespace, "create", "secret", "generic", SESSION_CA_SECRET,
+        f"--from-file=ca.crt={ca_dir / 'ca.crt'}", f"--from-file=ca.key={ca_dir / 'ca.key'}",
+        check=False,  # already there: the same session's CA
+    )  # fmt: skip
+    return ["--set", f"tls.existingSecret={SESSION_CA_SECRET}"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.kube.cluster import REPO, RESTRICTED, CannotRun, cannot_run
-from tests.kube.node import RealNode, build_image, wait_for
+from tests.kube.node import RealNode, build_image, trust_session_ca, wait_for
 
 NAMESPACE = "appliance-e2e"
 RELEASE = "appliance"
@@ -55,9 +55,10 @@ def namespace(node: RealNode) -> str:
 
 def install(node: RealNode, namespace: str, *values: str) -> None:
     """`helm install --wait` (or upgrade) of the chart, as the README's kind section does."""
+    trust = trust_session_ca(node, namespace)
     done = node.helm(
         "upgrade", "--install", RELEASE, str(CHART), "--namespace", namespace, "--wait",
-        "--timeout", "180s", "--set", "image.pullPolicy=Never", *values,
+        "--timeout", "180s", "--set", "image.pullPolicy=Never", *trust, *values,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
 

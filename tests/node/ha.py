@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from appliance.client import ApplianceClient
 from appliance.client.errors import ApplianceError
 from tests.kube.cluster import REPO, RESTRICTED
-from tests.kube.node import RealNode, wait_for
+from tests.kube.node import RealNode, trust_session_ca, wait_for
 from tests.postgres import postgres_server
 
 CHART = REPO / "helm" / "appliance"
@@ -104,9 +104,10 @@ def ha_release(node: RealNode, namespace: str) -> Iterator[HaRelease]:
             "-n", namespace, "create", "secret", "generic", "appliance-db",
             f"--from-literal=url={url.render_as_string(hide_password=False)}",
         )  # fmt: skip
+        trust = trust_session_ca(node, namespace)
         # No --wait: helm would wait for both pods to be Ready, and a standby never is.
         done = node.helm(
-            "install", "appliance", str(CHART), "--namespace", namespace,
+            "install", "appliance", str(CHART), "--namespace", namespace, *trust,
             "--set", "image.pullPolicy=Never", "--set", "replicas=2",
             "--set", "database.existingSecret=appliance-db", "--set-json",
             f"replicaResources={SMALL}",

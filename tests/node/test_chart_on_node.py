@@ -89,7 +89,7 @@ def test_a_job_from_this_machine_runs_as_real_containers_and_succeeds(
     with node.port_forward(namespace, "svc/appliance", 50051, 8080) as (grpc_port, http_port):
         listed = _csctl(grpc_port, release, "get", "jobs", "-a")
         assert listed.returncode == 0, listed.stderr
-        ready = httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=10)
+        ready = httpx.get(f"https://127.0.0.1:{http_port}/readyz", timeout=10)
         assert ready.status_code == 200, ready.text
         with ApplianceClient(f"127.0.0.1:{grpc_port}", token=release) as client:
             job = client.submit(params=str(PARAMS), num_csx=2, num_steps=400)

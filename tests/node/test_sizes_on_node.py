@@ -53,7 +53,7 @@ def test_a_job_bigger_than_the_node_is_warned_of_and_fails_with_the_schedulers_r
     node: RealNode, sized: str
 ) -> None:
     with node.port_forward(NAMESPACE, "svc/appliance", 50051, 8080) as (grpc_port, http_port):
-        ready = httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=10).json()
+        ready = httpx.get(f"https://127.0.0.1:{http_port}/readyz", timeout=10).json()
         assert ready["status"] == "ok"
         (warning,) = ready["warnings"]
         assert "largest job" in warning and "does not fit" in warning, warning
@@ -78,7 +78,7 @@ def test_with_the_readme_sizes_for_two_cpus_the_job_runs_and_keep_failed_keeps_i
         # The new coordinator pod (a new ReplicaSet) answers: no warning any more.
 
         def without_warnings() -> dict[str, object] | None:
-            ready = httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=10).json()
+            ready = httpx.get(f"https://127.0.0.1:{http_port}/readyz", timeout=10).json()
             return None if ready["warnings"] else dict(ready)
 
         ready = wait_for(without_warnings, "/readyz without warnings")

@@ -133,6 +133,16 @@ coordinator at start-up.
 {{- default (printf "%s-auth" (include "appliance.fullname" .)) .Values.auth.existingSecret }}
 {{- end }}
 
+{{- define "appliance.tlsSecret" -}}
+{{- default (printf "%s-tls-ca" (include "appliance.fullname" .)) .Values.tls.existingSecret }}
+{{- end }}
+
+{{/* The names the coordinator's serving certificate is for: the Service's, however dialled. */}}
+{{- define "appliance.tlsNames" -}}
+{{- $svc := include "appliance.fullname" . }}
+{{- printf "%s,%s.%s,%s.%s.svc,%s.%s.svc.cluster.local" $svc $svc .Release.Namespace $svc .Release.Namespace $svc .Release.Namespace }}
+{{- end }}
+
 {{- define "appliance.authSecretKey" -}}
 {{- if .Values.auth.existingSecret }}{{ .Values.auth.secretKey }}{{ else }}tokens.yaml{{ end }}
 {{- end }}

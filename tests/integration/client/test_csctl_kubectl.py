@@ -21,6 +21,7 @@ from appliance.client import ApplianceClient
 from appliance.domain.phases import Phase
 from tests.integration.client.conftest import Csctl, hold_queue
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
+from tests.tls import secure_channel
 
 CSCTL = Path(sys.executable).parent / "csctl"
 
@@ -86,7 +87,7 @@ def test_a_selector_is_applied_by_the_store_so_pages_stay_full(
     assert result.stdout.split() == [labelled["bare"], labelled["owner"]]
 
     rest = httpx.get(
-        f"http://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs",
+        f"https://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs",
         params={"label": ["team notin (nlp)", "!owner"], "limit": 1},
         timeout=10,
     ).json()
@@ -101,7 +102,7 @@ def test_a_bad_selector_is_refused_naming_the_field(
     assert result.exit_code == 2
     assert "selector 'team in (nlp': expected ',' or ')' in the values" in result.stderr
 
-    with grpc.insecure_channel(coordinator.address) as channel:
+    with secure_channel(coordinator.address) as channel:
         stub = cluster_pb2_grpc.ClusterServiceStub(channel)
         with pytest.raises(grpc.RpcError) as raised:
             stub.ListJobs(cluster_pb2.ListJobsRequest(label_selector="a=1,b notin ()"), timeout=10)
@@ -110,7 +111,7 @@ def test_a_bad_selector_is_refused_naming_the_field(
         raised.value.details()
     )
     too_long = httpx.get(
-        f"http://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs",
+        f"https://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs",
         params={"label": "a" * 5000},
         timeout=10,
     )
@@ -134,18 +135,18 @@ def test_cancel_jobs_takes_the_same_selectors(
     assert {name for name, phase in phases.items() if phase is Phase.CANCELLED} == {"cv", "bare"}
 
     rest = httpx.post(
-        f"http://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs:cancel",
+        f"https://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs:cancel",
         json={"label_selector": "team in (nlp)", "labels": {"tmp": "1"}},
         timeout=10,
     )
     assert rest.status_code == 200 and rest.json()["cancelled_ids"] == [labelled["nlp-tmp"]]
     bad = httpx.post(
-        f"http://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs:cancel",
+        f"https://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs:cancel",
         json={"label_selector": "team in nlp"},
         timeout=10,
     )
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "label_selector"
-    with grpc.insecure_channel(coordinator.address) as channel:
+    with secure_channel(coordinator.address) as channel:
         stub = cluster_pb2_grpc.ClusterServiceStub(channel)
         with pytest.raises(grpc.RpcError) as raised:
             stub.CancelJobs(cluster_pb2.CancelJobsRequest(label_selector="!"), timeout=10)

@@ -75,7 +75,7 @@ def test_queued_jobs_are_estimated_from_the_running_jobs_steps_left(
         document = yaml.safe_load(csctl("get", "job", three, "-o", "yaml").stdout)
         assert document["estimated_start"].endswith("Z")
 
-        http = f"http://127.0.0.1:{sim.coordinator.http_port}/api/v1/jobs"
+        http = f"https://127.0.0.1:{sim.coordinator.http_port}/api/v1/jobs"
         rest = httpx.get(f"{http}/{three}", timeout=10).json()
         assert abs(_unix(rest["estimated_start"]) - long_ends) < 1.0  # RFC 3339, to the second
         rest_listed = {j["id"]: j for j in httpx.get(http, timeout=10).json()["jobs"]}

@@ -16,6 +16,7 @@ from appliance._proto.v1 import cluster_pb2_grpc, common_pb2, control_pb2
 from appliance.domain.inventory import NodeState
 from appliance.server.auth import create_token
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
+from tests.tls import secure_channel
 
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
@@ -60,7 +61,7 @@ def callers(tmp_path: Path) -> Iterator[dict[str, Caller]]:
     running = RunningCoordinator(tmp_path / "data", auth_tokens_file=tokens_file).start()
     running.coordinator.ctx.store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)
     try:
-        with grpc.insecure_channel(running.address) as channel:
+        with secure_channel(running.address) as channel:
             yield {name: Caller(channel, token) for name, token in tokens.items()} | {
                 "nobody": Caller(channel, None),
                 "forger": Caller(channel, "not-a-real-token"),
@@ -184,7 +185,7 @@ def test_a_revoked_token_is_refused_within_seconds_without_a_restart(tmp_path: P
     bob = create_token(tokens_file, "bob", [], admin=False)
     running = RunningCoordinator(tmp_path / "data", auth_tokens_file=tokens_file).start()
     try:
-        with grpc.insecure_channel(running.address) as channel:
+        with secure_channel(running.address) as channel:
             caller = Caller(channel, bob)
             listing = lambda: caller.stub.ListJobs(pb.ListJobsRequest(), metadata=caller.metadata)  # noqa: E731
             listing()  # bob is in

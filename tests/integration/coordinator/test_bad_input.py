@@ -14,6 +14,7 @@ from appliance.client import ApplianceClient
 from appliance.domain.phases import Phase
 from appliance.protocol.errors import FIELD_KEY
 from tests.integration.coordinator.harness import RunningCoordinator
+from tests.tls import secure_channel
 
 GOOD = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
 # Params that crashed (SIGSEGV), or failed with INTERNAL, before their shape was bounded.
@@ -28,7 +29,7 @@ HOSTILE_PARAMS = [
 
 @pytest.fixture
 def stub(coordinator: RunningCoordinator) -> Iterator[cluster_pb2_grpc.ClusterServiceStub]:
-    with grpc.insecure_channel(coordinator.address) as channel:
+    with secure_channel(coordinator.address) as channel:
         yield cluster_pb2_grpc.ClusterServiceStub(channel)
 
 

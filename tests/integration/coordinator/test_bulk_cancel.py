@@ -7,7 +7,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from appliance._proto.v1 import cluster_pb2 as pb
@@ -21,6 +20,7 @@ from appliance.domain.phases import Phase
 from appliance.services.jobs import JobService
 from appliance.store.jobs import JobStore
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until, worker_processes
+from tests.tls import secure_aio_channel, secure_channel
 
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
@@ -34,7 +34,7 @@ def coordinator_database(store_url: str) -> str:
 
 @pytest.fixture
 def stub(coordinator: RunningCoordinator) -> Iterator[cluster_pb2_grpc.ClusterServiceStub]:
-    with grpc.insecure_channel(coordinator.address) as channel:
+    with secure_channel(coordinator.address) as channel:
         yield cluster_pb2_grpc.ClusterServiceStub(channel)
 
 
@@ -59,7 +59,7 @@ def _submit(stub: cluster_pb2_grpc.ClusterServiceStub, user: str = "u") -> str:
 
 
 async def _cancel_concurrently(address: str, job_ids: list[str]) -> list[pb.CancelJobResponse]:
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with secure_aio_channel(address) as channel:
         stub = cluster_pb2_grpc.ClusterServiceStub(channel)
         calls = [stub.CancelJob(pb.CancelJobRequest(job_id=j, reason="bulk")) for j in job_ids]
         return list(await asyncio.gather(*calls))

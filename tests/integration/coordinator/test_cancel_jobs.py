@@ -22,6 +22,7 @@ from tests.integration.coordinator.harness import (
     wait_until,
     worker_processes,
 )
+from tests.tls import secure_channel
 
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
@@ -58,7 +59,7 @@ def callers(tmp_path: Path, store_url: str) -> Iterator[dict[str, Caller]]:
     ).start()
     running.coordinator.ctx.store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)
     try:
-        with grpc.insecure_channel(running.address) as channel:
+        with secure_channel(running.address) as channel:
             stub = cluster_pb2_grpc.ClusterServiceStub(channel)
             yield {name: Caller(stub, token) for name, token in tokens.items()}
     finally:

@@ -82,7 +82,7 @@ def test_a_user_reads_only_her_own_her_groups_and_the_shared_data_sets(
     # The REST door says the same: 403 naming the field.
     body = {"params": params(str(root / "users/bob/mnist")), "num_csx": 1, "num_steps": 2}
     answer = httpx.post(
-        f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs",
+        f"https://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs",
         json=body,
         headers={"Authorization": f"Bearer {tokens['alice']}"},
         timeout=30,

@@ -17,6 +17,7 @@ from appliance.protocol.errors import FIELD_KEY
 from tests.fuzz_report import report
 from tests.hostile_params import HOSTILE_PARAMS
 from tests.integration.coordinator.harness import RunningCoordinator
+from tests.tls import secure_channel
 
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
 EXAMPLES = 150
@@ -45,7 +46,7 @@ def stub(
     running = RunningCoordinator(tmp_path_factory.mktemp("fuzz") / "data").start()
     running.coordinator.ctx.store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)
     try:
-        with grpc.insecure_channel(running.address) as channel:
+        with secure_channel(running.address) as channel:
             yield cluster_pb2_grpc.ClusterServiceStub(channel)
     finally:
         running.stop()

@@ -18,6 +18,7 @@ from appliance.client import ApplianceClient
 from appliance.domain.errors import Unauthenticated
 from tests.integration.coordinator.harness import RunningCoordinator, user_tokens, wait_until
 from tests.postgres import PostgresServer
+from tests.tls import secure_channel
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -26,7 +27,7 @@ CONTROL = "appliance.v1.ReplicaControl"
 
 
 def check(address: str, service: str = "") -> int:
-    with grpc.insecure_channel(address) as channel:
+    with secure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         answer = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
         return int(answer.status)
@@ -37,7 +38,7 @@ def test_health_check_and_watch_until_the_coordinator_stops(tmp_path: Path) -> N
     try:
         for service in ("", CLUSTER, CONTROL):
             assert check(running.address, service) == SERVING
-        with grpc.insecure_channel(running.address) as channel:
+        with secure_channel(running.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             with pytest.raises(grpc.RpcError) as unknown:
                 stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
@@ -52,7 +53,7 @@ def test_health_check_and_watch_until_the_coordinator_stops(tmp_path: Path) -> N
 
 
 def reflected_services(address: str) -> set[str]:
-    with grpc.insecure_channel(address) as channel:
+    with secure_channel(address) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
         request = reflection_pb2.ServerReflectionRequest(list_services="")
         (answer,) = list(stub.ServerReflectionInfo(iter([request]), timeout=10))
@@ -66,7 +67,7 @@ def test_reflection_lists_and_describes_the_services(tmp_path: Path) -> None:
             CLUSTER, CONTROL, "grpc.health.v1.Health",
             "grpc.reflection.v1alpha.ServerReflection",
         }  # fmt: skip
-        with grpc.insecure_channel(running.address) as channel:
+        with secure_channel(running.address) as channel:
             stub = reflection_pb2_grpc.ServerReflectionStub(channel)
             request = reflection_pb2.ServerReflectionRequest(file_containing_symbol=CLUSTER)
             (answer,) = list(stub.ServerReflectionInfo(iter([request]), timeout=10))
@@ -113,13 +114,13 @@ def test_a_standby_is_not_serving_until_it_leads(pair: list[RunningCoordinator])
     assert check(leader.address) == SERVING
     assert check(standby.address) == NOT_SERVING
     assert check(standby.address, CLUSTER) == NOT_SERVING
-    ready = httpx.get(f"http://127.0.0.1:{standby.coordinator.http_port}/readyz", timeout=10)
+    ready = httpx.get(f"https://127.0.0.1:{standby.coordinator.http_port}/readyz", timeout=10)
     assert ready.status_code == 503  # health says what /readyz says
     for running, serving in ((leader, 1.0), (standby, 0.0)):
-        url = f"http://127.0.0.1:{running.coordinator.http_port}/metrics"
+        url = f"https://127.0.0.1:{running.coordinator.http_port}/metrics"
         scraped = httpx.get(url, timeout=10).text
         assert f"appliance_coordinator_serving {serving}" in scraped.splitlines()
-    with grpc.insecure_channel(standby.address) as channel:
+    with secure_channel(standby.address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         watch = stub.Watch(health_pb2.HealthCheckRequest(service=CLUSTER), timeout=60)
         assert next(watch).status == NOT_SERVING

@@ -36,7 +36,7 @@ def test_a_data_set_job_holds_worker_slots_until_it_ends(tmp_path: Path) -> None
         slots = {n.name: (n.used, n.capacity, n.jobs) for n in client.nodes()
                  if n.kind is NodeKind.WORKER}  # fmt: skip
         assert slots == {"worker-01": (3, 8, (job.id,)), "worker-02": (3, 8, (job.id,))}
-        base = f"http://127.0.0.1:{running.coordinator.http_port}"
+        base = f"https://127.0.0.1:{running.coordinator.http_port}"
         groups = httpx.get(f"{base}/api/v1/nodegroups", timeout=30).json()["nodegroups"]
         (worker_group,) = [g for g in groups if g["kind"] == "worker"]
         assert (worker_group["nodes"], worker_group["capacity"], worker_group["used"]) == (

@@ -13,6 +13,7 @@ from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc, common_pb2
 from appliance.domain.inventory import NodeState
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
+from tests.tls import secure_channel
 
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
@@ -20,7 +21,7 @@ SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
 
 @pytest.fixture
 def stub(coordinator: RunningCoordinator) -> Iterator[cluster_pb2_grpc.ClusterServiceStub]:
-    with grpc.insecure_channel(coordinator.address) as channel:
+    with secure_channel(coordinator.address) as channel:
         yield cluster_pb2_grpc.ClusterServiceStub(channel)
 
 

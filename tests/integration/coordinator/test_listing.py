@@ -16,13 +16,14 @@ from appliance.domain.inventory import NodeState
 from appliance.domain.phases import Phase
 from appliance.store.tables import JobRenderingRow
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
+from tests.tls import secure_channel
 
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
 
 
 @pytest.fixture
 def stub(coordinator: RunningCoordinator) -> Iterator[cluster_pb2_grpc.ClusterServiceStub]:
-    with grpc.insecure_channel(coordinator.address) as channel:
+    with secure_channel(coordinator.address) as channel:
         yield cluster_pb2_grpc.ClusterServiceStub(channel)
 
 
@@ -149,14 +150,14 @@ def test_listings_after_restarts_match_get_job_though_jobs_changed_after_being_k
     try:
         running.coordinator.ctx.store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)
         spec = pb.JobSpec(params_yaml="model: {name: fc_mnist}\n", num_csx=1, num_steps=2)
-        with grpc.insecure_channel(running.address) as channel:
+        with secure_channel(running.address) as channel:
             stub = cluster_pb2_grpc.ClusterServiceStub(channel)
             ids = [stub.SubmitJob(pb.SubmitJobRequest(spec=spec)).id for _ in range(5)]
             stub.CancelJob(pb.CancelJobRequest(job_id=ids[4]))
 
         running = _restarted(running, data_dir, coordinator_database)  # renders and keeps all
         wait_until(lambda: _kept(running) == 5, 15, "the renderings to be kept")
-        with grpc.insecure_channel(running.address) as channel:
+        with secure_channel(running.address) as channel:
             stub = cluster_pb2_grpc.ClusterServiceStub(channel)
             stub.UpdateJobLabels(pb.UpdateJobLabelsRequest(job_id=ids[1], set={"team": "nlp"}))
             stub.SetJobPriority(
@@ -165,7 +166,7 @@ def test_listings_after_restarts_match_get_job_though_jobs_changed_after_being_k
             stub.CancelJob(pb.CancelJobRequest(job_id=ids[3]))
 
         running = _restarted(running, data_dir, coordinator_database)
-        with grpc.insecure_channel(running.address) as channel:
+        with secure_channel(running.address) as channel:
             stub = cluster_pb2_grpc.ClusterServiceStub(channel)
             wait_until(lambda: _match_get_job(stub, ids), 15, "listings to match GetJob")
             listed = _streamed(stub, all=True)

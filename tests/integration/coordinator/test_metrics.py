@@ -61,7 +61,7 @@ def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
     fails (NOT_FOUND), /docs and a path no route has; then one scrape."""
     data_dir = tmp_path_factory.mktemp("metrics") / "data"
     with serving(data_dir) as running, ApplianceClient(running.address) as client:
-        http = httpx.Client(base_url=f"http://127.0.0.1:{running.coordinator.http_port}")
+        http = httpx.Client(base_url=f"https://127.0.0.1:{running.coordinator.http_port}")
         handles = [
             client.submit(params=PARAMS, num_csx=1, num_steps=2, detach=True)
             for _ in range(GRPC_JOBS)
@@ -83,7 +83,7 @@ def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
 
 
 def scrape_of(running: RunningCoordinator, phases: dict[str, Phase]) -> Scrape:
-    url = f"http://127.0.0.1:{running.coordinator.http_port}/metrics"
+    url = f"https://127.0.0.1:{running.coordinator.http_port}/metrics"
     return Scrape(httpx.get(url, timeout=30).text, phases)
 
 

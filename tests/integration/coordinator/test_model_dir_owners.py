@@ -62,7 +62,7 @@ def test_another_users_model_dir_and_checkpoint_are_out_of_reach(
     # The REST door says the same, 403 naming the field, and stores nothing.
     body = {"params": PARAMS, "num_csx": 1, "num_steps": 2, "model_dir": final.spec.model_dir}
     answer = httpx.post(
-        f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs",
+        f"https://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs",
         json=body,
         headers={"Authorization": f"Bearer {tokens['alice']}"},
         timeout=30,

@@ -15,6 +15,7 @@ from appliance.domain.phases import Phase
 from appliance.server.auth import create_token
 from appliance.server.replica_tokens import ReplicaTokens
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
+from tests.tls import secure_channel
 
 PARAMS = {"model": {"name": "fc_mnist", "hidden_sizes": [8]}}
 
@@ -47,7 +48,7 @@ def test_replicas_authenticate_with_their_jobs_token_and_nobody_else_can(
         running.settings.auth.replica_key_file
     )  # the same key, read back
     request = control_pb2.HeartbeatRequest(job_id=job.id, replica="cs2-0", attempt=1)
-    with grpc.insecure_channel(running.address) as channel:
+    with secure_channel(running.address) as channel:
         stub = control_pb2_grpc.ReplicaControlStub(channel)
 
         def heartbeat(token: str | None) -> grpc.StatusCode:

@@ -102,7 +102,7 @@ def test_restarts_and_attempts_show_in_csctl_and_rest(coordinator: RunningCoordi
         first = r"^1\s+cs2-01\s+0\s+\S+\s+\S+ ago\s+QUEUED\s+replica cs2-0 exited"
         assert re.search(first, detail, re.MULTILINE), detail
         rest = httpx.get(
-            f"http://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs/{job.id}",
+            f"https://127.0.0.1:{coordinator.coordinator.http_port}/api/v1/jobs/{job.id}",
             timeout=10,
         ).json()
         assert (rest["attempt"], rest["restarts"], rest["spec"]["max_restarts"]) == (2, 1, 2)

@@ -18,6 +18,7 @@ from appliance._proto.v1 import cluster_pb2_grpc
 from appliance.client import ApplianceClient
 from appliance.server.auth import create_token
 from tests.integration.coordinator.harness import RunningCoordinator, serving, wait_until
+from tests.tls import secure_channel
 
 PARAMS = {"model": {"name": "fc_mnist", "hidden_sizes": [8]}}
 
@@ -47,7 +48,7 @@ def test_streams_end_once_the_token_is_revoked(
         opened = threading.Barrier(3)
 
         def watch() -> None:
-            with grpc.insecure_channel(running.address) as channel:
+            with secure_channel(running.address) as channel:
                 stub = cluster_pb2_grpc.ClusterServiceStub(channel)
                 metadata = (("authorization", f"Bearer {bob}"),)
                 stream = stub.WatchJob(pb.WatchJobRequest(job_id=job.id), metadata=metadata)
@@ -60,7 +61,7 @@ def test_streams_end_once_the_token_is_revoked(
                     ended["grpc"] = err.code().name
 
         def sse() -> None:
-            url = f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs/{job.id}"
+            url = f"https://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs/{job.id}"
             headers = {"Authorization": f"Bearer {bob}"}
             with httpx.stream("GET", f"{url}/events/stream", headers=headers, timeout=60) as r:
                 opened.wait()

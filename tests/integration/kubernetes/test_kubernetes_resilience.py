@@ -289,7 +289,7 @@ def test_api_server_outage_is_a_condition_and_readyz_then_recovers(
         serving(tmp_path / "data", **settings) as coordinator,
         ApplianceClient(coordinator.address) as client,
     ):
-        readyz = f"http://127.0.0.1:{coordinator.coordinator.http_port}/readyz"
+        readyz = f"https://127.0.0.1:{coordinator.coordinator.http_port}/readyz"
         assert httpx.get(readyz).status_code == 200
         proxy.cut()
         job = client.submit(params=PARAMS, num_csx=1, num_steps=10)

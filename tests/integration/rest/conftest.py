@@ -33,7 +33,7 @@ class Rest:
 
     def __init__(self, running: RunningCoordinator) -> None:
         self.running = running
-        self.base_url = f"http://127.0.0.1:{running.coordinator.http_port}"
+        self.base_url = f"https://127.0.0.1:{running.coordinator.http_port}"
         self.http = httpx.Client(base_url=self.base_url, timeout=30)
 
     def submit(self, **fields: Any) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 import pytest
 
@@ -15,6 +14,7 @@ from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc
 from tests.integration.coordinator.harness import RunningCoordinator, user_tokens
 from tests.integration.rest.conftest import SMALL_PARAMS, Rest, park_systems
+from tests.tls import secure_channel
 
 ROUTE = "/api/v1/jobs:cancel"
 
@@ -47,7 +47,7 @@ def test_both_doors_answer_a_bulk_cancel_alike(parked: Rest) -> None:
     grpc_jobs = [parked.submit(labels={"door": "grpc"})["id"] for _ in range(2)]
 
     via_rest = parked.http.post(ROUTE, json={"labels": {"door": "rest"}}).json()
-    with grpc.insecure_channel(parked.running.address) as channel:
+    with secure_channel(parked.running.address) as channel:
         stub = cluster_pb2_grpc.ClusterServiceStub(channel)
         via_grpc = stub.CancelJobs(pb.CancelJobsRequest(labels={"door": "grpc"}))
 
@@ -98,7 +98,7 @@ def secured(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     park_systems(tmp_path / "data")
     running = RunningCoordinator(tmp_path / "data", auth_tokens_file=tokens_file).start()
     try:
-        yield f"http://127.0.0.1:{running.coordinator.http_port}", tokens
+        yield f"https://127.0.0.1:{running.coordinator.http_port}", tokens
     finally:
         running.stop()
 

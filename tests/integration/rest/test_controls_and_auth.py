@@ -73,7 +73,7 @@ def secured(tmp_path: Path) -> Iterator[tuple[RunningCoordinator, dict[str, str]
 
 def test_tokens_decide_who_may_act(secured: tuple[RunningCoordinator, dict[str, str]]) -> None:
     running, tokens = secured
-    base = f"http://127.0.0.1:{running.coordinator.http_port}"
+    base = f"https://127.0.0.1:{running.coordinator.http_port}"
 
     def as_(user: str | None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {tokens[user]}"} if user else {}

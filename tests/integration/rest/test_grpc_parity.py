@@ -6,7 +6,6 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import pytest
 
 from appliance._proto.v1 import cluster_pb2 as pb
@@ -16,13 +15,14 @@ from appliance.server.rest.models import event_out, job_out
 from csctl.render import job_document
 from tests.integration.coordinator.harness import wait_until
 from tests.integration.rest.conftest import Rest
+from tests.tls import secure_channel
 
 DONE = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
 @pytest.fixture(scope="module")
 def stub(rest: Rest) -> Iterator[cluster_pb2_grpc.ClusterServiceStub]:
-    with grpc.insecure_channel(rest.running.address) as channel:
+    with secure_channel(rest.running.address) as channel:
         yield cluster_pb2_grpc.ClusterServiceStub(channel)
 
 
@@ -82,7 +82,7 @@ def test_a_moment_not_happened_is_null(parked: Rest) -> None:
 def test_queued_and_cancelled_jobs_and_lists_match(
     parked: Rest, rest: Rest, stub: cluster_pb2_grpc.ClusterServiceStub
 ) -> None:
-    with grpc.insecure_channel(parked.running.address) as channel:
+    with secure_channel(parked.running.address) as channel:
         parked_stub = cluster_pb2_grpc.ClusterServiceStub(channel)
 
         # Every priority: P0 is 0 on the wire, and a reader that took 0 for "unset" showed it P2.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -35,13 +36,19 @@ def _exchange(
 ) -> tuple[int, dict[str, str]]:
     """Send `head` and `body_parts`, then read the whole response (the server closes or the
     response has a length): (status, error)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+    context = ssl.create_default_context()  # the session's CA (SSL_CERT_FILE)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw_conn,
+        context.wrap_socket(raw_conn, server_hostname="127.0.0.1") as conn,
+    ):
         conn.sendall(head.encode())
         for part in body_parts:
             conn.sendall(part)
         raw = b""
         while b"\r\n\r\n" not in raw:
-            raw += conn.recv(65536)
+            received = conn.recv(65536)
+            assert received, f"the server closed after {raw!r}"
+            raw += received
         header, _, rest = raw.partition(b"\r\n\r\n")
         length = next(
             int(line.split(b":", 1)[1])

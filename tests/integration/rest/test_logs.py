@@ -21,7 +21,7 @@ def secured(tmp_path: Path) -> Iterator[tuple[str, dict[str, httpx.Client]]]:
     users = {"alice": (["nlp"], False), "bob": (["cv"], False), "root": ([], True)}
     tokens = {u: create_token(tokens_file, u, g, admin=a) for u, (g, a) in users.items()}
     with serving(tmp_path / "data", auth_tokens_file=tokens_file) as running:
-        base = f"http://127.0.0.1:{running.coordinator.http_port}"
+        base = f"https://127.0.0.1:{running.coordinator.http_port}"
         clients = {
             user: httpx.Client(
                 base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60

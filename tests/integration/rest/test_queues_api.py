@@ -17,6 +17,7 @@ from appliance.domain.inventory import NodeState
 from appliance.server.auth import create_token
 from tests.integration.coordinator.harness import RunningCoordinator
 from tests.integration.rest.conftest import SMALL_PARAMS
+from tests.tls import secure_channel
 
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
 QUEUES = "queues:\n  - {name: nlp, systems: 2, groups: [nlp]}\n  - {name: vision, systems: 1}\n"
@@ -47,7 +48,7 @@ def secured(
 
 def _client(running: RunningCoordinator, token: str) -> httpx.Client:
     return httpx.Client(
-        base_url=f"http://127.0.0.1:{running.coordinator.http_port}",
+        base_url=f"https://127.0.0.1:{running.coordinator.http_port}",
         headers={"Authorization": f"Bearer {token}"},
         timeout=30,
     )
@@ -153,7 +154,7 @@ def test_usage_rejects_a_bad_window(secured: tuple[RunningCoordinator, dict[str,
 
 def test_grpc_says_the_same(secured: tuple[RunningCoordinator, dict[str, str]]) -> None:
     running, tokens = secured
-    with grpc.insecure_channel(running.address) as channel:
+    with secure_channel(running.address) as channel:
         stub = cluster_pb2_grpc.ClusterServiceStub(channel)
 
         def call(method: Any, request: Any, user: str) -> Any:

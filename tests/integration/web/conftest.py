@@ -43,7 +43,7 @@ class Dashboard:
     def __init__(self, running: RunningCoordinator, tokens: dict[str, str]) -> None:
         self.running = running
         self.tokens = tokens
-        self.base_url = f"http://127.0.0.1:{running.coordinator.http_port}"
+        self.base_url = f"https://127.0.0.1:{running.coordinator.http_port}"
 
     def api(self, user: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.tokens[user]}"}

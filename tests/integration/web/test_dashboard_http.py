@@ -268,7 +268,7 @@ def test_pages_answer_head_and_the_feeds_do_not(
 def test_with_authentication_off_there_is_nothing_to_log_in_to(tmp_path: Path) -> None:
     running = RunningCoordinator(tmp_path / "data").start()
     try:
-        base = f"http://127.0.0.1:{running.coordinator.http_port}"
+        base = f"https://127.0.0.1:{running.coordinator.http_port}"
         with httpx.Client(base_url=base, timeout=30) as client:
             assert "Authentication is off" in client.get("/ui/login").text
             answer = client.post("/ui/login", data={"token": "anything"})
@@ -282,7 +282,7 @@ def test_without_authentication_every_caller_acts_as_rest_allows(tmp_path: Path)
     park_systems(tmp_path / "data")
     running = RunningCoordinator(tmp_path / "data").start()
     try:
-        base = f"http://127.0.0.1:{running.coordinator.http_port}"
+        base = f"https://127.0.0.1:{running.coordinator.http_port}"
         with httpx.Client(base_url=base, timeout=30) as client:
             page = client.get("/")
             assert page.status_code == 200 and "authentication off" in page.text

@@ -26,7 +26,7 @@ class Running:
     def __init__(self, running: RunningCoordinator, tokens_file: Path, root: str, eve: str):
         self.running = running
         self.tokens_file = tokens_file
-        self.base_url = f"http://127.0.0.1:{running.coordinator.http_port}"
+        self.base_url = f"https://127.0.0.1:{running.coordinator.http_port}"
         self.root = root
         self.eve = eve
 

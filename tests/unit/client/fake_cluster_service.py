@@ -24,6 +24,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import JobSpec
 from appliance.protocol import convert
+from tests.tls import server_credentials
 
 FAKE_VERSION = "9.9.9-fake"
 PARAMS_YAML = "model:\n  name: fc_mnist\n"
@@ -352,6 +353,6 @@ def serve_fake_cluster() -> FakeCluster:
     service = FakeClusterService()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     cluster_pb2_grpc.add_ClusterServiceServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_secure_port("127.0.0.1:0", server_credentials())
     server.start()
     return FakeCluster(service=service, address=f"127.0.0.1:{port}", server=server)

@@ -1,0 +1,106 @@
+"""How the user node reaches the coordinator: TLS verified by a CA, or plaintext when asked.
+
+The CA a client pins, by precedence: the `ca` argument or csctl's `--certificate-authority`,
+then $CSCTL_CA, then the current cluster's `certificate-authority` in csctl's config file
+(`csctl config set-cluster`), else the system's CAs (a public certificate). Plaintext only when
+asked for (`insecure`, `--insecure`, $CSCTL_INSECURE=1 or the cluster's `insecure: true`), and
+only to a loopback address: a token sent in the clear must not leave the machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc
+
+from appliance.client.user_config import ConfigError, current_cluster
+
+ENV_CA = "CSCTL_CA"
+ENV_INSECURE = "CSCTL_INSECURE"
+MAX_CA_BYTES = 1 << 20  # a CA bundle is a few KiB; refuse to read a device or a huge file
+
+
+@dataclasses.dataclass(frozen=True)
+class Trust:
+    """The CA (PEM) a client verifies the server by, where it came from, or plaintext."""
+
+    ca_pem: bytes | None = dataclasses.field(default=None, repr=False)
+    source: str = ""
+    insecure: bool = False
+
+    def describe(self) -> str:
+        if self.insecure:
+            return "plaintext (insecure)"
+        if self.ca_pem is None:
+            return "the system's CAs (no --certificate-authority, $CSCTL_CA or cluster CA given)"
+        return f"the CA {self.source}"
+
+
+def resolve_trust(
+    ca: str | Path | bytes | None, insecure: bool | None, environ: Mapping[str, str]
+) -> Trust:
+    """The trust a client uses, by precedence (argument, environment, config file)."""
+    if insecure:
+        return Trust(insecure=True, source="insecure")
+    if isinstance(ca, bytes):
+        return Trust(_checked_pem(ca, "the ca argument"), "given to the client")
+    if ca:
+        return _read_ca(Path(ca), "--certificate-authority")
+    if environ.get(ENV_CA):
+        return _read_ca(Path(environ[ENV_CA]).expanduser(), f"${ENV_CA}")
+    if insecure is None and environ.get(ENV_INSECURE, "").lower() in ("1", "true", "yes"):
+        return Trust(insecure=True, source=f"${ENV_INSECURE}")
+    cluster = current_cluster(environ)
+    if cluster is not None:
+        if cluster.insecure:
+            return Trust(insecure=True, source=f"cluster {cluster.name}")
+        if cluster.certificate_authority:
+            where = f"cluster {cluster.name} in the config file"
+            return _read_ca(Path(cluster.certificate_authority).expanduser(), where)
+    return Trust()
+
+
+def channel(address: str, trust: Trust, options: list[tuple[str, int]]) -> grpc.Channel:
+    """A channel to `address` as `trust` says; ConfigError for plaintext off the machine."""
+    if trust.insecure:
+        check_loopback(address)
+        return grpc.insecure_channel(address, options=options)
+    credentials = grpc.ssl_channel_credentials(root_certificates=trust.ca_pem)
+    return grpc.secure_channel(address, credentials, options=options)
+
+
+def check_loopback(address: str) -> None:
+    """Plaintext is allowed to a loopback address only."""
+    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
+    host = host.removeprefix("dns:///").removeprefix("ipv4:").removeprefix("ipv6:")
+    if host == "localhost" or host.startswith("unix:"):
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise ConfigError(
+        f"insecure (plaintext) connections are allowed to a loopback address only, not "
+        f"{address}: drop --insecure and give the server's CA with --certificate-authority"
+    )
+
+
+def _read_ca(path: Path, source: str) -> Trust:
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_CA_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the CA file {path} ({source}): {exc.strerror}") from None
+    return Trust(_checked_pem(data, f"the CA file {path} ({source})"), f"{path} ({source})")
+
+
+def _checked_pem(data: bytes, what: str) -> bytes:
+    if len(data) > MAX_CA_BYTES:
+        raise ConfigError(f"{what} is larger than {MAX_CA_BYTES} bytes; a CA is a few KiB")
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise ConfigError(f"{what} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    return data

@@ -1,0 +1,38 @@
+"""TLS for the suite's own servers (fakes at our seams): a serving certificate from the session's
+CA (tests/conftest.py `test_ca`), which every client of the suite pins."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import grpc
+
+from appliance.server.pki import CertificateAuthority, Issued
+
+
+@functools.cache
+def _issued(ca_dir: str) -> Issued:
+    ca = CertificateAuthority.load_or_create(Path(ca_dir))
+    return ca.issue("test server", ["127.0.0.1", "::1", "localhost"])
+
+
+def server_credentials() -> grpc.ServerCredentials:
+    """What a fake gRPC server of a test serves: a certificate the session's clients trust."""
+    issued = _issued(os.environ["APPLIANCE_TLS_CA_DIR"])
+    return grpc.ssl_server_credentials([(issued.key_pem, issued.cert_pem)])
+
+
+def _trusted() -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(Path(os.environ["CSCTL_CA"]).read_bytes())
+
+
+def secure_channel(address: str, **kwargs: object) -> grpc.Channel:
+    """A raw channel to a coordinator, verifying it as the suite's clients do."""
+    return grpc.secure_channel(address, _trusted(), **kwargs)
+
+
+def secure_aio_channel(address: str, **kwargs: object) -> grpc.aio.Channel:
+    """An asyncio channel to a coordinator, verifying it as the suite's clients do."""
+    return grpc.aio.secure_channel(address, _trusted(), **kwargs)
