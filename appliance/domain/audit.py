@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import hashlib
 import re
+from collections.abc import Sequence
 
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.timestamps import rfc3339
@@ -27,6 +28,7 @@ MAX_OBJECT = 253
 MAX_REASON = 512
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000  # events one read returns at most
+MAX_TOKEN = 20  # a page token's characters (an event's id)
 # A request id a caller sends is kept only when it is this plain (else one is made).
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
@@ -162,11 +164,6 @@ class AuditQuery:
         return self
 
 
-def parse_level(text: str) -> AuditLevel:
-    """A level as the settings name it (None, Metadata, Request; any case)."""
-    for level in AuditLevel:
-        if text.strip().lower() == level.value.lower():
-            return level
-    raise InvalidSpec(
-        f"audit level {text[:32]!r} is not one of None, Metadata, Request", field="audit_level"
-    )
+def next_token(query: AuditQuery, events: Sequence[AuditEvent]) -> str:
+    """The token of the page after `events` ("" when it was the last)."""
+    return str(events[-1].id) if events and len(events) == query.limit else ""

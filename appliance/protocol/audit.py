@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from appliance._proto.v1 import cluster_pb2
-from appliance.domain.audit import DEFAULT_PAGE, AuditEvent, AuditQuery, Door, Outcome
+from appliance.domain.audit import (
+    DEFAULT_PAGE,
+    MAX_TOKEN,
+    AuditEvent,
+    AuditQuery,
+    Door,
+    Outcome,
+)
 from appliance.domain.errors import InvalidSpec
-
-MAX_TOKEN = 20
 
 
 def query_to_pb(query: AuditQuery) -> cluster_pb2.ListAuditEventsRequest:
@@ -26,11 +29,6 @@ def query_from_pb(request: cluster_pb2.ListAuditEventsRequest) -> AuditQuery:
         since=request.since, user=request.user, verb=request.verb,
         limit=request.limit or DEFAULT_PAGE, before_id=int(token or 0),
     ).checked()  # fmt: skip
-
-
-def next_token(query: AuditQuery, events: Sequence[AuditEvent]) -> str:
-    """The token of the page after `events` ("" when it was the last)."""
-    return str(events[-1].id) if len(events) == query.limit else ""
 
 
 def event_to_pb(e: AuditEvent) -> cluster_pb2.AuditEvent:

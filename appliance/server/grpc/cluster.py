@@ -7,6 +7,7 @@ from typing import Any
 
 import appliance
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.domain.audit import next_token
 from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
@@ -249,7 +250,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         events = await self.audit.list(query, by=caller())
         return cluster_pb2.ListAuditEventsResponse(
             events=[audit.event_to_pb(e) for e in events],
-            next_page_token=audit.next_token(query, events),
+            next_page_token=next_token(query, events),
         )
 
 

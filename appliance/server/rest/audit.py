@@ -72,12 +72,13 @@ class AuditRequests:
             return
         headers = dict(scope["headers"])
         rid = request_id(headers.get(REQUEST_ID_HEADER, b"").decode("latin-1"))
+        rid_bytes = rid.encode("latin-1")
         seen = _Seen(self.trail.wants_body and not scope["path"].endswith("/login"))
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 seen.started(message)
-                message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, rid)]
+                message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, rid_bytes)]
             elif message["type"] == "http.response.body" and seen.status >= 400:
                 seen.error_body(message.get("body", b""))
             await send(message)

@@ -11,15 +11,16 @@ from pydantic import BaseModel, Field
 from appliance.domain.audit import (
     DEFAULT_PAGE,
     MAX_PAGE,
+    MAX_TOKEN,
     MAX_USER,
     MAX_VERB,
     AuditEvent,
     AuditQuery,
+    next_token,
 )
 from appliance.domain.auth import Principal
 from appliance.domain.timestamps import utc_moment
 from appliance.domain.usage import parse_when
-from appliance.protocol.audit import MAX_TOKEN, next_token
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.models import Moment
