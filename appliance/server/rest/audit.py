@@ -111,7 +111,8 @@ class AuditRequests:
         web = scope["path"].startswith(self.cookie_paths) if self.cookie_paths else False
         who = self._who(state, headers, web)
         verb = state.get("audit_verb") or VERBS.get(endpoint) or _kebab(endpoint, scope)
-        kind, name = _object(scope, seen.location) if route else ("path", scope["path"])
+        location = seen.location if endpoint == "submit_job" else ""
+        kind, name = _object(scope, location) if route else ("path", scope["path"])
         client = scope.get("client")
         event = AuditEvent(
             at=0.0, request_id=rid, user=who.user if who else "",
