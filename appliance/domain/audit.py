@@ -28,7 +28,7 @@ MAX_OBJECT = 253
 MAX_REASON = 512
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000  # events one read returns at most
-MAX_TOKEN = 20  # a page token's characters (an event's id)
+MAX_TOKEN = 18  # a page token's digits (an event's id, below 2**63)
 # A request id a caller sends is kept only when it is this plain (else one is made).
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 

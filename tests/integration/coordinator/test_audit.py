@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from click.testing import CliRunner, Result
 
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc
@@ -24,6 +25,7 @@ from appliance.domain.inventory import NodeState
 from appliance.server.auth import create_token
 from appliance.store.engine import make_engine
 from appliance.store.jobs import JobStore
+from csctl.cli import cli
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
 
 MARKER = "params-text-that-must-never-be-recorded"
@@ -185,6 +187,20 @@ def test_only_admins_read_the_audit_log(cluster: Cluster) -> None:
     page = httpx.get(cluster.rest("/audit?limit=1"), headers=as_root).json()
     assert len(page["events"]) == 1 and page["next_page_token"]
     assert httpx.get(cluster.rest("/audit?limit=100000"), headers=as_root).status_code == 422
+
+    def csctl(token: str, *args: str) -> Result:
+        server = ["--server", cluster.running.address, "--token", token]
+        return CliRunner().invoke(cli, [*server, "get", "audit", *args])
+
+    shown = csctl(root, "--user", "alice", "-o", "wide")
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.count("list-audit-events") == 2 and "REQUEST-ID" in shown.output
+    denied = csctl(alice, "--since", "1h")
+    assert denied.exit_code == 1
+    assert (
+        denied.output.strip().splitlines() == ["error: only admins may read the audit log"]
+        or "only admins may read the audit log" in denied.output
+    )
 
 
 def test_retention_prunes_old_records_without_a_request(tmp_path: Path, store_url: str) -> None:
