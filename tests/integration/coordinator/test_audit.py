@@ -197,10 +197,8 @@ def test_only_admins_read_the_audit_log(cluster: Cluster) -> None:
     assert shown.output.count("list-audit-events") == 2 and "REQUEST-ID" in shown.output
     denied = csctl(alice, "--since", "1h")
     assert denied.exit_code == 1
-    assert (
-        denied.output.strip().splitlines() == ["error: only admins may read the audit log"]
-        or "only admins may read the audit log" in denied.output
-    )
+    assert len(denied.output.strip().splitlines()) == 1, denied.output
+    assert "only admins may read the audit log" in denied.output
 
 
 def test_retention_prunes_old_records_without_a_request(tmp_path: Path, store_url: str) -> None:
