@@ -4,12 +4,14 @@ queues, usage accounting, cancelling many jobs at once. A part of ApplianceClien
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.client.nodes import NodeStatus, node_event_from_pb, node_from_pb
+from appliance.domain.audit import MAX_PAGE, AuditEvent, AuditQuery
 from appliance.domain.bulk_cancel import BulkCancelResult, CancelSelection, parse_phases
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeEvent, NodeState
@@ -18,6 +20,7 @@ from appliance.domain.queues import QueueStatus
 from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import validate_labels
 from appliance.domain.usage import UsageQuery, UsageRow
+from appliance.protocol.audit import event_from_pb, query_to_pb
 from appliance.protocol.cancels import result_from_pb, selection_to_pb
 from appliance.protocol.queues import queue_from_pb, usage_from_pb
 
@@ -139,6 +142,23 @@ class ClusterCalls:
         preemptions and restarts."""
         request = cluster_pb2.GetUsageRequest(since=since, until=until, by=by)
         return usage_from_pb(self._call(self._stub.GetUsage, request))
+
+    def audit_events(
+        self, *, since: float = 0.0, user: str = "", verb: str = "", limit: int = 100
+    ) -> list[AuditEvent]:
+        """Admins: the audit log, newest first, at most `limit` events (pages of up to
+        1000 are fetched until then): every mutating call and every refusal at every door.
+        `since` is Unix seconds (0: from the oldest kept)."""
+        query = AuditQuery(since, user, verb, min(limit, MAX_PAGE)).checked()
+        events: list[AuditEvent] = []
+        while True:
+            response = self._call(self._stub.ListAuditEvents, query_to_pb(query))
+            events += [event_from_pb(e) for e in response.events]
+            left = limit - len(events)
+            if left <= 0 or not response.next_page_token:
+                return events[:limit]
+            before = int(response.next_page_token)
+            query = dataclasses.replace(query, limit=min(left, MAX_PAGE), before_id=before)
 
 
 def os_user() -> str:

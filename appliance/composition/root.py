@@ -25,6 +25,7 @@ from appliance.domain.leadership import LeaseLock
 from appliance.domain.queues import resolve_quotas
 from appliance.loops.reconciling import SWEEP_INTERVAL, Reconciler
 from appliance.loops.scheduling import SchedulerLoop
+from appliance.services.audit import AuditTrail, open_sink
 from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.bus import JobBus
 from appliance.services.context import Context
@@ -131,6 +132,7 @@ class Parts:
         store's threads and connections."""
         await self.backend.close()
         self.uses.jobs.close()
+        self.uses.audit.close()
         for executor in self._executors:
             executor.shutdown(wait=True)
         self.engine.dispose()
@@ -171,6 +173,7 @@ async def wire(s: Settings, runtime: Runtime = Runtime(), *, elected: bool = Fal
 
 async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) -> Parts:
     restarts, preemption = s.restarts, s.preemption
+    sink = _audit_sink(s)  # before anything that would need closing if it cannot be opened
     replicas = ReplicaService(ctx)
     making = Making(replicas, runtime.clock, runtime.report_interval)
     backend = await make_backend(s, making)
@@ -195,6 +198,7 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
         logs=LogService(ctx, backend),
         metrics=MetricsScrape(ctx),
         readiness=Readiness(ctx, backend),
+        audit=AuditTrail(ctx, s.audit, sink),
     )
     reconciler = Reconciler(
         ctx, backend, replicas, runtime.sweep_interval, model_dirs,
@@ -202,6 +206,15 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
     )  # fmt: skip
     scheduler = SchedulerLoop(ctx, s.scheduler, preemption)
     return Parts(engine, ctx, backend, uses, reconciler, scheduler, model_dirs)
+
+
+def _audit_sink(s: Settings) -> IO[str] | None:
+    """The audit log's JSON-lines copy, if the settings name one (StartupError if it cannot be
+    opened)."""
+    try:
+        return open_sink(s.audit.file)
+    except OSError as exc:
+        raise StartupError(f"cannot open the audit file {s.audit.file}: {exc}") from None
 
 
 def _open_store(s: Settings, runtime: Runtime) -> tuple[Engine, IO[str] | None, JobStore]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from appliance.config.kube import ReplicaResources
+from appliance.domain.audit import AuditLevel
 from appliance.domain.leadership import LeaseTiming
 from appliance.domain.simulation import FailAt
 from appliance.domain.wafer import WAFER_BYTES
@@ -171,3 +172,14 @@ class AuthSettings:
 
     tokens_file: Path | None = None
     replica_key_file: Path = Path(".appliance") / "replica-token.key"
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditSettings:
+    """The audit log (domain/audit.py): what each record holds (the level), an optional
+    JSON-lines copy (a path, or "-" for stdout; None: none), and how many days rows are kept
+    (0: for ever)."""
+
+    level: AuditLevel = AuditLevel.METADATA
+    file: str | None = None
+    retention_days: float = 90.0

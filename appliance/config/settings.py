@@ -12,6 +12,7 @@ from pydantic_settings import SettingsConfigDict
 
 from appliance.config.data_fields import DataFields, check_apart
 from appliance.config.groups import (
+    AuditSettings,
     AuthSettings,
     DataDirSettings,
     DataPlane,
@@ -32,6 +33,7 @@ from appliance.config.groups import (
 from appliance.config.inventory import pool_of
 from appliance.config.kube_fields import KubeFields
 from appliance.config.tls_fields import TlsFields, TlsSettings
+from appliance.domain.audit import AuditLevel
 from appliance.domain.inventory import Node
 from appliance.domain.leadership import LeaseTiming
 from appliance.domain.simulation import parse_fail_at
@@ -300,6 +302,24 @@ class Settings(KubeFields, DataFields, TlsFields):
         default=AuthSettings.tokens_file,
         description="YAML file of hashed tokens (`appliance token create`); unset = auth off.",
     )
+    audit_level: AuditLevel = Field(
+        default=AuditSettings.level,
+        description="What the audit log records of each mutating call and each refusal: None "
+        "(nothing), Metadata (who, what, from where, the outcome), Request (and the request "
+        "body's SHA-256 and size; never the body).",
+    )
+    audit_file: str | None = Field(
+        default=AuditSettings.file,
+        max_length=4096,
+        description="Also write each audit record as a JSON line to this file (appended, "
+        "made 0600), or to stdout with '-'; unset = the store only.",
+    )
+    audit_retention_days: float = Field(
+        default=AuditSettings.retention_days,
+        ge=0,
+        le=36_500,
+        description="Days audit records are kept in the store (pruned hourly); 0 = for ever.",
+    )
 
     @field_validator("sim_fail_at")
     @classmethod
@@ -414,6 +434,10 @@ class Settings(KubeFields, DataFields, TlsFields):
     def auth(self) -> AuthSettings:
         key = self.replica_token_key_file or self.data_dir / "replica-token.key"
         return AuthSettings(self.auth_tokens_file, key)
+
+    @property
+    def audit(self) -> AuditSettings:
+        return AuditSettings(self.audit_level, self.audit_file, self.audit_retention_days)
 
     def pool(self) -> list[Node]:
         """The nodes: named by the inventory file, else as many as the counts say."""

@@ -31,6 +31,7 @@ from appliance.config import Settings
 from appliance.domain.auth import COORDINATOR_CA_ENV
 from appliance.domain.listing import JobQuery
 from appliance.server.auth import Authenticator
+from appliance.server.grpc.audit import AuditCalls
 from appliance.server.grpc.authn import CLUSTER, CONTROL, Authentication
 from appliance.server.grpc.cluster import ClusterServicer
 from appliance.server.grpc.control import ReplicaControlServicer
@@ -107,6 +108,7 @@ class Coordinator:
             interceptors=[
                 CallMetrics(uses.metrics.metrics),  # first: it counts what the others refuse
                 StandbyRefusal(self.leadership.problem),
+                AuditCalls(uses.audit, self.auth.enabled),  # around authentication: its refusals
                 Authentication(self.auth, control_tokens),
             ],
         )
@@ -169,6 +171,7 @@ class Coordinator:
         if tls is not None:
             self._spawn(tls.follow())
         self._spawn(self._http.serve(sockets=[http_socket]))
+        self._spawn(uses.audit.run())  # the audit log's writer and its retention
         # The history `csctl get jobs -a` lists, rendered (or read as kept) ahead once serving.
         self._spawn(cluster.listing.render_ahead(JobQuery(include_terminal=True)))
 
@@ -204,6 +207,7 @@ class Coordinator:
         if self._grpc is not None:
             await self._grpc.stop(grace)
         await self.parts.reconciler.drain(wait_seconds=grace)
+        await self.parts.uses.audit.flush()  # what the doors recorded until they closed
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

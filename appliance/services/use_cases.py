@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from appliance.services.audit import AuditTrail
 from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.health import Readiness
 from appliance.services.job_watch import JobWatch
@@ -29,3 +30,4 @@ class UseCases:
     logs: LogService
     metrics: MetricsScrape
     readiness: Readiness
+    audit: AuditTrail

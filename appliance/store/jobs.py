@@ -27,6 +27,7 @@ from appliance.domain.queues import DEFAULT_QUEUE, Source
 from appliance.domain.reasons import Reason, ReasonCode, as_reason, said
 from appliance.domain.spec import JobSpec
 from appliance.domain.spec_document import stored_document
+from appliance.store.audit import AuditStore
 from appliance.store.base import in_chunks
 from appliance.store.job_controls import JobControlStore
 from appliance.store.leadership import LeadershipStore
@@ -81,6 +82,7 @@ class JobStore(
     QueueDefStore,
     UsageStore,
     LeadershipStore,
+    AuditStore,
 ):
     """The store of jobs: this part creates jobs and writes their phases (the one writer) and
     their placements; reading jobs is store/job_reads.py's, priority, labels and leases

@@ -333,3 +333,32 @@ class LeaderFenceRow(Base):
     epoch: Mapped[int] = mapped_column(BigInteger)
     holder: Mapped[str] = mapped_column(String(253))
     since: Mapped[float] = mapped_column(Float)
+
+
+class AuditEventRow(Base):
+    """One record of the audit log (domain/audit.py): append-only; only retention deletes
+    (store/audit.py). Never a token nor a body: a body's digest and size at level Request."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float)
+    request_id: Mapped[str] = mapped_column(String(64))
+    user: Mapped[str] = mapped_column(String(253))
+    groups: Mapped[list[str]] = mapped_column(JSON)
+    admin: Mapped[bool] = mapped_column(Boolean)
+    source: Mapped[str] = mapped_column(String(255))
+    door: Mapped[str] = mapped_column(String(8))
+    verb: Mapped[str] = mapped_column(String(64))
+    object_kind: Mapped[str] = mapped_column(String(64))
+    object_name: Mapped[str] = mapped_column(String(253))
+    outcome: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    body_sha256: Mapped[str] = mapped_column(String(64))
+    body_bytes: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (
+        Index("ix_audit_events_at", "at"),
+        Index("ix_audit_events_user_id", "user", "id"),
+        Index("ix_audit_events_verb_id", "verb", "id"),
+    )

@@ -1768,3 +1768,129 @@ class UsageReport(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UsageReport: _TypeAlias = UsageReport  # noqa: Y015
+
+@_typing.final
+class ListAuditEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SINCE_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    VERB_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    since: _builtins.float
+    """Unix seconds; 0: from the oldest kept."""
+    user: _builtins.str
+    """Only this user's, or this verb's (e.g. cancel, submit, node-drain); "": any."""
+    verb: _builtins.str
+    limit: _builtins.int
+    """At most this many (1..1000; 0: 100)."""
+    page_token: _builtins.str
+    """The next_page_token of the previous page; "": from the newest."""
+    def __init__(
+        self,
+        *,
+        since: _builtins.float = ...,
+        user: _builtins.str = ...,
+        verb: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "page_token", b"page_token", "since", b"since", "user", b"user", "verb", b"verb"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditEventsRequest: _TypeAlias = ListAuditEventsRequest  # noqa: Y015
+
+@_typing.final
+class AuditEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    ADMIN_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    DOOR_FIELD_NUMBER: _builtins.int
+    VERB_FIELD_NUMBER: _builtins.int
+    OBJECT_KIND_FIELD_NUMBER: _builtins.int
+    OBJECT_NAME_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    BODY_SHA256_FIELD_NUMBER: _builtins.int
+    BODY_BYTES_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    at: _builtins.float
+    """Unix seconds (UTC)."""
+    request_id: _builtins.str
+    user: _builtins.str
+    admin: _builtins.bool
+    source: _builtins.str
+    door: _builtins.str
+    """grpc, rest, web or cli."""
+    verb: _builtins.str
+    object_kind: _builtins.str
+    object_name: _builtins.str
+    outcome: _builtins.str
+    """allowed, refused or failed."""
+    reason: _builtins.str
+    """A refusal's one line (its status first)."""
+    body_sha256: _builtins.str
+    """At level Request: the request body's SHA-256 and size (body_bytes -1: not kept)."""
+    body_bytes: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        at: _builtins.float = ...,
+        request_id: _builtins.str = ...,
+        user: _builtins.str = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        admin: _builtins.bool = ...,
+        source: _builtins.str = ...,
+        door: _builtins.str = ...,
+        verb: _builtins.str = ...,
+        object_kind: _builtins.str = ...,
+        object_name: _builtins.str = ...,
+        outcome: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        body_sha256: _builtins.str = ...,
+        body_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admin", b"admin", "at", b"at", "body_bytes", b"body_bytes", "body_sha256", b"body_sha256", "door", b"door", "groups", b"groups", "id", b"id", "object_kind", b"object_kind", "object_name", b"object_name", "outcome", b"outcome", "reason", b"reason", "request_id", b"request_id", "source", b"source", "user", b"user", "verb", b"verb"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditEvent: _TypeAlias = AuditEvent  # noqa: Y015
+
+@_typing.final
+class ListAuditEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Give it back for the next (older) page; "": there is none."""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___AuditEvent] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditEventsResponse: _TypeAlias = ListAuditEventsResponse  # noqa: Y015

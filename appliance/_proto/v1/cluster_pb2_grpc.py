@@ -145,6 +145,11 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.GetUsageRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.UsageReport.FromString,
                 _registered_method=True)
+        self.ListAuditEvents = channel.unary_unary(
+                '/appliance.v1.ClusterService/ListAuditEvents',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.ListAuditEventsRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.ListAuditEventsResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -311,6 +316,13 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAuditEvents(self, request, context):
+        """Admins: the audit log, newest first (every mutating call and every refusal, #36).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -423,6 +435,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.GetUsage,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.GetUsageRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.UsageReport.SerializeToString,
+            ),
+            'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditEvents,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.ListAuditEventsRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.ListAuditEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1020,6 +1037,33 @@ class ClusterService:
             '/appliance.v1.ClusterService/GetUsage',
             appliance_dot_v1_dot_cluster__pb2.GetUsageRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.UsageReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAuditEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/ListAuditEvents',
+            appliance_dot_v1_dot_cluster__pb2.ListAuditEventsRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.ListAuditEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -90,6 +90,8 @@ class ClusterServiceStub:
     """Usage accounting: system-hours, MemoryX GiB-hours, jobs, queue waits, preemptions and
     restarts per user, group or queue over a time window.
     """
+    ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ListAuditEventsRequest, _cluster_pb2.ListAuditEventsResponse]
+    """Admins: the audit log, newest first (every mutating call and every refusal, #36)."""
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -153,6 +155,8 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     """Usage accounting: system-hours, MemoryX GiB-hours, jobs, queue waits, preemptions and
     restarts per user, group or queue over a time window.
     """
+    ListAuditEvents: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ListAuditEventsRequest, _cluster_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
+    """Admins: the audit log, newest first (every mutating call and every refusal, #36)."""
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     """Cluster management: what csctl, the Python client and programs call."""
@@ -345,5 +349,13 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         """Usage accounting: system-hours, MemoryX GiB-hours, jobs, queue waits, preemptions and
         restarts per user, group or queue over a time window.
         """
+
+    @_abc_1.abstractmethod
+    def ListAuditEvents(
+        self,
+        request: _cluster_pb2.ListAuditEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.ListAuditEventsResponse, _abc.Awaitable[_cluster_pb2.ListAuditEventsResponse]]:
+        """Admins: the audit log, newest first (every mutating call and every refusal, #36)."""
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

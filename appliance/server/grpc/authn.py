@@ -53,6 +53,12 @@ def caller() -> Principal | None:
         ) from None
 
 
+def known_caller() -> Principal | None:
+    """The caller once authenticated, else None (for the audit log, server/grpc/audit.py,
+    which wraps this interceptor and reads who called after the call)."""
+    return _CALLER.get(None)
+
+
 class Authentication(HandlerWrapping):
     """Authenticates users (ClusterService) and replicas (ReplicaControl). `replica_tokens`
     is None exactly when authentication is off."""

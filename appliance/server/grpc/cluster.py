@@ -7,6 +7,7 @@ from typing import Any
 
 import appliance
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.domain.audit import next_token
 from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
@@ -15,7 +16,7 @@ from appliance.domain.reasons import parse_codes
 from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import validate_labels
 from appliance.domain.spec_document import spec_values
-from appliance.protocol import convert
+from appliance.protocol import audit, convert
 from appliance.protocol.cancels import result_to_pb, selection_from_pb
 from appliance.protocol.queues import queue_to_pb, usage_to_pb
 from appliance.server.grpc import summaries
@@ -38,6 +39,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.queues = uses.queues
         self.bulk_cancels = uses.bulk_cancels
         self.job_watch = uses.job_watch
+        self.audit = uses.audit
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED, summaries.KEEPING)
 
     @unary
@@ -239,6 +241,17 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> cluster_pb2.UsageReport:
         query, rows = await self.usage.report(request.since, request.until, request.by)
         return usage_to_pb(query, rows)
+
+    @unary
+    async def ListAuditEvents(
+        self, request: cluster_pb2.ListAuditEventsRequest, context: Ctx
+    ) -> cluster_pb2.ListAuditEventsResponse:
+        query = audit.query_from_pb(request)
+        events = await self.audit.list(query, by=caller())
+        return cluster_pb2.ListAuditEventsResponse(
+            events=[audit.event_to_pb(e) for e in events],
+            next_page_token=next_token(query, events),
+        )
 
 
 _QUEUE_FIELDS = (

@@ -9,17 +9,15 @@ series are made once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 from prometheus_client import Counter, Histogram
 
 from appliance.server.grpc.errors import Ctx
-from appliance.server.grpc.wrapping import HandlerWrapping
+from appliance.server.grpc.wrapping import HandlerWrapping, observed
 from appliance.services.metrics import Metrics
 
 OK = "OK"
@@ -62,56 +60,23 @@ class _Measured:
         self._handler = handler
 
     def handler(self) -> grpc.RpcMethodHandler:
-        h = self._handler
-        args = (h.request_deserializer, h.response_serializer)
-        if h.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(self._unary(h.unary_unary), *args)
-        if h.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(self._unary(h.stream_unary), *args)
-        if h.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(self._stream(h.unary_stream), *args)
-        return grpc.stream_stream_rpc_method_handler(self._stream(h.stream_stream), *args)
+        return observed(self._handler, self._clock, self._ended)
 
-    def _unary(self, behaviour: Callable[[Any, Ctx], Awaitable[Any]]) -> Any:
-        async def measured(request: Any, context: Ctx) -> Any:
-            started = self._clock()
-            try:
-                response = await behaviour(request, context)
-            except BaseException as exc:
-                self._done(started, context, exc)
-                raise
-            self._done(started, context, None)
-            return response
-
-        return measured
-
-    def _stream(self, behaviour: Callable[[Any, Ctx], Any]) -> Any:
-        if not inspect.isasyncgenfunction(behaviour):  # it writes with context.write
-            return self._unary(behaviour)
-
-        async def measured(request: Any, context: Ctx) -> AsyncIterator[Any]:
-            started = self._clock()
-            try:
-                async with contextlib.aclosing(behaviour(request, context)) as responses:
-                    async for response in responses:
-                        yield response
-            except BaseException as exc:
-                self._done(started, context, exc)
-                raise
-            self._done(started, context, None)
-
-        return measured
+    def _ended(
+        self, started: float, request: Any, context: Ctx, failure: BaseException | None, _: Any
+    ) -> None:
+        self._done(started, context, failure)
 
     def _done(self, started: float, context: Ctx, failure: BaseException | None) -> None:
         self._latency.observe(self._clock() - started)
-        code = _code(context, failure)
+        code = call_code(context, failure)
         counter = self._codes.get(code)
         if counter is None:  # one of the 17 status codes: a bounded set of series
             counter = self._codes[code] = self._handled.labels(**self._labels, grpc_code=code)
         counter.inc()
 
 
-def _code(context: Ctx, failure: BaseException | None) -> str:
+def call_code(context: Ctx, failure: BaseException | None) -> str:
     """The call's status code: as set (an abort sets it); else OK, CANCELLED when the caller
     went away (its task is cancelled), or UNKNOWN for a method that raised without setting
     one (gRPC answers those with UNKNOWN)."""

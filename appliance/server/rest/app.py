@@ -13,6 +13,8 @@ from fastapi import FastAPI, Response
 
 import appliance
 from appliance.server.auth import Authenticator
+from appliance.server.rest.audit import AuditRequests
+from appliance.server.rest.audit_log import audit_router
 from appliance.server.rest.auth import caller_dependency
 from appliance.server.rest.controls import controls_router
 from appliance.server.rest.errors import install_error_handlers
@@ -64,12 +66,15 @@ def create_app(
     app.add_middleware(
         RequestGuard, auth=auth, max_body_bytes=max_body_bytes, cookie_paths=cookie_paths
     )
+    # Outside the guard: it records what the guard refuses too.
+    app.add_middleware(AuditRequests, trail=uses.audit, auth=auth, cookie_paths=cookie_paths)
     app.add_middleware(StandbyRefusal, problem=standby)
     app.include_router(jobs_router(uses.jobs, uses.bulk_cancels, caller))
     app.include_router(controls_router(uses.jobs, caller))
     app.include_router(nodes_router(uses.jobs, uses.nodes, caller))
     app.include_router(queues_router(uses.queues, uses.usage, caller))
     app.include_router(logs_router(uses.logs, caller))
+    app.include_router(audit_router(uses.audit, caller))
 
     @app.get("/healthz", tags=["health"], response_model=StatusOut)
     async def healthz() -> StatusOut:

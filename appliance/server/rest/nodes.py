@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.domain.auth import Principal
 from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
 from appliance.domain.spec import MAX_REASON
 from appliance.domain.timestamps import utc_moment
+from appliance.server.rest.audit import name_verb
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.models import Moment
@@ -111,9 +112,10 @@ def nodes_router(jobs: JobService, states: NodeService, caller: CallerDependency
 
     @router.put("/nodes/{name}/state", response_model=NodeOut)
     async def set_node_state(
-        name: NodeName, body: NodeStateIn, by: Principal | None = authenticated
+        request: Request, name: NodeName, body: NodeStateIn, by: Principal | None = authenticated
     ) -> NodeOut:
         """Admins: drain a node, set it to error or maintenance, or back to ok."""
+        name_verb(request, f"node-{body.state.value}")
         node = await states.set_state(name, body.state, body.reason, by=by)
         return _node_out(*await states.status(node.name))
 

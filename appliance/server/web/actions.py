@@ -12,6 +12,7 @@ from appliance.domain.errors import InvalidSpec, Unauthenticated
 from appliance.domain.inventory import NodeState
 from appliance.domain.spec import MAX_REASON, Priority
 from appliance.server.auth import Authenticator
+from appliance.server.rest.audit import name_verb
 from appliance.server.web.fields import labels, one_of
 from appliance.server.web.render import LOGIN, PREFIX, HtmlRoute, page
 from appliance.server.web.session import Sessions
@@ -59,6 +60,7 @@ def actions_router(
     async def set_node_state(request: Request, name: NodeName) -> Response:
         by, form = await sessions.act(request)
         wanted = one_of(form.get("state", ""), [s.value for s in NodeState], "state")
+        name_verb(request, f"node-{wanted}")
         reason = form.get("reason", "")
         if len(reason) > MAX_REASON:
             raise InvalidSpec(f"reason is longer than {MAX_REASON} characters", field="reason")
@@ -84,7 +86,7 @@ def actions_router(
         if not token or len(token) > MAX_TOKEN:
             raise InvalidSpec("paste the token `appliance token create` gave you", field="token")
         try:
-            auth.principal(f"Bearer {token}")
+            sessions.share(request, auth.principal(f"Bearer {token}"))  # who, for the audit log
         except Unauthenticated as exc:
             context = {"title": "Log in", "auth_on": auth.enabled, "refused": exc.message}
             return page(request, "login.html", context, 401)

@@ -16,6 +16,7 @@ from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from appliance.domain.errors import ApplianceError, Unauthenticated
+from appliance.server.rest.audit import refused
 from appliance.server.rest.errors import status_for
 
 log = logging.getLogger(__name__)
@@ -107,12 +108,15 @@ class HtmlRoute(APIRoute):
         async def route(request: Request) -> Response:
             try:
                 return await handler(request)
-            except Unauthenticated:
+            except Unauthenticated as exc:
+                refused(request, exc.message)  # a redirect, but a refusal for the audit log
                 return RedirectResponse(LOGIN, 303)
             except ApplianceError as exc:
                 status, _ = status_for(exc)
                 if status >= 500:
                     log.error("page %s failed: %s", request.url.path, exc.message)
+                else:
+                    refused(request, exc.message)
                 return error_page(request, status, exc.message, exc.field)
             except RequestValidationError as exc:
                 message, field = _validation_message(exc)
