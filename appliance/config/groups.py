@@ -171,3 +171,12 @@ class AuthSettings:
 
     tokens_file: Path | None = None
     replica_key_file: Path = Path(".appliance") / "replica-token.key"
+
+
+@dataclasses.dataclass(frozen=True)
+class LimitSettings:
+    """Per-user limits (domain/limits.py): on or off, and the file of an admin's defaults and
+    overrides (None: the built-in defaults), followed on change."""
+
+    enabled: bool = True
+    file: Path | None = None

@@ -18,6 +18,7 @@ from appliance.config.groups import (
     Election,
     KubeSettings,
     LeaseSettings,
+    LimitSettings,
     ModelDirSettings,
     PoolSettings,
     PreemptionPolicy,
@@ -299,6 +300,16 @@ class Settings(KubeFields, DataFields):
         default=AuthSettings.tokens_file,
         description="YAML file of hashed tokens (`appliance token create`); unset = auth off.",
     )
+    limits_enabled: bool = Field(
+        default=LimitSettings.enabled,
+        description="Per-user limits (streams, request rate, queued jobs) on; false turns "
+        "every cap off.",
+    )
+    limits_file: Path | None = Field(
+        default=LimitSettings.file,
+        description="YAML file of per-user limits: defaults and overrides per user, group and "
+        "queue (README: Per-user limits); followed on change. Unset = the built-in defaults.",
+    )
 
     @field_validator("sim_fail_at")
     @classmethod
@@ -405,6 +416,10 @@ class Settings(KubeFields, DataFields):
     def auth(self) -> AuthSettings:
         key = self.replica_token_key_file or self.data_dir / "replica-token.key"
         return AuthSettings(self.auth_tokens_file, key)
+
+    @property
+    def limits(self) -> LimitSettings:
+        return LimitSettings(self.limits_enabled, self.limits_file)
 
     def pool(self) -> list[Node]:
         """The nodes: named by the inventory file, else as many as the counts say."""

@@ -34,6 +34,7 @@ from appliance.server.grpc.authn import CLUSTER, CONTROL, Authentication
 from appliance.server.grpc.cluster import ClusterServicer
 from appliance.server.grpc.control import ReplicaControlServicer
 from appliance.server.grpc.health import HealthReporter, serve_health_and_reflection
+from appliance.server.grpc.limiting import Limiting
 from appliance.server.grpc.metrics import CallMetrics
 from appliance.server.grpc.standby import StandbyRefusal
 from appliance.server.replica_tokens import ReplicaTokens
@@ -104,6 +105,7 @@ class Coordinator:
                 CallMetrics(uses.metrics.metrics),  # first: it counts what the others refuse
                 StandbyRefusal(self.leadership.problem),
                 Authentication(self.auth, control_tokens),
+                Limiting(uses.limits),  # inside Authentication: it limits the caller
             ],
         )
         cluster = ClusterServicer(uses)

@@ -9,6 +9,7 @@ from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.health import Readiness
 from appliance.services.job_watch import JobWatch
 from appliance.services.jobs import JobService
+from appliance.services.limits import Limits
 from appliance.services.logs import LogService
 from appliance.services.metrics_scrape import MetricsScrape
 from appliance.services.nodes import NodeService
@@ -29,3 +30,4 @@ class UseCases:
     logs: LogService
     metrics: MetricsScrape
     readiness: Readiness
+    limits: Limits

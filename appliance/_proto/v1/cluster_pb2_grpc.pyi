@@ -90,6 +90,10 @@ class ClusterServiceStub:
     """Usage accounting: system-hours, MemoryX GiB-hours, jobs, queue waits, preemptions and
     restarts per user, group or queue over a time window.
     """
+    GetLimits: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetLimitsRequest, _cluster_pb2.Limits]
+    """The caller's per-user limits (streams, request rate, queued jobs) and their use of them
+    now; admins may name another user.
+    """
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -152,6 +156,10 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     GetUsage: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetUsageRequest, _cluster_pb2.UsageReport]  # type: ignore[assignment]
     """Usage accounting: system-hours, MemoryX GiB-hours, jobs, queue waits, preemptions and
     restarts per user, group or queue over a time window.
+    """
+    GetLimits: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetLimitsRequest, _cluster_pb2.Limits]  # type: ignore[assignment]
+    """The caller's per-user limits (streams, request rate, queued jobs) and their use of them
+    now; admins may name another user.
     """
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -344,6 +352,16 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_cluster_pb2.UsageReport, _abc.Awaitable[_cluster_pb2.UsageReport]]:
         """Usage accounting: system-hours, MemoryX GiB-hours, jobs, queue waits, preemptions and
         restarts per user, group or queue over a time window.
+        """
+
+    @_abc_1.abstractmethod
+    def GetLimits(
+        self,
+        request: _cluster_pb2.GetLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.Limits, _abc.Awaitable[_cluster_pb2.Limits]]:
+        """The caller's per-user limits (streams, request rate, queued jobs) and their use of them
+        now; admins may name another user.
         """
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
