@@ -14,8 +14,7 @@ from typing import Any
 import grpc
 
 from appliance.domain.auth import CLAIMED_USER_METADATA_KEY, limited_as
-from appliance.domain.limits import retry_after_seconds
-from appliance.protocol.errors import RETRY_AFTER_KEY
+from appliance.domain.errors import LimitExceeded
 from appliance.server.grpc.authn import CLUSTER, PUBLIC, caller
 from appliance.server.grpc.errors import Ctx, abort
 from appliance.server.grpc.wrapping import HandlerWrapping
@@ -75,10 +74,7 @@ class Limiting(HandlerWrapping):
         try:
             self._limits.admit_call(user, groups, "grpc")
             return self._limits.open_stream(user, groups, "grpc") if stream else None
-        except Exception as exc:
-            wait = getattr(exc, "retry_after", None)
-            if wait is not None:
-                context.set_trailing_metadata(((RETRY_AFTER_KEY, str(retry_after_seconds(wait))),))
+        except LimitExceeded as exc:  # RESOURCE_EXHAUSTED, with retry-after (errors.py)
             await abort(context, exc)
             raise  # unreachable: abort raises
 
