@@ -101,18 +101,33 @@ class TokenBucket:
 
     def level(self, now: float) -> float:
         """The tokens there are at `now` (refilled since the last look)."""
-        elapsed = max(0.0, now - self._stamp)
+        elapsed = max(0.0, now - self._stamp)  # the tokens may be owed (below 0): reserve
         self._tokens = min(float(self.burst), self._tokens + elapsed * self.rate)
         self._stamp = max(self._stamp, now)
         return self._tokens
 
+    def until_token(self, now: float) -> float:
+        """The seconds until there is a token to take (0.0: there is one)."""
+        return max(0.0, 1.0 - self.level(now)) / self.rate
+
     def take(self, now: float) -> float:
         """Take a token: 0.0 if there was one, else the seconds until there will be (nothing
         is taken then)."""
-        if self.level(now) >= 1.0:
+        wait = self.until_token(now)
+        if wait == 0.0:
             self._tokens -= 1.0
-            return 0.0
-        return (1.0 - self._tokens) / self.rate
+        return wait
+
+    def reserve(self, now: float, most: float) -> float | None:
+        """Take a token, owing it if there is none: the seconds until it is there (0.0: at
+        once), or None (nothing taken) when that would be more than `most` seconds away. So
+        calls over the rate wait in line for their tokens, as API Priority and Fairness
+        queues requests, instead of coming back at once."""
+        wait = self.until_token(now)
+        if wait > most:
+            return None
+        self._tokens -= 1.0
+        return wait
 
     def retune(self, rate: float, burst: int) -> None:
         """New caps from the limits file: the tokens held stay, bounded by the new burst."""

@@ -12,6 +12,7 @@ from starving each other, not a user who lies about their name.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import time
@@ -32,6 +33,10 @@ from appliance.domain.spec import validate_user
 from appliance.services.limits_file import LimitsFile
 from appliance.services.metrics import Metrics
 
+# A call over the rate waits for its token this long at most (its place in line) ...
+MAX_WAIT_SECONDS = 1.0
+# ... and one that would wait longer is refused after this long.
+HOLD_SECONDS = 1.0
 # The users whose buckets are kept; past it, full buckets (idle users) are dropped first.
 MAX_TRACKED_USERS = 10_000
 CountWaiting = Callable[[str], Awaitable[Mapping[str, int]]]
@@ -58,12 +63,15 @@ class Limits:
         count_waiting: CountWaiting,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        """`count_waiting(user)`: the user's jobs not yet running, by queue (the store)."""
+        """`count_waiting(user)`: the user's jobs not yet running, by queue (the store);
+        `clock` and `sleep`: the time the buckets fill in, and how a call waits on it."""
         self._source = source
         self._count_waiting = count_waiting
         self._metrics = metrics
         self._clock = clock
+        self._sleep = sleep
         self._buckets: dict[str, TokenBucket] = {}
         self._streams: collections.Counter[str] = collections.Counter()
         self._submitting: collections.Counter[str] = collections.Counter()
@@ -75,17 +83,25 @@ class Limits:
     def caps(self, user: str, groups: tuple[str, ...] = ()) -> Caps:
         return self.policy.caps_of(user, groups)
 
-    def admit_call(self, user: str, groups: tuple[str, ...], door: str) -> None:
-        """Take a token of `user`'s bucket for one call; LimitExceeded when there is none."""
+    async def admit_call(self, user: str, groups: tuple[str, ...], door: str) -> None:
+        """Take a token of `user`'s bucket for one call, waiting for it when it comes within
+        MAX_WAIT_SECONDS; else LimitExceeded, after HOLD_SECONDS: a caller that does not
+        honour Retry-After (back to back, many at once) gets its answers no faster than that,
+        so its refusals cannot take the coordinator's time from other users."""
         caps = self.caps(user, groups)
         if caps.requests_per_second is None:
             return
         now = self._clock()
         bucket = self._bucket(user, caps, now)
-        wait = bucket.take(now)
-        if wait > 0.0:
+        wait = bucket.reserve(now, MAX_WAIT_SECONDS)
+        if wait is None:
             self._refused("requests_per_second", door)
-            raise rate_refusal(user, caps, wait)
+            await self._sleep(HOLD_SECONDS)
+            raise rate_refusal(
+                user, caps, max(bucket.until_token(self._clock()), 1.0 / bucket.rate)
+            )
+        if wait > 0.0:
+            await self._sleep(wait)
 
     def open_stream(self, user: str, groups: tuple[str, ...], door: str) -> StreamSlot:
         """A slot for one long-lived stream of `user`; LimitExceeded when they hold their

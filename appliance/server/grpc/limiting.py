@@ -72,7 +72,7 @@ class Limiting(HandlerWrapping):
         claimed = dict(context.invocation_metadata() or ()).get(CLAIMED_USER_METADATA_KEY)
         user, groups = limited_as(caller(), claimed)
         try:
-            self._limits.admit_call(user, groups, "grpc")
+            await self._limits.admit_call(user, groups, "grpc")
             return self._limits.open_stream(user, groups, "grpc") if stream else None
         except LimitExceeded as exc:  # RESOURCE_EXHAUSTED, with retry-after (errors.py)
             await abort(context, exc)

@@ -44,7 +44,7 @@ class RateLimit:
         claimed = headers.get(_CLAIMED, b"").decode("latin-1")
         user, groups = limited_as(principal, claimed)
         try:
-            self.limits.admit_call(user, groups, "rest")
+            await self.limits.admit_call(user, groups, "rest")
         except LimitExceeded as exc:
             await refusal(exc)(scope, receive, send)
             return

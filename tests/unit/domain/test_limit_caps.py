@@ -24,6 +24,15 @@ def test_the_bucket_gives_a_burst_then_refills_at_its_rate() -> None:
     assert bucket.level(150.0) == pytest.approx(0.0)  # a clock stepping back gives nothing
 
 
+def test_a_reserved_token_is_owed_and_waited_for_up_to_a_bound() -> None:
+    bucket = TokenBucket(rate=10.0, burst=1, now=0.0)
+    assert bucket.reserve(0.0, most=0.25) == 0.0
+    assert bucket.reserve(0.0, most=0.25) == pytest.approx(0.1)
+    assert bucket.reserve(0.0, most=0.25) == pytest.approx(0.2)  # in line behind the last
+    assert bucket.reserve(0.0, most=0.25) is None  # 0.3 s away: nothing taken
+    assert bucket.until_token(0.3) == pytest.approx(0.0)
+
+
 def test_a_users_caps_are_their_own_then_their_most_generous_groups_then_the_defaults() -> None:
     policy = parse_limits(
         """

@@ -4,6 +4,7 @@ refusals counted, and the limits file followed on change."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -34,7 +35,12 @@ def limits_over(ctx: Context, path: Path, text: str = LIMITS) -> Limits:
     async def waiting(user: str) -> dict[str, int]:
         return await ctx.read(ctx.store.waiting_jobs_of, user)
 
-    return Limits(source, waiting, ctx.metrics, clock=clock)
+    async def sleep(seconds: float) -> None:  # time passes on the test's clock
+        assert isinstance(clock, Clock)
+        await asyncio.sleep(0)  # the others run meanwhile
+        clock.now += seconds
+
+    return Limits(source, waiting, ctx.metrics, clock=clock, sleep=sleep)
 
 
 def refusals(ctx: Context, limit: str, door: str) -> float:
@@ -44,17 +50,32 @@ def refusals(ctx: Context, limit: str, door: str) -> float:
     return value or 0.0
 
 
-async def test_each_user_has_a_bucket_of_their_own(ctx: Context, tmp_path: Path) -> None:
+async def test_each_user_has_a_bucket_and_waits_in_line_for_its_tokens(
+    ctx: Context, tmp_path: Path
+) -> None:
     limits, clock = limits_over(ctx, tmp_path / "limits.yaml"), ctx.clock
     assert isinstance(clock, Clock)
-    limits.admit_call("alice", (), "grpc")
-    limits.admit_call("alice", (), "grpc")
-    with pytest.raises(LimitExceeded, match="alice is over the request rate limit") as info:
-        limits.admit_call("alice", (), "grpc")
-    assert info.value.retry_after == pytest.approx(1.0)
-    limits.admit_call("bob", (), "grpc")  # bob's bucket is his own
-    clock.now += 1.0
-    limits.admit_call("alice", (), "rest")
+    start = clock.now
+    await limits.admit_call("alice", (), "grpc")
+    await limits.admit_call("alice", (), "grpc")  # her burst of 2, at once
+    assert clock.now == start
+    await limits.admit_call("alice", (), "grpc")  # the next token comes in 1 s: she waits
+    assert clock.now == pytest.approx(start + 1.0)
+    await limits.admit_call("bob", (), "grpc")  # bob's bucket is his own
+    assert clock.now == pytest.approx(start + 1.0)
+    await limits.admit_call("alice", (), "rest")  # owed: her next token is 1 s away
+    assert clock.now == pytest.approx(start + 2.0)
+    # Two calls at once, each waiting for a token 1 s apart: the second would wait 2 s, more
+    # than MAX_WAIT_SECONDS, and is refused after HOLD_SECONDS.
+    first, second = await asyncio.gather(
+        limits.admit_call("alice", (), "grpc"),
+        limits.admit_call("alice", (), "grpc"),
+        return_exceptions=True,
+    )
+    assert first is None
+    assert isinstance(second, LimitExceeded)
+    assert second.message.startswith("alice is over the request rate limit (1 requests")
+    assert second.retry_after > 0
     assert refusals(ctx, "requests_per_second", "grpc") == 1
 
 
