@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from appliance.domain.auth import bearer_metadata
+from appliance.domain.auth import CLAIMED_USER_METADATA_KEY, bearer_metadata
 
 
 class _Details(NamedTuple):
@@ -23,11 +23,13 @@ class _Details(NamedTuple):
 
 
 class TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
-    def __init__(self, token: str) -> None:
-        self._header = bearer_metadata(token)
+    def __init__(self, token: str | None, user: str = "") -> None:
+        self._headers = [bearer_metadata(token)] if token else []
+        if user:  # whose per-user limits count the call while authentication is off
+            self._headers.append((CLAIMED_USER_METADATA_KEY, user))
 
     def _with_token(self, details: grpc.ClientCallDetails) -> _Details:
-        metadata = [*(details.metadata or ()), self._header]
+        metadata = [*(details.metadata or ()), *self._headers]
         return _Details(
             details.method, details.timeout, metadata, details.credentials,
             getattr(details, "wait_for_ready", None), getattr(details, "compression", None),
@@ -44,6 +46,9 @@ class TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientI
         return continuation(self._with_token(details), request)
 
 
-def with_token(channel: grpc.Channel, token: str | None) -> grpc.Channel:
-    """The channel, sending `token` with every call when one is given."""
-    return grpc.intercept_channel(channel, TokenInterceptor(token)) if token else channel
+def with_token(channel: grpc.Channel, token: str | None, user: str = "") -> grpc.Channel:
+    """The channel, sending `token` with every call when one is given, and `user` as the user
+    it claims to be (what the coordinator goes by while authentication is off)."""
+    if not token and not user:
+        return channel
+    return grpc.intercept_channel(channel, TokenInterceptor(token, user))

@@ -15,6 +15,7 @@ from appliance.domain.audit import MAX_PAGE, AuditEvent, AuditQuery
 from appliance.domain.bulk_cancel import BulkCancelResult, CancelSelection, parse_phases
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeEvent, NodeState
+from appliance.domain.limits import LimitsReport
 from appliance.domain.phases import Phase
 from appliance.domain.queues import QueueStatus
 from appliance.domain.selectors import parse_selector
@@ -22,6 +23,7 @@ from appliance.domain.spec import validate_labels
 from appliance.domain.usage import UsageQuery, UsageRow
 from appliance.protocol.audit import event_from_pb, query_to_pb
 from appliance.protocol.cancels import result_from_pb, selection_to_pb
+from appliance.protocol.limits import limits_from_pb
 from appliance.protocol.queues import queue_from_pb, usage_from_pb
 
 _T = TypeVar("_T")
@@ -91,6 +93,12 @@ class ClusterCalls:
         request = cluster_pb2.GetNodeEventsRequest(name=name)
         response = self._call(self._stub.GetNodeEvents, request)
         return [node_event_from_pb(e) for e in response.events]
+
+    def limits(self, user: str = "") -> LimitsReport:
+        """The caller's per-user limits (streams, request rate, queued jobs) and what they use
+        of them now; admins may name another `user`."""
+        request = cluster_pb2.GetLimitsRequest(user=user)
+        return limits_from_pb(self._call(self._stub.GetLimits, request))
 
     def queues(self) -> list[QueueStatus]:
         """Every queue: quota, what it holds, borrows and lends, its jobs and fair share."""

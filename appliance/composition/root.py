@@ -34,6 +34,8 @@ from appliance.services.health import Readiness
 from appliance.services.job_watch import JobWatch
 from appliance.services.jobs import Blocking, JobService
 from appliance.services.leadership import Leadership
+from appliance.services.limits import Limits
+from appliance.services.limits_file import LimitsFile, LimitsFileError
 from appliance.services.logs import LogService
 from appliance.services.metrics_scrape import MetricsScrape
 from appliance.services.model_dirs import ModelDirs
@@ -171,6 +173,21 @@ async def wire(s: Settings, runtime: Runtime = Runtime(), *, elected: bool = Fal
     return parts
 
 
+def per_user_limits(s: Settings, ctx: Context, *, serving: bool) -> Limits:
+    """The per-user limits of the settings (off in a simulation: a trace's users are not
+    limited); StartupError naming the field of a limits file that cannot be used."""
+    group = s.limits
+    try:
+        source = LimitsFile(group.file, enabled=group.enabled and serving)
+    except LimitsFileError as exc:
+        raise StartupError(str(exc)) from None
+
+    async def count_waiting(user: str) -> dict[str, int]:
+        return await ctx.read(ctx.store.waiting_jobs_of, user)
+
+    return Limits(source, count_waiting, ctx.metrics)
+
+
 async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) -> Parts:
     restarts, preemption = s.restarts, s.preemption
     sink = _audit_sink(s)  # before anything that would need closing if it cannot be opened
@@ -183,9 +200,11 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
     queues = QueueService(ctx, s.scheduler)
     nodes = NodeService(ctx, restarts, preemption)
     data_dirs = DataDirs(model_dirs, s.data_dirs.allowed, shared=backend.shares_data_dirs)
+    limits = per_user_limits(s, ctx, serving=runtime.serving)
     jobs = JobService(
         ctx, model_dirs, queues, blocking=runtime.blocking,
         chooses_checkpoints=backend.writes_model_dirs, data_dirs=data_dirs,
+        limits=limits if runtime.serving else None,
     )  # fmt: skip
     uses = UseCases(
         jobs=jobs,
@@ -199,6 +218,7 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
         metrics=MetricsScrape(ctx),
         readiness=Readiness(ctx, backend),
         audit=AuditTrail(ctx, s.audit, sink),
+        limits=limits,
     )
     reconciler = Reconciler(
         ctx, backend, replicas, runtime.sweep_interval, model_dirs,

@@ -183,3 +183,12 @@ class AuditSettings:
     level: AuditLevel = AuditLevel.METADATA
     file: str | None = None
     retention_days: float = 90.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LimitSettings:
+    """Per-user limits (domain/limits.py): on or off, and the file of an admin's defaults and
+    overrides (None: the built-in defaults), followed on change."""
+
+    enabled: bool = True
+    file: Path | None = None

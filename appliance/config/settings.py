@@ -19,6 +19,7 @@ from appliance.config.groups import (
     Election,
     KubeSettings,
     LeaseSettings,
+    LimitSettings,
     ModelDirSettings,
     PoolSettings,
     PreemptionPolicy,
@@ -320,6 +321,16 @@ class Settings(KubeFields, DataFields, TlsFields):
         le=36_500,
         description="Days audit records are kept in the store (pruned hourly); 0 = for ever.",
     )
+    limits_enabled: bool = Field(
+        default=LimitSettings.enabled,
+        description="Per-user limits (streams, request rate, queued jobs) on; false turns "
+        "every cap off.",
+    )
+    limits_file: Path | None = Field(
+        default=LimitSettings.file,
+        description="YAML file of per-user limits: defaults and overrides per user, group and "
+        "queue (README: Per-user limits); followed on change. Unset = the built-in defaults.",
+    )
 
     @field_validator("sim_fail_at")
     @classmethod
@@ -438,6 +449,10 @@ class Settings(KubeFields, DataFields, TlsFields):
     @property
     def audit(self) -> AuditSettings:
         return AuditSettings(self.audit_level, self.audit_file, self.audit_retention_days)
+
+    @property
+    def limits(self) -> LimitSettings:
+        return LimitSettings(self.limits_enabled, self.limits_file)
 
     def pool(self) -> list[Node]:
         """The nodes: named by the inventory file, else as many as the counts say."""

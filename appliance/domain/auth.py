@@ -11,6 +11,7 @@ the list view shows, as the real csctl gives everyone.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -23,6 +24,10 @@ from appliance.domain.spec import JobSpec, Priority
 ANONYMOUS_USER = "anonymous"
 # The gRPC metadata key of a caller's bearer token: users' tokens, and replicas' per-job tokens.
 AUTH_METADATA_KEY = "authorization"
+# Who a caller says it is while authentication is off (gRPC metadata; REST's header is
+# X-Appliance-User): per-user limits count its calls as that user's (services/limits.py).
+CLAIMED_USER_METADATA_KEY = "appliance-user"
+CLAIMED_USER_HEADER = "x-appliance-user"
 # The environment variable that carries a job's replica token into each of its replicas.
 REPLICA_TOKEN_ENV = "APPLIANCE_REPLICA_TOKEN"
 # The environment variable that carries a job's data-plane token: every call between the
@@ -45,6 +50,19 @@ class Principal:
     user: str
     groups: tuple[str, ...] = ()
     admin: bool = False
+
+
+def limited_as(principal: Principal | None, claimed: str | None) -> tuple[str, tuple[str, ...]]:
+    """Whose limits a call counts against: its principal's (authentication on), else the user
+    it claims (a valid name; else anonymous)."""
+    if principal is not None:
+        return principal.user, principal.groups
+    if claimed and len(claimed) <= 253 and _CLAIMED_RE.match(claimed):
+        return claimed, ()
+    return ANONYMOUS_USER, ()
+
+
+_CLAIMED_RE = re.compile(r"^[A-Za-z0-9_.@-]+$")
 
 
 def may_act_on(principal: Principal | None, owner: str, owner_groups: Sequence[str]) -> bool:

@@ -57,3 +57,13 @@ def stale_attempt(job_id: str, attempt: int, current: int) -> Conflict:
         f"attempt {attempt} of job {job_id} is over (the job is on attempt {current}); "
         "a replica of an earlier attempt stops"
     )
+
+
+class LimitExceeded(ApplianceError):
+    """The caller is over one of their per-user limits (domain/limits.py): `limit` names it,
+    `retry_after` is the seconds after which the same call may pass."""
+
+    def __init__(self, message: str, *, limit: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after = retry_after

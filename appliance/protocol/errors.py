@@ -7,6 +7,8 @@ import grpc
 from appliance.domain import errors
 
 FIELD_KEY = "appliance-error-field"
+# Seconds after which a call refused over a per-user limit may pass (server/grpc/limiting.py).
+RETRY_AFTER_KEY = "retry-after"
 
 # Most specific first: InsufficientCapacity is an InvalidSpec.
 TO_CODE: tuple[tuple[type[errors.ApplianceError], grpc.StatusCode], ...] = (
@@ -17,6 +19,7 @@ TO_CODE: tuple[tuple[type[errors.ApplianceError], grpc.StatusCode], ...] = (
     (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
     (errors.DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.LimitExceeded, grpc.StatusCode.RESOURCE_EXHAUSTED),
 )
 _FROM_CODE = {code: cls for cls, code in TO_CODE}
 
@@ -47,11 +50,17 @@ def error_from_rpc(
             f"cannot reach the appliance at {address}; is `appliance serve` running there? "
             "(set --server or CSCTL_SERVER)"
         )
-    field = None
+    field, retry_after = None, ""
     if isinstance(exc, grpc.Call):
         for key, value in exc.trailing_metadata() or ():
             if key == FIELD_KEY:
                 field = str(value)
+            elif key == RETRY_AFTER_KEY:
+                retry_after = str(value)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        wait = float(retry_after) if retry_after.isdigit() and len(retry_after) < 8 else 1.0
+        message = details or "request refused: over a limit"
+        return errors.LimitExceeded(message, limit="", retry_after=wait)
     cls = _FROM_CODE.get(code, errors.ApplianceError)
     return cls(details or f"request failed: {code.name}", field=field)
 

@@ -36,6 +36,7 @@ from appliance.server.grpc.authn import CLUSTER, CONTROL, Authentication
 from appliance.server.grpc.cluster import ClusterServicer
 from appliance.server.grpc.control import ReplicaControlServicer
 from appliance.server.grpc.health import HealthReporter, serve_health_and_reflection
+from appliance.server.grpc.limiting import Limiting
 from appliance.server.grpc.metrics import CallMetrics
 from appliance.server.grpc.standby import StandbyRefusal
 from appliance.server.replica_tokens import ReplicaTokens
@@ -110,6 +111,7 @@ class Coordinator:
                 StandbyRefusal(self.leadership.problem),
                 AuditCalls(uses.audit, self.auth.enabled),  # around authentication: its refusals
                 Authentication(self.auth, control_tokens),
+                Limiting(uses.limits),  # inside Authentication: it limits the caller
             ],
         )
         cluster = ClusterServicer(uses)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -44,6 +45,7 @@ from appliance.services.data_dirs import DataDirs
 from appliance.services.job_curves import read_curves
 from appliance.services.job_views import JobViewCache
 from appliance.services.kept_renderings import Keeping
+from appliance.services.limits import Limits
 from appliance.services.listing import JobListing
 from appliance.services.metrics import Door
 from appliance.services.model_dirs import ModelDirs
@@ -78,6 +80,7 @@ class JobService:
         blocking: Blocking = asyncio.to_thread,
         chooses_checkpoints: bool = True,
         data_dirs: DataDirs | None = None,
+        limits: Limits | None = None,
     ) -> None:
         """`model_dirs`: where submits place the jobs' model dirs; `queues`: the queue use cases
         a submit is checked against; `blocking`: how a call that touches the disk is run off
@@ -85,7 +88,8 @@ class JobService:
         `chooses_checkpoints`: whether a submit chooses the checkpoint a job starts from
         (services/checkpoint_choice.py: the backend's replicas write model dirs seen here);
         `data_dirs`: how a submit checks the data sets a job reads (default: under the model
-        dirs' owners' directories only, not checked on disk)."""
+        dirs' owners' directories only, not checked on disk); `limits`: the per-user caps a
+        submit is checked against (jobs waiting to run; None: none)."""
         self._ctx = ctx
         self._batcher = SubmitBatcher(ctx)
         self._cancels = CancelBatcher(ctx)
@@ -96,6 +100,7 @@ class JobService:
         self.data_dirs = data_dirs or DataDirs(model_dirs, shared=False)
         self._chooses_checkpoints = chooses_checkpoints
         self._queues = queues or QueueService(ctx)
+        self._limits = limits
 
     async def submit(
         self,
@@ -126,6 +131,27 @@ class JobService:
             check_may_submit(by, spec)
             user = by.user
         validate_user(user)
+        groups = by.groups if by is not None else ()
+        limited = (
+            self._limits.submitting(user, groups, spec.queue, door)
+            if self._limits is not None
+            else contextlib.nullcontext()
+        )
+        async with limited:  # the user's cap of jobs waiting to run
+            return await self._submit(
+                spec, user, lease_seconds, lease_holder, by, door, refuse_never_runs
+            )
+
+    async def _submit(
+        self,
+        spec: JobSpec,
+        user: str,
+        lease_seconds: float,
+        lease_holder: str,
+        by: Principal | None,
+        door: Door,
+        refuse_never_runs: bool,
+    ) -> Job:
         queue = await self._queues.check_submit(spec.queue, by)
         await self._check_dependencies(spec)
         if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:

@@ -30,6 +30,8 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 WAIT_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0)
 ROLES = frozenset(role.value for role in Role)
+LIMITS = ("streams", "requests_per_second", "queued_jobs", "queued_jobs_per_queue")
+LIMIT_DOORS = ("grpc", "rest", "web", "internal")
 
 
 class Metrics:
@@ -113,6 +115,25 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        refusals = Counter(
+            "appliance_limit_refusals",
+            "Calls refused because their user was over a per-user limit (services/limits.py), "
+            "by limit (streams, requests_per_second, queued_jobs, queued_jobs_per_queue) and "
+            "door (grpc, rest, web).",
+            ["limit", "door"],
+            registry=r,
+        )
+        self._refusals = {
+            (limit, door): refusals.labels(limit=limit, door=door)
+            for limit in LIMITS
+            for door in LIMIT_DOORS
+        }
+        self.streams_open = Gauge(
+            "appliance_user_streams_open",
+            "Long-lived streams open (watches, followed logs, event streams, dashboard feeds), "
+            "every user's; each user's are capped.",
+            registry=r,
+        )
         # Read at scrape time (services/metrics_scrape.py).
         self.jobs = Gauge("appliance_jobs", "Jobs in the store by phase.", ["phase"], registry=r)
         self.queued = Gauge(
@@ -155,6 +176,13 @@ class Metrics:
 
     def submitted(self, door: Door) -> None:
         self._submitted[door].inc()
+
+    def limit_refused(self, limit: str, door: str) -> None:
+        """A call over a per-user limit was refused (a known limit and door, else not counted:
+        a series is never made from a caller's words)."""
+        counter = self._refusals.get((limit, door))
+        if counter is not None:
+            counter.inc()
 
     def requeue_asked(self, *, preemption: bool) -> None:
         (self._preempted if preemption else self._restarted).inc()

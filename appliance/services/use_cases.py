@@ -10,6 +10,7 @@ from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.health import Readiness
 from appliance.services.job_watch import JobWatch
 from appliance.services.jobs import JobService
+from appliance.services.limits import Limits
 from appliance.services.logs import LogService
 from appliance.services.metrics_scrape import MetricsScrape
 from appliance.services.nodes import NodeService
@@ -31,3 +32,4 @@ class UseCases:
     metrics: MetricsScrape
     readiness: Readiness
     audit: AuditTrail
+    limits: Limits

@@ -11,6 +11,7 @@ from sqlalchemy import bindparam, func, select
 
 from appliance.domain.errors import job_not_found
 from appliance.domain.job import Job, JobEvent, Replica
+from appliance.domain.limits import WAITING
 from appliance.domain.phases import Phase
 from appliance.store.attempts import AttemptStore
 from appliance.store.backlog import BacklogStore
@@ -43,6 +44,18 @@ class JobReadStore(BacklogStore, DependencyStore, AttemptStore):
         with self._sessions() as s:
             rows = s.execute(select(JobRow.phase, func.count()).group_by(JobRow.phase))
             return {Phase(phase): int(count) for phase, count in rows}
+
+    def waiting_jobs_of(self, user: str) -> dict[str, int]:
+        """`user`'s jobs submitted and not yet running (domain/limits.py WAITING), by queue
+        (an index scan of ix_jobs_user: a user's jobs, not the whole table)."""
+        phases = [p.value for p in WAITING]
+        with self._sessions() as s:
+            rows = s.execute(
+                select(JobRow.queue, func.count())
+                .where(JobRow.user == user, JobRow.phase.in_(phases))
+                .group_by(JobRow.queue)
+            )
+            return {str(queue): int(count) for queue, count in rows}
 
     def get_job(self, job_id: str, *, with_replicas: bool = True) -> Job:
         return self.get_job_version(job_id, with_replicas=with_replicas)[0]

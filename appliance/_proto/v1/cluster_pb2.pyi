@@ -1894,3 +1894,150 @@ class ListAuditEventsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListAuditEventsResponse: _TypeAlias = ListAuditEventsResponse  # noqa: Y015
+
+@_typing.final
+class GetLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    """Another user's limits (admins); empty: the caller's."""
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLimitsRequest: _TypeAlias = GetLimitsRequest  # noqa: Y015
+
+@_typing.final
+class LimitCaps(_message.Message):
+    """A user's caps; each optional field unset is unlimited."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAMS_FIELD_NUMBER: _builtins.int
+    REQUESTS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    BURST_FIELD_NUMBER: _builtins.int
+    QUEUED_JOBS_FIELD_NUMBER: _builtins.int
+    streams: _builtins.int
+    requests_per_second: _builtins.float
+    burst: _builtins.int
+    queued_jobs: _builtins.int
+    def __init__(
+        self,
+        *,
+        streams: _builtins.int | None = ...,
+        requests_per_second: _builtins.float | None = ...,
+        burst: _builtins.int = ...,
+        queued_jobs: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_queued_jobs", b"_queued_jobs", "_requests_per_second", b"_requests_per_second", "_streams", b"_streams", "queued_jobs", b"queued_jobs", "requests_per_second", b"requests_per_second", "streams", b"streams"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queued_jobs", b"_queued_jobs", "_requests_per_second", b"_requests_per_second", "_streams", b"_streams", "burst", b"burst", "queued_jobs", b"queued_jobs", "requests_per_second", b"requests_per_second", "streams", b"streams"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__queued_jobs: _TypeAlias = _typing.Literal["queued_jobs"]  # noqa: Y015
+    _WhichOneofArgType__queued_jobs: _TypeAlias = _typing.Literal["_queued_jobs", b"_queued_jobs"]  # noqa: Y015
+    _WhichOneofReturnType__requests_per_second: _TypeAlias = _typing.Literal["requests_per_second"]  # noqa: Y015
+    _WhichOneofArgType__requests_per_second: _TypeAlias = _typing.Literal["_requests_per_second", b"_requests_per_second"]  # noqa: Y015
+    _WhichOneofReturnType__streams: _TypeAlias = _typing.Literal["streams"]  # noqa: Y015
+    _WhichOneofArgType__streams: _TypeAlias = _typing.Literal["_streams", b"_streams"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__queued_jobs) -> _WhichOneofReturnType__queued_jobs | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__requests_per_second) -> _WhichOneofReturnType__requests_per_second | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__streams) -> _WhichOneofReturnType__streams | None: ...
+
+Global___LimitCaps: _TypeAlias = LimitCaps  # noqa: Y015
+
+@_typing.final
+class Limits(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class QueuedByQueueEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class QueueCapsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    USER_FIELD_NUMBER: _builtins.int
+    ENABLED_FIELD_NUMBER: _builtins.int
+    CAPS_FIELD_NUMBER: _builtins.int
+    STREAMS_OPEN_FIELD_NUMBER: _builtins.int
+    REQUESTS_LEFT_FIELD_NUMBER: _builtins.int
+    QUEUED_BY_QUEUE_FIELD_NUMBER: _builtins.int
+    QUEUE_CAPS_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    enabled: _builtins.bool
+    """False: per-user limits are off on this appliance."""
+    streams_open: _builtins.int
+    requests_left: _builtins.float
+    """Tokens in the user's request bucket now."""
+    @_builtins.property
+    def caps(self) -> Global___LimitCaps: ...
+    @_builtins.property
+    def queued_by_queue(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The user's jobs waiting to run (not yet RUNNING), by queue."""
+
+    @_builtins.property
+    def queue_caps(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Queues with a cap of jobs one user may have waiting in them."""
+
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        enabled: _builtins.bool = ...,
+        caps: Global___LimitCaps | None = ...,
+        streams_open: _builtins.int = ...,
+        requests_left: _builtins.float = ...,
+        queued_by_queue: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        queue_caps: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caps", b"caps"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caps", b"caps", "enabled", b"enabled", "queue_caps", b"queue_caps", "queued_by_queue", b"queued_by_queue", "requests_left", b"requests_left", "streams_open", b"streams_open", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Limits: _TypeAlias = Limits  # noqa: Y015

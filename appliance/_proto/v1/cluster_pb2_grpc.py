@@ -150,6 +150,11 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.ListAuditEventsRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.ListAuditEventsResponse.FromString,
                 _registered_method=True)
+        self.GetLimits = channel.unary_unary(
+                '/appliance.v1.ClusterService/GetLimits',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.GetLimitsRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.Limits.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -323,6 +328,14 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLimits(self, request, context):
+        """The caller's per-user limits (streams, request rate, queued jobs) and their use of them
+        now; admins may name another user.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -440,6 +453,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.ListAuditEvents,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.ListAuditEventsRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.ListAuditEventsResponse.SerializeToString,
+            ),
+            'GetLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLimits,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.GetLimitsRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.Limits.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1064,6 +1082,33 @@ class ClusterService:
             '/appliance.v1.ClusterService/ListAuditEvents',
             appliance_dot_v1_dot_cluster__pb2.ListAuditEventsRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.ListAuditEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/GetLimits',
+            appliance_dot_v1_dot_cluster__pb2.GetLimitsRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.Limits.FromString,
             options,
             channel_credentials,
             insecure,

@@ -92,6 +92,10 @@ class ClusterServiceStub:
     """
     ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ListAuditEventsRequest, _cluster_pb2.ListAuditEventsResponse]
     """Admins: the audit log, newest first (every mutating call and every refusal, #36)."""
+    GetLimits: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetLimitsRequest, _cluster_pb2.Limits]
+    """The caller's per-user limits (streams, request rate, queued jobs) and their use of them
+    now; admins may name another user.
+    """
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -157,6 +161,10 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     """
     ListAuditEvents: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ListAuditEventsRequest, _cluster_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
     """Admins: the audit log, newest first (every mutating call and every refusal, #36)."""
+    GetLimits: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetLimitsRequest, _cluster_pb2.Limits]  # type: ignore[assignment]
+    """The caller's per-user limits (streams, request rate, queued jobs) and their use of them
+    now; admins may name another user.
+    """
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     """Cluster management: what csctl, the Python client and programs call."""
@@ -357,5 +365,15 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.ListAuditEventsResponse, _abc.Awaitable[_cluster_pb2.ListAuditEventsResponse]]:
         """Admins: the audit log, newest first (every mutating call and every refusal, #36)."""
+
+    @_abc_1.abstractmethod
+    def GetLimits(
+        self,
+        request: _cluster_pb2.GetLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.Limits, _abc.Awaitable[_cluster_pb2.Limits]]:
+        """The caller's per-user limits (streams, request rate, queued jobs) and their use of them
+        now; admins may name another user.
+        """
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

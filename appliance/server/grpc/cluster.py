@@ -8,7 +8,7 @@ from typing import Any
 import appliance
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.domain.audit import next_token
-from appliance.domain.auth import ANONYMOUS_USER, Principal
+from appliance.domain.auth import ANONYMOUS_USER, CLAIMED_USER_METADATA_KEY, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
@@ -18,6 +18,7 @@ from appliance.domain.spec import validate_labels
 from appliance.domain.spec_document import spec_values
 from appliance.protocol import audit, convert
 from appliance.protocol.cancels import result_to_pb, selection_from_pb
+from appliance.protocol.limits import limits_to_pb
 from appliance.protocol.queues import queue_to_pb, usage_to_pb
 from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
@@ -40,6 +41,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.bulk_cancels = uses.bulk_cancels
         self.job_watch = uses.job_watch
         self.audit = uses.audit
+        self.limits = uses.limits
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED, summaries.KEEPING)
 
     @unary
@@ -252,6 +254,12 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
             events=[audit.event_to_pb(e) for e in events],
             next_page_token=next_token(query, events),
         )
+
+    async def GetLimits(
+        self, request: cluster_pb2.GetLimitsRequest, context: Ctx
+    ) -> cluster_pb2.Limits:
+        claimed = dict(context.invocation_metadata() or ()).get(CLAIMED_USER_METADATA_KEY)
+        return limits_to_pb(await self.limits.report_for(caller(), claimed, request.user))
 
 
 _QUEUE_FIELDS = (

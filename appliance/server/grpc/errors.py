@@ -9,8 +9,9 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
-from appliance.domain.errors import ApplianceError
-from appliance.protocol.errors import FIELD_KEY, code_for
+from appliance.domain.errors import ApplianceError, LimitExceeded
+from appliance.domain.limits import retry_after_seconds
+from appliance.protocol.errors import FIELD_KEY, RETRY_AFTER_KEY, code_for
 
 log = logging.getLogger(__name__)
 Req = TypeVar("Req")
@@ -24,6 +25,9 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], exc: Exception) -> 
     if isinstance(exc, ApplianceError):
         if exc.field:
             context.set_trailing_metadata(((FIELD_KEY, exc.field),))
+        elif isinstance(exc, LimitExceeded):  # when the same call may pass
+            wait = str(retry_after_seconds(exc.retry_after))
+            context.set_trailing_metadata(((RETRY_AFTER_KEY, wait),))
         await context.abort(code_for(exc), exc.message)
     log.exception("internal error", exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the coordinator's log")

@@ -20,6 +20,8 @@ from appliance.server.rest.controls import controls_router
 from appliance.server.rest.errors import install_error_handlers
 from appliance.server.rest.guard import RequestGuard
 from appliance.server.rest.jobs import jobs_router
+from appliance.server.rest.limiting import RateLimit
+from appliance.server.rest.limits import limits_router
 from appliance.server.rest.logs import logs_router
 from appliance.server.rest.metrics import LatencyMiddleware
 from appliance.server.rest.models import ReadyOut, StatusOut
@@ -68,13 +70,16 @@ def create_app(
     )
     # Outside the guard: it records what the guard refuses too.
     app.add_middleware(AuditRequests, trail=uses.audit, auth=auth, cookie_paths=cookie_paths)
+    app.add_middleware(RateLimit, auth=auth, limits=uses.limits)  # before a body is read
     app.add_middleware(StandbyRefusal, problem=standby)
-    app.include_router(jobs_router(uses.jobs, uses.bulk_cancels, caller))
+    app.include_router(jobs_router(uses.jobs, uses.bulk_cancels, caller, uses.limits))
     app.include_router(controls_router(uses.jobs, caller))
     app.include_router(nodes_router(uses.jobs, uses.nodes, caller))
     app.include_router(queues_router(uses.queues, uses.usage, caller))
     app.include_router(logs_router(uses.logs, caller))
     app.include_router(audit_router(uses.audit, caller))
+    app.include_router(logs_router(uses.logs, caller, uses.limits))
+    app.include_router(limits_router(uses.limits, caller))
 
     @app.get("/healthz", tags=["health"], response_model=StatusOut)
     async def healthz() -> StatusOut:

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from appliance.domain import errors
+from appliance.domain.limits import retry_after_seconds
 from appliance.server.rest.models import ErrorDetail, ErrorOut
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ TO_STATUS: tuple[tuple[type[errors.ApplianceError], int, str], ...] = (
     (errors.Conflict, 409, "conflict"),
     (errors.Unavailable, 503, "unavailable"),
     (errors.DeadlineExceeded, 504, "deadline_exceeded"),
+    (errors.LimitExceeded, 429, "too_many_requests"),
 )
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 
@@ -48,6 +50,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
         "the field).",
     },
     500: {"model": ErrorOut, "description": "Internal error (details in the server log)."},
+    429: {
+        "model": ErrorOut,
+        "description": "The caller is over a per-user limit (request rate, streams, queued "
+        "jobs; the message names it); retry after the Retry-After header's seconds.",
+    },
     503: {"model": ErrorOut, "description": "The store cannot be reached; retry later."},
 }
 
@@ -78,7 +85,10 @@ async def _appliance_error(request: Request, exc: Exception) -> JSONResponse:
     status, code = status_for(exc)
     if status >= 500:
         log.error("request failed: %s", exc.message)
-    return error_response(status, code, exc.message, exc.field)
+    headers = None
+    if isinstance(exc, errors.LimitExceeded):
+        headers = {"Retry-After": str(retry_after_seconds(exc.retry_after))}
+    return error_response(status, code, exc.message, exc.field, headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

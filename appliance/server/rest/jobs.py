@@ -20,6 +20,7 @@ from appliance.domain.timestamps import utc_moment
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.events import MEDIA_TYPE, sse_stream
+from appliance.server.rest.limiting import holding, open_stream
 from appliance.server.rest.models import (
     CancelJobsOut,
     CancelOut,
@@ -32,6 +33,7 @@ from appliance.server.rest.models import (
 from appliance.server.rest.requests import CancelIn, CancelJobsIn, JobSubmitIn
 from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.jobs import JobService
+from appliance.services.limits import Limits
 
 JobId = Annotated[str, Path(description="The job's name, wsjob-<id>.", max_length=64)]
 
@@ -41,7 +43,12 @@ def _json(model: BaseModel, status: int = 200, headers: dict[str, str] | None = 
     return Response(model.model_dump_json(), status, headers, media_type="application/json")
 
 
-def jobs_router(jobs: JobService, bulk_cancels: BulkCancel, caller: CallerDependency) -> APIRouter:
+def jobs_router(
+    jobs: JobService,
+    bulk_cancels: BulkCancel,
+    caller: CallerDependency,
+    limits: Limits | None = None,
+) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=ERROR_RESPONSES)
     authenticated = Depends(caller)  # the caller, or None while authentication is off
     # Summaries rendered once per version; one page of the largest size stays cached.
@@ -150,13 +157,17 @@ def jobs_router(jobs: JobService, bulk_cancels: BulkCancel, caller: CallerDepend
             str | None, Header(description="SSE resume: the last `id` seen.", max_length=20)
         ] = None,
         authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+        x_appliance_user: Annotated[str | None, Header(include_in_schema=False)] = None,
         by: Principal | None = authenticated,
     ) -> StreamingResponse:
         """Recorded events, then live ones, until the job is terminal (like gRPC WatchJob). A
-        token revoked meanwhile ends the stream with an `error` event."""
+        token revoked meanwhile ends the stream with an `error` event. A stream holds one of
+        its user's stream slots while it lasts (429 when they hold their limit)."""
         after = max(after_seq, _resume_seq(last_event_id))
         await jobs.get(job_id)  # unknown jobs fail with 404 before the stream starts
         stream = sse_stream(jobs.watch(job_id, after), lambda: caller(authorization))
+        if limits is not None:
+            stream = holding(open_stream(limits, by, x_appliance_user), stream)
         return StreamingResponse(
             stream, media_type=MEDIA_TYPE, headers={"Cache-Control": "no-cache"}
         )

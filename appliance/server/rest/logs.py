@@ -17,7 +17,9 @@ from appliance.domain.errors import ApplianceError
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.events import Idle, rechecked
+from appliance.server.rest.limiting import holding, open_stream
 from appliance.services.jobs import check_job_id
+from appliance.services.limits import Limits
 from appliance.services.logs import LogService
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,9 @@ MEDIA_TYPE = "text/plain; charset=utf-8"
 JobId = Annotated[str, Path(description="The job's name, wsjob-<id>.", max_length=64)]
 
 
-def logs_router(logs: LogService, caller: CallerDependency) -> APIRouter:
+def logs_router(
+    logs: LogService, caller: CallerDependency, limits: Limits | None = None
+) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=ERROR_RESPONSES)
     authenticated = Depends(caller)
 
@@ -66,15 +70,20 @@ def logs_router(logs: LogService, caller: CallerDependency) -> APIRouter:
             ),
         ] = None,
         authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+        x_appliance_user: Annotated[str | None, Header(include_in_schema=False)] = None,
         by: Principal | None = authenticated,
     ) -> StreamingResponse:
         """A job's replica logs (what `csctl logs` prints), with the authorization of gRPC
-        GetJobLogs: the job's owner, their group, or an admin, while authentication is on."""
+        GetJobLogs: the job's owner, their group, or an admin, while authentication is on. A
+        followed log holds one of its user's stream slots (429 when they hold their limit)."""
         check_job_id(job_id)
         await logs.check(job_id, replica, by=by)  # an error is a status, before any line
         chunks = logs.read(job_id, replica, follow, by=by, tail=tail)
+        body = _lines(chunks, lambda: caller(authorization), prefixed=not replica)
+        if follow and limits is not None:
+            body = holding(open_stream(limits, by, x_appliance_user), body)
         return StreamingResponse(
-            _lines(chunks, lambda: caller(authorization), prefixed=not replica),
+            body,
             media_type=MEDIA_TYPE,
             headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
         )

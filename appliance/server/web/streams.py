@@ -14,9 +14,11 @@ from fastapi.responses import StreamingResponse
 
 from appliance.domain.auth import Principal
 from appliance.server.rest.events import MEDIA_TYPE, sse_stream
+from appliance.server.rest.limiting import holding, open_stream
 from appliance.server.web.render import PREFIX, HtmlRoute
 from appliance.server.web.session import Sessions
 from appliance.services.jobs import JobService
+from appliance.services.limits import Limits
 from appliance.services.logs import LogService
 
 JobId = Annotated[str, Path(max_length=64)]
@@ -27,16 +29,17 @@ LOG_END = b"event: end\ndata: {}\n\n"
 NO_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def streams_router(jobs: JobService, logs: LogService, sessions: Sessions) -> APIRouter:
+def streams_router(
+    jobs: JobService, logs: LogService, sessions: Sessions, limits: Limits | None = None
+) -> APIRouter:
     router = APIRouter(prefix=PREFIX, route_class=HtmlRoute, include_in_schema=False)
     caller = Depends(sessions.caller)
 
     @router.get("/stream")
     async def changes(request: Request, by: Principal | None = caller) -> StreamingResponse:
         """`changed` after each change a list shows (coalesced by the use case)."""
-        return _sse(
-            sse_stream(jobs.changes(), _recheck(sessions, request), frame=lambda _: CHANGED)
-        )
+        frames = sse_stream(jobs.changes(), _recheck(sessions, request), frame=lambda _: CHANGED)
+        return _sse(_held(limits, by, frames))
 
     @router.get("/jobs/{job_id}/events")
     async def job_events(
@@ -45,7 +48,8 @@ def streams_router(jobs: JobService, logs: LogService, sessions: Sessions) -> AP
         await jobs.get(job_id)  # 404 before the stream starts
         after = request.headers.get("last-event-id", "")
         seq = int(after) if after.isdigit() and len(after) < 19 else 0
-        return _sse(sse_stream(jobs.watch(job_id, seq), _recheck(sessions, request)))
+        frames = sse_stream(jobs.watch(job_id, seq), _recheck(sessions, request))
+        return _sse(_held(limits, by, frames))
 
     @router.get("/jobs/{job_id}/logs")
     async def job_logs(
@@ -54,11 +58,20 @@ def streams_router(jobs: JobService, logs: LogService, sessions: Sessions) -> AP
         """Each replica's last LOG_TAIL lines, then every new one until the job ends."""
         await jobs.get(job_id)
         chunks = logs.read(job_id, follow=True, by=by, tail=LOG_TAIL)
-        return _sse(
-            sse_stream(chunks, _recheck(sessions, request), frame=_log_frames, end=LOG_END)
-        )
+        frames = sse_stream(chunks, _recheck(sessions, request), frame=_log_frames, end=LOG_END)
+        return _sse(_held(limits, by, frames))
 
     return router
+
+
+def _held(
+    limits: Limits | None, by: Principal | None, frames: AsyncIterator[bytes]
+) -> AsyncIterator[bytes]:
+    """The feed, holding one of its user's stream slots while it lasts (a refusal is an
+    error page, 429: the browser's EventSource tries again later)."""
+    if limits is None:
+        return frames
+    return holding(open_stream(limits, by, None, door="web"), frames)
 
 
 def _sse(frames: AsyncIterator[bytes]) -> StreamingResponse:

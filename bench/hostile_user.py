@@ -1,0 +1,220 @@
+"""The hostile-user goal of #36: one user opening 1,000 streams and sending requests as fast as
+it can, while 10 other users work, leaves the others' ListJobs p99 <= 100 ms and their submits
+succeeding.
+
+Each case runs a fresh `appliance serve` (sim backend, tokens for 11 users: authentication on,
+as a cluster runs) and two load processes apart from it, each on its own grpc.aio loop:
+
+- the hostile user: `--streams` WatchJobs streams opened at once (each held open, listening to
+  every job change), and `--flooders` callers sending ListJobs back to back;
+- the 10 others: each lists its jobs (ListJobs, mine) every `--list-every` s and submits a
+  small job every `--submit-every` s, for `--seconds`; their ListJobs latencies and submit
+  outcomes are the result.
+
+Cases, in one run: `limits_on` (the built-in per-user limits: 128 streams, 50 requests/s
+in bursts of 200, 256 jobs waiting per user) and `limits_off` (APPLIANCE_LIMITS_ENABLED=false:
+the before).
+
+    python -m bench.hostile_user [--seconds 20] [--streams 1000] [--flooders 32]
+        [--cases limits_on,limits_off] [--streams-cap N] [--no-record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import time
+from typing import Any
+
+import grpc
+
+from appliance._proto.v1 import cluster_pb2 as pb
+from appliance._proto.v1 import cluster_pb2_grpc
+from appliance.server.auth import create_token
+from bench.common import CoordinatorProcess, emit, fresh_dir, prepare_store, summarize_ms
+
+OTHERS = [f"user{i:02d}" for i in range(10)]
+PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
+GOAL = "the 10 other users' ListJobs p99 <= 100 ms and every submit of theirs succeeding"
+
+
+def _meta(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+async def _hostile(
+    address: str, token: str, streams: int, flooders: int, seconds: float
+) -> dict[str, Any]:
+    codes: dict[str, int] = {}
+    opened = 0
+    calls = 0
+
+    def count(code: grpc.StatusCode) -> None:
+        codes[code.name] = codes.get(code.name, 0) + 1
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+        deadline = time.monotonic() + seconds
+
+        async def hold() -> None:
+            nonlocal opened
+            call = stub.WatchJobs(pb.ListJobsRequest(), metadata=_meta(token))
+            try:
+                first = True
+                async for _ in call:  # held open: every job change comes to it
+                    if first:
+                        opened += 1
+                        first = False
+            except grpc.aio.AioRpcError as exc:
+                count(exc.code())
+
+        async def flood() -> None:
+            nonlocal calls
+            while time.monotonic() < deadline:
+                try:
+                    await stub.ListJobs(pb.ListJobsRequest(), metadata=_meta(token))
+                    count(grpc.StatusCode.OK)
+                except grpc.aio.AioRpcError as exc:
+                    count(exc.code())
+                calls += 1
+
+        holders = [asyncio.ensure_future(hold()) for _ in range(streams)]
+        await asyncio.gather(*(flood() for _ in range(flooders)))
+        for task in holders:
+            task.cancel()
+        await asyncio.gather(*holders, return_exceptions=True)
+    return {"streams_opened": opened, "flood_calls": calls, "codes": codes}
+
+
+async def _others(
+    address: str, tokens: dict[str, str], seconds: float, list_every: float, submit_every: float
+) -> dict[str, Any]:
+    latencies: list[float] = []
+    list_errors: dict[str, int] = {}
+    submits = {"ok": 0, "refused": 0}
+    refusals: list[str] = []
+    spec = pb.JobSpec(params_yaml=PARAMS, num_csx=1, num_steps=2)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+        deadline = time.monotonic() + seconds
+
+        async def lister(token: str) -> None:
+            while time.monotonic() < deadline:
+                started = time.perf_counter()
+                try:
+                    await stub.ListJobs(pb.ListJobsRequest(mine=True), metadata=_meta(token))
+                    latencies.append(time.perf_counter() - started)
+                except grpc.aio.AioRpcError as exc:
+                    list_errors[exc.code().name] = list_errors.get(exc.code().name, 0) + 1
+                await asyncio.sleep(max(0.0, list_every - (time.perf_counter() - started)))
+
+        async def submitter(token: str) -> None:
+            while time.monotonic() < deadline:
+                started = time.perf_counter()
+                try:
+                    await stub.SubmitJob(pb.SubmitJobRequest(spec=spec), metadata=_meta(token))
+                    submits["ok"] += 1
+                except grpc.aio.AioRpcError as exc:
+                    submits["refused"] += 1
+                    refusals.append(f"{exc.code().name}: {exc.details()}"[:200])
+                await asyncio.sleep(max(0.0, submit_every - (time.perf_counter() - started)))
+
+        await asyncio.gather(
+            *(lister(tokens[u]) for u in OTHERS), *(submitter(tokens[u]) for u in OTHERS)
+        )
+    return {
+        "list_jobs": summarize_ms(latencies) if latencies else {},
+        "list_errors": list_errors,
+        "submits": submits,
+        "submit_refusals": sorted(set(refusals))[:5],
+    }
+
+
+def _run(target: str, args: tuple[Any, ...], out: Any) -> None:
+    work = _hostile if target == "hostile" else _others
+    out.put(asyncio.run(work(*args)))  # type: ignore[operator]
+
+
+def run_case(name: str, limits: bool, options: argparse.Namespace) -> dict[str, Any]:
+    data_dir = fresh_dir(f"hostile_user-{name}")
+    prepare_store(data_dir)
+    tokens_file = data_dir / "tokens.yaml"
+    tokens = {u: create_token(tokens_file, u, ["team"], admin=False) for u in [*OTHERS, "mallory"]}
+    env = {
+        "APPLIANCE_BACKEND": "sim",
+        "APPLIANCE_SIM_STEP_SECONDS": "0.05",
+        "APPLIANCE_AUTH_TOKENS_FILE": str(tokens_file),
+        "APPLIANCE_LIMITS_ENABLED": "true" if limits else "false",
+    }
+    if options.streams_cap:
+        (data_dir / "limits.yaml").write_text(f"defaults: {{streams: {options.streams_cap}}}\n")
+        env["APPLIANCE_LIMITS_FILE"] = str(data_dir / "limits.yaml")
+    with CoordinatorProcess(data_dir, extra_env=env) as coordinator:
+        address = coordinator.wait_address()
+        context = multiprocessing.get_context("spawn")
+        results: Any = context.Queue()
+        hostile = context.Process(
+            target=_run,
+            args=("hostile", (address, tokens["mallory"], options.streams, options.flooders,
+                              options.seconds + 2), results),
+        )  # fmt: skip
+        hostile.start()
+        time.sleep(2.0)  # its streams opened and its flood under way before the others start
+        others = context.Process(
+            target=_run,
+            args=("others", (address, tokens, options.seconds, options.list_every,
+                             options.submit_every), results),
+        )  # fmt: skip
+        others.start()
+        found = [results.get(timeout=options.seconds + 120) for _ in range(2)]
+        hostile.join(30)
+        others.join(30)
+        rss = coordinator.rss_bytes()
+    by_kind = {("hostile" if "flood_calls" in r else "others"): r for r in found}
+    p99 = by_kind["others"]["list_jobs"].get("p99_ms", float("inf"))
+    submits = by_kind["others"]["submits"]
+    return {
+        **by_kind["others"],
+        "hostile": by_kind["hostile"],
+        "coordinator_rss_mb": round(rss / 2**20, 1),
+        "goal_met": p99 <= 100.0 and submits["refused"] == 0 and submits["ok"] > 0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--flooders", type=int, default=32)
+    parser.add_argument(
+        "--streams-cap", type=int, default=0, help="A limits file's streams per user (0: default)"
+    )
+    parser.add_argument("--list-every", type=float, default=0.2)
+    parser.add_argument("--submit-every", type=float, default=2.0)
+    parser.add_argument("--cases", default="limits_on,limits_off")
+    parser.add_argument("--no-record", action="store_true")
+    options = parser.parse_args()
+    cases = {}
+    for name in options.cases.split(","):
+        cases[name] = run_case(name, name == "limits_on", options)
+        print(json.dumps({name: cases[name]}, indent=1), flush=True)
+    emit(
+        "hostile_user",
+        {
+            "goal": GOAL,
+            "users": len(OTHERS),
+            "hostile_streams": options.streams,
+            "hostile_flooders": options.flooders,
+            "streams_cap": options.streams_cap or "default",
+            "seconds": options.seconds,
+            "list_every_s": options.list_every,
+            "submit_every_s": options.submit_every,
+            "cases": cases,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
