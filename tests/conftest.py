@@ -55,7 +55,8 @@ def test_ca(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             patch.delenv(name, raising=False)
         patch.setenv("APPLIANCE_TLS_CA_DIR", str(directory))
         patch.setenv("CSCTL_CA", str(directory / CA_CERT))
-        patch.setenv("SSL_CERT_FILE", str(directory / CA_CERT))  # httpx's and curl's trust
+        for trust in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):  # httpx, requests
+            patch.setenv(trust, str(directory / CA_CERT))
         yield directory
 
 

@@ -156,7 +156,7 @@ def serving_files(
         if not _current(ca, cert_path, key_path, names):
             issued = ca.issue("appliance coordinator", names)
             write_private(key_path, issued.key_pem)
-            write_private(cert_path, issued.cert_pem)
+            write_private(cert_path, issued.cert_pem + ca.cert_pem)  # the chain, as k3s serves
     return cert_path, key_path
 
 

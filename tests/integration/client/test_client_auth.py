@@ -65,6 +65,7 @@ def test_csctl_token_from_flag_environment_and_config(
     config = tmp_path / "csctl.yaml"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CSCTL_")}
     env["CSCTL_CONFIG"] = str(config)
+    env["CSCTL_CA"] = os.environ["CSCTL_CA"]  # the session's (tests/conftest.py)
     config.write_text(f"server: {running.address}\n")
 
     def csctl(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:

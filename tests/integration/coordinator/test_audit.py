@@ -27,6 +27,7 @@ from appliance.store.engine import make_engine
 from appliance.store.jobs import JobStore
 from csctl.cli import cli
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
+from tests.tls import secure_channel
 
 MARKER = "params-text-that-must-never-be-recorded"
 PARAMS = f"# {MARKER}\nmodel:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
@@ -43,7 +44,7 @@ class Cluster:
         return cluster_pb2_grpc.ClusterServiceStub(channel)
 
     def rest(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.running.coordinator.http_port}/api/v1{path}"
+        return f"https://127.0.0.1:{self.running.coordinator.http_port}/api/v1{path}"
 
     def events(self) -> list[AuditEvent]:
         """Every record, oldest first, as the admin reads them."""
@@ -88,7 +89,7 @@ def _refused(call: object) -> grpc.StatusCode:
 
 def test_a_scripted_run_leaves_one_record_per_action_and_refusal(cluster: Cluster) -> None:
     t = cluster.tokens
-    with grpc.insecure_channel(cluster.running.address) as channel:
+    with secure_channel(cluster.running.address) as channel:
         stub = cluster.stub(channel)
         a = _submit(stub, t["alice"])
         b = _submit(stub, t["bob"])

@@ -21,6 +21,7 @@ from appliance.domain.errors import LimitExceeded
 from appliance.domain.inventory import NodeState
 from csctl.cli import cli
 from tests.integration.coordinator.harness import RunningCoordinator, user_tokens, wait_until
+from tests.tls import secure_channel
 
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
 SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
@@ -58,7 +59,7 @@ def test_a_users_stream_over_the_cap_is_refused_while_another_users_opens(
 ) -> None:
     running, tokens = streams
     limits = running.coordinator.parts.uses.limits
-    with grpc.insecure_channel(running.address) as channel:
+    with secure_channel(running.address) as channel:
         stub = cluster_pb2_grpc.ClusterServiceStub(channel)
         job = stub.SubmitJob(
             pb.SubmitJobRequest(spec=pb.JobSpec(params_yaml=PARAMS, num_csx=1, num_steps=2)),
@@ -78,7 +79,7 @@ def test_a_users_stream_over_the_cap_is_refused_while_another_users_opens(
         assert next(bob) is not None  # bob's cap is his own
 
         # REST's event stream and followed log count against the same cap: 429.
-        http = httpx.Client(base_url=f"http://127.0.0.1:{running.coordinator.http_port}")
+        http = httpx.Client(base_url=f"https://127.0.0.1:{running.coordinator.http_port}")
         headers = {"authorization": f"Bearer {tokens['alice']}"}
         for path in (
             f"/api/v1/jobs/{job.id}/events/stream",
@@ -109,7 +110,7 @@ def test_rest_answers_429_with_retry_after_by_the_claimed_user_when_auth_is_off(
 ) -> None:
     running, _ = start(tmp_path, "defaults: {requests_per_second: 0.01, burst: 3}\n", tokens=False)
     try:
-        http = httpx.Client(base_url=f"http://127.0.0.1:{running.coordinator.http_port}")
+        http = httpx.Client(base_url=f"https://127.0.0.1:{running.coordinator.http_port}")
         dave = {"x-appliance-user": "dave"}
         assert [http.get("/api/v1/jobs", headers=dave).status_code for _ in range(3)] == [200] * 3
         refused = http.get("/api/v1/jobs", headers=dave)
@@ -170,7 +171,7 @@ def test_a_submit_over_the_queued_cap_is_refused_and_csctl_shows_the_limits(
         assert document["caps"]["queued_jobs"] == 2 and document["queued_by_queue"] == {
             "default": 2
         }
-        http = httpx.Client(base_url=f"http://127.0.0.1:{running.coordinator.http_port}")
+        http = httpx.Client(base_url=f"https://127.0.0.1:{running.coordinator.http_port}")
         rest = http.get("/api/v1/limits", params={"user": "erin"}).json()
         assert (rest["user"], rest["queued_jobs"], rest["caps"]["streams"]) == ("erin", 0, 7)
         http.close()

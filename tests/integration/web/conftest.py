@@ -7,7 +7,9 @@ Without chromium and chromedriver the browser tests skip, unless APPLIANCE_REQUI
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -16,6 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from appliance.domain.inventory import NodeState
 from appliance.server.auth import create_token
@@ -97,6 +101,15 @@ def _browser_binaries() -> tuple[str, str] | None:
     return (chromium, driver) if chromium and driver else None
 
 
+def _session_ca_spki() -> str:
+    """base64 of the SHA-256 of the session CA's public key (chromium's SPKI pin)."""
+    ca = x509.load_pem_x509_certificate(Path(os.environ["CSCTL_CA"]).read_bytes())
+    spki = ca.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return base64.b64encode(hashlib.sha256(spki).digest()).decode()
+
+
 @contextlib.contextmanager
 def chromium() -> Iterator[Any]:
     """A headless Debian chromium driven by selenium (failing, not skipping, in CI)."""
@@ -115,6 +128,9 @@ def chromium() -> Iterator[Any]:
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                      "--window-size=1280,1000", "--disable-gpu", "--no-first-run"):  # fmt: skip
         options.add_argument(argument)
+    # Trust the session's CA (tests/conftest.py), which every coordinator's chain ends with:
+    # chromium reads its trust from an NSS database, not from SSL_CERT_FILE.
+    options.add_argument(f"--ignore-certificate-errors-spki-list={_session_ca_spki()}")
     chrome = webdriver.Chrome(options=options, service=Service(executable_path=driver))
     chrome.set_page_load_timeout(30)
     chrome.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_CSP})
