@@ -76,7 +76,6 @@ def create_app(
     app.include_router(controls_router(uses.jobs, caller))
     app.include_router(nodes_router(uses.jobs, uses.nodes, caller))
     app.include_router(queues_router(uses.queues, uses.usage, caller))
-    app.include_router(logs_router(uses.logs, caller))
     app.include_router(audit_router(uses.audit, caller))
     app.include_router(logs_router(uses.logs, caller, uses.limits))
     app.include_router(limits_router(uses.limits, caller))
