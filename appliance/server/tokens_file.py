@@ -37,7 +37,7 @@ from appliance.domain.auth import Principal
 
 MAX_TTL_SECONDS = 3650 * 86400.0  # ten years; longer is `never`, said on purpose
 DEFAULT_TTL = "90d"
-_TTL = re.compile(r"(\d{1,7})([smhd])")
+_TTL = re.compile(r"([0-9]{1,7})([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _ID = re.compile(r"[0-9a-f]{8}")
 _MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -64,19 +64,20 @@ class TokenEntry:
 
 def parse_ttl(text: str) -> float | None:
     """Seconds from `30m`, `12h`, `90d` (or `45s`); None for `0` or `never`. ValueError, one
-    line, for anything else or over ten years."""
-    text = text.strip().lower()
-    if text in ("0", "never"):
+    line (without the option's name), for anything else or over ten years."""
+    if text.lower() in ("0", "never"):
         return None
-    matched = _TTL.fullmatch(text) if len(text) <= 16 else None
+    matched = _TTL.fullmatch(text.lower()) if len(text) <= 16 else None
     if matched is None:
         raise ValueError(
-            f"--ttl {text[:20]!r} is not a duration: give a number and a unit (30m, 12h, 90d), "
+            f"{text[:20]!r} is not a duration: give a number and a unit (30m, 12h, 90d), "
             "or 0 / never for a token that does not expire"
         )
     seconds = float(int(matched[1]) * _UNIT_SECONDS[matched[2]])
     if seconds > MAX_TTL_SECONDS:
-        raise ValueError("--ttl is over ten years (3650d); use `never` if that is what you mean")
+        raise ValueError(
+            f"{text!r} is over ten years (3650d); use `never` if that is what you mean"
+        )
     return seconds
 
 
@@ -190,7 +191,7 @@ def _fresh(
 def revoke_token(path: Path, entry_id: str) -> TokenEntry:
     """Remove the token `entry_id` from the file; LookupError (one line) if there is none."""
     entries = _read_or_empty(path)
-    found = _find(path, entries, entry_id)
+    found = find_entry(path, entries, entry_id)
     write_entries(path, [e for e in entries if e is not found])
     return found
 
@@ -202,7 +203,7 @@ def rotate_token(
     (`overlap` 0) or expires `overlap` seconds from now (never later than it would have)."""
     now = time.time() if now is None else now
     entries = _read_or_empty(path)
-    old = _find(path, entries, entry_id)
+    old = find_entry(path, entries, entry_id)
     token, new = _fresh(entries, old.principal, ttl, now)
     kept: list[TokenEntry] = []
     for e in entries:
@@ -215,7 +216,8 @@ def rotate_token(
     return token, new
 
 
-def _find(path: Path, entries: Sequence[TokenEntry], entry_id: str) -> TokenEntry:
+def find_entry(path: Path, entries: Sequence[TokenEntry], entry_id: str) -> TokenEntry:
+    """The entry `entry_id` of `entries` (read from `path`); LookupError, one line, if none."""
     for entry in entries:
         if entry.id == entry_id:
             return entry
