@@ -184,7 +184,8 @@ def _fresh(
     entries: Sequence[TokenEntry], principal: Principal, ttl: float | None, now: float
 ) -> tuple[str, TokenEntry]:
     token = secrets.token_urlsafe(32)
-    expires = None if ttl is None else now + ttl
+    now = float(int(now))  # the file keeps whole seconds: the entry says what it will read
+    expires = None if ttl is None else float(int(now + ttl))
     return token, TokenEntry(_new_id(entries), principal, digest(token), now, expires)
 
 
@@ -210,7 +211,8 @@ def rotate_token(
         if e is not old:
             kept.append(e)
         elif overlap > 0:
-            ends = now + overlap if e.expires is None else min(e.expires, now + overlap)
+            ends = float(int(now + overlap))
+            ends = ends if e.expires is None else min(e.expires, ends)
             kept.append(replace(e, expires=ends))
     write_entries(path, [*kept, new])
     return token, new

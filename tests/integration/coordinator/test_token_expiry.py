@@ -1,0 +1,123 @@
+"""Expiring and revoked tokens on a real coordinator: a token that expires while its holder
+watches a job ends the gRPC stream with UNAUTHENTICATED within about a second of its expiry
+(the stream re-checks its caller on its own, it does not wait for a message), saying it
+expired; a token revoked with `appliance token revoke` is refused within about a second on
+gRPC and REST."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from appliance._proto.v1 import cluster_pb2 as pb
+from appliance._proto.v1 import cluster_pb2_grpc
+from appliance.client import ApplianceClient
+from appliance.domain.auth import Principal
+from appliance.server.tokens_file import add_token, read_entries
+from tests import timing
+from tests.integration.coordinator.harness import RunningCoordinator, serving, wait_until
+
+PARAMS = {"model": {"name": "fc_mnist", "hidden_sizes": [8]}}
+BOB = Principal("bob", ("cv",), admin=False)
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[tuple[RunningCoordinator, Path, str]]:
+    tokens_file = tmp_path / "tokens.yaml"
+    root, _ = add_token(tokens_file, Principal("root", (), admin=True), ttl=None)
+    with serving(tmp_path / "data", auth_tokens_file=tokens_file) as running:
+        yield running, tokens_file, root
+        with ApplianceClient(running.address, token=root) as admin:  # end the long jobs
+            for job in admin.list_jobs():
+                admin.job(job.id).cancel()
+
+
+def _get_job(address: str, token: str, job_id: str) -> grpc.StatusCode:
+    with grpc.insecure_channel(address) as channel:
+        stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+        try:
+            stub.GetJob(pb.GetJobRequest(job_id=job_id), metadata=_bearer(token), timeout=10)
+        except grpc.RpcError as err:
+            return err.code()  # type: ignore[no-any-return]
+    return grpc.StatusCode.OK
+
+
+def _bearer(token: str) -> tuple[tuple[str, str]]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+def test_a_token_expiring_mid_watch_ends_the_stream_within_a_second(
+    coordinator: tuple[RunningCoordinator, Path, str],
+) -> None:
+    running, tokens_file, root = coordinator
+    with ApplianceClient(running.address, token=root, detach=True) as client:
+        job = client.submit(params=PARAMS, num_csx=1, num_steps=1_000_000)
+    short, entry = add_token(tokens_file, BOB, ttl=timing.scaled(4.0))
+    assert entry.expires is not None
+    wait_until(
+        lambda: _get_job(running.address, short, job.id) == grpc.StatusCode.OK,
+        10, "the coordinator to take the new token",
+    )  # fmt: skip
+    ended: dict[str, object] = {}
+    opened = threading.Event()
+
+    def watch() -> None:
+        with grpc.insecure_channel(running.address) as channel:
+            stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+            stream = stub.WatchJob(pb.WatchJobRequest(job_id=job.id), metadata=_bearer(short))
+            try:
+                for _ in stream:
+                    opened.set()
+            except grpc.RpcError as err:
+                ended.update(code=err.code(), details=err.details(), at=time.time())
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    wait_until(opened.is_set, 30, "the watch to deliver")
+    assert time.time() < entry.expires, "the stream must open before the token expires"
+    thread.join(timing.scaled(30.0))
+    assert not thread.is_alive()
+    assert ended["code"] == grpc.StatusCode.UNAUTHENTICATED, ended
+    assert f"token {entry.id} expired at" in str(ended["details"])
+    late = float(ended["at"]) - entry.expires  # type: ignore[arg-type]
+    assert -0.1 < late < timing.scaled(1.2), f"the stream ended {late:.2f} s after the expiry"
+    assert _get_job(running.address, short, job.id) == grpc.StatusCode.UNAUTHENTICATED
+    rest = httpx.get(
+        f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs/{job.id}",
+        headers={"Authorization": f"Bearer {short}"},
+    )
+    assert rest.status_code == 401 and "expired at" in rest.json()["error"]["message"]
+
+
+def test_a_token_revoked_with_the_command_is_refused_within_a_second(
+    coordinator: tuple[RunningCoordinator, Path, str],
+) -> None:
+    running, tokens_file, _ = coordinator
+    bob, entry = add_token(tokens_file, BOB, ttl=3600)
+    url = f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs"
+    headers = {"Authorization": f"Bearer {bob}"}
+    wait_until(lambda: httpx.get(url, headers=headers).status_code == 200, 10, "bob's token")
+    command = [str(Path(sys.executable).with_name("appliance")), "token", "revoke", entry.id]
+    said = subprocess.run(
+        [*command, "--file", str(tokens_file)], capture_output=True, text=True, check=True
+    )
+    revoked_at = time.monotonic()
+    assert said.stdout == f"token {entry.id} of bob revoked\n"
+    assert entry.id not in [e.id for e in read_entries(tokens_file)]
+
+    def refused() -> bool:
+        grpc_code = _get_job(running.address, bob, "wsjob-none")
+        return grpc_code == grpc.StatusCode.UNAUTHENTICATED and (
+            httpx.get(url, headers=headers).status_code == 401
+        )
+
+    wait_until(refused, 10, "the revoked token to be refused")
+    assert time.monotonic() - revoked_at < timing.scaled(1.0)
