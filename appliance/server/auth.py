@@ -60,14 +60,16 @@ class Authenticator:
         return self._principals is not None
 
     @classmethod
-    def from_file(cls, path: Path | None) -> Authenticator:
+    def from_file(cls, path: Path | None, wall: Callable[[], float] = time.time) -> Authenticator:
+        """What the tokens file at `path` says (None: authentication off); `wall` decides
+        expiry (Unix seconds)."""
         if path is None:
             return cls(None)
         try:
             entries = _read(path)
         except ValueError as exc:
             raise SystemExit(str(exc)) from None
-        auth = cls(None, path)
+        auth = cls(None, path, wall=wall)
         auth._principals = entries
         return auth
 

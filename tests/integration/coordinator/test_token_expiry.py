@@ -1,5 +1,6 @@
 """Expiring and revoked tokens on a real coordinator: a token that expires while its holder
-watches a job ends the gRPC stream with UNAUTHENTICATED within about a second of its expiry
+watches a job ends the gRPC stream with UNAUTHENTICATED and the REST event stream with an error
+event within about a second of its expiry
 (the stream re-checks its caller on its own, it does not wait for a message), saying it
 expired; a token revoked with `appliance token revoke` is refused within about a second on
 gRPC and REST."""
@@ -79,16 +80,32 @@ def test_a_token_expiring_mid_watch_ends_the_stream_within_a_second(
             except grpc.RpcError as err:
                 ended.update(code=err.code(), details=err.details(), at=time.time())
 
-    thread = threading.Thread(target=watch)
-    thread.start()
-    wait_until(opened.is_set, 30, "the watch to deliver")
-    assert time.time() < entry.expires, "the stream must open before the token expires"
-    thread.join(timing.scaled(30.0))
-    assert not thread.is_alive()
+    sse_ended: dict[str, object] = {}
+    sse_opened = threading.Event()
+
+    def sse() -> None:
+        url = f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs/{job.id}"
+        headers = {"Authorization": f"Bearer {short}"}
+        with httpx.stream("GET", f"{url}/events/stream", headers=headers, timeout=60) as r:
+            sse_opened.set()
+            for line in r.iter_lines():
+                if "expired at" in line:
+                    sse_ended.update(line=line, at=time.time())
+
+    threads = [threading.Thread(target=watch), threading.Thread(target=sse)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: opened.is_set() and sse_opened.is_set(), 30, "the streams to open")
+    assert time.time() < entry.expires, "the streams must open before the token expires"
+    for thread in threads:
+        thread.join(timing.scaled(30.0))
+    assert not any(thread.is_alive() for thread in threads)
     assert ended["code"] == grpc.StatusCode.UNAUTHENTICATED, ended
     assert f"token {entry.id} expired at" in str(ended["details"])
-    late = float(ended["at"]) - entry.expires  # type: ignore[arg-type]
-    assert -0.1 < late < timing.scaled(1.2), f"the stream ended {late:.2f} s after the expiry"
+    assert '"unauthenticated"' in str(sse_ended["line"])
+    for at in (ended["at"], sse_ended["at"]):
+        late = float(at) - entry.expires  # type: ignore[arg-type]
+        assert -0.1 < late < timing.scaled(1.2), f"a stream ended {late:.2f} s after the expiry"
     assert _get_job(running.address, short, job.id) == grpc.StatusCode.UNAUTHENTICATED
     rest = httpx.get(
         f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs/{job.id}",

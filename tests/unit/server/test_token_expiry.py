@@ -30,8 +30,7 @@ ALICE = Principal("alice", ("nlp",), admin=False)
 
 
 def _auth(path: Path, wall: Clock) -> Authenticator:
-    auth = Authenticator.from_file(path)
-    auth._wall = wall  # our own seam: the wall clock that decides expiry
+    auth = Authenticator.from_file(path, wall)
     return auth
 
 
