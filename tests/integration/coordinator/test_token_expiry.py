@@ -22,12 +22,14 @@ from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc
 from appliance.client import ApplianceClient
 from appliance.domain.auth import Principal
+from appliance.domain.inventory import NodeState
 from appliance.server.tokens_file import add_token, read_entries
 from tests import timing
 from tests.integration.coordinator.harness import RunningCoordinator, serving, wait_until
 
 PARAMS = {"model": {"name": "fc_mnist", "hidden_sizes": [8]}}
 BOB = Principal("bob", ("cv",), admin=False)
+SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
 
 
 @pytest.fixture
@@ -59,6 +61,9 @@ def test_a_token_expiring_mid_watch_ends_the_stream_within_a_second(
     coordinator: tuple[RunningCoordinator, Path, str],
 ) -> None:
     running, tokens_file, root = coordinator
+    # Every system down for maintenance: the job waits in the queue and its streams stay quiet
+    # after their first message, so only the streams' own re-check can end them.
+    running.coordinator.ctx.store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)
     with ApplianceClient(running.address, token=root, detach=True) as client:
         job = client.submit(params=PARAMS, num_csx=1, num_steps=1_000_000)
     short, entry = add_token(tokens_file, BOB, ttl=timing.scaled(4.0))
@@ -68,6 +73,7 @@ def test_a_token_expiring_mid_watch_ends_the_stream_within_a_second(
         10, "the coordinator to take the new token",
     )  # fmt: skip
     ended: dict[str, object] = {}
+    seen: list[float] = []
     opened = threading.Event()
 
     def watch() -> None:
@@ -76,6 +82,7 @@ def test_a_token_expiring_mid_watch_ends_the_stream_within_a_second(
             stream = stub.WatchJob(pb.WatchJobRequest(job_id=job.id), metadata=_bearer(short))
             try:
                 for _ in stream:
+                    seen.append(time.time())
                     opened.set()
             except grpc.RpcError as err:
                 ended.update(code=err.code(), details=err.details(), at=time.time())
@@ -103,6 +110,7 @@ def test_a_token_expiring_mid_watch_ends_the_stream_within_a_second(
     assert ended["code"] == grpc.StatusCode.UNAUTHENTICATED, ended
     assert f"token {entry.id} expired at" in str(ended["details"])
     assert '"unauthenticated"' in str(sse_ended["line"])
+    assert seen[-1] < entry.expires - 1, "the watch was quiet before the expiry"
     for at in (ended["at"], sse_ended["at"]):
         late = float(at) - entry.expires  # type: ignore[arg-type]
         assert -0.1 < late < timing.scaled(1.2), f"a stream ended {late:.2f} s after the expiry"
