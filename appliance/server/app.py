@@ -36,6 +36,7 @@ from appliance.server.grpc.control import ReplicaControlServicer
 from appliance.server.grpc.health import HealthReporter, serve_health_and_reflection
 from appliance.server.grpc.metrics import CallMetrics
 from appliance.server.grpc.standby import StandbyRefusal
+from appliance.server.oidc import OidcVerifier
 from appliance.server.replica_tokens import ReplicaTokens
 from appliance.server.rest.app import create_app
 from appliance.server.web.app import COOKIE_PATHS, install_web
@@ -83,7 +84,8 @@ class Coordinator:
             raise
         self.ctx, self.backend, uses = parts.ctx, parts.backend, parts.uses
         self.jobs, self.leadership = uses.jobs, parts.leadership
-        self.auth = Authenticator.from_file(s.auth.tokens_file)
+        oidc = OidcVerifier(s.auth.oidc) if s.auth.oidc else None
+        self.auth = Authenticator.from_file(s.auth.tokens_file, oidc=oidc)
         # Replicas present their job's token to us with authentication on, and its data-plane
         # token to each other always (replica_tokens.py).
         try:

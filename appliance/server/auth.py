@@ -20,6 +20,7 @@ from pathlib import Path
 
 from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import Unauthenticated
+from appliance.server.oidc import OidcVerifier, looks_like_jwt
 from appliance.server.tokens_file import TokenEntry, iso, read_entries
 from appliance.server.tokens_file import create_token as create_token
 from appliance.server.tokens_file import digest as digest
@@ -51,6 +52,7 @@ class Authenticator:
         self._path = path
         self._clock = clock
         self._wall = wall
+        self._oidc: OidcVerifier | None = None
         self._seen: tuple[int, int, int] | None = _stamp(path) if path else None
         self._checked = clock()
         self._lock = threading.Lock()
@@ -60,17 +62,23 @@ class Authenticator:
         return self._principals is not None
 
     @classmethod
-    def from_file(cls, path: Path | None, wall: Callable[[], float] = time.time) -> Authenticator:
-        """What the tokens file at `path` says (None: authentication off); `wall` decides
-        expiry (Unix seconds)."""
-        if path is None:
+    def from_file(
+        cls,
+        path: Path | None,
+        wall: Callable[[], float] = time.time,
+        oidc: OidcVerifier | None = None,
+    ) -> Authenticator:
+        """What the tokens file at `path` says (None and no `oidc`: authentication off), and
+        JWTs of an OIDC issuer when `oidc` is given; `wall` decides expiry (Unix seconds)."""
+        if path is None and oidc is None:
             return cls(None)
         try:
-            entries = _read(path)
+            entries = {} if path is None else _read(path)
         except ValueError as exc:
             raise SystemExit(str(exc)) from None
         auth = cls(None, path, wall=wall)
         auth._principals = entries
+        auth._oidc = oidc
         return auth
 
     def reload(self) -> None:
@@ -112,6 +120,8 @@ class Authenticator:
         # A lookup by digest: what its timing could tell is about the SHA-256 of the token
         # sent, which says nothing of any valid token.
         entry = self._principals.get(digest(token))
+        if entry is None and self._oidc is not None and looks_like_jwt(token):
+            return self._oidc.principal(token, self._wall())
         if entry is None:
             raise Unauthenticated("the token is not recognised; ask an admin for a valid one")
         if entry.expired(self._wall()):
