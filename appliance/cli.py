@@ -23,6 +23,7 @@ from appliance.data_commands import data
 from appliance.domain.errors import ApplianceError
 from appliance.server.app import Coordinator, StartupError
 from appliance.simulation.command import simulate
+from appliance.token_commands import token
 
 EXAMPLE_PARAMS = Path(__file__).parent / "examples" / "params_fc_mnist.yaml"
 
@@ -89,6 +90,7 @@ def main(verbose: bool) -> None:
 
 
 main.add_command(data)
+main.add_command(token)
 
 
 @main.command()
@@ -131,41 +133,6 @@ def migrate(data_dir: Path | None) -> None:
     finally:
         engine.dispose()
     click.echo(f"{engine.url!r} is at the newest schema")
-
-
-@main.group()
-def token() -> None:
-    """Manage bearer tokens (authentication is on once a tokens file is configured)."""
-
-
-@token.command("create")
-@click.option("--user", required=True, help="The user the token acts as.")
-@click.option("--group", "groups", multiple=True, help="A group of the user (repeatable).")
-@click.option("--admin", is_flag=True, help="May act on every job and use P0.")
-@click.option(
-    "--file",
-    "path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    required=True,
-    help="The tokens file (point APPLIANCE_AUTH_TOKENS_FILE at it).",
-)
-def token_create(user: str, groups: tuple[str, ...], admin: bool, path: Path) -> None:
-    """Create a token, store only its hash, and print the token once.
-
-    \b
-    Example:
-      appliance token create --user alice --group nlp --file /etc/appliance/tokens.yaml
-      APPLIANCE_AUTH_TOKENS_FILE=/etc/appliance/tokens.yaml appliance serve
-    """
-    from appliance.domain.errors import ApplianceError
-    from appliance.domain.spec import validate_user
-    from appliance.server.auth import create_token
-
-    try:
-        validate_user(user)
-    except ApplianceError as exc:
-        raise click.BadParameter(exc.message, param_hint="--user") from None
-    click.echo(create_token(path, user, groups, admin))
 
 
 @main.command()

@@ -167,11 +167,26 @@ class DataDirSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class OidcSettings:
+    """JWTs of an OIDC issuer accepted as bearer tokens (server/oidc.py): whose, for whom,
+    checked with which keys, and which claims name the user and the groups."""
+
+    issuer: str
+    audience: str
+    jwks_file: Path
+    user_claim: str = "sub"
+    groups_claim: str = "groups"
+    admin_group: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class AuthSettings:
-    """Who may call (the tokens file; None: authentication off), and the replicas' key."""
+    """Who may call (the tokens file; None: authentication off, unless OIDC is set), and the
+    replicas' key."""
 
     tokens_file: Path | None = None
     replica_key_file: Path = Path(".appliance") / "replica-token.key"
+    oidc: OidcSettings | None = None
 
 
 @dataclasses.dataclass(frozen=True)

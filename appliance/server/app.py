@@ -39,6 +39,7 @@ from appliance.server.grpc.health import HealthReporter, serve_health_and_reflec
 from appliance.server.grpc.limiting import Limiting
 from appliance.server.grpc.metrics import CallMetrics
 from appliance.server.grpc.standby import StandbyRefusal
+from appliance.server.oidc import OidcVerifier
 from appliance.server.replica_tokens import ReplicaTokens
 from appliance.server.rest.app import create_app
 from appliance.server.tls import ServingTls, TlsError, check_plaintext_allowed
@@ -89,7 +90,8 @@ class Coordinator:
             raise
         self.ctx, self.backend, uses = parts.ctx, parts.backend, parts.uses
         self.jobs, self.leadership = uses.jobs, parts.leadership
-        self.auth = Authenticator.from_file(s.auth.tokens_file)
+        oidc = OidcVerifier(s.auth.oidc) if s.auth.oidc else None
+        self.auth = Authenticator.from_file(s.auth.tokens_file, oidc=oidc)
         # Replicas present their job's token to us with authentication on, and its data-plane
         # token to each other always (replica_tokens.py).
         try:

@@ -1,41 +1,34 @@
-"""Bearer tokens: a file of hashed tokens mapped to users, groups and an admin flag.
+"""Bearer tokens: a file of hashed tokens mapped to users, groups and an admin flag, each with
+an id and an optional expiry (the format: server/tokens_file.py).
 
-The file (Settings.auth_tokens_file, YAML) is written by `appliance token create`; it holds only
-SHA-256 digests, never a token, and tokens are never logged. Without the file, authentication
-is off and every caller is an admin acting as the user it names.
+The file (Settings.auth_tokens_file, YAML) is written by `appliance token create/revoke/rotate`;
+it holds only SHA-256 digests, never a token, and tokens are never logged. Without the file,
+authentication is off and every caller is an admin acting as the user it names.
 
-    tokens:
-      - user: alice
-        groups: [nlp]
-        admin: false
-        sha256: 9f86d08...
+A token is refused once it has expired (by the wall clock) or been removed from the file (seen
+within RELOAD_CHECK_SECONDS); a stream re-checks its caller at least every
+STREAM_RECHECK_SECONDS (server/streams.py), so either ends a stream within about a second.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-import os
-import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-
-import yaml
 
 from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import Unauthenticated
+from appliance.server.oidc import OidcVerifier, looks_like_jwt
+from appliance.server.tokens_file import TokenEntry, iso, read_entries
+from appliance.server.tokens_file import create_token as create_token
+from appliance.server.tokens_file import digest as digest
 
 log = logging.getLogger(__name__)
 
-
-def digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-RELOAD_CHECK_SECONDS = 1.0
+RELOAD_CHECK_SECONDS = 0.5
+STREAM_RECHECK_SECONDS = 0.5
 
 
 class Authenticator:
@@ -48,12 +41,18 @@ class Authenticator:
         principals: dict[str, Principal] | None = None,
         path: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
-        """`principals` maps token digests to principals; None turns authentication off.
-        With `path`, they are what that file says and follow it."""
-        self._principals = principals
+        """`principals` maps token digests to principals (that never expire); None turns
+        authentication off. With `path`, the tokens are what that file says and follow it.
+        `clock` paces the re-reading, `wall` (Unix seconds) decides expiry."""
+        self._principals: dict[str, TokenEntry] | None = None
+        if principals is not None:
+            self._principals = {d: TokenEntry(d[:8], p, d) for d, p in principals.items()}
         self._path = path
         self._clock = clock
+        self._wall = wall
+        self._oidc: OidcVerifier | None = None
         self._seen: tuple[int, int, int] | None = _stamp(path) if path else None
         self._checked = clock()
         self._lock = threading.Lock()
@@ -63,13 +62,24 @@ class Authenticator:
         return self._principals is not None
 
     @classmethod
-    def from_file(cls, path: Path | None) -> Authenticator:
-        if path is None:
+    def from_file(
+        cls,
+        path: Path | None,
+        wall: Callable[[], float] = time.time,
+        oidc: OidcVerifier | None = None,
+    ) -> Authenticator:
+        """What the tokens file at `path` says (None and no `oidc`: authentication off), and
+        JWTs of an OIDC issuer when `oidc` is given; `wall` decides expiry (Unix seconds)."""
+        if path is None and oidc is None:
             return cls(None)
         try:
-            return cls(_read(path), path)
+            entries = {} if path is None else _read(path)
         except ValueError as exc:
             raise SystemExit(str(exc)) from None
+        auth = cls(None, path, wall=wall)
+        auth._principals = entries
+        auth._oidc = oidc
+        return auth
 
     def reload(self) -> None:
         """Read the tokens file again. A file that cannot be read refuses every token until
@@ -107,27 +117,24 @@ class Authenticator:
                 "authentication is required: pass a token (csctl --token, CSCTL_TOKEN, or "
                 "ApplianceClient(token=...))"
             )
-        wanted = digest(token)
-        for known, principal in self._principals.items():
-            if hmac.compare_digest(known, wanted):
-                return principal
-        raise Unauthenticated("the token is not recognised; ask an admin for a valid one")
-
-
-def _read(path: Path) -> dict[str, Principal]:
-    """The principals of a tokens file by token digest; ValueError saying what is wrong."""
-    try:
-        entries = (yaml.safe_load(path.read_text()) or {}).get("tokens") or []
-        return {
-            str(e["sha256"]): Principal(
-                user=str(e["user"]),
-                groups=tuple(str(g) for g in e.get("groups") or ()),
-                admin=bool(e.get("admin", False)),
+        # A lookup by digest: what its timing could tell is about the SHA-256 of the token
+        # sent, which says nothing of any valid token.
+        entry = self._principals.get(digest(token))
+        if entry is None and self._oidc is not None and looks_like_jwt(token):
+            return self._oidc.principal(token, self._wall())
+        if entry is None:
+            raise Unauthenticated("the token is not recognised; ask an admin for a valid one")
+        if entry.expired(self._wall()):
+            raise Unauthenticated(
+                f"the token {entry.id} expired at {iso(entry.expires or 0)}; ask an admin for "
+                "a new one (appliance token rotate)"
             )
-            for e in entries
-        }
-    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"cannot read the tokens file {path}: {exc}") from None
+        return entry.principal
+
+
+def _read(path: Path) -> dict[str, TokenEntry]:
+    """The entries of a tokens file by token digest; ValueError saying what is wrong."""
+    return {entry.sha256: entry for entry in read_entries(path)}
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:
@@ -145,20 +152,3 @@ def bearer_token(authorization: str | None) -> str | None:
     if scheme.lower() != "bearer":
         return None
     return token.strip() or None
-
-
-def create_token(path: Path, user: str, groups: Sequence[str], admin: bool) -> str:
-    """Add a new token for `user` to the tokens file (created 0600) and return it."""
-    token = secrets.token_urlsafe(32)
-    data = yaml.safe_load(path.read_text()) if path.exists() else None
-    entries = list((data or {}).get("tokens") or [])
-    entries.append({"user": user, "groups": list(groups), "admin": admin, "sha256": digest(token)})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Written whole under another name, then renamed over the file: a coordinator following
-    # the file never reads it half-written.
-    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        yaml.safe_dump({"tokens": entries}, f, sort_keys=False)
-    os.replace(partial, path)
-    return token

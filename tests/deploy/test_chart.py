@@ -441,8 +441,9 @@ def test_notes_say_how_to_connect(helm: Helm, values: str) -> None:
     # The CI values keep failed jobs' pods: the notes say how to delete them.
     delete_kept = f"kubectl --namespace {NAMESPACE} delete configmap,pod -l appliance.io/job-id="
     assert (delete_kept in notes) == (values != "default")
-    if values == "default":  # how to read the admin token the chart made
+    if values == "default":  # how to read the admin token the chart made, and rotate it
         assert "get secret appliance-auth -o jsonpath='{.data.admin-token}'" in notes
+        assert "--reuse-values --set auth.adminTokenRotation=$(date +%Y%m%d%H%M%S)" in notes
 
 
 def _item(key: str) -> dict[str, str]:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from pathlib import Path
 
 import yaml
 
-from tests.deploy.chart import Helm, Rendered
+from appliance.server.auth import Authenticator
+from appliance.server.tokens_file import read_entries
+from tests.deploy.chart import CHART, RELEASE, Helm, Rendered
 
 
 def test_authentication_is_on_by_default_with_a_generated_admin_token(
@@ -76,3 +79,24 @@ def test_the_replica_token_key_comes_from_a_secret_that_outlives_the_pod(
         sources = r.volume("/etc/appliance")["projected"]["sources"]
         item = {"key": "replica-token.key", "path": "replica-token.key", "mode": 0o440}
         assert {"secret": {"name": "appliance-replica-key", "items": [item]}} in sources
+
+
+def test_the_generated_admin_token_is_a_tokens_file_the_coordinator_reads_and_can_rotate(
+    helm: Helm, tmp_path: Path
+) -> None:
+    text = helm.template("--set", "auth.adminTokenRotation=2026-11-29")
+    [secret] = [
+        o for o in yaml.safe_load_all(text) if o and o["metadata"]["name"] == "appliance-auth"
+    ]
+    # The value that made the token: an upgrade with another makes a new one (lookup, at
+    # install/upgrade only: `helm template` cannot show it).
+    assert secret["metadata"]["annotations"] == {"appliance.io/admin-token-rotation": "2026-11-29"}
+    token = base64.b64decode(secret["data"]["admin-token"]).decode()
+    path = tmp_path / "tokens.yaml"
+    path.write_bytes(base64.b64decode(secret["data"]["tokens.yaml"]))
+    principal = Authenticator.from_file(path).principal(f"Bearer {token}")
+    assert principal.user == "admin" and principal.admin
+    [entry] = read_entries(path)
+    assert entry.expires is None  # listed by `appliance token list` with a stable id
+    refused = helm.run("template", RELEASE, str(CHART), "--set", "auth.adminTokenRotation=a b")
+    assert refused.returncode != 0 and "adminTokenRotation" in refused.stderr

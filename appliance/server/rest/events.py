@@ -7,8 +7,6 @@ every `keepalive` seconds so proxies do not cut them.
 
 from __future__ import annotations
 
-import asyncio
-import enum
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -17,6 +15,7 @@ from appliance.domain.errors import ApplianceError
 from appliance.domain.job import JobEvent
 from appliance.server.rest.errors import status_for
 from appliance.server.rest.models import ErrorDetail, ErrorOut, event_out
+from appliance.server.streams import Idle, rechecked
 
 log = logging.getLogger(__name__)
 
@@ -44,40 +43,6 @@ def error_frame(exc: Exception) -> bytes:
     return b"event: error\ndata: " + ErrorOut(error=detail).model_dump_json().encode() + b"\n\n"
 
 
-class Idle(enum.Enum):
-    """What `rechecked` gives when its stream has been quiet for a while."""
-
-    TICK = "tick"
-
-
-async def rechecked(
-    items: AsyncIterator[T],
-    recheck: Callable[[], Awaitable[object]] | None,
-    every: float = KEEPALIVE_SECONDS,
-) -> AsyncIterator[T | Idle]:
-    """`items` as they come, and `Idle.TICK` after each `every` seconds without one; `recheck`
-    runs before each of both and what it raises (a revoked token) ends the stream there. The
-    one place a long-lived stream re-checks its caller, so a quiet stream is cut too."""
-    pending: asyncio.Future[T] = asyncio.ensure_future(anext(items))
-    try:
-        while True:
-            done, _ = await asyncio.wait({pending}, timeout=every)
-            if recheck is not None:
-                await recheck()
-            if not done:
-                yield Idle.TICK
-                continue
-            try:
-                item = pending.result()
-            except StopAsyncIteration:
-                return
-            yield item
-            pending = asyncio.ensure_future(anext(items))
-    finally:
-        # The watch ends inside its own task (leaving the bus); nothing here waits on it.
-        pending.cancel()
-
-
 async def sse_stream(
     events: AsyncIterator[T],
     recheck: Callable[[], Awaitable[object]] | None = None,
@@ -86,8 +51,9 @@ async def sse_stream(
     end: bytes = b"",
 ) -> AsyncIterator[bytes]:
     """Frames of `events` (a job's, by default) until it ends (the job is terminal: then
-    `end`) or the client goes away. `recheck` runs before each frame and each keep-alive: it
-    raises (a revoked token) to end the stream with an error frame."""
+    `end`) or the client goes away. `recheck` runs before each frame and each keep-alive and
+    at least every STREAM_RECHECK_SECONDS (server/streams.py): it raises (an expired or revoked
+    token) to end the stream with an error frame."""
     try:
         async for event in rechecked(events, recheck, keepalive):
             yield b": keep-alive\n\n" if event is Idle.TICK else frame(event)

@@ -1,6 +1,6 @@
 """/api/v1/jobs/{id}/logs: a job's replica logs as text, optionally followed (as csctl logs -f
 over gRPC GetJobLogs: the same LogService, the same authorization). A followed log re-checks
-its caller as the event stream does (rest/events.py `rechecked`): a revoked token ends it."""
+its caller as the event stream does (server/streams.py `rechecked`): a revoked token ends it."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from appliance.domain.display import printable
 from appliance.domain.errors import ApplianceError
 from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
-from appliance.server.rest.events import Idle, rechecked
 from appliance.server.rest.limiting import holding, open_stream
+from appliance.server.streams import Idle, rechecked
 from appliance.services.jobs import check_job_id
 from appliance.services.limits import Limits
 from appliance.services.logs import LogService

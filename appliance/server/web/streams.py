@@ -1,7 +1,8 @@
 """The dashboard's live feeds, Server-Sent Events: a `changed` event whenever what a list
 shows changed (the pages re-fetch their live part), a job's events (the REST stream's frames),
 and a job's log lines followed until it ends. Each re-checks its session before every frame and
-keep-alive (rest/events.py `rechecked`): a logout or a revoked token ends it."""
+keep-alive and every STREAM_RECHECK_SECONDS (server/streams.py `rechecked`): a logout or an
+expired or revoked token ends it."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ import yaml
 
 from appliance.domain.auth import Principal
 from appliance.server.auth import Authenticator, create_token
-from appliance.server.rest.events import Idle, rechecked, sse_stream
+from appliance.server.rest.events import sse_stream
+from appliance.server.streams import Idle, rechecked
 
 
 async def _quiet(never: asyncio.Event) -> AsyncIterator[int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from appliance.domain.errors import Unauthenticated
 from appliance.server.auth import RELOAD_CHECK_SECONDS, Authenticator, create_token
@@ -33,8 +34,8 @@ def test_a_removed_token_is_refused_once_the_change_is_seen(tmp_path: Path) -> N
     auth.reload()
     assert auth.caller(_bearer(bob)).user == "bob"  # type: ignore[union-attr]
 
-    kept = [line for line in path.read_text().split("- user: ") if not line.startswith("bob")]
-    path.write_text("- user: ".join(kept))
+    entries = yaml.safe_load(path.read_text())["tokens"]
+    path.write_text(yaml.safe_dump({"tokens": [e for e in entries if e["user"] != "bob"]}))
     assert auth.caller(_bearer(bob)).user == "bob"  # type: ignore[union-attr]  # not yet looked
     clock.now += RELOAD_CHECK_SECONDS + 0.01
     with pytest.raises(Unauthenticated, match="not recognised"):

@@ -102,3 +102,18 @@ async def test_logout_ends_the_session(tokens: tuple[Path, str, str]) -> None:
     sessions.log_out(Response(), _request(session_id))
     with pytest.raises(Unauthenticated):
         await sessions.caller(_request(session_id))
+
+
+async def test_a_session_ends_when_its_token_expires(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    wall = Clock(1_700_000_000.0)
+    carol = create_token(path, "carol", [], False, ttl=600, now=wall.now)
+    auth = Authenticator.from_file(path, wall)
+    sessions = Sessions(auth, Clock())
+    session = _log_in(sessions, carol)
+    assert await _user(sessions, session) == "carol"
+    wall.now += 600
+    with pytest.raises(Unauthenticated, match="expired at"):
+        await _user(sessions, session)
+    with pytest.raises(Unauthenticated, match="session has ended"):  # for good
+        await _user(sessions, session)

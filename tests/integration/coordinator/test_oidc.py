@@ -1,0 +1,60 @@
+"""A coordinator that takes JWTs of an OIDC issuer: a JWT the issuer signed for us works on
+gRPC and REST as its user (an admin by the admin group), a forged one is refused, and one that
+expires is refused from then on, saying so."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from appliance.client import ApplianceClient
+from appliance.domain.errors import Unauthenticated
+from tests.integration.coordinator.harness import RunningCoordinator, wait_until
+from tests.oidc_issuer import AUDIENCE, ISSUER, Issuer
+
+
+def test_jwts_of_the_issuer_are_bearer_tokens(tmp_path: Path) -> None:
+    issuer = Issuer(tmp_path / "jwks.json")
+    running = RunningCoordinator(
+        tmp_path / "data", auth_oidc_issuer=ISSUER, auth_oidc_audience=AUDIENCE,
+        auth_oidc_jwks_file=issuer.jwks, auth_oidc_admin_group="ops",
+    ).start()  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs"
+        alice = issuer.sign()
+        with ApplianceClient(running.address, token=alice) as client:
+            assert client.list_jobs() == []
+        assert httpx.get(url, headers={"Authorization": f"Bearer {alice}"}).status_code == 200
+        root = issuer.sign(sub="root", groups=["ops"])
+        with ApplianceClient(running.address, token=root) as client:
+            assert client.nodes()  # an admin's call
+
+        forged = Issuer(tmp_path / "other.json").sign()
+        refused = httpx.get(url, headers={"Authorization": f"Bearer {forged}"})
+        assert refused.status_code == 401
+        assert "the OIDC token is refused" in refused.json()["error"]["message"]
+
+        brief = issuer.sign(exp=int(time.time()) + 2)
+        with ApplianceClient(running.address, token=brief) as client:
+            assert client.list_jobs() == []
+
+            def expired() -> bool:
+                try:
+                    client.list_jobs()
+                except (Unauthenticated, grpc.RpcError) as exc:
+                    assert "the OIDC token expired at" in str(exc)
+                    return True
+                return False
+
+            wait_until(expired, 10, "the JWT to expire")
+    finally:
+        running.stop()
+
+
+def test_an_issuer_without_audience_or_keys_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="auth_oidc_issuer needs auth_oidc_audience"):
+        RunningCoordinator(tmp_path / "data", auth_oidc_issuer=ISSUER)
