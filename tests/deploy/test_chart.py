@@ -432,7 +432,10 @@ def test_notes_say_how_to_connect(helm: Helm, values: str) -> None:
     )
     # A port-forward ends with the coordinator's pod: the notes loop it.
     assert "while true; do kubectl --namespace ml port-forward svc/appliance" in notes
-    assert "csctl --server 127.0.0.1:50051 get jobs" in notes
+    # Every door is TLS: the notes fetch the release's CA and pin it.
+    assert "get secret appliance-tls-ca -o jsonpath='{.data.ca\\.crt}'" in notes
+    assert "--server 127.0.0.1:50051 --certificate-authority appliance-ca.crt" in notes
+    assert "curl -s --cacert appliance-ca.crt https://127.0.0.1:8080/readyz" in notes
     assert ("get svc appliance -o jsonpath='{.spec.ports[*].nodePort}'" in notes) == (
         values != "default"  # the CI values make the Service a NodePort
     )
