@@ -78,12 +78,14 @@ class Coordinator:
                 f"leader election ({chosen}) needs PostgreSQL as the store; set "
                 "APPLIANCE_DATABASE_URL, or run one coordinator on SQLite"
             )
-        self.tls = _serving_tls(s)
+        if s.tls.insecure:  # refused before anything is made
+            _plaintext_allowed(server.host)
         # Both ports before the store is opened: a taken port is one line and nothing started.
         _check_free(server.host, server.grpc_port, "gRPC", "--grpc-port")
         http_socket = listen_tcp(server.host, server.http_port)
         self.http_port = http_socket.getsockname()[1]
         try:
+            self.tls = _serving_tls(s)
             self.parts = parts = await wire(s, elected=chosen != "off")
         except BaseException:
             http_socket.close()
@@ -220,13 +222,19 @@ class Coordinator:
         await self.parts.close()
 
 
-def _serving_tls(settings: Settings) -> ServingTls | None:
-    """The doors' TLS identity; None for plaintext, which only a loopback address may serve."""
+def _plaintext_allowed(host: str) -> None:
     try:
-        if settings.tls.insecure:
-            check_plaintext_allowed(settings.server.host)
-            return None
-        server = settings.server
+        check_plaintext_allowed(host)
+    except TlsError as exc:
+        raise StartupError(str(exc)) from None
+
+
+def _serving_tls(settings: Settings) -> ServingTls | None:
+    """The doors' TLS identity; None for plaintext (checked: only on a loopback address)."""
+    if settings.tls.insecure:
+        return None
+    server = settings.server
+    try:
         return ServingTls(settings.tls, server.host, server.coordinator_address)
     except TlsError as exc:
         raise StartupError(str(exc)) from None

@@ -27,8 +27,14 @@ def test_serve_freezes_its_start_up_heap(serving: Served) -> None:
     assert frozen > 50_000
 
 
+def session_ca() -> Path:
+    """The session's CA (tests/conftest.py), which every coordinator of the suite signs with."""
+    return Path(os.environ["APPLIANCE_TLS_CA_DIR"]) / "ca.crt"
+
+
 def first_lines(tmp_path: Path, env: dict[str, str]) -> tuple[str, str]:
-    """The first two lines `appliance serve` prints, run from the folder holding the venv."""
+    """The first line `appliance serve` prints and its hint (after the line naming the CA),
+    run from the folder holding the venv."""
     proc = subprocess.Popen(
         [BIN / "appliance", "serve", "--data-dir", tmp_path / "data", "--grpc-port", "0",
          "--http-port", "0"],
@@ -37,7 +43,9 @@ def first_lines(tmp_path: Path, env: dict[str, str]) -> tuple[str, str]:
     )  # fmt: skip
     assert proc.stdout is not None
     try:
-        return proc.stdout.readline(), proc.stdout.readline()
+        first, tls, hint = (proc.stdout.readline() for _ in range(3))
+        assert tls.startswith(f"TLS: clients verify with the CA {session_ca()} (SHA256:"), tls
+        return first, hint
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
@@ -55,10 +63,12 @@ def test_the_hint_names_a_csctl_a_new_shell_finds(tmp_path: Path, activated: boo
     assert grpc, first
     venv_bin = Path(BIN.parent.name, BIN.name)  # .venv/bin
     if activated:
-        assert hint == f"try: csctl --server {grpc.group(1)} get jobs -a\n"
+        trust = f"--certificate-authority {session_ca()}"
+        assert hint == f"try: csctl --server {grpc.group(1)} {trust} get jobs -a\n"
     else:
         assert hint == (
-            f"try: {venv_bin / 'csctl'} --server {grpc.group(1)} get jobs -a "
+            f"try: {venv_bin / 'csctl'} --server {grpc.group(1)} "
+            f"--certificate-authority {session_ca()} get jobs -a "
             f"(plain `csctl` once you run: . {venv_bin / 'activate'})\n"
         )
 
@@ -79,6 +89,7 @@ def test_a_wildcard_bind_prints_an_address_a_user_can_dial(tmp_path: Path, in_po
     assert "listening on every address (0.0.0.0)" in first
     if in_pod:
         assert hint.startswith("try, from your machine: kubectl port-forward svc/"), hint
-        assert "csctl --server 127.0.0.1:50051 get jobs -a" in hint
+        assert "csctl --server 127.0.0.1:50051 --certificate-authority ca.crt get jobs" in hint
     else:
-        assert hint == f"try: csctl --server {grpc.group(1)} get jobs -a\n"
+        trust = f"--certificate-authority {session_ca()}"
+        assert hint == f"try: csctl --server {grpc.group(1)} {trust} get jobs -a\n"
