@@ -54,6 +54,10 @@ class Backend(Protocol):
     # one's) and, with authentication on, its replica token (server/replica_tokens.py). Kept
     # out of command lines and pod specs: a Kubernetes backend puts it in a Secret.
     replica_secrets: Callable[[str, int], Mapping[str, str]]
+    # The environment of one replica's own certificate for the data plane, by job id, attempt
+    # and replica name (server/replica_identity.py); empty when the coordinator serves
+    # plaintext. Kept out of command lines and pod specs, and from the job's other replicas.
+    replica_identity: Callable[[str, int, str], Mapping[str, str]]
     # ---- what only some backends do (OptionalParts gives the others' answers) ----------------
     # Whether its replicas write into the jobs' model directories (the coordinator makes
     # each owner's directory, with its mode, before they start); the simulated one's do not.
@@ -131,4 +135,9 @@ class OptionalParts:
 
 def no_secrets(job_id: str, attempt: int) -> Mapping[str, str]:
     """Until the coordinator sets `replica_secrets`: replicas started with it refuse to run."""
+    return {}
+
+
+def no_identity(job_id: str, attempt: int, replica: str) -> Mapping[str, str]:
+    """No certificate: the data plane keeps its token only (the coordinator is --insecure)."""
     return {}

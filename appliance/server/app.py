@@ -40,6 +40,8 @@ from appliance.server.grpc.limiting import Limiting
 from appliance.server.grpc.metrics import CallMetrics
 from appliance.server.grpc.standby import StandbyRefusal
 from appliance.server.oidc import OidcVerifier
+from appliance.server.pki import CertificateAuthority, PkiError
+from appliance.server.replica_identity import ReplicaIdentities
 from appliance.server.replica_tokens import ReplicaTokens
 from appliance.server.rest.app import create_app
 from appliance.server.tls import ServingTls, TlsError, check_plaintext_allowed
@@ -86,6 +88,7 @@ class Coordinator:
         self.http_port = http_socket.getsockname()[1]
         try:
             self.tls = _serving_tls(s)
+            identities = _replica_identities(s, self.tls)
             self.parts = parts = await wire(s, elected=chosen != "off")
         except BaseException:
             http_socket.close()
@@ -105,6 +108,8 @@ class Coordinator:
             await parts.close()
             raise StartupError(f"cannot use the replica token key: {exc}") from None
         self.backend.replica_secrets = _with_coordinator_ca(tokens.environment, self.tls)
+        if identities is not None:  # mutual TLS between the replicas: per-replica certificates
+            self.backend.replica_identity = identities.environment
         control_tokens = tokens if self.auth.enabled else None
         self._grpc = grpc.aio.server(
             # grpcio binds with SO_REUSEPORT by default: a second process of the same user could
@@ -248,6 +253,19 @@ def _with_coordinator_ca(
         return secrets
     ca = {COORDINATOR_CA_ENV: tls.ca_pem.decode()}
     return lambda job_id, attempt: {**secrets(job_id, attempt), **ca}
+
+
+def _replica_identities(settings: Settings, tls: ServingTls | None) -> ReplicaIdentities | None:
+    """What signs the replicas' certificates: the doors' CA, or with an operator's serving
+    certificate the coordinator's own CA all the same; None when it serves plaintext (the data
+    plane then keeps its token only)."""
+    if tls is None:
+        return None
+    try:
+        ca = tls.ca or CertificateAuthority.load_or_create(settings.tls.ca_dir)
+    except PkiError as exc:
+        raise StartupError(f"cannot sign the replicas' certificates: {exc}") from None
+    return ReplicaIdentities(ca)
 
 
 def _in_use(host: str, port: int, door: str, option: str) -> str:

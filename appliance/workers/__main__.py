@@ -130,10 +130,12 @@ def main(
     from appliance.workers.lifecycle import EXIT_FAILED, Ending
     from appliance.workers.runtime import WorkerOptions, run_replica
     from appliance.workers.transport.job_credential import MissingCredential, dataplane_token
+    from appliance.workers.transport.replica_tls import IdentityError, ReplicaTls
 
     try:
         token = dataplane_token(os.environ)
-    except MissingCredential as exc:
+        tls = ReplicaTls.from_environ(os.environ, job_id)
+    except (MissingCredential, IdentityError) as exc:
         raise click.UsageError(str(exc)) from None
 
     limit_loaded_blas()  # NumPy is loaded by now
@@ -154,10 +156,11 @@ def main(
         orphan_timeout=orphan_timeout,
         step_timeout=step_timeout,
         dataplane_token=token,
+        tls=tls,
     )
     from appliance.workers.transport.channels import PeerChannels
 
-    channels = PeerChannels(token, shared_memory=data_plane == "shared-memory")
+    channels = PeerChannels(token, shared_memory=data_plane == "shared-memory", tls=tls)
     replica_role = build_role(options, channels)
     try:
         ending = asyncio.run(run_replica(options, replica_role, channels))

@@ -34,6 +34,7 @@ from appliance.workers.topology import JobLayout
 from appliance.workers.transport.channels import CHANNEL_OPTIONS, PeerChannels, local_address
 from appliance.workers.transport.job_credential import DataPlaneAuthentication
 from appliance.workers.transport.local_server import LocalServer, ServerPair
+from appliance.workers.transport.replica_tls import ReplicaTls
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class WorkerOptions:
     heartbeat_interval: float = 2.0
     # Deadline of one training step's data-plane calls; a dead peer fails the step, no hang.
     step_timeout: float = 30.0
+    # This replica's certificate for mutual TLS with its peers; None: plaintext, token only.
+    tls: ReplicaTls | None = None
 
 
 class ReplicaRole(Protocol):
@@ -81,7 +84,8 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole, channels: PeerC
     loop.add_signal_handler(signal.SIGINT, stop.request, EXIT_SIGTERM, "SIGINT received")
 
     server = grpc.aio.server(
-        options=CHANNEL_OPTIONS, interceptors=[DataPlaneAuthentication(options.dataplane_token)]
+        options=CHANNEL_OPTIONS,
+        interceptors=[DataPlaneAuthentication(options.dataplane_token, options.tls)],
     )
     # The same services for co-located peers, through shared memory (transport/channels.py).
     local = (
@@ -108,7 +112,13 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole, channels: PeerC
     # A pod serves on its own IP (APPLIANCE_REPLICA_HOST, from the downward API); a local
     # process on loopback.
     host = os.environ.get("APPLIANCE_REPLICA_HOST") or "127.0.0.1"
-    port = server.add_insecure_port(f"{_bracketed(host)}:0")
+    where = f"{_bracketed(host)}:0"
+    tls = options.tls
+    port = (
+        server.add_insecure_port(where)
+        if tls is None
+        else server.add_secure_port(where, tls.server_credentials())
+    )
     await server.start()
     if local is not None:
         try:
@@ -118,8 +128,9 @@ async def run_replica(options: WorkerOptions, role: ReplicaRole, channels: PeerC
             local = None
     address = f"{_bracketed(host)}:{port}"
     log.info(
-        "%s of %s serving on %s (pid %d)", options.replica, options.job_id, address, os.getpid()
-    )
+        "%s of %s serving on %s (%s, pid %d)", options.replica, options.job_id, address,
+        "plaintext" if tls is None else "mutual TLS", os.getpid(),
+    )  # fmt: skip
 
     # Several addresses: coordinators without a Service in front (workers/control.py).
     addresses = [a.strip() for a in options.coordinator.split(",") if a.strip()]

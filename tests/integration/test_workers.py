@@ -28,9 +28,11 @@ import pytest
 import yaml
 
 from appliance._proto.v1 import common_pb2, control_pb2, control_pb2_grpc
-from appliance.domain.auth import DATAPLANE_TOKEN_ENV
+from appliance.domain.auth import ATTEMPT_ENV, DATAPLANE_TOKEN_ENV
 from appliance.domain.params import parse_params
 from appliance.domain.restarts import EXIT_PEER_FAILED
+from appliance.server.pki import CertificateAuthority
+from appliance.server.replica_identity import ReplicaIdentities
 from appliance.workers.models.reference import ReferenceTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,6 +125,7 @@ async def start_replica(
     role = replica.rsplit("-", 1)[0]
     log = (log_dir / f"{replica}.log").open("wb")
     env = {**os.environ, "PYTHONPATH": str(ROOT), DATAPLANE_TOKEN_ENV: DATAPLANE_TOKEN}
+    env.update(replica_identity(replica))
     if data_plane:
         env["APPLIANCE_DATA_PLANE"] = data_plane
     args = ["-m", "appliance.workers", role, "--job-id", JOB_ID, "--replica", replica]
@@ -131,6 +134,17 @@ async def start_replica(
             sys.executable, *args, "--coordinator", coordinator, *extra,
             stdout=log, stderr=log, env=env, cwd=ROOT,
         )  # fmt: skip
+
+
+def replica_identity(replica: str) -> dict[str, str]:
+    """The certificate a TLS-serving coordinator would give `replica` (attempt 1), from the CA
+    in APPLIANCE_TLS_CA_DIR (the session's, under pytest: the data plane then runs mutual
+    TLS, as under a real coordinator); none when that is unset (plaintext, token only)."""
+    directory = os.environ.get("APPLIANCE_TLS_CA_DIR")
+    if not directory:
+        return {}
+    identities = ReplicaIdentities(CertificateAuthority.load_or_create(Path(directory)))
+    return {ATTEMPT_ENV: "1", **identities.environment(JOB_ID, 1, replica)}
 
 
 class RunningJob:

@@ -4,11 +4,11 @@ It registers fake nodes, binds unscheduled pods of its namespace to them round-r
 kube-scheduler's job; a pod requesting more than a node holds stays unbound, marked
 Unschedulable as kube-scheduler would), and for every pod bound to one of its nodes it does
 what a kubelet does: runs the container's command as a local process with the pod's env
-(fieldRefs and envFrom Secrets resolved; the pod IP is 127.0.0.1), writes the pod status back
-through the API (Running, then Succeeded/Failed with the exit code), serves the container log
-to the API server's `pods/log` proxy over HTTPS (kubelet_logs.py), and on deletion sends
-SIGTERM, waits the grace period, SIGKILLs, then removes the pod. Images not in --image are "not
-pullable" (ErrImagePull).
+(fieldRefs, envFrom Secrets and secretKeyRefs resolved; the pod IP is 127.0.0.1), writes the
+pod status back through the API (Running, then Succeeded/Failed with the exit code), serves
+the container log to the API server's `pods/log` proxy over HTTPS (kubelet_logs.py), and on
+deletion sends SIGTERM, waits the grace period, SIGKILLs, then removes the pod. Images not in
+--image are "not pullable" (ErrImagePull).
 
 With --simulate, containers are not run (KWOK-style): pods go Running at once and stay
 there, for benchmarks with thousands of pods.
@@ -262,6 +262,12 @@ class Kubelet:
         message_file = Path(cwd) / "termination-log"
         message_file.touch()
         for item in container.get("env") or []:
+            reference = item.get("valueFrom", {}).get("secretKeyRef")
+            if reference is not None:  # a key of a Secret: the pod fails to start without it
+                env[item["name"]] = (await self.secret_env(meta["namespace"], reference["name"]))[
+                    reference["key"]
+                ]
+                continue
             env[item["name"]] = self.env_value(pod, item)
             if env[item["name"]] == message_path:
                 env[item["name"]] = str(message_file)
@@ -299,7 +305,8 @@ class Kubelet:
         self.reported[meta["uid"]].set()
 
     async def secret_env(self, namespace: str, name: str) -> dict[str, str]:
-        """A Secret's keys as environment, as a kubelet reads it for envFrom."""
+        """A Secret's keys as environment, as a kubelet reads it for envFrom (and each
+        secretKeyRef)."""
         r = await self.http.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
         r.raise_for_status()
         data = r.json().get("data") or {}

@@ -24,7 +24,13 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from pathlib import Path
 from typing import Any
 
-from appliance.backends.base import OptionalParts, ReplicaEvent, ReplicaEventKind, no_secrets
+from appliance.backends.base import (
+    OptionalParts,
+    ReplicaEvent,
+    ReplicaEventKind,
+    no_identity,
+    no_secrets,
+)
 from appliance.backends.kubernetes import logs
 from appliance.backends.kubernetes import manifests as m
 from appliance.backends.kubernetes.capacity import fit_problem
@@ -82,6 +88,7 @@ class KubernetesBackend(OptionalParts):
         self._watching = False
         self._slots = asyncio.Semaphore(API_CONCURRENCY)
         self.replica_secrets: Callable[[str, int], Mapping[str, str]] = no_secrets
+        self.replica_identity: Callable[[str, int, str], Mapping[str, str]] = no_identity
 
     @property
     def coordinator_address(self) -> str:
@@ -103,9 +110,15 @@ class KubernetesBackend(OptionalParts):
         uid = owner["metadata"]["uid"]
         await self.api.create("Service", m.headless_service(job.id, self.api.namespace, uid))
         secrets = self.replica_secrets(job.id, job.attempt)
-        secret = m.credentials_secret(job.id, self.api.namespace, uid, secrets)
+        # Each replica's own certificate, in the same Secret under keys of its own.
+        identities = {
+            r.name: self.replica_identity(job.id, job.attempt, r.name) for r in job.replicas
+        }
+        certified = [name for name, env in identities.items() if env]
+        data = m.credentials_data(secrets, identities)
+        secret = m.credentials_secret(job.id, self.api.namespace, uid, data)
         found = await self.api.create("Secret", secret)
-        if not m.is_credentials_secret(found, uid, secrets):
+        if not m.is_credentials_secret(found, uid, secrets, certified):
             # Made by someone else ahead of us (job ids are seen while queued): its token
             # would be theirs. The job fails rather than run on it.
             raise RuntimeError(
@@ -117,7 +130,8 @@ class KubernetesBackend(OptionalParts):
 
         async def create(replica: Replica) -> None:
             async with self._slots:
-                pod = m.replica_pod(job.id, replica, self.template, uid, job.attempt)
+                held = [*secrets, *identities.get(replica.name, {})]
+                pod = m.replica_pod(job.id, replica, self.template, uid, job.attempt, held)
                 await self.api.create("Pod", pod)
 
         missing = [

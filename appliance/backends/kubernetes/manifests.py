@@ -3,10 +3,11 @@
 Per job: a ConfigMap holding the job spec, which owns everything else (deleting it lets the
 garbage collector remove the job's pods, Service, Secret and NetworkPolicy); a Secret holding
 the job's credentials, which the pods take as environment (a plain env value would show in the
-pod spec to anyone who may `get pods`); a NetworkPolicy under which the job's pods accept
-traffic only from each other (the chart's own policy adds the coordinator); a headless Service
-for replica discovery; one Pod per replica (restartPolicy Never) running the same worker
-command as the local backend.
+pod spec to anyone who may `get pods`): its tokens, and each replica's certificate and key
+under keys of its own, each pod taking its own only (secretKeyRef, not envFrom); a
+NetworkPolicy under which the job's pods accept traffic only from each other (the chart's own
+policy adds the coordinator); a headless Service for replica discovery; one Pod per replica
+(restartPolicy Never) running the same worker command as the local backend.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import base64
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from appliance.backends.kubernetes.quantities import memory_bytes as _bytes
@@ -23,6 +24,7 @@ from appliance.domain.auth import ATTEMPT_ENV
 from appliance.domain.job import Job, Replica
 from appliance.domain.plan import Role
 from appliance.domain.replica_errors import ERROR_FILE_ENV
+from appliance.domain.replica_identity import REPLICA_CA_ENV, REPLICA_CERT_ENV, REPLICA_KEY_ENV
 
 APP = "appliance"
 MANAGED_BY = "appliance-coordinator"
@@ -38,6 +40,8 @@ CONTAINER = "replica"
 # Kubernetes' default place for a container's termination message.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 SPEC_KEY = "job.json"
+# The key of the CA the replicas verify each other by, in the job's credentials Secret.
+REPLICA_CA_KEY = "replica-ca.crt"
 
 # What the coordinator's pods select on: every replica pod it made, in its namespace.
 REPLICA_SELECTOR = f"{LABEL_NAME}={APP},{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -201,12 +205,38 @@ def credentials_secret(
     }
 
 
-def is_credentials_secret(found: dict[str, Any], owner_uid: str, env: Mapping[str, str]) -> bool:
-    """Whether `found` (as read back) is the job's credentials Secret: owned by its ConfigMap
-    and holding exactly its tokens."""
+def secret_key(env_name: str, replica: str) -> str:
+    """Where the credentials Secret holds `env_name` of `replica`: its own key for its
+    certificate and key (`cs2-0.crt`, `cs2-0.key`), one for the CA, the tokens' own names."""
+    return {
+        REPLICA_CERT_ENV: f"{replica}.crt",
+        REPLICA_KEY_ENV: f"{replica}.key",
+        REPLICA_CA_ENV: REPLICA_CA_KEY,
+    }.get(env_name, env_name)
+
+
+def credentials_data(
+    tokens: Mapping[str, str], identities: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    """The credentials Secret's data: the job's `tokens` (environment, one key each) and the
+    `identities` of its replicas (their environment, by replica name)."""
+    data = dict(tokens)
+    for replica, env in identities.items():
+        data.update({secret_key(name, replica): value for name, value in env.items()})
+    return data
+
+
+def is_credentials_secret(
+    found: dict[str, Any], owner_uid: str, env: Mapping[str, str], replicas: Sequence[str] = ()
+) -> bool:
+    """Whether `found` (as read back) is the job's credentials Secret: owned by its ConfigMap,
+    holding exactly its tokens (which only the coordinator can derive) and a certificate for
+    each of `replicas` (made at an earlier launch of the attempt: as good as new ones)."""
     owners = found.get("metadata", {}).get("ownerReferences") or [{}]
     data = {k: base64.b64decode(v).decode() for k, v in (found.get("data") or {}).items()}
-    return owners[0].get("uid") == owner_uid and data == dict(env)
+    tokens = {k: v for k, v in data.items() if "." not in k}  # identity keys all hold a dot
+    certified = all(secret_key(REPLICA_CERT_ENV, r) in data for r in replicas)
+    return owners[0].get("uid") == owner_uid and tokens == dict(env) and certified
 
 
 def peers_only_policy(job_id: str, namespace: str, owner_uid: str) -> dict[str, Any]:
@@ -230,9 +260,15 @@ def peers_only_policy(job_id: str, namespace: str, owner_uid: str) -> dict[str, 
 
 
 def replica_pod(
-    job_id: str, replica: Replica, template: PodTemplate, owner_uid: str, attempt: int
+    job_id: str,
+    replica: Replica,
+    template: PodTemplate,
+    owner_uid: str,
+    attempt: int,
+    credentials: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One replica as a pod: the worker command of the local backend, identity in env."""
+    """One replica as a pod: the worker command of the local backend, identity in env.
+    `credentials`: the environment names the job's credentials Secret holds for it."""
     command = [
         template.python, "-m", "appliance.workers", replica.role.value,
         "--job-id", job_id, "--replica", replica.name,
@@ -251,6 +287,8 @@ def replica_pod(
         _from_field("APPLIANCE_POD_NAME", "metadata.name"),
         # A failing replica's last error line becomes the pod's termination message.
         {"name": ERROR_FILE_ENV, "value": TERMINATION_MESSAGE_PATH},
+        # The job's tokens and this replica's own certificate: how it proves it is the job's.
+        *(_from_secret(name, job_id, secret_key(name, replica.name)) for name in credentials),
     ]
     return {
         "apiVersion": "v1",
@@ -289,8 +327,6 @@ def replica_pod(
                     "imagePullPolicy": template.image_pull_policy,
                     "command": command,
                     "env": list(env),
-                    # The job's tokens: how its replicas prove they are the job's.
-                    "envFrom": [{"secretRef": {"name": secret_name(job_id)}}],
                     "resources": {
                         "requests": template.requests_of(replica.role),
                         # One job's replica cannot take the node's memory from the others.
@@ -324,6 +360,10 @@ def replica_pod(
 
 def _from_field(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _from_secret(name: str, job_id: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name(job_id), "key": key}}}
 
 
 def _data_sets_mounts(replica: Replica, template: PodTemplate) -> list[dict[str, Any]]:

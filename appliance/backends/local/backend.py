@@ -20,7 +20,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 
-from appliance.backends.base import OptionalParts, ReplicaEvent, ReplicaEventKind, no_secrets
+from appliance.backends.base import (
+    OptionalParts,
+    ReplicaEvent,
+    ReplicaEventKind,
+    no_identity,
+    no_secrets,
+)
 from appliance.domain.auth import ATTEMPT_ENV
 from appliance.domain.job import Job, Replica
 from appliance.domain.replica_errors import MAX_ERROR_READ, error_line, says_why
@@ -60,6 +66,7 @@ class LocalBackend(OptionalParts):
         self.jobs_dir = data_dir / "jobs"
         self.coordinator_address = coordinator_address
         self.replica_secrets: Callable[[str, int], Mapping[str, str]] = no_secrets
+        self.replica_identity: Callable[[str, int, str], Mapping[str, str]] = no_identity
         self.grace_seconds = grace_seconds
         self.orphan_timeout = orphan_timeout
         self.python = python
@@ -124,6 +131,7 @@ class LocalBackend(OptionalParts):
             ATTEMPT_ENV: str(attempt),
         }
         env.update(self.replica_secrets(job_id, attempt))
+        env.update(self.replica_identity(job_id, attempt, replica.name))
         command = [
             self.python, "-m", "appliance.workers", replica.role.value,
             "--job-id", job_id, "--replica", replica.name,

@@ -23,7 +23,13 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
-from appliance.backends.base import OptionalParts, ReplicaEvent, ReplicaEventKind, no_secrets
+from appliance.backends.base import (
+    OptionalParts,
+    ReplicaEvent,
+    ReplicaEventKind,
+    no_identity,
+    no_secrets,
+)
 from appliance.backends.sim.calls import ReplicaCalls
 from appliance.backends.sim.failures import FailurePlan
 from appliance.backends.sim.logs import JobLogs
@@ -55,6 +61,7 @@ class SimBackend(OptionalParts):
         # Unused (no replica dials anything), kept for the protocol.
         self.coordinator_address = ""
         self.replica_secrets: Callable[[str, int], Mapping[str, str]] = no_secrets
+        self.replica_identity: Callable[[str, int, str], Mapping[str, str]] = no_identity
         self.calls = calls
         self.step_seconds = step_seconds
         self.simulated_step_seconds: float | None = step_seconds

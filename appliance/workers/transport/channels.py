@@ -20,6 +20,7 @@ import grpc
 from appliance.workers.topology import PeerAddress
 from appliance.workers.transport.job_credential import call_metadata
 from appliance.workers.transport.local_channel import LocalChannel
+from appliance.workers.transport.replica_tls import ReplicaTls
 from appliance.workers.transport.tensors import CHUNK_BYTES
 from appliance.workers.transport.weight_rpc import WeightStreamingClient
 
@@ -51,9 +52,12 @@ class PeerChannels:
     Every call on them carries `metadata`: the job's data-plane credential (job_credential.py).
     """
 
-    def __init__(self, token: str, shared_memory: bool = False) -> None:
+    def __init__(
+        self, token: str, shared_memory: bool = False, tls: ReplicaTls | None = None
+    ) -> None:
         self.metadata = call_metadata(token)
         self._token = token
+        self._tls = tls
         self.shared_memory = shared_memory
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
         self._local: dict[str, LocalChannel] = {}  # by address
@@ -84,9 +88,17 @@ class PeerChannels:
             return local
         channel = self._channels.get((address, lane))
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._dial(address)
             self._channels[address, lane] = channel
         return channel
+
+    def _dial(self, address: str) -> grpc.aio.Channel:
+        """Mutual TLS with this replica's certificate, the peer verified as one of the job's
+        attempt (replica_tls.py); plaintext when the coordinator gave no certificate."""
+        if self._tls is None:
+            return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        options = [*CHANNEL_OPTIONS, *self._tls.channel_options()]
+        return grpc.aio.secure_channel(address, self._tls.channel_credentials(), options=options)
 
     def weight_streaming(self, address: str, lane: str = "") -> WeightStreamingClient:
         """WeightStreaming calls to the peer at `address`, on `lane`."""

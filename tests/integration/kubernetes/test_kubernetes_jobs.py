@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -49,13 +50,32 @@ def test_replica_credentials_come_from_the_jobs_secret_not_the_pod_spec(
 ) -> None:
     job = client.submit(params=PARAMS, num_csx=1, num_steps=100_000)
     wait_until(lambda: job.status.progress.step >= 1, 120, "the job to train")
-    # The replicas authenticated each other with the token the Secret carried; anyone who may
-    # read pods sees no token in them.
+    # The replicas authenticated each other with the token and their own certificates (mutual
+    # TLS) the Secret carried; anyone who may read pods sees no credential in them, and each
+    # pod names its own certificate's keys only.
     pods = pods_of(kube, job.id)
-    assert len(pods) == 4 and "TOKEN" not in json.dumps([p["spec"] for p in pods])
     secret = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/{job.id}-credentials")
     data = secret.json()["data"]
-    assert set(data) == {"APPLIANCE_DATAPLANE_TOKEN"}  # authentication is off here
+    names = {p["metadata"]["labels"]["appliance.io/replica"] for p in pods}
+    assert len(pods) == 4 and set(data) == {  # authentication is off here: no replica token
+        "APPLIANCE_DATAPLANE_TOKEN", "APPLIANCE_COORDINATOR_CA", "replica-ca.crt",
+        *(f"{name}.{kind}" for name in names for kind in ("crt", "key")),
+    }  # fmt: skip
+    specs = json.dumps([p["spec"] for p in pods])
+    assert not any(base64.b64decode(value).decode() in specs for value in data.values())
+    for pod in pods:
+        (container,) = pod["spec"]["containers"]
+        keys = {
+            e["valueFrom"]["secretKeyRef"]["key"]
+            for e in container["env"]
+            if "secretKeyRef" in e.get("valueFrom", {})
+        }
+        own = pod["metadata"]["labels"]["appliance.io/replica"]
+        assert {k for k in keys if k.endswith((".crt", ".key"))} == {
+            f"{own}.crt",
+            f"{own}.key",
+            "replica-ca.crt",
+        }, pod["metadata"]["name"]
     assert secret.json()["metadata"]["ownerReferences"][0]["name"] == job.id
     policy = kube.request(
         "GET", f"{NETWORKING}/namespaces/{NAMESPACE}/networkpolicies/{job.id}-peers"

@@ -102,7 +102,10 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
         orphan_timeout=60.0,
     )
     replica = Replica(JOB, "cs2-1", Role.CS2, 1, "cs2-02")
-    manifest = m.replica_pod(JOB, replica, template, owner_uid="uid-1", attempt=1)
+    held = ["APPLIANCE_DATAPLANE_TOKEN"]
+    manifest = m.replica_pod(
+        JOB, replica, template, owner_uid="uid-1", attempt=1, credentials=held
+    )
     labels = manifest["metadata"]["labels"]
     assert labels[m.LABEL_NAME] == "appliance" and labels[m.LABEL_JOB] == JOB
     assert (labels[m.LABEL_ROLE], labels[m.LABEL_INDEX], labels[m.LABEL_REPLICA]) == (
@@ -118,8 +121,11 @@ def test_replica_pod_runs_the_worker_command_with_identity_and_owner() -> None:
     assert env["APPLIANCE_REPLICA"]["value"] == "cs2-1"
     assert env["APPLIANCE_REPLICA_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     # The job's tokens come from its Secret: nothing secret is in the pod spec.
-    assert not any("TOKEN" in name for name in env)
-    assert c["envFrom"] == [{"secretRef": {"name": f"{JOB}-credentials"}}]
+    assert not any("value" in env[name] for name in env if "TOKEN" in name)
+    assert env["APPLIANCE_DATAPLANE_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": f"{JOB}-credentials", "key": "APPLIANCE_DATAPLANE_TOKEN"}
+    }
+    assert "envFrom" not in c
     secret = m.credentials_secret(JOB, "ml", "uid-1", {"APPLIANCE_DATAPLANE_TOKEN": "t0k"})
     assert secret["metadata"]["name"] == f"{JOB}-credentials"
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
