@@ -8,7 +8,7 @@
 #   SMOKE_NETWORK=host deploy/image/smoke.sh  # no port publishing: host network, coordinator
 #                                             # bound to 127.0.0.1 on free ports
 #
-# Checks, in order: /readyz answers; a 1-CS-2 fc_mnist job submitted over REST succeeds (its
+# Checks, in order: the coordinator made its CA and /readyz answers over TLS verified by it; a 1-CS-2 fc_mnist job submitted over REST succeeds (its
 # replicas run inside the container); the host's csctl (CSCTL, default .venv/bin/csctl) lists
 # it under the NAME ... PHASE header; `csctl version` runs inside the container, as uid 10001;
 # `docker stop` (SIGTERM) ends the coordinator with exit code 0. The container and its volume
@@ -28,6 +28,7 @@ started=$SECONDS
 name=appliance-smoke-$$
 volume=$name-data
 passed=false
+ca=$(mktemp)  # the coordinator's CA, once it has made it: every check below pins it
 
 log() { printf 'smoke.sh: %s\n' "$*" >&2; }
 fail() {
@@ -45,6 +46,7 @@ cleanup() {
     fi
     docker rm --force --volumes "$name" >/dev/null 2>&1 || true
     docker volume rm "$volume" >/dev/null 2>&1 || true
+    rm -f "$ca"
 }
 trap cleanup EXIT
 # A signal (Ctrl-C, a cancelled CI job, a closed pipe) exits through the clean-up too.
@@ -77,16 +79,19 @@ else
     inner_grpc_port=50051
     run_flags+=(--publish "127.0.0.1:$grpc_port:50051" --publish "127.0.0.1:$http_port:8080")
 fi
-http=http://127.0.0.1:$http_port
+http=https://127.0.0.1:$http_port
+export SSL_CERT_FILE=$ca  # Python's urllib verifies the coordinator with its CA
 
 # A named volume starts as a copy of the image's /var/lib/appliance, owned by uid 10001.
 docker volume create "$volume" >/dev/null
 docker run "${run_flags[@]}" "$IMAGE" >/dev/null || fail "docker run $IMAGE did not start"
 log "started $name from $IMAGE (gRPC 127.0.0.1:$grpc_port, HTTP 127.0.0.1:$http_port)"
 
-# 1. Ready: poll /readyz until it answers 200, the container exits, or the deadline passes.
+# 1. Ready: poll until the coordinator made its CA and /readyz answers 200 over TLS verified by
+# it, the container exits, or the deadline passes.
 deadline=$((SECONDS + READY_SECONDS))
-until "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+until docker exec "$name" cat /var/lib/appliance/tls/ca.crt >"$ca" 2>/dev/null &&
+    "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
     "$http/readyz" 2>/dev/null; do
     [ "$(docker inspect --format '{{.State.Running}}' "$name")" = true ] ||
         fail "the coordinator exited before it was ready"
@@ -119,7 +124,7 @@ EOF
 log "job $job_id SUCCEEDED"
 
 # 3. The host's csctl through the published gRPC port.
-listing=$("$CSCTL" --server "127.0.0.1:$grpc_port" get jobs -a) ||
+listing=$("$CSCTL" --server "127.0.0.1:$grpc_port" --certificate-authority "$ca" get jobs -a) ||
     fail "csctl --server 127.0.0.1:$grpc_port get jobs -a failed"
 printf '%s\n' "$listing" >&2
 grep -Eq '^NAME[[:space:]].*PHASE' <<<"$listing" || fail "csctl printed no NAME ... PHASE header"
@@ -133,7 +138,8 @@ for path in / /ui/static/vendor/htmx.min.js /ui/static/vendor/swagger-ui-bundle.
 done
 
 # 4. csctl is on the image's PATH, and the container runs as the non-root user.
-docker exec "$name" csctl --server "127.0.0.1:$inner_grpc_port" version >&2 ||
+docker exec "$name" csctl --server "127.0.0.1:$inner_grpc_port" \
+    --certificate-authority /var/lib/appliance/tls/ca.crt version >&2 ||
     fail "csctl version failed inside the container"
 uid=$(docker exec "$name" id -u)
 [ "$uid" = "$IMAGE_UID" ] || fail "the container runs as uid $uid, not $IMAGE_UID"
