@@ -62,8 +62,6 @@ _server_options = [
                  "[default: one signed by the CA in <data dir>/tls, made on first start]."),
     click.option("--tls-key", "tls_key_file", type=click.Path(path_type=Path), default=None,
                  help="PEM key of --tls-cert."),
-    click.option("--tls-client-ca", "tls_client_ca_file", type=click.Path(path_type=Path),
-                 default=None, help="PEM CA client certificates must chain to (mutual TLS)."),
     click.option("--insecure", is_flag=True, default=None,
                  help="Serve plaintext, no TLS: on a loopback address only."),
 ]  # fmt: skip

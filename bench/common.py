@@ -137,6 +137,14 @@ _TREE_MAIN = (
 )
 
 
+# Plaintext on loopback, as every figure recorded before TLS (#36) was measured and as the
+# benchmarks' raw gRPC clients dial: coordinators the benchmarks start (and the clients they
+# make) inherit it. What TLS costs is measured on its own (bench.data_plane_tls); set
+# APPLIANCE_INSECURE=false and CSCTL_INSECURE=0 to measure a benchmark with it.
+os.environ.setdefault("APPLIANCE_INSECURE", "true")
+os.environ.setdefault("CSCTL_INSECURE", "1")
+
+
 class CoordinatorProcess:
     """`appliance serve` on free ports; `address` is parsed from its first stdout line."""
 

@@ -396,7 +396,7 @@ class Settings(KubeFields, DataFields, TlsFields):
     def tls(self) -> TlsSettings:
         return TlsSettings(
             self.tls_ca_dir or self.data_dir / "tls", self.data_dir / "tls", self.tls_cert_file,
-            self.tls_ca_file, self.tls_key_file, self.tls_client_ca_file, self.tls_names,
+            self.tls_ca_file, self.tls_key_file, self.tls_names,
             self.insecure,
         )  # fmt: skip
 

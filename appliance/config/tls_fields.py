@@ -27,7 +27,6 @@ class TlsSettings:
     cert_file: Path | None = None
     ca_file: Path | None = None
     key_file: Path | None = None
-    client_ca_file: Path | None = None
     names: tuple[str, ...] = ()
     insecure: bool = False
 
@@ -51,11 +50,6 @@ class TlsFields(BaseSettings):
         default=None,
         description="PEM CA that signed tls_cert_file, given to replicas to verify the "
         "coordinator; unset = the last certificate of tls_cert_file.",
-    )
-    tls_client_ca_file: Path | None = Field(
-        default=None,
-        description="PEM CA that client certificates must chain to (mutual TLS); unset = none "
-        "asked for.",
     )
     tls_ca_dir: Path | None = Field(
         default=None,

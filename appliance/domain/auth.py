@@ -11,6 +11,7 @@ the list view shows, as the real csctl gives everyone.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -38,6 +39,24 @@ ATTEMPT_ENV = "APPLIANCE_JOB_ATTEMPT"
 # The CA (PEM) a replica verifies the coordinator's certificate by; unset: the coordinator
 # serves plaintext (insecure, on loopback only).
 COORDINATOR_CA_ENV = "APPLIANCE_COORDINATOR_CA"
+
+
+def is_loopback(address: str) -> bool:
+    """Whether `address` (a host, or host:port, as gRPC targets are written) is on this machine
+    only: where plaintext (`--insecure`) is allowed, and nowhere else."""
+    host = address.removeprefix("dns:///").removeprefix("ipv4:").removeprefix("ipv6:")
+    if host.startswith("unix:") or host == "localhost":
+        return True
+    if host.startswith("["):
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def bearer_metadata(token: str) -> tuple[str, str]:

@@ -68,6 +68,7 @@ def error_from_rpc(
 # What gRPC's core says when a handshake fails, and the line a user gets for it.
 _TLS_FAILURES = (
     ("CERTIFICATE_VERIFY_FAILED", "its certificate is not signed by {trust}"),
+    ("Hostname Verification", "its certificate is not for the name or address dialled"),
     ("Peer name", "its certificate is not for the name or address dialled ({reason})"),
     ("WRONG_VERSION_NUMBER", "it does not speak TLS (is it serving with --insecure?)"),
     ("Tls handshake failed", "the TLS handshake failed ({reason})"),

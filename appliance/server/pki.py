@@ -164,8 +164,9 @@ def _current(
     ca: CertificateAuthority, cert_path: Path, key_path: Path, names: Sequence[str]
 ) -> bool:
     try:
-        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-        key_path.stat()
+        cert_pem = cert_path.read_bytes()
+        check_pair(cert_pem, key_path.read_bytes(), cert_path, key_path)  # a renewal cut short
+        cert = x509.load_pem_x509_certificate(cert_pem)
     except (OSError, ValueError):
         return False
     try:
@@ -175,6 +176,23 @@ def _current(
     wanted = {_general_name(n) for n in names}
     ends = cert.not_valid_after_utc
     return ca.signed(cert) and set(sans) == wanted and ends - _now() > RENEW_BEFORE
+
+
+def check_pair(cert_pem: bytes, key_pem: bytes, cert_path: Path, key_path: Path) -> None:
+    """ValueError naming the files unless `key_pem` is the key of `cert_pem`'s first
+    certificate (a copy cut short, or a key and certificate of two renewals)."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        raise ValueError(f"{cert_path} holds no PEM certificate") from None
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        raise ValueError(f"{key_path} holds no unencrypted PEM private key") from None
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    mine = key.public_key().public_bytes(serialization.Encoding.DER, public)
+    if mine != cert.public_key().public_bytes(serialization.Encoding.DER, public):
+        raise ValueError(f"{key_path} is not the key of the certificate in {cert_path}")
 
 
 def write_private(path: Path, data: bytes) -> None:

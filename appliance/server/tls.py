@@ -1,6 +1,6 @@
 """TLS on the coordinator's doors: one serving identity for gRPC, REST and the dashboard.
 
-Given `tls_cert_file`/`tls_key_file`, those (and a client CA for mutual TLS, when given);
+Given `tls_cert_file`/`tls_key_file`, those;
 without, the coordinator's own CA (pki.py) signs a serving certificate for the addresses it
 listens on plus `tls_names`. Either way the files are followed: a change on disk (a renewal
 by cert-manager, an operator's `cp`) is served to new connections within RELOAD_SECONDS, by
@@ -11,7 +11,7 @@ its end the same way. Plaintext only with `insecure`, and only on a loopback add
 from __future__ import annotations
 
 import asyncio
-import ipaddress
+import dataclasses
 import logging
 import os
 import socket
@@ -22,9 +22,17 @@ from pathlib import Path
 
 import grpc
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from appliance.config.tls_fields import TlsSettings
-from appliance.server.pki import CertificateAuthority, PkiError, fingerprint, serving_files
+from appliance.domain.auth import is_loopback
+from appliance.server.pki import (
+    CertificateAuthority,
+    PkiError,
+    check_pair,
+    fingerprint,
+    serving_files,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +50,6 @@ def check_plaintext_allowed(host: str) -> None:
             f"insecure (plaintext) serving is allowed on a loopback address only, not {host!r}: "
             "listen on 127.0.0.1, or drop --insecure to serve TLS"
         )
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def listen_names(host: str, extra: Sequence[str]) -> list[str]:
@@ -74,8 +73,19 @@ def _own_addresses() -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Material:
+    """One checked certificate and key: the HTTP server's context and gRPC's configuration,
+    both made from the same bytes."""
+
+    context: ssl.SSLContext
+    grpc: grpc.ServerCertificateConfiguration
+    stamps: tuple[tuple[int, int, int], ...]
+
+
 class ServingTls:
-    """The serving certificate, key and (optional) client CA as files, followed on disk."""
+    """The serving certificate and key as files, followed on disk. A change is taken only as a
+    whole, checked pair: a half-copied file leaves the previous pair serving."""
 
     def __init__(self, settings: TlsSettings, host: str, dialled: str = "") -> None:
         """`dialled`: the address replicas dial (comma-separated), whose hosts it is for too."""
@@ -86,16 +96,25 @@ class ServingTls:
         try:
             if settings.cert_file is None:
                 self.ca = CertificateAuthority.load_or_create(settings.ca_dir)
+                self.ca_pem = self.ca.cert_pem
                 self.ca_file = self.ca.cert_path
             else:
                 self.ca_file = settings.ca_file or settings.cert_file
+                self.ca_pem = _last_certificate(_read(self.ca_file), self.ca_file)
             self._locate()
-            self._context = self._new_context()
+            material = self._load()
         except (PkiError, OSError, ssl.SSLError, ValueError) as exc:
             raise TlsError(f"cannot serve TLS: {exc}") from None
+        if material is None:
+            raise TlsError(f"cannot serve TLS: {self.cert_file} changed while it was read")
+        self._current = material
         self._lock = threading.Lock()
         self._version = 0
-        self._stamps = self._stamp()
+        # The HTTP server's own context only picks the current one for each handshake.
+        self._front = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._front.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._front.load_cert_chain(self.cert_file, self.key_file)
+        self._front.sni_callback = self._pick
 
     def _locate(self) -> None:
         s = self.settings
@@ -106,88 +125,103 @@ class ServingTls:
             self.cert_file, self.key_file = s.cert_file, s.key_file
 
     @property
-    def ca_pem(self) -> bytes:
-        """What a client (a replica) pins: the CA's certificate."""
-        return self.ca_file.read_bytes()
-
-    @property
     def fingerprint(self) -> str:
+        """The SHA-256 fingerprint of the CA clients pin."""
         return fingerprint(x509.load_pem_x509_certificate(self.ca_pem))
+
+    def _load(self) -> _Material | None:
+        """The pair on disk, checked (the key is the certificate's); None when a file changed
+        while it was read. Raises ValueError, OSError or ssl.SSLError naming what is wrong."""
+        stamps = self._stamp()
+        cert_pem, key_pem = _read(self.cert_file), _read(self.key_file)
+        check_pair(cert_pem, key_pem, self.cert_file, self.key_file)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert_file, self.key_file)
+        if self._stamp() != stamps:  # replaced meanwhile: the context may hold the new one
+            return None
+        configuration = grpc.ssl_server_certificate_configuration([(key_pem, cert_pem)])
+        return _Material(context, configuration, stamps)
 
     # ---- the two servers ----------------------------------------------------------------------
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         """Credentials that take a changed certificate at the next handshake."""
-        served = [-1]
+        served = [0]
 
         def fetch() -> grpc.ServerCertificateConfiguration | None:
             with self._lock:
                 if served[0] == self._version:
                     return None
                 served[0] = self._version
-            return self._grpc_configuration()
+                return self._current.grpc
 
-        return grpc.dynamic_ssl_server_credentials(
-            self._grpc_configuration(),
-            fetch,
-            require_client_authentication=self.settings.client_ca_file is not None,
-        )
-
-    def _grpc_configuration(self) -> grpc.ServerCertificateConfiguration:
-        client_ca = self.settings.client_ca_file
-        return grpc.ssl_server_certificate_configuration(
-            [(self.key_file.read_bytes(), self.cert_file.read_bytes())],
-            root_certificates=client_ca.read_bytes() if client_ca else None,
-        )
+        return grpc.dynamic_ssl_server_credentials(self._current.grpc, fetch)
 
     def ssl_context(self) -> ssl.SSLContext:
-        """The HTTP server's context: reloaded in place, so new connections get new files."""
-        return self._context
+        """The HTTP server's context: each handshake is given the current pair's context."""
+        return self._front
 
-    def _new_context(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.cert_file, self.key_file)
-        if self.settings.client_ca_file is not None:
-            context.verify_mode = ssl.CERT_REQUIRED
-            context.load_verify_locations(self.settings.client_ca_file)
-        return context
+    def _pick(self, connection: ssl.SSLObject, name: str | None, _: ssl.SSLContext) -> None:
+        connection.context = self._current.context
 
     # ---- following the files ------------------------------------------------------------------
 
     def _stamp(self) -> tuple[tuple[int, int, int], ...]:
-        files = [self.cert_file, self.key_file, self.settings.client_ca_file]
-        return tuple(_stamp(path) for path in files if path is not None)
+        return (_stamp(self.cert_file), _stamp(self.key_file))
 
     def refresh(self) -> bool:
         """Take changed files (or renew our own certificate); True if anything changed."""
         if self.ca is not None:
             self._locate()  # renews near its end, or for another CA
-        stamps = self._stamp()
-        if stamps == self._stamps:
+        if self._stamp() == self._current.stamps:
             return False
         try:
-            self._context.load_cert_chain(self.cert_file, self.key_file)
-            if self.settings.client_ca_file is not None:
-                self._context.load_verify_locations(self.settings.client_ca_file)
-            self._grpc_configuration()  # readable as a whole before gRPC is told
+            material = self._load()
         except (OSError, ssl.SSLError, ValueError) as exc:
             log.error("TLS files changed but cannot be used (%s); serving the previous ones", exc)
             return False
-        self._stamps = stamps
+        if material is None:
+            return False  # still being written: the next look takes it
         with self._lock:
+            self._current = material
             self._version += 1
         log.info("TLS: serving the changed certificate %s", self.cert_file)
         return True
 
     async def follow(self) -> None:
-        """Refresh every RELOAD_SECONDS, for the life of the servers."""
+        """Refresh every RELOAD_SECONDS, for the life of the servers; an error is logged and
+        the previous pair keeps serving."""
         while True:
             await asyncio.sleep(RELOAD_SECONDS)
             try:
                 await asyncio.to_thread(self.refresh)
-            except (PkiError, OSError) as exc:
-                log.error("TLS: %s", exc)
+            except Exception:
+                log.exception("TLS: cannot look at the certificate files")
+
+
+MAX_PEM_BYTES = 1 << 20
+
+
+def _read(path: Path) -> bytes:
+    """A PEM file, bounded; OSError naming it."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_PEM_BYTES + 1)
+    except OSError as exc:
+        raise OSError(f"{path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_PEM_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_PEM_BYTES} bytes")
+    return data
+
+
+def _last_certificate(pem: bytes, path: Path) -> bytes:
+    """The last certificate of a PEM chain (its CA's, for a chain that ends with it)."""
+    try:
+        chain = x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        raise ValueError(f"{path} holds no PEM certificate") from None
+    return chain[-1].public_bytes(serialization.Encoding.PEM)
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:

@@ -18,7 +18,7 @@ from typing import Protocol
 import grpc
 
 from appliance._proto.v1 import dataplane_pb2_grpc
-from appliance.domain.auth import COORDINATOR_CA_ENV
+from appliance.domain.auth import COORDINATOR_CA_ENV, is_loopback
 from appliance.domain.replica_errors import error_line, error_of
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import (
@@ -32,7 +32,7 @@ from appliance.workers.lifecycle import (
 )
 from appliance.workers.topology import JobLayout
 from appliance.workers.transport.channels import CHANNEL_OPTIONS, PeerChannels, local_address
-from appliance.workers.transport.job_credential import DataPlaneAuthentication
+from appliance.workers.transport.job_credential import DataPlaneAuthentication, MissingCredential
 from appliance.workers.transport.local_server import LocalServer, ServerPair
 from appliance.workers.transport.replica_tls import ReplicaTls
 
@@ -202,5 +202,10 @@ def coordinator_channel(address: str) -> grpc.aio.Channel:
     when it serves plaintext (then it listens on loopback only)."""
     ca = os.environ.get(COORDINATOR_CA_ENV)
     if not ca:
+        if not is_loopback(address):
+            raise MissingCredential(
+                f"{COORDINATOR_CA_ENV} is not set and the coordinator {address} is not on this "
+                "machine: replicas reach a remote coordinator over TLS only"
+            )
         return grpc.aio.insecure_channel(address)
     return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(ca.encode()))

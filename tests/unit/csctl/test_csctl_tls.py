@@ -73,6 +73,7 @@ def test_plaintext_never_leaves_the_machine(config_file: Path) -> None:
         (b"", "holds no PEM certificate"),
         (b"hello", "holds no PEM certificate"),
         (b"-----BEGIN CERTIFICATE-----\n" + b"A" * (2 << 20), "larger than"),
+        (b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n", "damaged"),
     ],
 )
 def test_hostile_ca_files_are_one_line(
@@ -85,6 +86,10 @@ def test_hostile_ca_files_are_one_line(
     assert problem in result.output and str(bad) in result.output
     missing = Csctl("127.0.0.1:1")("--certificate-authority", str(tmp_path / "no"), "get", "jobs")
     assert missing.exit_code == 2 and "cannot read the CA file" in missing.output
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # nobody writes: reading it would hang csctl
+    hung = Csctl("127.0.0.1:1")("--certificate-authority", str(fifo), "get", "jobs")
+    assert hung.exit_code == 2 and "is not a regular file" in hung.output
 
 
 def test_trust_precedence_flag_env_cluster(tmp_path: Path, other_ca: Path) -> None:

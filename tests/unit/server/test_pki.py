@@ -15,7 +15,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from appliance.server.pki import CA_CERT, CA_KEY, CertificateAuthority, PkiError, serving_files
+from appliance.server.pki import (
+    CA_CERT,
+    CA_KEY,
+    CertificateAuthority,
+    PkiError,
+    check_pair,
+    serving_files,
+    write_private,
+)
 
 
 def test_a_new_ca_is_made_private_and_kept(tmp_path: Path) -> None:
@@ -107,3 +115,15 @@ def test_a_damaged_ca_is_one_line_naming_the_dir(tmp_path: Path) -> None:
     (tmp_path / CA_CERT).write_text("not a certificate")
     with pytest.raises(PkiError, match=str(tmp_path)):
         CertificateAuthority.load_or_create(tmp_path)
+
+
+def test_a_renewal_cut_short_is_made_again(tmp_path: Path) -> None:
+    """The key was written, the certificate not: the pair does not match, so it is issued
+    again instead of failing every start."""
+    ca = CertificateAuthority.load_or_create(tmp_path / "ca")
+    cert_path, key_path = serving_files(ca, tmp_path / "serving", ["localhost"])
+    write_private(key_path, ca.issue("other", ["localhost"]).key_pem)
+    serving_files(ca, tmp_path / "serving", ["localhost"])
+    check_pair(cert_path.read_bytes(), key_path.read_bytes(), cert_path, key_path)
+    with pytest.raises(ValueError, match="is not the key of the certificate"):
+        check_pair(cert_path.read_bytes(), ca.issue("x").key_pem, cert_path, key_path)
