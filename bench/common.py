@@ -137,12 +137,11 @@ _TREE_MAIN = (
 )
 
 
-# Plaintext on loopback, as every figure recorded before TLS (#36) was measured and as the
-# benchmarks' raw gRPC clients dial: coordinators the benchmarks start (and the clients they
-# make) inherit it. What TLS costs is measured on its own (bench.data_plane_tls); set
-# APPLIANCE_INSECURE=false and CSCTL_INSECURE=0 to measure a benchmark with it.
-os.environ.setdefault("APPLIANCE_INSECURE", "true")
-os.environ.setdefault("CSCTL_INSECURE", "1")
+# The coordinators the benchmarks start serve plaintext on loopback, as every figure recorded
+# before TLS (#36) was measured and as their raw gRPC and HTTP clients dial. What TLS costs is
+# measured on its own (bench.data_plane_tls); extra_env={"APPLIANCE_INSECURE": "false"} (and a
+# client that pins the CA) measures a benchmark with it.
+PLAINTEXT = {"APPLIANCE_INSECURE": "true"}
 
 
 class CoordinatorProcess:
@@ -162,7 +161,7 @@ class CoordinatorProcess:
         `tree`: run the coordinator of another code tree (one unpacked by `git archive`)."""
         self.data_dir = data_dir
         self.log_path = data_dir / log_name
-        env = {**os.environ, **(extra_env or {})}
+        env = {**os.environ, **PLAINTEXT, **(extra_env or {})}
         self._log = self.log_path.open("ab")
         self.started = time.perf_counter()
         grpc_port, http_port = (str(p) for p in ports)

@@ -40,6 +40,7 @@ _IMPORT_TOTAL = re.compile(r"import time:\s+\d+ \|\s+(\d+) \| csctl\.cli$", re.M
 
 def _env(tree: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CSCTL_")}
+    env["CSCTL_INSECURE"] = "1"  # the coordinator serves plaintext on loopback (bench.common)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     return env
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     imports: dict[str, list[float]] = {name: [] for name in trees}
     with CoordinatorProcess(data_dir) as coordinator:
         address = coordinator.wait_address()
-        with ApplianceClient(address, detach=True) as client:
+        with ApplianceClient(address, detach=True, insecure=True) as client:
             for n in range(args.jobs):
                 client.submit(params=EXAMPLE_PARAMS, num_csx=1, num_steps=10,
                               labels={"bench": "csctl", "n": str(n)})  # fmt: skip

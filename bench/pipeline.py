@@ -71,7 +71,7 @@ def _probe(address: str, stop: multiprocessing.synchronize.Event, results: Any) 
     from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
     from appliance.client import ApplianceClient
 
-    client = ApplianceClient(address)
+    client = ApplianceClient(address, insecure=True)
     stub = cluster_pb2_grpc.ClusterServiceStub(grpc.insecure_channel(address))
     submits: list[float] = []
     lists: list[float] = []
@@ -89,7 +89,7 @@ def _fill(address: str, count: int) -> None:
     """Queue `count` jobs from 8 threads (the queue is the benchmark's setup, not timed)."""
     from appliance.client import ApplianceClient
 
-    client = ApplianceClient(address)
+    client = ApplianceClient(address, insecure=True)
 
     def one(i: int) -> None:
         client.submit(
@@ -131,7 +131,7 @@ def run(
         stop, results = spawn.Event(), spawn.Queue()
         probe = spawn.Process(target=_probe, args=(address, stop, results))
         probe.start()
-        client = ApplianceClient(address)
+        client = ApplianceClient(address, insecure=True)
         with ThreadPoolExecutor(8) as reopen:  # 2,048 systems back within a second or two
             list(reopen.map(lambda name: client.set_node_state(name, "ok"), names))
         # Rates, CPU and samples count from here: 2,048 admin calls are not the load.

@@ -93,22 +93,22 @@ def _scheduled_at(job: JobHandle) -> float:
 
 def test_the_standby_answers_in_one_line(pair: Coordinators) -> None:
     http = pair.ports[1][1]
-    status, body = _http(f"https://127.0.0.1:{http}/readyz")
+    status, body = _http(f"http://127.0.0.1:{http}/readyz")
     standby = (
         f"this coordinator is a standby; the leader is {_leader_name(pair)} (epoch 1): retry "
         "through the appliance's Service address, or at the leader"
     )
     assert (status, body["reason"]) == (503, standby)
-    status, body = _http(f"https://127.0.0.1:{http}/api/v1/jobs")
+    status, body = _http(f"http://127.0.0.1:{http}/api/v1/jobs")
     assert (status, body) == (503, {"error": {"code": "unavailable", "message": standby,
                                               "field": None}})  # fmt: skip
-    assert _http(f"https://127.0.0.1:{http}/healthz")[0] == 200
-    with ApplianceClient(pair.address(1), detach=True) as client:
+    assert _http(f"http://127.0.0.1:{http}/healthz")[0] == 200
+    with ApplianceClient(pair.address(1), detach=True, insecure=True) as client:
         with pytest.raises(Unavailable) as refused:
             client.submit(params=PARAMS, num_csx=1, num_steps=10)
         assert refused.value.message == standby
         assert client.version()  # GetVersion is answered by all
-    with ApplianceClient(pair.address(0), detach=True) as client:
+    with ApplianceClient(pair.address(0), detach=True, insecure=True) as client:
         assert client.list_jobs() == []  # nothing was half-submitted to the standby
 
 
@@ -123,12 +123,12 @@ def _leader_name(pair: Coordinators) -> str:
 def test_kill_9_of_the_leader_the_standby_adopts_and_schedules_again(
     pair: Coordinators,
 ) -> None:
-    with ApplianceClient(pair.address(0), detach=True) as client:
+    with ApplianceClient(pair.address(0), detach=True, insecure=True) as client:
         adopted = _submit(client, 1_000_000)
         pids = _running(adopted)
         step = adopted.status.progress.step
     killed = kill_9(pair, 0)
-    with ApplianceClient(pair.address(1), detach=True) as client:
+    with ApplianceClient(pair.address(1), detach=True, insecure=True) as client:
         fresh = _submit(client, 40)
         took = _scheduled_at(fresh) - killed
         assert took <= GOAL_S, f"scheduling again took {took:.1f} s after the kill"
@@ -151,12 +151,12 @@ def test_a_leader_paused_past_its_lease_writes_nothing_and_steps_down(
 ) -> None:
     old = pair.procs[0]
     assert old is not None
-    with ApplianceClient(pair.address(0), detach=True) as client:
+    with ApplianceClient(pair.address(0), detach=True, insecure=True) as client:
         first = _submit(client, 1_000_000)
         _running(first)
     old.proc.send_signal(signal.SIGSTOP)
     wait_until(lambda: pair.ready(1), 30, "the standby to take over")
-    with ApplianceClient(pair.address(1), detach=True) as client:
+    with ApplianceClient(pair.address(1), detach=True, insecure=True) as client:
         # The new leader cancels the first job (the old one still counts it as its own) and
         # starts a second: what a woken old leader would tear down or start again.
         assert client.job(first.id).cancel().job.phase is Phase.CANCELLED

@@ -24,7 +24,7 @@ def test_jwts_of_the_issuer_are_bearer_tokens(tmp_path: Path) -> None:
         auth_oidc_jwks_file=issuer.jwks, auth_oidc_admin_group="ops",
     ).start()  # fmt: skip
     try:
-        url = f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs"
+        url = f"https://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs"
         alice = issuer.sign()
         with ApplianceClient(running.address, token=alice) as client:
             assert client.list_jobs() == []

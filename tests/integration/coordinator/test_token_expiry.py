@@ -26,6 +26,7 @@ from appliance.domain.inventory import NodeState
 from appliance.server.tokens_file import add_token, read_entries
 from tests import timing
 from tests.integration.coordinator.harness import RunningCoordinator, serving, wait_until
+from tests.tls import secure_channel
 
 PARAMS = {"model": {"name": "fc_mnist", "hidden_sizes": [8]}}
 BOB = Principal("bob", ("cv",), admin=False)
@@ -44,7 +45,7 @@ def coordinator(tmp_path: Path) -> Iterator[tuple[RunningCoordinator, Path, str]
 
 
 def _get_job(address: str, token: str, job_id: str) -> grpc.StatusCode:
-    with grpc.insecure_channel(address) as channel:
+    with secure_channel(address) as channel:
         stub = cluster_pb2_grpc.ClusterServiceStub(channel)
         try:
             stub.GetJob(pb.GetJobRequest(job_id=job_id), metadata=_bearer(token), timeout=10)
@@ -77,7 +78,7 @@ def test_a_token_expiring_mid_watch_ends_the_stream_within_a_second(
     opened = threading.Event()
 
     def watch() -> None:
-        with grpc.insecure_channel(running.address) as channel:
+        with secure_channel(running.address) as channel:
             stub = cluster_pb2_grpc.ClusterServiceStub(channel)
             stream = stub.WatchJob(pb.WatchJobRequest(job_id=job.id), metadata=_bearer(short))
             try:
@@ -91,7 +92,7 @@ def test_a_token_expiring_mid_watch_ends_the_stream_within_a_second(
     sse_opened = threading.Event()
 
     def sse() -> None:
-        url = f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs/{job.id}"
+        url = f"https://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs/{job.id}"
         headers = {"Authorization": f"Bearer {short}"}
         with httpx.stream("GET", f"{url}/events/stream", headers=headers, timeout=60) as r:
             sse_opened.set()
@@ -116,7 +117,7 @@ def test_a_token_expiring_mid_watch_ends_the_stream_within_a_second(
         assert -0.1 < late < timing.scaled(1.2), f"a stream ended {late:.2f} s after the expiry"
     assert _get_job(running.address, short, job.id) == grpc.StatusCode.UNAUTHENTICATED
     rest = httpx.get(
-        f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs/{job.id}",
+        f"https://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs/{job.id}",
         headers={"Authorization": f"Bearer {short}"},
     )
     assert rest.status_code == 401 and "expired at" in rest.json()["error"]["message"]
@@ -127,7 +128,7 @@ def test_a_token_revoked_with_the_command_is_refused_within_a_second(
 ) -> None:
     running, tokens_file, _ = coordinator
     bob, entry = add_token(tokens_file, BOB, ttl=3600)
-    url = f"http://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs"
+    url = f"https://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs"
     headers = {"Authorization": f"Bearer {bob}"}
     wait_until(lambda: httpx.get(url, headers=headers).status_code == 200, 10, "bob's token")
     command = [str(Path(sys.executable).with_name("appliance")), "token", "revoke", entry.id]
