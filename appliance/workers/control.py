@@ -38,7 +38,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# CANCELLED as an AioRpcError comes from the other end (a coordinator stopping cancels the calls
+# it is serving); a call this replica cancels itself ends in asyncio.CancelledError instead.
+RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
 BACKOFF_LADDER = (0.2, 0.5, 1.0, 2.0, 5.0)
 CALL_TIMEOUT = 5.0
 AWAIT_PEERS_WINDOW = 10.0

@@ -42,12 +42,16 @@ class CountingServicer(ReplicaControlServicer):
         super().__init__(replicas)
         self.windows = 0
         self.heartbeats: list[control_pb2.HeartbeatRequest] = []
+        self.cancel_heartbeats = 0  # how many to end CANCELLED, as a stopping server does
         self.asked = asyncio.Condition()
         self.address = ""  # where it serves
 
     async def Heartbeat(
         self, request: control_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> control_pb2.ReplicaDirective:
+        if self.cancel_heartbeats:
+            self.cancel_heartbeats -= 1
+            await context.abort(grpc.StatusCode.CANCELLED, "the server is stopping")
         directive = await super().Heartbeat(request, context)
         async with self.asked:
             self.heartbeats.append(request)
@@ -185,3 +189,20 @@ async def test_a_hostile_data_plane_is_bounded_and_escaped_and_only_its_attempt_
     assert len(line) == MAX_DATA_PLANE and line.endswith("…")
     assert line.startswith("\\x1b]0;owned\\x07 grpc:\\x0a\\x1b[31myyy")
     assert line.isprintable()
+
+
+async def test_a_call_the_coordinator_cancels_while_it_stops_is_retried(
+    served: tuple[CountingServicer, ControlPlane], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A coordinator that stops cancels the calls it is serving: the replica retries (as for
+    UNAVAILABLE) instead of exiting 1, so the restarted coordinator finds it running."""
+    servicer, chief = served
+    monkeypatch.setattr(control, "BACKOFF_LADDER", (0.01,))
+    servicer.cancel_heartbeats = 2
+    beating = asyncio.create_task(chief.heartbeat_forever(60, StopSignal()))
+    try:
+        await servicer.wait_for_heartbeats(1)
+        assert servicer.cancel_heartbeats == 0 and not beating.done()
+    finally:
+        beating.cancel()
+        await asyncio.gather(beating, return_exceptions=True)
