@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import logging
 import os
 import socket
@@ -26,6 +27,7 @@ from cryptography.hazmat.primitives import serialization
 
 from appliance.config.tls_fields import TlsSettings
 from appliance.domain.auth import is_loopback
+from appliance.server import pki
 from appliance.server.pki import (
     CertificateAuthority,
     PkiError,
@@ -81,6 +83,7 @@ class _Material:
     context: ssl.SSLContext
     grpc: grpc.ServerCertificateConfiguration
     stamps: tuple[tuple[int, int, int], ...]
+    ends: datetime.datetime  # the certificate's not-after
 
 
 class ServingTls:
@@ -141,7 +144,8 @@ class ServingTls:
         if self._stamp() != stamps:  # replaced meanwhile: the context may hold the new one
             return None
         configuration = grpc.ssl_server_certificate_configuration([(key_pem, cert_pem)])
-        return _Material(context, configuration, stamps)
+        ends = x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+        return _Material(context, configuration, stamps, ends)
 
     # ---- the two servers ----------------------------------------------------------------------
 
@@ -172,8 +176,11 @@ class ServingTls:
 
     def refresh(self) -> bool:
         """Take changed files (or renew our own certificate); True if anything changed."""
-        if self.ca is not None:
-            self._locate()  # renews near its end, or for another CA
+        # Our own certificate is looked at again (and renewed) only near its end: not a
+        # parse, a signature check and a lock every second.
+        now = datetime.datetime.now(datetime.UTC)
+        if self.ca is not None and self._current.ends - now <= pki.RENEW_BEFORE:
+            self._locate()
         if self._stamp() == self._current.stamps:
             return False
         try:
