@@ -15,6 +15,7 @@ import enum
 import hashlib
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.timestamps import rfc3339
@@ -95,10 +96,12 @@ class AuditEvent:
     body_bytes: int = -1
     id: int = 0
 
-    def bounded(self) -> AuditEvent:
-        """This event with every text cut to its column's bound and made one printable line."""
+    def bounded(self, **changes: Any) -> AuditEvent:
+        """This event with every text cut to its column's bound and made one printable line
+        (and `changes` made: one copy, not two)."""
         return dataclasses.replace(
             self,
+            **changes,
             request_id=_line(self.request_id, MAX_REQUEST_ID),
             user=_line(self.user, MAX_USER),
             groups=tuple(_line(g, MAX_USER) for g in self.groups[:MAX_GROUPS]),
@@ -131,6 +134,8 @@ class AuditEvent:
 
 def _line(text: str, limit: int) -> str:
     """`text` as one printable line of at most `limit` characters."""
+    if len(text) <= limit and text.isprintable():
+        return text  # nearly every field: no copy, character by character
     flat = "".join(c if c.isprintable() else " " for c in text[: limit * 2])
     return flat[:limit]
 
