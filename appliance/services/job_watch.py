@@ -10,7 +10,8 @@ filters the store's query applies (domain/selectors.py matches a label selector 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from appliance.domain.job import Job
@@ -43,6 +44,7 @@ class JobWatch:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._reads = SharedReads(self._shown)
 
     @contextmanager
     def watching(self, query: JobQuery) -> Iterator[AsyncIterator[list[Job]]]:
@@ -56,18 +58,62 @@ class JobWatch:
         while True:
             await changed.ready.wait()
             taken = changed.take()
-            found = {
-                job.id: job
-                for job in await self.ctx.read(self.ctx.store.job_summaries, list(taken))
-            }
-            if any(job.phase is Phase.QUEUED for job in found.values()):
-                await self.ctx.backlog.current()  # positions as of every change so far
+            found = await self._reads.jobs(taken)
             jobs = [
-                shown
+                job
                 for job_id, ended in taken.items()
                 if (job := found.get(job_id)) is not None
-                and query_matches(query, shown := self.ctx.backlog.shown(job), ended=ended)
+                and query_matches(query, job, ended=ended)
             ]
-            jobs = [await self.ctx.estimates.shown(job) for job in jobs]
             if jobs:
                 yield jobs
+
+    async def _shown(self, ids: list[str]) -> dict[str, Job]:
+        """The jobs `ids` as the doors show them, read once for every watcher."""
+        found = await self.ctx.read(self.ctx.store.job_summaries, ids)
+        if any(job.phase is Phase.QUEUED for job in found):
+            await self.ctx.backlog.current()  # positions as of every change so far
+        shown = [await self.ctx.estimates.shown(self.ctx.backlog.shown(job)) for job in found]
+        return {job.id: job for job in shown}
+
+
+class SharedReads:
+    """One read for every watcher that wakes on the same changes (as Kubernetes' watch cache
+    serves every watcher from one copy): with 128 streams open, a change costs one store read,
+    not 128.
+
+    A watcher joins the read that has not started yet, and a read starts only after the loop
+    has run every watcher woken with it, so it sees every change they were told of; a watcher
+    that comes after a read started waits for the next one (never a read older than its
+    change). A watcher cancelled while waiting leaves the read to the others.
+    """
+
+    def __init__(self, read: Callable[[list[str]], Awaitable[dict[str, Job]]]) -> None:
+        self._read = read
+        self._ids: dict[str, None] = {}  # the next read's, in order
+        self._next: asyncio.Future[dict[str, Job]] | None = None
+
+    async def jobs(self, ids: Iterable[str]) -> dict[str, Job]:
+        """Job id -> job, for `ids` among others (a job that is gone is not in it)."""
+        self._ids.update(dict.fromkeys(ids))
+        if self._next is None:
+            loop = asyncio.get_running_loop()
+            self._next = loop.create_future()
+            loop.call_soon(self._start, self._next)
+        return await asyncio.shield(self._next)
+
+    def _start(self, result: asyncio.Future[dict[str, Job]]) -> None:
+        ids, self._ids, self._next = list(self._ids), {}, None
+        task = asyncio.ensure_future(self._read(ids))
+        task.add_done_callback(lambda done: _settle(result, done))
+
+
+def _settle(result: asyncio.Future[dict[str, Job]], done: asyncio.Future[dict[str, Job]]) -> None:
+    if result.cancelled():
+        return
+    if done.cancelled():
+        result.cancel()
+    elif (error := done.exception()) is not None:
+        result.set_exception(error)
+    else:
+        result.set_result(done.result())
