@@ -1,9 +1,12 @@
 """An OIDC issuer a test makes (tests of server/oidc.py): its keys in a JWKS file, and JWTs it
-signs, valid for an hour from `now` unless the claims say otherwise."""
+signs, valid for an hour from `now` unless the claims say otherwise; and a real HTTPS server on
+127.0.0.1 that serves a JWKS (the issuer's JWKS URL)."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +14,8 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
+from tests.tls import server_ssl_context
 
 ISSUER, AUDIENCE = "https://issuer.example", "appliance"
 
@@ -36,3 +41,43 @@ class Issuer:
         body = {k: v for k, v in body.items() if v is not None}
         signer = key if key is not None else (self.rsa if alg.startswith("RS") else self.ec)
         return jwt.encode(body, signer, algorithm=alg, headers={"kid": kid})
+
+
+class JwksServer(http.server.ThreadingHTTPServer):
+    """Serves `body` (with `status`) at /jwks, over TLS; counts the requests."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.socket = server_ssl_context().wrap_socket(self.socket, server_side=True)
+        self.body = b"{}"
+        self.status = 200
+        self.location = ""
+        self.requests = 0
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.server_address[1]}/jwks"
+
+    def __enter__(self) -> JwksServer:
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: JwksServer
+
+    def do_GET(self) -> None:
+        self.server.requests += 1
+        self.send_response(self.server.status)
+        if self.server.location:
+            self.send_header("Location", self.server.location)
+        self.send_header("Content-Length", str(len(self.server.body)))
+        self.end_headers()
+        self.wfile.write(self.server.body)
+
+    def log_message(self, *args: Any) -> None:
+        pass

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import os
+import ssl
+import tempfile
 from pathlib import Path
 
 import grpc
@@ -36,3 +38,15 @@ def secure_channel(address: str, **kwargs: object) -> grpc.Channel:
 def secure_aio_channel(address: str, **kwargs: object) -> grpc.aio.Channel:
     """An asyncio channel to a coordinator, verifying it as the suite's clients do."""
     return grpc.aio.secure_channel(address, _trusted(), **kwargs)
+
+
+def server_ssl_context() -> ssl.SSLContext:
+    """The same certificate for a fake HTTPS server of a test (an OIDC issuer's JWKS URL)."""
+    issued = _issued(os.environ["APPLIANCE_TLS_CA_DIR"])
+    folder = Path(tempfile.mkdtemp(prefix="test-server-tls-"))
+    (folder / "cert.pem").write_bytes(issued.cert_pem)
+    (folder / "key.pem").write_bytes(issued.key_pem)
+    (folder / "key.pem").chmod(0o600)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    return context

@@ -173,10 +173,12 @@ class OidcSettings:
 
     issuer: str
     audience: str
-    jwks_file: Path
+    jwks_file: Path | None
     user_claim: str = "sub"
     groups_claim: str = "groups"
     admin_group: str = ""
+    jwks_url: str = ""  # instead of the file: fetched (server/jwks.py)
+    jwks_ca_file: Path | None = None  # whom to trust for the URL (None: the system's CAs)
 
 
 @dataclasses.dataclass(frozen=True)

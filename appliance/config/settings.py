@@ -21,7 +21,6 @@ from appliance.config.groups import (
     LeaseSettings,
     LimitSettings,
     ModelDirSettings,
-    OidcSettings,
     PoolSettings,
     PreemptionPolicy,
     PreemptionSettings,
@@ -34,6 +33,7 @@ from appliance.config.groups import (
 )
 from appliance.config.inventory import pool_of
 from appliance.config.kube_fields import KubeFields
+from appliance.config.oidc_fields import OidcFields
 from appliance.config.tls_fields import TlsFields, TlsSettings
 from appliance.domain.audit import AuditLevel
 from appliance.domain.inventory import Node
@@ -47,7 +47,7 @@ DEFAULT_HTTP_PORT = ServerSettings.http_port
 BackendName = Literal["local", "kubernetes", "sim"]
 
 
-class Settings(KubeFields, DataFields, TlsFields):
+class Settings(KubeFields, DataFields, TlsFields, OidcFields):
     """Coordinator settings. Every field can be set as APPLIANCE_<FIELD> in the environment."""
 
     model_config = SettingsConfigDict(env_prefix="APPLIANCE_", frozen=True)
@@ -332,27 +332,6 @@ class Settings(KubeFields, DataFields, TlsFields):
         description="YAML file of per-user limits: defaults and overrides per user, group and "
         "queue (README: Per-user limits); followed on change. Unset = the built-in defaults.",
     )
-    auth_oidc_issuer: str = Field(
-        default="",
-        max_length=2048,
-        description="Accept JWTs from this OIDC issuer (their `iss`); needs the audience and "
-        "the JWKS file; turns authentication on.",
-    )
-    auth_oidc_audience: str = Field(
-        default="", max_length=2048, description="The `aud` OIDC tokens must carry."
-    )
-    auth_oidc_jwks_file: Path | None = Field(
-        default=None, description="The issuer's keys (a JWKS JSON file), followed on change."
-    )
-    auth_oidc_user_claim: str = Field(
-        default="sub", max_length=256, description="The claim that names the user."
-    )
-    auth_oidc_groups_claim: str = Field(
-        default="groups", max_length=256, description="The claim listing the user's groups."
-    )
-    auth_oidc_admin_group: str = Field(
-        default="", max_length=253, description="Members of this group are admins."
-    )
 
     @field_validator("sim_fail_at")
     @classmethod
@@ -364,15 +343,6 @@ class Settings(KubeFields, DataFields, TlsFields):
     def _lease_timing_is_safe(self) -> Settings:
         """A leader must stop acting before a standby may start (domain/leadership.py)."""
         self.leases  # noqa: B018  (raises ValueError naming the rule)
-        return self
-
-    @model_validator(mode="after")
-    def _oidc_is_whole(self) -> Settings:
-        """An OIDC issuer needs its audience and its keys."""
-        if self.auth_oidc_issuer and not (self.auth_oidc_audience and self.auth_oidc_jwks_file):
-            raise ValueError(
-                "auth_oidc_issuer needs auth_oidc_audience and auth_oidc_jwks_file as well"
-            )
         return self
 
     @model_validator(mode="after")
@@ -475,13 +445,7 @@ class Settings(KubeFields, DataFields, TlsFields):
     @property
     def auth(self) -> AuthSettings:
         key = self.replica_token_key_file or self.data_dir / "replica-token.key"
-        oidc = None
-        if self.auth_oidc_issuer and self.auth_oidc_jwks_file:
-            oidc = OidcSettings(
-                self.auth_oidc_issuer, self.auth_oidc_audience, self.auth_oidc_jwks_file,
-                self.auth_oidc_user_claim, self.auth_oidc_groups_claim, self.auth_oidc_admin_group,
-            )  # fmt: skip
-        return AuthSettings(self.auth_tokens_file, key, oidc)
+        return AuthSettings(self.auth_tokens_file, key, self.oidc)
 
     @property
     def audit(self) -> AuditSettings:

@@ -95,7 +95,7 @@ class Coordinator:
             raise
         self.ctx, self.backend, uses = parts.ctx, parts.backend, parts.uses
         self.jobs, self.leadership = uses.jobs, parts.leadership
-        oidc = OidcVerifier(s.auth.oidc) if s.auth.oidc else None
+        self._oidc = oidc = OidcVerifier(s.auth.oidc) if s.auth.oidc else None
         self.auth = Authenticator.from_file(s.auth.tokens_file, oidc=oidc)
         # Replicas present their job's token to us with authentication on, and its data-plane
         # token to each other always (replica_tokens.py).
@@ -224,6 +224,8 @@ class Coordinator:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.office is not None:
             await self.office.end()  # the loops are stopped: a standby may take over now
+        if self._oidc is not None:
+            await asyncio.to_thread(self._oidc.close)  # a JWKS URL's fetcher
         await self.parts.close()
 
 

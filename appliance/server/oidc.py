@@ -1,21 +1,20 @@
 """JWTs from an OIDC issuer, taken as the Kubernetes API server's structured authentication
-takes them: signed by a key of the issuer's JWKS (a file the admin keeps current), for our
+takes them: signed by a key of the issuer's JWKS (a file the admin keeps current, or the
+issuer's JWKS URL: server/jwks.py), for our
 audience, from our issuer, not expired; the user is one claim (`sub` by default) and the groups
 another (`groups`); members of the admin group are admins.
 
 Only asymmetric signatures are accepted (RS*, PS*, ES*, EdDSA): never `none`, never an HMAC
 (whose "secret" would be the public key anyone can read). Expiry is judged by the wall clock
 the Authenticator is given, so a stream open with a JWT ends when the JWT expires, as with a
-token of the tokens file. The JWKS file is followed like the tokens file.
+token of the tokens file.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jwt
@@ -24,15 +23,13 @@ from appliance.config.groups import OidcSettings
 from appliance.domain.auth import Principal
 from appliance.domain.errors import ApplianceError, Unauthenticated
 from appliance.domain.spec import validate_user
+from appliance.server.jwks import ALGORITHMS, JwksFile, JwksUrl, KeySource
 from appliance.server.tokens_file import iso
 
 log = logging.getLogger(__name__)
 
-ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA")
 MAX_JWT_BYTES = 16 * 1024
-MAX_JWKS_BYTES = 1024 * 1024
 MAX_GROUPS = 256
-RELOAD_CHECK_SECONDS = 0.5
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -43,21 +40,21 @@ class OidcVerifier:
     """Checks a JWT against the issuer's keys and says who it names."""
 
     def __init__(
-        self, settings: OidcSettings, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: OidcSettings,
+        clock: Callable[[], float] = time.monotonic,
+        keys: KeySource | None = None,
     ) -> None:
+        """`keys`: where the issuer's keys come from (default: as `settings` say)."""
         self._settings = settings
-        self._clock = clock
-        self._stamp: tuple[int, int] | None = None
-        self._checked = -RELOAD_CHECK_SECONDS
-        self._keys: dict[str, jwt.PyJWK] = {}
-        self._follow()
-        if not self._keys:
-            raise SystemExit(f"the OIDC JWKS file {settings.jwks_file} holds no usable key")
+        self._source = keys if keys is not None else key_source(settings, clock)
+
+    def close(self) -> None:
+        self._source.close()
 
     def principal(self, token: str, now: float) -> Principal:
         """Who the JWT names; Unauthenticated (one line) when it is not one of ours, not
         signed by the issuer, or expired."""
-        self._follow()
         if len(token) > MAX_JWT_BYTES:
             raise _refused(f"it is longer than {MAX_JWT_BYTES} bytes")
         try:
@@ -82,11 +79,13 @@ class OidcVerifier:
         if alg not in ALGORITHMS:
             raise _refused(f"its algorithm {str(alg)[:20]!r} is not accepted")
         kid = header.get("kid")
-        if kid is None and len(self._keys) == 1:
-            key = next(iter(self._keys.values()))
+        keys = self._source.held()
+        if kid is None and len(keys) == 1:
+            key = next(iter(keys.values()))
         else:
-            found = self._keys.get(str(kid))
+            found = keys.get(str(kid))
             if found is None:
+                self._source.unknown()  # the issuer may have rotated: fetched again soon
                 raise _refused(f"no key {str(kid)[:64]!r} in the issuer's JWKS")
             key = found
         if key.algorithm_name != alg:
@@ -117,39 +116,12 @@ class OidcVerifier:
         admin = bool(self._settings.admin_group) and self._settings.admin_group in named
         return Principal(user=user, groups=named, admin=admin)
 
-    def _follow(self) -> None:
-        """Read the JWKS file when it changed (looked at every RELOAD_CHECK_SECONDS); a file
-        that cannot be read keeps no key, so every JWT is refused until it can."""
-        if self._clock() - self._checked < RELOAD_CHECK_SECONDS:
-            return
-        self._checked = self._clock()
-        path = self._settings.jwks_file
-        try:
-            found = path.stat()
-            stamp = (found.st_ino, found.st_mtime_ns)
-        except OSError:
-            stamp = (0, 0)
-        if stamp == self._stamp:
-            return
-        self._stamp = stamp
-        try:
-            self._keys = _read_jwks(path)
-        except ValueError as exc:
-            log.error("%s; refusing every OIDC token until it can be read", exc)
-            self._keys = {}
 
-
-def _read_jwks(path: Path) -> dict[str, jwt.PyJWK]:
-    try:
-        if path.stat().st_size > MAX_JWKS_BYTES:
-            raise ValueError(f"larger than {MAX_JWKS_BYTES} bytes")
-        keys = jwt.PyJWKSet.from_dict(json.loads(path.read_text())).keys
-    except (OSError, ValueError, jwt.PyJWTError) as exc:
-        raise ValueError(f"cannot read the OIDC JWKS file {path}: {exc}") from None
-    usable = {str(k.key_id): k for k in keys if k.algorithm_name in ALGORITHMS}
-    if len(usable) != len(keys):
-        log.warning("the JWKS file %s: keys without an accepted algorithm are ignored", path)
-    return usable
+def key_source(settings: OidcSettings, clock: Callable[[], float]) -> KeySource:
+    if settings.jwks_url:
+        return JwksUrl(settings.jwks_url, settings.jwks_ca_file)
+    assert settings.jwks_file is not None  # settings.py: one of the two
+    return JwksFile(settings.jwks_file, clock)
 
 
 def _time(claims: dict[str, Any], name: str, default: float | None = None) -> float:

@@ -4,6 +4,7 @@ expires is refused from then on, saying so."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from appliance.client import ApplianceClient
 from appliance.domain.errors import Unauthenticated
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
-from tests.oidc_issuer import AUDIENCE, ISSUER, Issuer
+from tests.oidc_issuer import AUDIENCE, ISSUER, Issuer, JwksServer
 
 
 def test_jwts_of_the_issuer_are_bearer_tokens(tmp_path: Path) -> None:
@@ -58,3 +59,19 @@ def test_jwts_of_the_issuer_are_bearer_tokens(tmp_path: Path) -> None:
 def test_an_issuer_without_audience_or_keys_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="auth_oidc_issuer needs auth_oidc_audience"):
         RunningCoordinator(tmp_path / "data", auth_oidc_issuer=ISSUER)
+
+
+def test_the_issuers_keys_can_come_from_its_jwks_url(tmp_path: Path) -> None:
+    issuer = Issuer(tmp_path / "jwks.json")
+    with JwksServer() as served:
+        served.body = issuer.jwks.read_bytes()
+        running = RunningCoordinator(
+            tmp_path / "data", auth_oidc_issuer=ISSUER, auth_oidc_audience=AUDIENCE,
+            auth_oidc_jwks_url=served.url, auth_oidc_ca_file=os.environ["CSCTL_CA"],
+        ).start()  # fmt: skip
+        try:
+            with ApplianceClient(running.address, token=issuer.sign()) as client:
+                assert client.list_jobs() == []
+            assert served.requests == 1
+        finally:
+            running.stop()
