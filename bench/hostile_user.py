@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 import grpc
+import psutil
 
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc
@@ -81,7 +82,10 @@ async def _hostile(
                 calls += 1
 
         holders = [asyncio.ensure_future(hold()) for _ in range(streams)]
-        await asyncio.gather(*(flood() for _ in range(flooders)))
+        # The streams are held until the deadline, flooded or not (`--flooders 0`).
+        await asyncio.gather(
+            *(flood() for _ in range(flooders)), asyncio.sleep(deadline - time.monotonic())
+        )
         for task in holders:
             task.cancel()
         await asyncio.gather(*holders, return_exceptions=True)
@@ -132,6 +136,15 @@ async def _others(
     }
 
 
+def _cpu_seconds(proc: psutil.Process) -> float:
+    """CPU seconds of a load process that put its result and may be exiting (0: gone)."""
+    try:
+        times = proc.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return float(times.user + times.system)
+
+
 def _run(target: str, args: tuple[Any, ...], out: Any) -> None:
     work = _hostile if target == "hostile" else _others
     out.put(asyncio.run(work(*args)))  # type: ignore[operator]
@@ -163,6 +176,8 @@ def run_case(name: str, limits: bool, options: argparse.Namespace) -> dict[str, 
                               options.seconds + 2), results),
         )  # fmt: skip
         hostile.start()
+        loads = {"hostile": psutil.Process(hostile.pid)}
+        cpu_before = sum(coordinator.thread_cpu().values())
         time.sleep(2.0)  # its streams opened and its flood under way before the others start
         others = context.Process(
             target=_run,
@@ -170,7 +185,10 @@ def run_case(name: str, limits: bool, options: argparse.Namespace) -> dict[str, 
                              options.submit_every), results),
         )  # fmt: skip
         others.start()
+        loads["others"] = psutil.Process(others.pid)
         found = [results.get(timeout=options.seconds + 120) for _ in range(2)]
+        cpu = sum(coordinator.thread_cpu().values()) - cpu_before
+        load_cpu = {name: _cpu_seconds(proc) for name, proc in loads.items()}
         hostile.join(30)
         others.join(30)
         rss = coordinator.rss_bytes()
@@ -181,6 +199,10 @@ def run_case(name: str, limits: bool, options: argparse.Namespace) -> dict[str, 
         **by_kind["others"],
         "hostile": by_kind["hostile"],
         "coordinator_rss_mb": round(rss / 2**20, 1),
+        # The coordinator's CPU seconds a second of the load (both processes' whole run): the
+        # machine has 2 cores, shared by it and the two load processes.
+        "coordinator_cpu_per_s": round(cpu / (options.seconds + 2), 2),
+        "load_cpu_per_s": {k: round(v / (options.seconds + 2), 2) for k, v in load_cpu.items()},
         "goal_met": p99 <= 100.0 and submits["refused"] == 0 and submits["ok"] > 0,
     }
 
