@@ -26,6 +26,7 @@ from appliance.domain.phases import HOLDS_RESOURCES, Phase
 from appliance.domain.reasons import Reason
 from appliance.services.backlog_view import BacklogView
 from appliance.services.bus import JobBus
+from appliance.services.fair_reads import FairReads
 from appliance.services.group_commit import GroupCommit
 from appliance.services.leadership import Leadership
 from appliance.services.metrics import Metrics
@@ -56,10 +57,14 @@ class Context:
     # When each queued job is estimated to start (services/start_estimates.py).
     estimates: StartEstimates = dataclasses.field(init=False)
 
+    # Reads, in turn by user when every reader thread is busy (services/fair_reads.py).
+    _reads: FairReads = dataclasses.field(init=False, repr=False)
     # Phase changes asked for together, written together (one transaction per batch).
     _moves: GroupCommit[PhaseMove, PhaseChange] = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        readers = self.reader if self.reader is not None else self.executor
+        self._reads = FairReads(readers, readers._max_workers)
         self.backlog = BacklogView(self.store, self.read)
         self.estimates = StartEstimates(self.store, self.read, self.backlog, self.clock)
         self._moves = GroupCommit[PhaseMove, PhaseChange](self._write_moves)
@@ -78,16 +83,18 @@ class Context:
         A read sees every write whose `db` call has returned (each read is its own snapshot),
         but is not ordered with writes still in flight.
         """
-        executor = self.reader if self.reader is not None else self.executor
-        return await self._run(executor, functools.partial(fn, *args, **kwargs))
+        call = functools.partial(fn, *args, **kwargs)
+        try:
+            return await self._reads.run(call)  # in turn by user when they must wait
+        except OperationalError as exc:
+            raise _unavailable(exc) from exc
 
     async def _run(self, executor: ThreadPoolExecutor, call: Callable[[], T]) -> T:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(executor, call)
         except OperationalError as exc:
-            first_line = str(exc.orig or exc).strip().splitlines()[0][:200]
-            raise Unavailable(f"the job store is unavailable ({first_line}); retry") from exc
+            raise _unavailable(exc) from exc
 
     async def set_phase(
         self, job_id: str, target: Phase, reason: Reason, expected: Phase | None = None
@@ -183,3 +190,8 @@ class Context:
         leaves = event.from_phase in HOLDS_RESOURCES and event.to_phase not in HOLDS_RESOURCES
         if leaves or event.to_phase is Phase.SCHEDULED:
             self.bus.wake_reconciler()
+
+
+def _unavailable(exc: OperationalError) -> Unavailable:
+    first_line = str(exc.orig or exc).strip().splitlines()[0][:200]
+    return Unavailable(f"the job store is unavailable ({first_line}); retry")

@@ -11,6 +11,7 @@ filters the store's query applies (domain/selectors.py matches a label selector 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 
@@ -99,7 +100,8 @@ class SharedReads:
         if self._next is None:
             loop = asyncio.get_running_loop()
             self._next = loop.create_future()
-            loop.call_soon(self._start, self._next)
+            # In a context of its own: the shared read is no one user's (services/fair_reads.py).
+            loop.call_soon(self._start, self._next, context=contextvars.Context())
         return await asyncio.shield(self._next)
 
     def _start(self, result: asyncio.Future[dict[str, Job]]) -> None:

@@ -18,6 +18,7 @@ from appliance.domain.errors import LimitExceeded
 from appliance.server.grpc.authn import CLUSTER, PUBLIC, caller
 from appliance.server.grpc.errors import Ctx, abort
 from appliance.server.grpc.wrapping import HandlerWrapping
+from appliance.services.fair_reads import reading_as
 from appliance.services.limits import Limits, StreamSlot
 
 LONG_LIVED = frozenset({"WatchJob", "WatchJobs", "GetJobLogs"})
@@ -71,6 +72,7 @@ class Limiting(HandlerWrapping):
         """Take a token for the call (and a stream slot for a long-lived one), or end it."""
         claimed = dict(context.invocation_metadata() or ()).get(CLAIMED_USER_METADATA_KEY)
         user, groups = limited_as(caller(), claimed)
+        reading_as(user)
         try:
             await self._limits.admit_call(user, groups, "grpc")
             return self._limits.open_stream(user, groups, "grpc") if stream else None

@@ -16,6 +16,7 @@ from appliance.domain.errors import LimitExceeded, Unauthenticated
 from appliance.domain.limits import retry_after_seconds
 from appliance.server.auth import Authenticator
 from appliance.server.rest.errors import error_response, status_for
+from appliance.services.fair_reads import reading_as
 from appliance.services.limits import Limits, StreamSlot
 
 API_PREFIX = "/api/"
@@ -43,6 +44,7 @@ class RateLimit:
             return
         claimed = headers.get(_CLAIMED, b"").decode("latin-1")
         user, groups = limited_as(principal, claimed)
+        reading_as(user)
         try:
             await self.limits.admit_call(user, groups, "rest")
         except LimitExceeded as exc:
