@@ -2,23 +2,54 @@
 chart's CA Certificate (isCA: true) is a kubernetes.io/tls Secret, `tls.crt` (the new CA, then
 the CAs above it but the root), `tls.key` and `ca.crt` (the root); here a root the test holds
 signs it. `mount` writes those files as the kubelet does (a timestamped dir behind the `..data`
-symlink, swapped whole), so a renewal is seen as the coordinator would see it."""
+symlink, swapped whole), so a renewal is seen as the coordinator would see it. `crds` are
+cert-manager's own CustomResourceDefinitions, fetched from its Go module."""
 
 from __future__ import annotations
 
 import datetime
 import os
 import secrets
+import subprocess
 from pathlib import Path
+from typing import Any
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from appliance.server.pki import CA_CERT, CA_KEY, TLS_CERT, TLS_KEY
+from tests.kube.cluster import REPO, CannotRun
 
 PEM = serialization.Encoding.PEM
+FETCH_CRDS = REPO / "deploy" / "tools" / "fetch-cert-manager-crds.sh"
+
+
+def crds() -> list[dict[str, Any]]:
+    """cert-manager's CRDs of Certificate, Issuer and ClusterIssuer, as the API server takes
+    them (the chart-template labels they carry dropped); CannotRun saying why they cannot be
+    had."""
+    done = subprocess.run(
+        ["bash", str(FETCH_CRDS)], capture_output=True, text=True, timeout=600, check=False
+    )
+    if done.returncode != 0:
+        raise CannotRun(f"deploy/tools/fetch-cert-manager-crds.sh: {done.stderr.strip()}")
+    found = []
+    for path in sorted(Path(done.stdout.strip().splitlines()[-1]).glob("crd-*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        crd["metadata"] = {"name": crd["metadata"]["name"]}
+        found.append(crd)
+    return found
+
+
+def schema(crds: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The OpenAPI v3 schema of `kind`'s served version v1."""
+    (crd,) = [c for c in crds if c["spec"]["names"]["kind"] == kind]
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    found: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return found
 
 
 def make_root(directory: Path, name: str = "test root CA") -> Path:
@@ -78,7 +109,7 @@ def _sign(
 def mount(directory: Path, data: dict[str, bytes]) -> None:
     """Write the Secret's files into `directory` as the kubelet's atomic writer does (tls.key
     0440, as the chart projects it), replacing the previous ones in one rename."""
-    directory.mkdir(mode=0o755, exist_ok=True)
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
     version = directory / f"..{secrets.token_hex(4)}"
     version.mkdir()
     for name, content in data.items():
