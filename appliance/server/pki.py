@@ -4,6 +4,12 @@ Without certificates given, `appliance serve` makes a CA in its CA dir on first 
 and kubeadm do): `ca.crt` (public; what clients pin) and `ca.key` (mode 0600, in a 0700 dir),
 kept across restarts, and shared by the coordinators of one cluster when their CA dir is.
 Keys are ECDSA P-256: small, and quick to make and to verify.
+
+Or the CA dir holds a kubernetes.io/tls Secret's files, as cert-manager writes them for a
+Certificate with `isCA: true` (the chart's tls.certManager): `tls.crt` (the signing CA, then
+any CA above it), `tls.key`, and `ca.crt` (the root clients pin). The coordinator then signs
+with an intermediate: what it signs is sent with tls.crt's chain, and a renewal (a new key and
+certificate the kubelet swaps in at once) is taken without a restart (`reload`).
 """
 
 from __future__ import annotations
@@ -14,27 +20,43 @@ import datetime
 import fcntl
 import hashlib
 import ipaddress
+import logging
 import os
 import secrets
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from appliance.server.ca_files import (
+    CA_CERT,
+    CA_KEY,
+    TLS_CERT,
+    TLS_KEY,
+    PkiError,
+    Signer,
+    Stamps,
+    check_pair,
+    issued_by,
+    issued_elsewhere,
+    pinned_path,
+    read_signer,
+    stamps,
+)
+
+# Read from the CA's files in ca_files.py; named here too, where callers look.
+__all__ = [
+    "CA_CERT", "CA_KEY", "TLS_CERT", "TLS_KEY", "CertificateAuthority", "Issued", "PkiError",
+    "check_pair", "fingerprint", "serving_files", "write_private",
+]  # fmt: skip
 
 CA_DAYS = 3650
 SERVING_DAYS = 365
 RENEW_BEFORE = datetime.timedelta(days=30)  # a serving certificate closer to its end is renewed
-CA_CERT, CA_KEY = "ca.crt", "ca.key"
-# Ours are ECDSA; a CA made elsewhere (Helm's genCA, openssl's default) may be RSA.
-SigningKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
-
-
-class PkiError(Exception):
-    """A CA or certificate that cannot be made or used; the message names the file."""
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,44 +74,63 @@ class Issued:
 class CertificateAuthority:
     """A CA certificate and its key, signing certificates for names and addresses."""
 
-    def __init__(self, cert: x509.Certificate, key: SigningKey, path: Path) -> None:
-        self.cert, self._key, self.cert_path = cert, key, path
+    def __init__(self, signer: Signer, directory: Path, cert_path: Path) -> None:
+        self._signer, self.directory, self.cert_path = signer, directory, cert_path
+        self._refused: Stamps = ()
+
+    @property
+    def cert(self) -> x509.Certificate:
+        """The signing CA's certificate."""
+        return self._signer.cert
 
     @property
     def cert_pem(self) -> bytes:
-        return self.cert.public_bytes(serialization.Encoding.PEM)
+        """The certificate clients pin (`cert_path`): the root of what this CA signs."""
+        return self._signer.root_pem
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint(self.cert)
+        return fingerprint(x509.load_pem_x509_certificate(self.cert_pem))
 
     @classmethod
     def load_or_create(cls, directory: Path) -> CertificateAuthority:
         """The CA in `directory`, made there first if it is not (under a lock, so two
         coordinators starting on one shared dir make one CA)."""
         try:
-            if not (directory / CA_CERT).exists():  # else it may be read-only (a Secret)
-                directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not issued_elsewhere(directory) and not (directory / CA_CERT).exists():
+                directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # else read-only, maybe
                 with _locked(directory / ".lock"):
                     if not (directory / CA_CERT).exists():
                         _create_ca(directory)
-            return cls._load(directory)
+            signer = read_signer(directory)
         except OSError as exc:
             raise PkiError(f"cannot use the CA in {directory}: {exc.strerror or exc}") from None
+        return cls(signer, directory, pinned_path(directory))
 
-    @classmethod
-    def _load(cls, directory: Path) -> CertificateAuthority:
-        cert_path, key_path = directory / CA_CERT, directory / CA_KEY
+    def reload(self) -> bool:
+        """Take the CA's files again if they changed on disk (cert-manager renewed it); True
+        when they were taken. Files that cannot be used are logged once and the previous CA
+        keeps signing; files changing while read are left to the next call."""
+        before = stamps(self.directory)
+        if before in (self._signer.stamps, self._refused):
+            return False
         try:
-            cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-            key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-        except ValueError as exc:
-            raise PkiError(f"cannot read the CA in {directory}: {exc}") from None
-        if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
-            raise PkiError(f"{key_path}: the CA's key must be an ECDSA or RSA key")
-        if os.stat(key_path).st_mode & 0o007:  # a Secret's mount may give its group (fsGroup)
-            raise PkiError(f"{key_path}: the CA's key must not be readable by others (0600)")
-        return cls(cert, key, cert_path)
+            signer = read_signer(self.directory)
+        except (PkiError, OSError) as exc:
+            if stamps(self.directory) == before:  # not a swap under way: refused as they are
+                self._refused = before
+                log.error(
+                    "the CA in %s changed but cannot be used (%s); keeping the previous one",
+                    self.directory,
+                    exc,
+                )
+            return False
+        if signer.stamps != before or stamps(self.directory) != before:
+            return False
+        self._signer = signer
+        self.cert_path = pinned_path(self.directory)
+        log.info("the CA in %s changed: signing with %s", self.directory, fingerprint(signer.cert))
+        return True
 
     def issue(
         self,
@@ -101,7 +142,9 @@ class CertificateAuthority:
         client: bool = False,
     ) -> Issued:
         """A new key and a certificate for it, valid for `days`, for DNS names and IP
-        addresses `names`, usable by a server and/or a client."""
+        addresses `names`, usable by a server and/or a client; followed by the CAs between
+        this one and the root, if any (so a peer that pins the root can verify it)."""
+        signer = self._signer
         key = ec.generate_private_key(ec.SECP256R1())
         now = _now()
         usages = [ExtendedKeyUsageOID.SERVER_AUTH] * server + [
@@ -110,7 +153,7 @@ class CertificateAuthority:
         builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-            .issuer_name(self.cert.subject)
+            .issuer_name(signer.cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))  # clocks a little apart
@@ -118,7 +161,7 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()),
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.key.public_key()),
                 critical=False,
             )
         )
@@ -126,16 +169,13 @@ class CertificateAuthority:
             builder = builder.add_extension(
                 x509.SubjectAlternativeName([_general_name(n) for n in names]), critical=False
             )
-        cert = builder.sign(self._key, hashes.SHA256())
-        return Issued(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+        cert = builder.sign(signer.key, hashes.SHA256())
+        pem = cert.public_bytes(serialization.Encoding.PEM) + signer.chain_pem
+        return Issued(pem, _key_pem(key))
 
     def signed(self, cert: x509.Certificate) -> bool:
         """Whether `cert` was signed by this CA's key."""
-        try:
-            cert.verify_directly_issued_by(self.cert)
-        except (ValueError, TypeError, InvalidSignature):
-            return False
-        return True
+        return issued_by(cert, self.cert)
 
 
 def fingerprint(cert: x509.Certificate) -> str:
@@ -176,23 +216,6 @@ def _current(
     wanted = {_general_name(n) for n in names}
     ends = cert.not_valid_after_utc
     return ca.signed(cert) and set(sans) == wanted and ends - _now() > RENEW_BEFORE
-
-
-def check_pair(cert_pem: bytes, key_pem: bytes, cert_path: Path, key_path: Path) -> None:
-    """ValueError naming the files unless `key_pem` is the key of `cert_pem`'s first
-    certificate (a copy cut short, or a key and certificate of two renewals)."""
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-    except ValueError:
-        raise ValueError(f"{cert_path} holds no PEM certificate") from None
-    try:
-        key = serialization.load_pem_private_key(key_pem, password=None)
-    except (ValueError, TypeError):
-        raise ValueError(f"{key_path} holds no unencrypted PEM private key") from None
-    public = serialization.PublicFormat.SubjectPublicKeyInfo
-    mine = key.public_key().public_bytes(serialization.Encoding.DER, public)
-    if mine != cert.public_key().public_bytes(serialization.Encoding.DER, public):
-        raise ValueError(f"{key_path} is not the key of the certificate in {cert_path}")
 
 
 def write_private(path: Path, data: bytes) -> None:

@@ -179,7 +179,10 @@ class ServingTls:
         # Our own certificate is looked at again (and renewed) only near its end: not a
         # parse, a signature check and a lock every second.
         now = datetime.datetime.now(datetime.UTC)
-        if self.ca is not None and self._current.ends - now <= pki.RENEW_BEFORE:
+        # A CA cert-manager renewed (pki.py's reload: four stats a second) signs a new one.
+        if self.ca is not None and (
+            self.ca.reload() or self._current.ends - now <= pki.RENEW_BEFORE
+        ):
             self._locate()
         if self._stamp() == self._current.stamps:
             return False
