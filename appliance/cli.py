@@ -62,6 +62,10 @@ _server_options = [
                  "[default: one signed by the CA in <data dir>/tls, made on first start]."),
     click.option("--tls-key", "tls_key_file", type=click.Path(path_type=Path), default=None,
                  help="PEM key of --tls-cert."),
+    click.option("--tls-client-ca", "tls_client_ca_file", type=click.Path(path_type=Path),
+                 default=None,
+                 help="PEM bundle of CAs: callers must present a client certificate of one "
+                 "(mutual TLS; not /healthz, /readyz); reloaded when it changes."),
     click.option("--insecure", is_flag=True, default=None,
                  help="Serve plaintext, no TLS: on a loopback address only."),
 ]  # fmt: skip

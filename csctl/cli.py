@@ -67,6 +67,19 @@ class _CsctlGroup(click.Group):
     "cluster's in the config file; `appliance serve` prints its path).",
 )
 @click.option(
+    "--client-certificate",
+    "client_certificate",
+    metavar="FILE",
+    help="PEM certificate to present to a server requiring one (mutual TLS), with "
+    "--client-key (else $CSCTL_CLIENT_CERT, else the current cluster's in the config file).",
+)
+@click.option(
+    "--client-key",
+    "client_key",
+    metavar="FILE",
+    help="PEM key of --client-certificate, not readable by others (else $CSCTL_CLIENT_KEY).",
+)
+@click.option(
     "--insecure",
     is_flag=True,
     default=None,
@@ -78,6 +91,8 @@ def cli(
     server: str | None,
     token: str | None,
     certificate_authority: str | None,
+    client_certificate: str | None,
+    client_key: str | None,
     insecure: bool | None,
 ) -> None:
     """Manage wsjobs on a wafer-scale appliance.
@@ -98,7 +113,9 @@ def cli(
       csctl get usage --since 7d --by queue
       csctl cancel job wsjob-abc123def456gh
     """
-    ctx.obj = Session(server, token, certificate_authority, insecure)
+    ctx.obj = Session(
+        server, token, certificate_authority, insecure, client_certificate, client_key
+    )
 
 
 @cli.command()

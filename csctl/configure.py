@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
+from appliance.client.client_identity import resolve_identity
 from appliance.client.tls import resolve_trust
 from appliance.client.user_config import (
     ENV_SERVER,
@@ -105,6 +108,15 @@ def set_(key: str, value: str) -> None:
         say(f"note: ${_OVERRIDDEN_BY[key]} is set and takes precedence over the file", err=True)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _file_option(flag: str, help: str) -> Callable[[F], F]:
+    return click.option(
+        flag, type=click.Path(dir_okay=False, path_type=Path), metavar="FILE", help=help
+    )
+
+
 @config.command("set-cluster")
 @click.argument("name")
 @click.option("--server", metavar="HOST:PORT", help="The appliance's gRPC address.")
@@ -120,27 +132,45 @@ def set_(key: str, value: str) -> None:
     default=None,
     help="Plaintext to a loopback server started with --insecure.",
 )
+@_file_option(
+    "--client-certificate", "PEM certificate to present (mutual TLS), with --client-key."
+)
+@_file_option("--client-key", "PEM key of --client-certificate (mode 0600).")
 def set_cluster_(
-    name: str, server: str | None, certificate_authority: Path | None, insecure: bool | None
+    name: str,
+    server: str | None,
+    certificate_authority: Path | None,
+    insecure: bool | None,
+    client_certificate: Path | None,
+    client_key: Path | None,
 ) -> None:
     """Add or change a cluster: a server and the CA its certificate must chain to (as the real
-    csctl and kubectl keep them). The first cluster added becomes the current one.
+    csctl and kubectl keep them), and the client certificate to present to a server that
+    requires one. The first cluster added becomes the current one.
 
     \b
     Examples:
       csctl config set-cluster lab --server coordinator:50051 --certificate-authority ca.crt
+      csctl config set-cluster lab --client-certificate me.crt --client-key me.key
       csctl config use-cluster lab
     """
     path = config_path(os.environ)
     try:
         if certificate_authority is not None:  # refuse a file that is not a CA now, not later
             resolve_trust(certificate_authority, None, {})
-        cluster = set_cluster(path, name, server, certificate_authority, insecure)
+        if client_certificate is not None or client_key is not None:  # and half a pair
+            resolve_identity(client_certificate, client_key, {})
+        client = (client_certificate, client_key) if client_certificate and client_key else None
+        cluster = set_cluster(path, name, server, certificate_authority, insecure, client)
         current = current_cluster(os.environ)
     except ConfigError as exc:
         raise CsctlConfigError(str(exc)) from None
     trust = "plaintext" if cluster.insecure else cluster.certificate_authority or "system CAs"
-    say(f"cluster {name}: {cluster.server or '(no server)'}, trusting {trust}; written to {path}")
+    presenting = f", presenting {cluster.client_certificate}" if cluster.client_certificate else ""
+    say(
+        f"cluster {name}: {cluster.server or '(no server)'}, trusting {trust}{presenting}; "
+        f"written to {path}"
+    )
     if current is not None and current.name != name:
         say(f"the current cluster is {current.name}: `csctl config use-cluster {name}`", err=True)
 

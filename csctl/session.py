@@ -55,6 +55,8 @@ class Session:
     token_flag: str | None = None
     ca_flag: str | None = None
     insecure_flag: bool | None = None
+    client_cert_flag: str | None = None
+    client_key_flag: str | None = None
     _client: ApplianceClient | None = None
     _server: ServerAddress | None = None
 
@@ -82,7 +84,12 @@ class Session:
             value = token.value if token is not None else None
             try:
                 self._client = ApplianceClient(
-                    self.server.address, token=value, ca=self.ca_flag, insecure=self.insecure_flag
+                    self.server.address,
+                    token=value,
+                    ca=self.ca_flag,
+                    insecure=self.insecure_flag,
+                    client_cert=self.client_cert_flag,
+                    client_key=self.client_key_flag,
                 )
             except ConfigError as exc:
                 raise CsctlConfigError(str(exc)) from None

@@ -19,6 +19,7 @@ import grpc
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.client import tls
 from appliance.client.auth import with_token
+from appliance.client.client_identity import resolve_identity
 from appliance.client.cluster_calls import ClusterCalls, os_user
 from appliance.client.handle import CancelResult, JobHandle
 from appliance.client.lease import (
@@ -34,7 +35,7 @@ from appliance.client.user_config import DEFAULT_ADDRESS, resolve_token
 from appliance.client.watch import DETACHED_OUTAGE_SECONDS, WatchRetry, watch_job_events
 from appliance.domain.compile import CompileReport
 from appliance.domain.dependencies import Dependency
-from appliance.domain.errors import InvalidSpec
+from appliance.domain.errors import ApplianceError, InvalidSpec
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.reasons import parse_codes
 from appliance.domain.selectors import parse_selector
@@ -68,7 +69,8 @@ class ApplianceClient(ClusterCalls):
     `token` is sent as a bearer token with every call (needed once the coordinator has tokens;
     `appliance token create` makes one). Without it the client takes csctl's: $CSCTL_TOKEN,
     else `token:` in csctl's config file (appliance.client.user_config); a config file that
-    cannot be read raises user_config.ConfigError.
+    cannot be read raises user_config.ConfigError. `client_cert`/`client_key`: the certificate
+    presented to a coordinator serving mutual TLS (else csctl's; client_identity.py).
     """
 
     def __init__(
@@ -83,11 +85,17 @@ class ApplianceClient(ClusterCalls):
         token: str | None = None,
         ca: str | os.PathLike[str] | bytes | None = None,
         insecure: bool | None = None,
+        client_cert: str | os.PathLike[str] | None = None,
+        client_key: str | os.PathLike[str] | None = None,
     ) -> None:
         check_lease_timing(lease_seconds, heartbeat_interval)
         # Before anything starts: an unusable CA or plaintext off the machine is a ConfigError.
         given = ca if isinstance(ca, bytes) or ca is None else Path(ca)
         self.trust = resolve_trust(given, insecure, os.environ)
+        self.identity = None
+        if not self.trust.insecure:
+            cert, key = (None if p is None else Path(p) for p in (client_cert, client_key))
+            self.identity = resolve_identity(cert, key, os.environ)
         if token is None:  # like csctl: $CSCTL_TOKEN, then `token:` in its config file
             found = resolve_token(None, os.environ)
             token = found.value if found is not None else None
@@ -105,6 +113,7 @@ class ApplianceClient(ClusterCalls):
                 ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             ],
+            identity=self.identity,
         )
         claimed = with_token(self._channel, token, user=_claimed_user())
         self._stub = cluster_pb2_grpc.ClusterServiceStub(claimed)
@@ -395,20 +404,26 @@ class ApplianceClient(ClusterCalls):
         try:
             response = self._stub.HeartbeatLease(request, timeout=timeout)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, address=self.address, trust=self.trust.describe()) from exc
+            raise self._error(exc) from exc
         return bool(response.keep_running)
 
     def _call(self, method: Callable[..., _T], request: object) -> _T:
         try:
             return method(request, timeout=self.timeout)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, address=self.address, trust=self.trust.describe()) from exc
+            raise self._error(exc) from exc
 
     def _stream(self, method: Callable[..., Iterator[_T]], request: object) -> Iterator[_T]:
         try:
             yield from method(request)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, address=self.address, trust=self.trust.describe()) from exc
+            raise self._error(exc) from exc
+
+    def _error(self, exc: grpc.RpcError) -> ApplianceError:
+        identity = "" if self.identity is None else self.identity.source
+        return error_from_rpc(
+            exc, address=self.address, trust=self.trust.describe(), identity=identity
+        )
 
 
 def _claimed_user() -> str:

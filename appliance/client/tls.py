@@ -44,6 +44,16 @@ class Trust:
         return f"the CA {self.source}"
 
 
+@dataclasses.dataclass(frozen=True)
+class ClientIdentity:
+    """A client certificate (chain) and its key, PEM, presented to a coordinator serving mutual
+    TLS, and where they were given (client_identity.py resolves them)."""
+
+    cert_pem: bytes
+    key_pem: bytes = dataclasses.field(repr=False)
+    source: str = ""
+
+
 def resolve_trust(
     ca: str | Path | bytes | None, insecure: bool | None, environ: Mapping[str, str]
 ) -> Trust:
@@ -51,7 +61,7 @@ def resolve_trust(
     if insecure:
         return Trust(insecure=True, source="insecure")
     if isinstance(ca, bytes):
-        return Trust(_checked_pem(ca, "the ca argument"), "given to the client")
+        return Trust(checked_pem(ca, "the ca argument"), "given to the client")
     if ca:
         return _read_ca(Path(ca), "--certificate-authority")
     if environ.get(ENV_CA):
@@ -68,12 +78,22 @@ def resolve_trust(
     return Trust()
 
 
-def channel(address: str, trust: Trust, options: list[tuple[str, int]]) -> grpc.Channel:
-    """A channel to `address` as `trust` says; ConfigError for plaintext off the machine."""
+def channel(
+    address: str,
+    trust: Trust,
+    options: list[tuple[str, int]],
+    identity: ClientIdentity | None = None,
+) -> grpc.Channel:
+    """A channel to `address` as `trust` says, presenting `identity` (mutual TLS); ConfigError
+    for plaintext off the machine."""
     if trust.insecure:
         check_loopback(address)
         return grpc.insecure_channel(address, options=options)
-    credentials = grpc.ssl_channel_credentials(root_certificates=trust.ca_pem)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=trust.ca_pem,
+        private_key=None if identity is None else identity.key_pem,
+        certificate_chain=None if identity is None else identity.cert_pem,
+    )
     return grpc.secure_channel(address, credentials, options=options)
 
 
@@ -88,18 +108,28 @@ def check_loopback(address: str) -> None:
 
 
 def _read_ca(path: Path, source: str) -> Trust:
-    try:  # not blocking on a FIFO; a regular file only
+    data = read_small_file(path, f"the CA file {path} ({source})")
+    return Trust(checked_pem(data, f"the CA file {path} ({source})"), f"{path} ({source})")
+
+
+def read_small_file(path: Path, what: str, private: bool = False) -> bytes:
+    """A PEM file's bytes, up to MAX_CA_BYTES + 1 (the caller refuses more): a regular file,
+    not blocking on a FIFO; with `private`, refused when others may read it. ConfigError
+    naming `what`."""
+    try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        raise ConfigError(f"cannot read the CA file {path} ({source}): {exc.strerror}") from None
+        raise ConfigError(f"cannot read {what}: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(f"the CA file {path} ({source}) is not a regular file")
-        data = f.read(MAX_CA_BYTES + 1)
-    return Trust(_checked_pem(data, f"the CA file {path} ({source})"), f"{path} ({source})")
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise ConfigError(f"{what} is not a regular file")
+        if private and found.st_mode & 0o007:
+            raise ConfigError(f"{what} must not be readable by others: chmod 600 {path}")
+        return f.read(MAX_CA_BYTES + 1)
 
 
-def _checked_pem(data: bytes, what: str) -> bytes:
+def checked_pem(data: bytes, what: str) -> bytes:
     """`data` if it holds PEM certificates whose bodies decode (cheaply: csctl stays quick; gRPC
     checks the rest)."""
     if len(data) > MAX_CA_BYTES:
@@ -107,14 +137,17 @@ def _checked_pem(data: bytes, what: str) -> bytes:
     bodies = _PEM.findall(data)
     if not bodies:
         raise ConfigError(f"{what} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
-    for body in bodies:
-        try:
-            der = base64.b64decode(b"".join(body.split()), validate=True)
-        except binascii.Error:
-            der = b""
-        if not der.startswith(b"\x30"):  # a DER SEQUENCE
-            raise ConfigError(f"{what} holds a damaged PEM certificate")
+    if not all(map(is_der, bodies)):
+        raise ConfigError(f"{what} holds a damaged PEM certificate")
     return data
+
+
+def is_der(body: bytes) -> bool:
+    """Whether a PEM body is base64 of a DER SEQUENCE (what certificates and keys are)."""
+    try:
+        return base64.b64decode(b"".join(body.split()), validate=True).startswith(b"\x30")
+    except binascii.Error:
+        return False
 
 
 _PEM = re.compile(rb"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", re.S)

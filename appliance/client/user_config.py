@@ -198,6 +198,8 @@ class Cluster:
     server: str = ""
     certificate_authority: str = ""
     insecure: bool = False
+    client_certificate: str = ""  # mutual TLS: what this user presents (client_identity.py)
+    client_key: str = ""
 
 
 def current_cluster(environ: Mapping[str, str]) -> Cluster | None:
@@ -230,19 +232,27 @@ def _clusters(config: Mapping[str, object], path: Path) -> dict[str, Cluster]:
             raise ConfigError(f"cluster {name!r} in config file {path} must be a mapping")
         server, ca = entry.get("server", ""), entry.get("certificate-authority", "")
         insecure = entry.get("insecure", False)
-        if not (isinstance(server, str) and isinstance(ca, str) and isinstance(insecure, bool)):
+        cert, key = entry.get("client-certificate", ""), entry.get("client-key", "")
+        strings = (server, ca, cert, key)
+        if not (all(isinstance(v, str) for v in strings) and isinstance(insecure, bool)):
             raise ConfigError(
-                f"cluster {name!r} in config file {path}: server and certificate-authority are "
-                "strings, insecure true or false"
+                f"cluster {name!r} in config file {path}: server, certificate-authority, "
+                "client-certificate and client-key are strings, insecure true or false"
             )
-        found[str(name)] = Cluster(str(name), server, ca, insecure)
+        found[str(name)] = Cluster(str(name), server, ca, insecure, cert, key)
     return found
 
 
 def set_cluster(
-    path: Path, name: str, server: str | None, ca: Path | None, insecure: bool | None
+    path: Path,
+    name: str,
+    server: str | None,
+    ca: Path | None,
+    insecure: bool | None,
+    client: tuple[Path, Path] | None = None,
 ) -> Cluster:
-    """Add or change cluster `name` (what is not given is kept); returns it as written."""
+    """Add or change cluster `name` (what is not given is kept); returns it as written.
+    `client`: the certificate and key it presents (mutual TLS)."""
     _checked_name(name)
     config = read_config(path, required=False)
     old = _clusters(config, path).get(name, Cluster(name))
@@ -252,6 +262,10 @@ def set_cluster(
         "certificate-authority": authority,
         "insecure": old.insecure if insecure is None else insecure,
     }
+    cert, key = (str(p.expanduser().resolve()) for p in client) if client else ("", "")
+    if cert or old.client_certificate:
+        entry["client-certificate"] = cert or old.client_certificate
+        entry["client-key"] = key or old.client_key
     clusters: dict[str, object] = {str(k): v for k, v in _entries(config).items()}
     clusters[name] = entry
     config[CLUSTERS] = clusters

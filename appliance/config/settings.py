@@ -367,7 +367,7 @@ class Settings(KubeFields, DataFields, TlsFields, OidcFields):
         return TlsSettings(
             self.tls_ca_dir or self.data_dir / "tls", self.data_dir / "tls", self.tls_cert_file,
             self.tls_ca_file, self.tls_key_file, self.tls_names,
-            self.insecure,
+            self.insecure, self.tls_client_ca_file,
         )  # fmt: skip
 
     @property

@@ -20,7 +20,9 @@ MAX_NAME_CHARS = 253  # a DNS name's limit
 class TlsSettings:
     """How the doors speak TLS. `cert_file`/`key_file` given: those; else a CA in `ca_dir` (made
     on first start, kept) signs a serving certificate for the listened-on addresses and
-    `names`. `insecure`: plaintext, allowed on loopback addresses only (checked at start)."""
+    `names`. `insecure`: plaintext, allowed on loopback addresses only (checked at start).
+    `client_ca_file`: mutual TLS, callers present a certificate of one of its CAs (or of the
+    coordinator's own CA: its replicas')."""
 
     ca_dir: Path
     serving_dir: Path
@@ -29,6 +31,7 @@ class TlsSettings:
     key_file: Path | None = None
     names: tuple[str, ...] = ()
     insecure: bool = False
+    client_ca_file: Path | None = None  # set: callers present a certificate (mutual TLS)
 
 
 class TlsFields(BaseSettings):
@@ -56,6 +59,13 @@ class TlsFields(BaseSettings):
         description="Where the coordinator's own CA lives (made on first start, kept across "
         "restarts; share it between coordinators of one cluster); unset = <data_dir>/tls.",
     )
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        description="PEM bundle of the CAs whose client certificates callers must present "
+        "(mutual TLS, as kube-apiserver's --client-ca-file): gRPC refuses a caller without one at "
+        "the handshake, HTTPS every path but /healthz and /readyz (the kubelet's probes present "
+        "none). Replicas present theirs, of the coordinator's own CA. Reloaded when it changes.",
+    )
     tls_names: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="Comma-separated extra DNS names or IP addresses the serving certificate is "
@@ -82,6 +92,8 @@ class TlsFields(BaseSettings):
             raise ValueError("tls_cert_file and tls_key_file go together: give both or neither")
         if self.insecure and self.tls_cert_file is not None:
             raise ValueError("insecure turns TLS off: drop tls_cert_file/tls_key_file or it")
+        if self.insecure and self.tls_client_ca_file is not None:
+            raise ValueError("insecure turns TLS off: drop tls_client_ca_file or it")
         return self
 
 

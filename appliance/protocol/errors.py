@@ -32,14 +32,15 @@ def code_for(exc: errors.ApplianceError) -> grpc.StatusCode:
 
 
 def error_from_rpc(
-    exc: grpc.RpcError, *, address: str = "", trust: str = ""
+    exc: grpc.RpcError, *, address: str = "", trust: str = "", identity: str | None = None
 ) -> errors.ApplianceError:
     """Turn a failed call into the project's own exception with the server's message.
-    `trust` says how the client verifies the server (for a failed TLS handshake's line)."""
+    `trust` says how the client verifies the server, `identity` where the client certificate
+    it presents comes from ("" for none; None: not known), for a failed TLS handshake's line."""
     code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
     details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
     if code is grpc.StatusCode.UNAVAILABLE and address:
-        tls = tls_failure(details or "", address, trust)
+        tls = tls_failure(details or "", address, trust, identity)
         if tls is not None:
             return errors.Unavailable(tls)
     unreachable = code is grpc.StatusCode.DEADLINE_EXCEEDED or (
@@ -75,9 +76,10 @@ _TLS_FAILURES = (
     ("Ssl handshake failed", "the TLS handshake failed ({reason})"),
 )
 _PLAINTEXT_TO_TLS = "Socket closed"
+_AT_CONNECT = "failed to connect"  # not a call the server's going away broke
 
 
-def tls_failure(details: str, address: str, trust: str) -> str | None:
+def tls_failure(details: str, address: str, trust: str, identity: str | None = None) -> str | None:
     """One line for a connection refused by TLS, naming the server and what did not match;
     None when the failure is not TLS's."""
     for marker, what in _TLS_FAILURES:
@@ -94,4 +96,23 @@ def tls_failure(details: str, address: str, trust: str) -> str | None:
             f"the appliance at {address} closed the plaintext connection: it serves TLS; drop "
             "--insecure and give its CA with --certificate-authority FILE"
         )
+    if identity is not None and _PLAINTEXT_TO_TLS in details and _AT_CONNECT in details:
+        return client_certificate_refused(address, identity)
     return None
+
+
+def client_certificate_refused(address: str, identity: str) -> str:
+    """The line for a server that closed a verified TLS connection at once: under TLS 1.3 a
+    server serving mutual TLS (`--tls-client-ca`) refuses a client certificate, or its absence,
+    only after the client has finished its side of the handshake, and the client sees the
+    socket closed."""
+    if not identity:
+        return (
+            f"the appliance at {address} requires a client certificate: give "
+            "--client-certificate/--client-key, $CSCTL_CLIENT_CERT/$CSCTL_CLIENT_KEY or "
+            "`csctl config set-cluster --client-certificate FILE --client-key FILE`"
+        )
+    return (
+        f"the appliance at {address} refused the client certificate {identity}: it is not "
+        "signed by a CA the appliance trusts (its --tls-client-ca), or has expired"
+    )

@@ -31,6 +31,10 @@ from appliance.config import Settings
 from appliance.domain.auth import COORDINATOR_CA_ENV
 from appliance.domain.listing import JobQuery
 from appliance.server.auth import Authenticator
+from appliance.server.client_certificates import (
+    ClientCertificateRequired,
+    PresentedCertificateProtocol,
+)
 from appliance.server.grpc.audit import AuditCalls
 from appliance.server.grpc.authn import CLUSTER, CONTROL, Authentication
 from appliance.server.grpc.cluster import ClusterServicer
@@ -170,8 +174,10 @@ class Coordinator:
         install_web(rest, uses, self.auth)
         tls = self.tls
         factory = None if tls is None else lambda _config, _default: tls.ssl_context()
+        mutual = tls is not None and tls.requires_client_certificate
         config = uvicorn.Config(
-            rest,
+            ClientCertificateRequired(rest) if mutual else rest,
+            http=PresentedCertificateProtocol if mutual else "auto",
             host=server.host,
             port=server.http_port,
             log_level="warning",

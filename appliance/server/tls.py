@@ -6,6 +6,12 @@ listens on plus `tls_names`. Either way the files are followed: a change on disk
 by cert-manager, an operator's `cp`) is served to new connections within RELOAD_SECONDS, by
 both servers, with no restart; a certificate of the coordinator's own CA is renewed before
 its end the same way. Plaintext only with `insecure`, and only on a loopback address.
+
+With `tls_client_ca_file` the doors speak mutual TLS, as kube-apiserver's --client-ca-file: gRPC
+requires a certificate of one of its CAs (or of the coordinator's own CA, which signs its
+replicas' certificates) at the handshake; HTTPS asks for one and verifies one presented, and
+client_certificates.py refuses every path but the probes' to a connection that presented none
+(the kubelet's HTTPS probes present no certificate). The bundle is followed like the pair.
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ class _Material:
     """One checked certificate and key: the HTTP server's context and gRPC's configuration,
     both made from the same bytes."""
 
-    context: ssl.SSLContext
+    context: ssl.SSLContext  # with the client CAs as its trust store, under mutual TLS
     grpc: grpc.ServerCertificateConfiguration
     stamps: tuple[tuple[int, int, int], ...]
     ends: datetime.datetime  # the certificate's not-after
@@ -96,6 +102,8 @@ class ServingTls:
         hosts = [a.strip().rpartition(":")[0].strip("[]") for a in dialled.split(",")]
         self.names = listen_names(host, [*settings.names, *(h for h in hosts if h)])
         self.ca: CertificateAuthority | None = None
+        self.client_ca_file = settings.client_ca_file
+        self._own_ca_pem = b""  # the replicas' CA, trusted beside the client CA bundle
         try:
             if settings.cert_file is None:
                 self.ca = CertificateAuthority.load_or_create(settings.ca_dir)
@@ -104,6 +112,9 @@ class ServingTls:
             else:
                 self.ca_file = settings.ca_file or settings.cert_file
                 self.ca_pem = _last_certificate(_read(self.ca_file), self.ca_file)
+            if self.client_ca_file is not None:
+                own = self.ca or CertificateAuthority.load_or_create(settings.ca_dir)
+                self._own_ca_pem = own.cert_pem
             self._locate()
             material = self._load()
         except (PkiError, OSError, ssl.SSLError, ValueError) as exc:
@@ -117,6 +128,11 @@ class ServingTls:
         self._front = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._front.minimum_version = ssl.TLSVersion.TLSv1_2
         self._front.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca_file is not None:
+            # The verify mode is the front's (a handshake keeps it); the CAs a presented
+            # certificate is verified by are the picked context's, so a changed bundle counts.
+            self._front.verify_mode = ssl.CERT_OPTIONAL
+            self._front.load_verify_locations(cadata=self._client_cas()[0].decode())
         self._front.sni_callback = self._pick
 
     def _locate(self) -> None:
@@ -126,6 +142,19 @@ class ServingTls:
         else:
             assert s.cert_file is not None and s.key_file is not None
             self.cert_file, self.key_file = s.cert_file, s.key_file
+
+    @property
+    def requires_client_certificate(self) -> bool:
+        """Mutual TLS: callers present a certificate of a client CA."""
+        return self.client_ca_file is not None
+
+    def _client_cas(self) -> tuple[bytes, bytes]:
+        """The CAs a caller's certificate may chain to (the bundle and our own), and the bundle
+        as read (b"" without mutual TLS). Raises ValueError or OSError naming the setting."""
+        if self.client_ca_file is None:
+            return b"", b""
+        bundle = read_client_cas(self.client_ca_file)
+        return self._own_ca_pem + b"\n" + bundle, bundle
 
     @property
     def fingerprint(self) -> str:
@@ -138,12 +167,17 @@ class ServingTls:
         stamps = self._stamp()
         cert_pem, key_pem = _read(self.cert_file), _read(self.key_file)
         check_pair(cert_pem, key_pem, self.cert_file, self.key_file)
+        trusted, _ = self._client_cas()
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert_file, self.key_file)
+        if trusted:
+            context.load_verify_locations(cadata=trusted.decode())
         if self._stamp() != stamps:  # replaced meanwhile: the context may hold the new one
             return None
-        configuration = grpc.ssl_server_certificate_configuration([(key_pem, cert_pem)])
+        configuration = grpc.ssl_server_certificate_configuration(
+            [(key_pem, cert_pem)], root_certificates=trusted or None
+        )
         ends = x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
         return _Material(context, configuration, stamps, ends)
 
@@ -160,7 +194,11 @@ class ServingTls:
                 served[0] = self._version
                 return self._current.grpc
 
-        return grpc.dynamic_ssl_server_credentials(self._current.grpc, fetch)
+        return grpc.dynamic_ssl_server_credentials(
+            self._current.grpc,
+            fetch,
+            require_client_authentication=self.requires_client_certificate,
+        )
 
     def ssl_context(self) -> ssl.SSLContext:
         """The HTTP server's context: each handshake is given the current pair's context."""
@@ -171,8 +209,11 @@ class ServingTls:
 
     # ---- following the files ------------------------------------------------------------------
 
+    def _files(self) -> list[Path]:
+        return [self.cert_file, self.key_file, *filter(None, [self.client_ca_file])]
+
     def _stamp(self) -> tuple[tuple[int, int, int], ...]:
-        return (_stamp(self.cert_file), _stamp(self.key_file))
+        return tuple(_stamp(path) for path in self._files())
 
     def refresh(self) -> bool:
         """Take changed files (or renew our own certificate); True if anything changed."""
@@ -196,7 +237,7 @@ class ServingTls:
         with self._lock:
             self._current = material
             self._version += 1
-        log.info("TLS: serving the changed certificate %s", self.cert_file)
+        log.info("TLS: serving the changed files %s", ", ".join(map(str, self._files())))
         return True
 
     async def follow(self) -> None:
@@ -232,6 +273,27 @@ def _last_certificate(pem: bytes, path: Path) -> bytes:
     except ValueError:
         raise ValueError(f"{path} holds no PEM certificate") from None
     return chain[-1].public_bytes(serialization.Encoding.PEM)
+
+
+def read_client_cas(path: Path) -> bytes:
+    """A client CA bundle: one or more PEM certificates, each parsed, bounded; ValueError or
+    OSError naming the setting and the file."""
+    where = "tls_client_ca_file (--tls-client-ca)"
+    try:
+        pem = _read(path)
+    except (OSError, ValueError) as exc:
+        raise type(exc)(f"{where} {exc}") from None
+    where = f"{where} {path}"
+    try:
+        chain = x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        raise ValueError(f"{where} holds no PEM certificate, or a damaged one") from None
+    if len(chain) > MAX_CLIENT_CAS:
+        raise ValueError(f"{where} holds {len(chain)} certificates; at most {MAX_CLIENT_CAS}")
+    return pem
+
+
+MAX_CLIENT_CAS = 64
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:

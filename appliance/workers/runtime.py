@@ -20,6 +20,7 @@ import grpc
 from appliance._proto.v1 import dataplane_pb2_grpc
 from appliance.domain.auth import COORDINATOR_CA_ENV, is_loopback
 from appliance.domain.replica_errors import error_line, error_of
+from appliance.domain.replica_identity import REPLICA_CERT_ENV, REPLICA_KEY_ENV
 from appliance.workers.control import ControlPlane
 from appliance.workers.lifecycle import (
     EXIT_FAILED,
@@ -198,8 +199,9 @@ def _bracketed(host: str) -> str:
 
 
 def coordinator_channel(address: str) -> grpc.aio.Channel:
-    """A channel to the coordinator: TLS verified by the CA it gave this replica, or plaintext
-    when it serves plaintext (then it listens on loopback only)."""
+    """A channel to the coordinator: TLS verified by the CA it gave this replica, presenting
+    this replica's own certificate (a coordinator serving mutual TLS requires one), or
+    plaintext when it serves plaintext (then it listens on loopback only)."""
     ca = os.environ.get(COORDINATOR_CA_ENV)
     if not ca:
         if not is_loopback(address):
@@ -208,4 +210,10 @@ def coordinator_channel(address: str) -> grpc.aio.Channel:
                 "machine: replicas reach a remote coordinator over TLS only"
             )
         return grpc.aio.insecure_channel(address)
-    return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(ca.encode()))
+    cert, key = os.environ.get(REPLICA_CERT_ENV, ""), os.environ.get(REPLICA_KEY_ENV, "")
+    credentials = grpc.ssl_channel_credentials(
+        ca.encode(),
+        private_key=key.encode() if cert and key else None,
+        certificate_chain=cert.encode() if cert and key else None,
+    )
+    return grpc.aio.secure_channel(address, credentials)

@@ -166,3 +166,11 @@ def test_the_grpc_port_is_not_shared(serving: Served) -> None:
         with pytest.raises(OSError) as refused:
             thief.bind(("127.0.0.1", port))
     assert refused.value.errno == errno.EADDRINUSE
+
+
+def test_a_bad_client_ca_file_is_one_line_naming_the_setting(tmp_path: Path) -> None:
+    """Mutual TLS with a client CA bundle that is not PEM: nothing serves (#36)."""
+    bundle = tmp_path / "client-cas.pem"
+    bundle.write_text("not a certificate\n")
+    done = serve(tmp_path, APPLIANCE_TLS_CLIENT_CA_FILE=str(bundle))
+    assert_one_line_error(done, f"tls_client_ca_file (--tls-client-ca) {bundle}", "no PEM")
