@@ -1,4 +1,5 @@
-"""`csctl get limits`: the caller's per-user limits (streams, request rate, queued jobs) and
+"""`csctl get limits`: the caller's per-user limits (streams, request rate, queued jobs,
+running systems) and
 what they use of them now; admins may name another user."""
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def limits_table(r: LimitsReport) -> str:
             f"{caps.burst - r.tokens_left:.0f} of the burst",
         ],
         ["queued jobs", _cap(caps.queued_jobs), str(sum(r.waiting.values()))],
+        ["running systems", _cap(caps.running_systems), str(r.running_systems)],
     ]
     for queue, cap in sorted(r.queue_caps.items()):
         rows.append([f"queued jobs in {queue}", str(cap), str(r.waiting.get(queue, 0))])
@@ -47,12 +49,14 @@ def limits_document(r: LimitsReport) -> dict[str, Any]:
             "requests_per_second": caps.requests_per_second,
             "burst": caps.burst,
             "queued_jobs": caps.queued_jobs,
+            "running_systems": caps.running_systems,
         },
         "streams_open": r.streams_open,
         "requests_left": round(r.tokens_left, 2),
         "queued_jobs": sum(r.waiting.values()),
         "queued_by_queue": dict(r.waiting),
         "queue_caps": dict(r.queue_caps),
+        "running_systems": r.running_systems,
     }
 
 
@@ -63,7 +67,8 @@ def limits_document(r: LimitsReport) -> dict[str, Any]:
 def get_limits(session: Session, user: str, output: str) -> None:
     """Show your per-user limits and what you use of them now: streams open at once
     (watches, followed logs, event streams, dashboard feeds), the request rate (a token
-    bucket: its rate and burst), and jobs waiting to run, in all and per queue.
+    bucket: its rate and burst), jobs waiting to run, in all and per queue, and the CS-2
+    systems your admitted jobs hold (a job that would go over that cap waits in the queue).
 
     \b
     Examples:
