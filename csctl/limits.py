@@ -31,10 +31,10 @@ def limits_table(r: LimitsReport) -> str:
             f"{caps.burst - r.tokens_left:.0f} of the burst",
         ],
         ["queued jobs", _cap(caps.queued_jobs), str(sum(r.waiting.values()))],
-        ["running systems", _cap(caps.running_systems), str(r.running_systems)],
     ]
     for queue, cap in sorted(r.queue_caps.items()):
         rows.append([f"queued jobs in {queue}", str(cap), str(r.waiting.get(queue, 0))])
+    rows.append(["running systems", _cap(caps.running_systems), str(r.running_systems)])
     state = "on" if r.enabled else "off: nothing is capped"
     return f"limits of {r.user} ({state})\n" + render.format_table(COLUMNS, rows)
 
