@@ -30,6 +30,7 @@ from pathlib import Path
 from sqlalchemy import func, select, text
 
 from appliance.config import Settings
+from appliance.domain.errors import InsufficientCapacity
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
 from appliance.domain.spec import Priority, validate_spec
@@ -64,10 +65,15 @@ def mixed_jobs(count: int, pool: list, rng: random.Random) -> list[NewJob]:  # t
                     params_yaml=params, num_csx=size, num_steps=1, priority=priority
                 )
                 specs[(size, m, priority)] = spec
-                plans[(size, m)] = plan_replicas(spec, pool)
+                try:
+                    plans[(size, m)] = plan_replicas(spec, pool)
+                except InsufficientCapacity:  # too large for so few wafers: not in the mix
+                    break
     jobs = []
     for i in range(count):
         size, m = rng.choice(SIZES), rng.choice((0, 0, 1, 1, 2))
+        while (size, m) not in plans:
+            size, m = rng.choice(SIZES), rng.choice((0, 0, 1, 1, 2))
         priority = rng.choice((Priority.P1, Priority.P2, Priority.P2, Priority.P3))
         job_id = f"wsjob-{i:014d}"
         jobs.append(NewJob(job_id, "bench", specs[(size, m, priority)], plans[(size, m)]))

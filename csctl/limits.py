@@ -1,4 +1,5 @@
-"""`csctl get limits`: the caller's per-user limits (streams, request rate, queued jobs) and
+"""`csctl get limits`: the caller's per-user limits (streams, request rate, queued jobs,
+running systems) and
 what they use of them now; admins may name another user."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def limits_table(r: LimitsReport) -> str:
     ]
     for queue, cap in sorted(r.queue_caps.items()):
         rows.append([f"queued jobs in {queue}", str(cap), str(r.waiting.get(queue, 0))])
+    rows.append(["running systems", _cap(caps.running_systems), str(r.running_systems)])
     state = "on" if r.enabled else "off: nothing is capped"
     return f"limits of {r.user} ({state})\n" + render.format_table(COLUMNS, rows)
 
@@ -47,12 +49,14 @@ def limits_document(r: LimitsReport) -> dict[str, Any]:
             "requests_per_second": caps.requests_per_second,
             "burst": caps.burst,
             "queued_jobs": caps.queued_jobs,
+            "running_systems": caps.running_systems,
         },
         "streams_open": r.streams_open,
         "requests_left": round(r.tokens_left, 2),
         "queued_jobs": sum(r.waiting.values()),
         "queued_by_queue": dict(r.waiting),
         "queue_caps": dict(r.queue_caps),
+        "running_systems": r.running_systems,
     }
 
 
@@ -63,7 +67,8 @@ def limits_document(r: LimitsReport) -> dict[str, Any]:
 def get_limits(session: Session, user: str, output: str) -> None:
     """Show your per-user limits and what you use of them now: streams open at once
     (watches, followed logs, event streams, dashboard feeds), the request rate (a token
-    bucket: its rate and burst), and jobs waiting to run, in all and per queue.
+    bucket: its rate and burst), jobs waiting to run, in all and per queue, and the CS-2
+    systems your admitted jobs hold (a job that would go over that cap waits in the queue).
 
     \b
     Examples:

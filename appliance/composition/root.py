@@ -185,7 +185,10 @@ def per_user_limits(s: Settings, ctx: Context, *, serving: bool) -> Limits:
     async def count_waiting(user: str) -> dict[str, int]:
         return await ctx.read(ctx.store.waiting_jobs_of, user)
 
-    return Limits(source, count_waiting, ctx.metrics)
+    async def count_held(user: str) -> int:
+        return (await ctx.read(ctx.store.systems_held, user)).get(user, 0)
+
+    return Limits(source, count_waiting, ctx.metrics, count_held=count_held)
 
 
 async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) -> Parts:
@@ -224,7 +227,7 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
         ctx, backend, replicas, runtime.sweep_interval, model_dirs,
         nodes=nodes, lifetimes=s.replicas, restarts=restarts, preemption=preemption,
     )  # fmt: skip
-    scheduler = SchedulerLoop(ctx, s.scheduler, preemption)
+    scheduler = SchedulerLoop(ctx, s.scheduler, preemption, limits)
     return Parts(engine, ctx, backend, uses, reconciler, scheduler, model_dirs)
 
 

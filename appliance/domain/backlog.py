@@ -18,6 +18,9 @@ class QueuedJob:
     created_at: float
     plan: ReplicaPlan
     queue: str = DEFAULT_QUEUE
+    # Its owner and their groups at submit time (a per-user cap of running systems).
+    user: str = ""
+    groups: tuple[str, ...] = ()
 
     @property
     def order(self) -> tuple[int, float, str]:

@@ -1,10 +1,12 @@
 """Per-user limits, so one user cannot starve the rest: what each user may hold at once and how
 fast they may call, and the decisions over them (pure: the time is always passed in).
 
-Four caps, each per user: concurrent long-lived streams (a watch, a followed log, an event
+Five caps, each per user: concurrent long-lived streams (a watch, a followed log, an event
 stream, a dashboard feed), a request rate (a token bucket: `requests_per_second` refilled,
 `burst` at most, as Slurm's per-user RPC rate limits), jobs waiting to run (non-terminal, not
-yet RUNNING: Slurm's MaxSubmitJobs), and per queue the jobs one user may have waiting in it.
+yet RUNNING: Slurm's MaxSubmitJobs), the CS-2 systems their admitted jobs hold at once
+(Slurm's MaxTRESPerUser: the scheduler's admission keeps a job that would go over it
+queued, scheduler/user_caps.py), and per queue the jobs one user may have waiting in it.
 Admins override them per user and per group in the limits file (services/limits_file.py
 reads it); a user's cap is, field by field, their own override, else the most generous of
 their groups', else the defaults. None is "unlimited".
@@ -13,6 +15,7 @@ their groups', else the defaults. None is "unlimited".
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 
@@ -28,12 +31,14 @@ class Caps:
     """One user's caps (None: unlimited). The defaults are for a 64-system cluster: a stream
     per system twice over (a launcher's watch and its followed log for as many jobs as could
     run at once), a rate well above csctl, the launchers' lease heartbeats and a dashboard,
-    and four jobs waiting per system."""
+    and four jobs waiting per system. Running systems are not capped by default (a user alone
+    on the cluster may use all of it)."""
 
     streams: int | None = 128
     requests_per_second: float | None = 50.0
     burst: int = 200
     queued_jobs: int | None = 256
+    running_systems: int | None = None
 
 
 CAP_FIELDS = tuple(f.name for f in dataclasses.fields(Caps))
@@ -74,6 +79,16 @@ class LimitsPolicy:
             elif given := [o.values[name] for o in theirs if o.has(name)]:
                 chosen[name] = _most_generous(given)
         return dataclasses.replace(self.defaults, **chosen)  # type: ignore[arg-type]
+
+    @functools.cached_property
+    def caps_running_systems(self) -> bool:
+        """Whether any user may have a cap of running systems (else admission counts none)."""
+        if not self.enabled:
+            return False
+        overrides = [*self.users.values(), *self.groups.values()]
+        return self.defaults.running_systems is not None or any(
+            o.values.get("running_systems") is not None for o in overrides
+        )
 
     def queue_cap(self, queue: str) -> int | None:
         """The jobs one user may have waiting in `queue` (None: only the total applies)."""
@@ -207,3 +222,4 @@ class LimitsReport:
     tokens_left: float
     waiting: Mapping[str, int]
     queue_caps: Mapping[str, int]
+    running_systems: int = 0  # the CS-2 systems the user's admitted jobs hold now

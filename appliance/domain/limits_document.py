@@ -7,6 +7,7 @@ value is bounded and checked, and a refusal is one line naming the field:
       requests_per_second: 50  # the token bucket's refill ...
       burst: 200               # ... and its size
       queued_jobs: 256         # jobs waiting to run (not yet RUNNING)
+      running_systems: unlimited  # CS-2 systems a user's admitted jobs hold at once
     groups:                    # a user gets the most generous of their groups' values
       nlp: {queued_jobs: 512}
     users:                     # a user's own values come first
@@ -36,6 +37,7 @@ _BOUNDS: dict[str, float] = {
     "requests_per_second": 1_000_000,
     "burst": 1_000_000,
     "queued_jobs": 10_000_000,
+    "running_systems": 100_000,
 }
 _NOT_UNLIMITED = frozenset({"burst"})
 

@@ -36,6 +36,8 @@ class ReasonCode(enum.StrEnum):
     BEHIND_HIGHER_PRIORITY = "BehindHigherPriority"  # behind its queue's head, which waits
     QUOTA = "Quota"  # its queue may not borrow what it needs now
     NEVER_FITS = "NeverFits"  # needs more than its queue may ever hold
+    # its user's running jobs hold their cap of systems (Slurm's QOSMaxCpuPerUserLimit)
+    USER_SYSTEMS = "UserRunningSystems"
     DEPENDENCY = "Dependency"  # waits for a job it depends on
     PREEMPTING = "Preempting"  # waits for lower-priority jobs it preempts to stop
     RECLAIM = "Reclaim"  # waits for jobs borrowing its queue's quota to stop
@@ -122,6 +124,10 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
     ReasonCode.BEHIND_HIGHER_PRIORITY: _behind,
     ReasonCode.QUOTA: lambda p: p["why"],
     ReasonCode.NEVER_FITS: lambda p: f"can never run: {p['why']}",
+    ReasonCode.USER_SYSTEMS: lambda p: (
+        f"{p['user']}'s running jobs hold {p['held']} of their {p['cap']} systems "
+        f"(running_systems per user); it needs {p['systems']} and starts when theirs end"
+    ),
     ReasonCode.DEPENDENCY: lambda p: f"waiting for {p['job']} ({p['phase']}) {p['wanted']}",
     ReasonCode.PREEMPTING: _preempting,
     ReasonCode.RECLAIM: _reclaim,

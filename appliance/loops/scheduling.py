@@ -40,7 +40,9 @@ from appliance.scheduler.backlog_index import BacklogIndex
 from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
 from appliance.scheduler.quotas import QuotaBook
 from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
+from appliance.scheduler.user_caps import UserCaps
 from appliance.services.context import Context
+from appliance.services.limits import Limits
 from appliance.services.queues import pool_size
 from appliance.store.jobs import JobStore
 
@@ -58,10 +60,13 @@ class SchedulerLoop:
         ctx: Context,
         scheduler: SchedulerSettings = SchedulerSettings(),
         preemption: PreemptionSettings = PreemptionSettings(),
+        limits: Limits | None = None,
     ) -> None:
+        """`limits`: the per-user limits, whose cap of running systems admission keeps."""
         self.ctx = ctx
         self.settings = scheduler
         self.preemption = preemption
+        self.limits = limits
         self._capped = False
 
     async def run(self) -> None:
@@ -161,7 +166,8 @@ class SchedulerLoop:
         shares = await self._shares(quotas, size, now) if shared else {}
         limit = settings.max_admissions
         skip = skip | self.ctx.backlog.entered_after(generation)
-        decision = admit_backlog(index, usage, book, shares, skip, limit)
+        users = await self._user_caps()
+        decision = admit_backlog(index, usage, book, shares, skip, limit, users)
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
         # (the next pass, at most MAX_PASS_GAP later, sees what this one admitted).
         if decision.admitted or preemption.policy == "never" or not decision.heads:
@@ -181,6 +187,15 @@ class SchedulerLoop:
             waits = decision.why(job.job_id) or said(ReasonCode.CAPACITY, shortfall="")
             given[job.job_id] = await self._preempt_for(job, running, usage, waits, room)
         return decision
+
+    async def _user_caps(self) -> UserCaps | None:
+        """The per-user caps of running systems, with what each user holds (read only when
+        some user has a cap: a pass without one costs nothing more)."""
+        policy = self.limits.policy if self.limits is not None else None
+        if policy is None or not policy.caps_running_systems:
+            return None
+        held = await self.ctx.read(self.ctx.store.systems_held)
+        return UserCaps(held, lambda user, groups: policy.caps_of(user, groups).running_systems)
 
     async def _shares(
         self, quotas: Mapping[str, Quota], size: tuple[int, int], now: float

@@ -15,6 +15,8 @@ def limits_to_pb(report: LimitsReport) -> cluster_pb2.Limits:
         pb_caps.requests_per_second = caps.requests_per_second
     if caps.queued_jobs is not None:
         pb_caps.queued_jobs = caps.queued_jobs
+    if caps.running_systems is not None:
+        pb_caps.running_systems = caps.running_systems
     return cluster_pb2.Limits(
         user=report.user,
         enabled=report.enabled,
@@ -23,6 +25,7 @@ def limits_to_pb(report: LimitsReport) -> cluster_pb2.Limits:
         requests_left=report.tokens_left,
         queued_by_queue=dict(report.waiting),
         queue_caps=dict(report.queue_caps),
+        running_systems=report.running_systems,
     )
 
 
@@ -33,6 +36,7 @@ def limits_from_pb(msg: cluster_pb2.Limits) -> LimitsReport:
         requests_per_second=c.requests_per_second if c.HasField("requests_per_second") else None,
         burst=c.burst,
         queued_jobs=c.queued_jobs if c.HasField("queued_jobs") else None,
+        running_systems=c.running_systems if c.HasField("running_systems") else None,
     )
     return LimitsReport(
         user=msg.user,
@@ -42,4 +46,5 @@ def limits_from_pb(msg: cluster_pb2.Limits) -> LimitsReport:
         tokens_left=msg.requests_left,
         waiting=dict(msg.queued_by_queue),
         queue_caps=dict(msg.queue_caps),
+        running_systems=msg.running_systems,
     )

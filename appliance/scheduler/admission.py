@@ -11,7 +11,8 @@ Across queues (scheduler/quotas.py): first every queue, lowest fair share first,
 fits within its quota; then, in the same order, queues borrow idle capacity beyond their
 quota while the cohort can lend it. A queue whose next job may not borrow stops there. With
 no queues defined there is one, `default`, owning the pool: the rules above reduce to one
-priority queue.
+priority queue. A job whose user's running jobs hold their cap of systems is stepped over
+(scheduler/user_caps.py): it is never a head, and holds nothing back.
 
 What a pass costs grows with what it admits, not with the queue. Behind a head, whether a
 job can start depends only on its plan's shape (and the pass's state), so the pass asks
@@ -37,6 +38,7 @@ from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.scheduler.backlog_index import BacklogIndex, Order
 from appliance.scheduler.placement import KIND_OF_ROLE, Counts, FreeCapacity
 from appliance.scheduler.quotas import NOTHING, Need, QuotaBook, never_fits
+from appliance.scheduler.user_caps import UserCaps
 
 _UNLIMITED = Quota(1 << 62, 1 << 62)
 _FIRST: Order = (-(1 << 62), -math.inf, "")
@@ -135,10 +137,12 @@ def admit_backlog(
     shares: Mapping[str, float] | None = None,
     skip: Collection[str] = frozenset(),
     limit: int | None = None,
+    users: UserCaps | None = None,
 ) -> Admission:
     """`admit` on the queue as the index holds it, leaving out the jobs in `skip` (those
     waiting for other jobs); stopping once it admitted `limit` jobs (None: no limit), like
-    Slurm's main scheduler stops at its queue depth, so that no pass runs long."""
+    Slurm's main scheduler stops at its queue depth, so that no pass runs long. `users`: the
+    per-user caps of running systems (None: no user has one)."""
     if book is None:
         book = QuotaBook({DEFAULT_QUEUE: _UNLIMITED}, {})
     names = _with_jobs(index, skip)
@@ -148,7 +152,7 @@ def admit_backlog(
     shares = shares or {}
     # A queue without a share (one deleted while a job was submitted to it) goes last.
     order = sorted(names, key=lambda name: (shares.get(name, math.inf), name))
-    state = _Pass(index, pool, book, skip, limit)
+    state = _Pass(index, pool, book, skip, limit, users)
     waiting: dict[str, Order] = {}  # queue -> order of the job before its first to borrow
     for name in order:
         if not state.capped:
@@ -179,8 +183,10 @@ class _Pass:
         book: QuotaBook,
         skip: Collection[str],
         limit: int | None = None,
+        users: UserCaps | None = None,
     ) -> None:
         self.index, self.book, self.skip, self.limit = index, book, skip, limit
+        self.users = users
         demands = {
             (kind, demand)
             for name in index.queues()
@@ -208,7 +214,7 @@ class _Pass:
             if job.job_id in self.skip:
                 continue
             need = self.need(job.plan.shape)
-            if not self.never(job, need):
+            if not self.never(job, need) and not self.over_user_cap(job, need):
                 if not self.book.within(name, need):
                     waiting[name] = before
                     return
@@ -237,6 +243,9 @@ class _Pass:
             if following is None:
                 return
             job = self.index.at(name, following)
+            if self.over_user_cap(job, self.need(job.plan.shape)):
+                after = following  # stepped over: its user holds their cap
+                continue
             placements, _ = self.capacity.place(job.plan)
             self._admit(job, self.need(job.plan.shape), placements)
             if self.capped:
@@ -250,7 +259,7 @@ class _Pass:
             if job.job_id in self.skip:
                 continue
             need = self.need(job.plan.shape)
-            if self.never(job, need):
+            if self.never(job, need) or self.over_user_cap(job, need):
                 continue
             within = self.book.within(name, need)
             why = "" if within else self.book.why_not_borrow(name, need)
@@ -281,6 +290,16 @@ class _Pass:
             self.said[job.job_id] = said(ReasonCode.NEVER_FITS, why=why)
         return bool(why)
 
+    def over_user_cap(self, job: QueuedJob, need: Need) -> bool:
+        """A job that would take its user over their cap of running systems waits saying
+        so, and holds nothing back."""
+        if self.users is None:
+            return False
+        why = self.users.refusal(job, need.systems)
+        if why is not None:
+            self.said[job.job_id] = why
+        return why is not None
+
     def need(self, shape: PlanShape) -> Need:
         need = self._needs.get(shape)
         if need is None:
@@ -306,6 +325,8 @@ class _Pass:
     def _admit(self, job: QueuedJob, need: Need, placements: list[Placement]) -> None:
         self.capacity.take(placements)
         self.book.add(job.queue, need)
+        if self.users is not None:
+            self.users.take(job, need.systems)
         self.admitted.append(Decision(job.job_id, tuple(placements)))
         self._admitted.add(job.job_id)
 
@@ -348,6 +369,10 @@ class _Pass:
         job = self.index.get(job_id)
         if job is None or job_id in self._admitted:
             return None
+        if self.users is not None and (
+            capped := self.users.refusal(job, self.need(job.plan.shape).systems)
+        ):
+            return capped  # its user holds their cap now, whatever it was stepped over for
         stretches = self.stretches.get(job.queue, [])
         starts = self._starts.get(job.queue)
         if starts is None:

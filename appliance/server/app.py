@@ -224,7 +224,7 @@ class Coordinator:
         if self._grpc is not None:
             await self._grpc.stop(grace)
         await self.parts.reconciler.drain(wait_seconds=grace)
-        await self.parts.uses.audit.flush()  # what the doors recorded until they closed
+        await self.parts.uses.audit.flush(final=True)  # what the doors recorded until they closed
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

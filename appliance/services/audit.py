@@ -5,6 +5,13 @@ returns; `run` (a task of the coordinator) writes what is queued in one transact
 then as JSON lines to the sink when one is set, and prunes rows past the retention once an
 hour. A write that fails is logged and its events dropped, never raised into a call. A queue
 that fills (a store that cannot keep up) drops the newest events and says how many.
+
+Refusals by a per-user limit (the request rate, the streams cap: `record_limited`) are
+coalesced, as log rate limiting is: the first refusal of a user by a limit at a door is
+recorded in full, the same refusals in the next COALESCE_SECONDS are counted, and one record
+(verb `limit-exceeded`, object `limit/<name>`) says how many there were when the window ends.
+So a user sending thousands of refused calls a second leaves at most two records a second per
+limit and door, and the writer's cost stays as small.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -37,6 +45,20 @@ PRUNE_INTERVAL = 3600.0  # seconds between two retention passes
 BATCH_WAIT = 0.1
 DAY = 86_400.0
 STDOUT = "-"
+COALESCE_SECONDS = 1.0  # a limit's refusals of one user at one door: one record, then a count
+MAX_WINDOWS = 10_000  # (user, limit, door) counted at once at most; beyond, dropped (counted)
+LIMIT_VERB = "limit-exceeded"
+
+
+@dataclasses.dataclass
+class _Window:
+    """The refusals of one user by one limit at one door since `start`: the first, recorded,
+    and how many more came."""
+
+    start: float
+    first: AuditEvent
+    limit: str
+    more: int = 0
 
 
 def request_id(sent: str | None) -> str:
@@ -70,6 +92,7 @@ class AuditTrail:
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
         self._writing = asyncio.Lock()
+        self._windows: dict[tuple[str, str, str], _Window] = {}
 
     @property
     def on(self) -> bool:
@@ -96,6 +119,50 @@ class AuditTrail:
         if len(self._pending) >= BATCH:
             self._full.set()
 
+    def record_limited(self, event: AuditEvent, limit: str) -> None:
+        """Record `event`, a refusal by the per-user limit `limit`, coalesced: the first of its
+        user, limit and door in COALESCE_SECONDS is queued, the others only counted."""
+        if not self.on:
+            return
+        now = self._ctx.clock()
+        key = (event.user, limit, event.door.value)
+        window = self._windows.get(key)
+        if window is not None and now - window.start < COALESCE_SECONDS:
+            window.more += 1
+            return
+        if window is not None:
+            self._summarise(self._windows.pop(key))
+        elif len(self._windows) >= MAX_WINDOWS:
+            self._close_windows(now)
+            if len(self._windows) >= MAX_WINDOWS:
+                self._dropped += 1
+                return
+        self._windows[key] = _Window(now, event, limit)
+        self.record(event)
+
+    def _close_windows(self, now: float | None) -> None:
+        """Record how many refusals each window counted once it ended (`now` None: all)."""
+        for key, window in list(self._windows.items()):
+            if now is None or now - window.start >= COALESCE_SECONDS:
+                self._summarise(self._windows.pop(key))
+
+    def _summarise(self, window: _Window) -> None:
+        if not window.more:
+            return
+        first = window.first
+        reason = (
+            f"{window.more} more call(s) of {first.user or 'an unknown caller'} refused by the "
+            f"{window.limit} limit within {COALESCE_SECONDS:g} s of the one recorded "
+            f"(request {first.request_id}); coalesced"
+        )
+        self.record(
+            dataclasses.replace(
+                first, at=0.0, request_id=request_id(None), verb=LIMIT_VERB,
+                object_kind="limit", object_name=window.limit, reason=reason,
+                body_sha256="", body_bytes=-1,
+            )
+        )  # fmt: skip
+
     async def run(self) -> None:
         """Write what is recorded as it comes, and prune by age once an hour (first at once)."""
         loop = asyncio.get_running_loop()
@@ -104,16 +171,22 @@ class AuditTrail:
             if loop.time() >= next_prune:
                 await self.prune()
                 next_prune = loop.time() + PRUNE_INTERVAL
+            self._close_windows(self._ctx.clock())
+            wait = max(next_prune - loop.time(), 0.0)
+            if self._windows:  # a window's count is written when it ends
+                wait = min(wait, COALESCE_SECONDS)
             try:
-                await asyncio.wait_for(self._wake.wait(), max(next_prune - loop.time(), 0.0))
+                await asyncio.wait_for(self._wake.wait(), wait)
             except TimeoutError:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._full.wait(), BATCH_WAIT)
             await self.flush()
 
-    async def flush(self) -> None:
-        """Write every event queued so far (in batches); on the way out too."""
+    async def flush(self, final: bool = False) -> None:
+        """Write every event queued so far (in batches); on the way out (`final`), with the
+        counts of the limits' windows not yet ended."""
+        self._close_windows(None if final else self._ctx.clock())
         async with self._writing:
             self._wake.clear()
             self._full.clear()

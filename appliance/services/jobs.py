@@ -182,7 +182,8 @@ class JobService:
         except BaseException:
             view.enter(job_id, None)
             raise
-        view.enter(job_id, QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue))
+        entry = QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue, user, groups)
+        view.enter(job_id, entry)
         self._ctx.metrics.submitted(door)
         self._ctx.bus.wake_scheduler()
         self._ctx.bus.touched(job.id)

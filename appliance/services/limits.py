@@ -40,6 +40,7 @@ HOLD_SECONDS = 1.0
 # The users whose buckets are kept; past it, full buckets (idle users) are dropped first.
 MAX_TRACKED_USERS = 10_000
 CountWaiting = Callable[[str], Awaitable[Mapping[str, int]]]
+CountHeld = Callable[[str], Awaitable[int]]
 
 
 class StreamSlot:
@@ -64,9 +65,13 @@ class Limits:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        count_held: CountHeld | None = None,
     ) -> None:
         """`count_waiting(user)`: the user's jobs not yet running, by queue (the store);
-        `clock` and `sleep`: the time the buckets fill in, and how a call waits on it."""
+        `clock` and `sleep`: the time the buckets fill in, and how a call waits on it;
+        `count_held(user)`: the systems the user's admitted jobs hold (the store; the cap
+        itself is kept by the scheduler's admission, scheduler/user_caps.py)."""
+        self._count_held = count_held
         self._source = source
         self._count_waiting = count_waiting
         self._metrics = metrics
@@ -179,6 +184,7 @@ class Limits:
         bucket = self._buckets.get(user)
         tokens = float(caps.burst) if bucket is None else bucket.level(now)
         waiting = dict(await self._count_waiting(user))
+        held = await self._count_held(user) if self._count_held is not None else 0
         return LimitsReport(
             user=user,
             enabled=policy.enabled,
@@ -187,6 +193,7 @@ class Limits:
             tokens_left=tokens,
             waiting=waiting,
             queue_caps=dict(policy.queues) if policy.enabled else {},
+            running_systems=held,
         )
 
     def _bucket(self, user: str, caps: Caps, now: float) -> TokenBucket:

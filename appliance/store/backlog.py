@@ -7,6 +7,7 @@ a position is counted with an index hint, which its planner would not pick by it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 
 from sqlalchemy import bindparam, func, select, text, tuple_, update
@@ -94,10 +95,13 @@ class BacklogStore(StoreBase):
         """
         known = known or {}
         order = (
-            select(JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue)
+            select(
+                JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, JobRow.user,
+                JobRow.groups,
+            )
             .where(QUEUED_SQL)
             .order_by(JobRow.priority, JobRow.created_at, JobRow.id)
-        )
+        )  # fmt: skip
         rows = self._driver_rows(order)  # the whole queue on every pass: no per-row objects
         missing = [row[0] for row in rows if row[0] not in known]
         plans = dict(known)
@@ -108,8 +112,10 @@ class BacklogStore(StoreBase):
                     plans.update((i, plan_from_json(plan)) for i, plan in s.execute(stmt))
         priorities = _PRIORITIES
         return [
-            QueuedJob(job_id, priorities[prio], created, plans[job_id], queue)
-            for job_id, prio, created, queue in rows
+            QueuedJob(
+                job_id, priorities[prio], created, plans[job_id], queue, user, _groups(groups)
+            )
+            for job_id, prio, created, queue, user, groups in rows
             if job_id in plans
         ]
 
@@ -134,13 +140,15 @@ class BacklogStore(StoreBase):
         with self._sessions() as s:
             for chunk in in_chunks(list(others)):
                 stmt = select(
-                    JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, PLAN_AS_READ
-                ).where(JobRow.id.in_(chunk), QUEUED_SQL)
-                for job_id, priority, created, queue, plan in s.execute(stmt):
+                    JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, PLAN_AS_READ,
+                    JobRow.user, JobRow.groups,
+                ).where(JobRow.id.in_(chunk), QUEUED_SQL)  # fmt: skip
+                for job_id, priority, created, queue, plan, user, groups in s.execute(stmt):
                     decoded = known.get(job_id) or plan_from_json(plan)
-                    entries.append(
-                        QueuedJob(job_id, _PRIORITIES[priority], created, decoded, queue)
-                    )
+                    entries.append(QueuedJob(
+                        job_id, _PRIORITIES[priority], created, decoded, queue, user,
+                        tuple(groups or ()),
+                    ))  # fmt: skip
                     others.discard(job_id)
         return entries, sorted(others)
 
@@ -168,3 +176,11 @@ class BacklogStore(StoreBase):
                     changed,
                 )
         return len(changed)
+
+
+def _groups(raw: object) -> tuple[str, ...]:
+    """A job's groups as the driver gives the JSON column (text on SQLite, a list on
+    PostgreSQL)."""
+    if isinstance(raw, str):
+        raw = json.loads(raw) if raw else []
+    return tuple(str(g) for g in raw) if isinstance(raw, list) else ()

@@ -24,7 +24,7 @@ from appliance.store.rows import (
     replica_from_row,
     sorted_replicas,
 )
-from appliance.store.tables import JobEventRow, JobRow, ReplicaRow
+from appliance.store.tables import HOLDING_PHASES, JobEventRow, JobRow, ReplicaRow
 
 _FULL_VIEWS_OF = select(*SUMMARY, JobRow.params_yaml).where(
     JobRow.id.in_(bindparam("ids", expanding=True))
@@ -56,6 +56,19 @@ class JobReadStore(BacklogStore, DependencyStore, AttemptStore):
                 .group_by(JobRow.queue)
             )
             return {str(queue): int(count) for queue, count in rows}
+
+    def systems_held(self, user: str | None = None) -> dict[str, int]:
+        """The CS-2 systems each user's admitted jobs (SCHEDULED to RUNNING) hold now, of
+        `user` alone when given: as many rows as jobs hold resources (bounded by the pool)."""
+        stmt = select(JobRow.user, JobRow.systems).where(JobRow.phase.in_(HOLDING_PHASES))
+        if user is not None:
+            stmt = stmt.where(JobRow.user == user)
+        held: dict[str, int] = {}
+        with self._sessions() as s:
+            for owner, systems in s.execute(stmt):
+                count = systems.count(",") + 1 if systems else 0
+                held[owner] = held.get(owner, 0) + count
+        return held
 
     def get_job(self, job_id: str, *, with_replicas: bool = True) -> Job:
         return self.get_job_version(job_id, with_replicas=with_replicas)[0]

@@ -1925,10 +1925,13 @@ class LimitCaps(_message.Message):
     REQUESTS_PER_SECOND_FIELD_NUMBER: _builtins.int
     BURST_FIELD_NUMBER: _builtins.int
     QUEUED_JOBS_FIELD_NUMBER: _builtins.int
+    RUNNING_SYSTEMS_FIELD_NUMBER: _builtins.int
     streams: _builtins.int
     requests_per_second: _builtins.float
     burst: _builtins.int
     queued_jobs: _builtins.int
+    running_systems: _builtins.int
+    """CS-2 systems the user's admitted jobs may hold at once (MaxTRESPerUser)."""
     def __init__(
         self,
         *,
@@ -1936,21 +1939,26 @@ class LimitCaps(_message.Message):
         requests_per_second: _builtins.float | None = ...,
         burst: _builtins.int = ...,
         queued_jobs: _builtins.int | None = ...,
+        running_systems: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_queued_jobs", b"_queued_jobs", "_requests_per_second", b"_requests_per_second", "_streams", b"_streams", "queued_jobs", b"queued_jobs", "requests_per_second", b"requests_per_second", "streams", b"streams"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_queued_jobs", b"_queued_jobs", "_requests_per_second", b"_requests_per_second", "_running_systems", b"_running_systems", "_streams", b"_streams", "queued_jobs", b"queued_jobs", "requests_per_second", b"requests_per_second", "running_systems", b"running_systems", "streams", b"streams"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queued_jobs", b"_queued_jobs", "_requests_per_second", b"_requests_per_second", "_streams", b"_streams", "burst", b"burst", "queued_jobs", b"queued_jobs", "requests_per_second", b"requests_per_second", "streams", b"streams"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queued_jobs", b"_queued_jobs", "_requests_per_second", b"_requests_per_second", "_running_systems", b"_running_systems", "_streams", b"_streams", "burst", b"burst", "queued_jobs", b"queued_jobs", "requests_per_second", b"requests_per_second", "running_systems", b"running_systems", "streams", b"streams"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__queued_jobs: _TypeAlias = _typing.Literal["queued_jobs"]  # noqa: Y015
     _WhichOneofArgType__queued_jobs: _TypeAlias = _typing.Literal["_queued_jobs", b"_queued_jobs"]  # noqa: Y015
     _WhichOneofReturnType__requests_per_second: _TypeAlias = _typing.Literal["requests_per_second"]  # noqa: Y015
     _WhichOneofArgType__requests_per_second: _TypeAlias = _typing.Literal["_requests_per_second", b"_requests_per_second"]  # noqa: Y015
+    _WhichOneofReturnType__running_systems: _TypeAlias = _typing.Literal["running_systems"]  # noqa: Y015
+    _WhichOneofArgType__running_systems: _TypeAlias = _typing.Literal["_running_systems", b"_running_systems"]  # noqa: Y015
     _WhichOneofReturnType__streams: _TypeAlias = _typing.Literal["streams"]  # noqa: Y015
     _WhichOneofArgType__streams: _TypeAlias = _typing.Literal["_streams", b"_streams"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__queued_jobs) -> _WhichOneofReturnType__queued_jobs | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__requests_per_second) -> _WhichOneofReturnType__requests_per_second | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__running_systems) -> _WhichOneofReturnType__running_systems | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__streams) -> _WhichOneofReturnType__streams | None: ...
 
@@ -2007,12 +2015,15 @@ class Limits(_message.Message):
     REQUESTS_LEFT_FIELD_NUMBER: _builtins.int
     QUEUED_BY_QUEUE_FIELD_NUMBER: _builtins.int
     QUEUE_CAPS_FIELD_NUMBER: _builtins.int
+    RUNNING_SYSTEMS_FIELD_NUMBER: _builtins.int
     user: _builtins.str
     enabled: _builtins.bool
     """False: per-user limits are off on this appliance."""
     streams_open: _builtins.int
     requests_left: _builtins.float
     """Tokens in the user's request bucket now."""
+    running_systems: _builtins.int
+    """CS-2 systems the user's admitted jobs (SCHEDULED to RUNNING) hold now."""
     @_builtins.property
     def caps(self) -> Global___LimitCaps: ...
     @_builtins.property
@@ -2033,10 +2044,11 @@ class Limits(_message.Message):
         requests_left: _builtins.float = ...,
         queued_by_queue: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         queue_caps: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        running_systems: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["caps", b"caps"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["caps", b"caps", "enabled", b"enabled", "queue_caps", b"queue_caps", "queued_by_queue", b"queued_by_queue", "requests_left", b"requests_left", "streams_open", b"streams_open", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caps", b"caps", "enabled", b"enabled", "queue_caps", b"queue_caps", "queued_by_queue", b"queued_by_queue", "requests_left", b"requests_left", "running_systems", b"running_systems", "streams_open", b"streams_open", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5,7 +5,9 @@ succeed leave none, nor do the replicas' own calls unless refused.
 It wraps the Authentication interceptor (server/app.py lists it just before), so it sees the
 refusals of authentication and reads who called once the call ends. A record is queued, never
 written on the call's path. It names the caller and the object, never the token nor the
-request's body (at level Request: the body's SHA-256 and size).
+request's body (at level Request: the body's SHA-256 and size). A refusal by a per-user
+limit (server/grpc/limiting.py says which) is recorded coalesced: the first of a second in
+full, then a count (services/audit.py `record_limited`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from appliance.domain.auth import ANONYMOUS_USER
 from appliance.domain.inventory import NodeState
 from appliance.server.grpc.authn import CLUSTER, PUBLIC, known_caller
 from appliance.server.grpc.errors import Ctx
+from appliance.server.grpc.limiting import refused_by
 from appliance.server.grpc.metrics import call_code
 from appliance.server.grpc.wrapping import HandlerWrapping, observed
 from appliance.services.audit import AuditTrail, request_id
@@ -94,13 +97,19 @@ class AuditCalls(HandlerWrapping):
         if self._trail.wants_body and hasattr(request, "SerializeToString"):
             digest, size = body_digest(request.SerializeToString())
         reason = "" if outcome is Outcome.ALLOWED else f"{code}: {context.details() or ''}"
+        limit = refused_by() if code == "RESOURCE_EXHAUSTED" else ""
+        if limit:
+            reason = f"{reason} [limit {limit}]"
         event = AuditEvent(
             at=0.0, request_id=request_id(metadata.get(REQUEST_ID_KEY)), user=user,
             groups=tuple(groups), admin=admin, source=context.peer() or "", door=Door.GRPC,
             verb=verb, object_kind=kind, object_name=name, outcome=outcome,
             reason=reason.rstrip(": "), body_sha256=digest, body_bytes=size,
         )  # fmt: skip
-        self._trail.record(event)
+        if limit:
+            self._trail.record_limited(event, limit)
+        else:
+            self._trail.record(event)
 
 
 def _object(

@@ -2,13 +2,16 @@
 caller): every ClusterService call takes a token of its user's bucket, and the long-lived
 streams (WatchJob, WatchJobs, a followed GetJobLogs) hold one of their user's stream slots
 until they end. Over a cap the call ends RESOURCE_EXHAUSTED, with `retry-after` (seconds) in
-its trailing metadata. The replicas' ReplicaControl calls are not limited.
+its trailing metadata, and the limit's name is left for the audit interceptor around it
+(`refused_by`), which records such refusals coalesced (services/audit.py). The replicas'
+ReplicaControl calls are not limited.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from typing import Any
 
 import grpc
@@ -22,6 +25,14 @@ from appliance.services.fair_reads import reading_as
 from appliance.services.limits import Limits, StreamSlot
 
 LONG_LIVED = frozenset({"WatchJob", "WatchJobs", "GetJobLogs"})
+# The limit that refused this call, if one did: each call runs in its own task, so in its own
+# context, and the interceptors around this one await it in that task.
+_REFUSED_BY: ContextVar[str] = ContextVar("grpc_refused_by_limit", default="")
+
+
+def refused_by() -> str:
+    """The per-user limit that refused the current call ("" when none did)."""
+    return _REFUSED_BY.get()
 
 
 class Limiting(HandlerWrapping):
@@ -77,6 +88,7 @@ class Limiting(HandlerWrapping):
             await self._limits.admit_call(user, groups, "grpc")
             return self._limits.open_stream(user, groups, "grpc") if stream else None
         except LimitExceeded as exc:  # RESOURCE_EXHAUSTED, with retry-after (errors.py)
+            _REFUSED_BY.set(exc.limit)
             await abort(context, exc)
             raise  # unreachable: abort raises
 

@@ -70,7 +70,7 @@ def create_app(
     )
     # Outside the guard: it records what the guard refuses too.
     app.add_middleware(AuditRequests, trail=uses.audit, auth=auth, cookie_paths=cookie_paths)
-    app.add_middleware(RateLimit, auth=auth, limits=uses.limits)  # before a body is read
+    app.add_middleware(RateLimit, auth=auth, limits=uses.limits, trail=uses.audit)  # no body read
     app.add_middleware(StandbyRefusal, problem=standby)
     app.include_router(jobs_router(uses.jobs, uses.bulk_cancels, caller, uses.limits))
     app.include_router(controls_router(uses.jobs, caller))

@@ -22,6 +22,9 @@ class CapsOut(BaseModel):
     requests_per_second: float | None = Field(description="Requests refilled per second.")
     burst: int = Field(description="Requests at most in a burst (the bucket's size).")
     queued_jobs: int | None = Field(description="Jobs waiting to run (not yet RUNNING).")
+    running_systems: int | None = Field(
+        default=None, description="CS-2 systems the user's admitted jobs may hold at once."
+    )
 
 
 class LimitsOut(BaseModel):
@@ -35,6 +38,9 @@ class LimitsOut(BaseModel):
     queue_caps: dict[str, int] = Field(
         description="Queues with a cap of jobs one user may have waiting in them."
     )
+    running_systems: int = Field(
+        default=0, description="CS-2 systems the user's admitted jobs hold now."
+    )
 
 
 def limits_out(report: LimitsReport) -> LimitsOut:
@@ -47,12 +53,14 @@ def limits_out(report: LimitsReport) -> LimitsOut:
             requests_per_second=caps.requests_per_second,
             burst=caps.burst,
             queued_jobs=caps.queued_jobs,
+            running_systems=caps.running_systems,
         ),
         streams_open=report.streams_open,
         requests_left=round(report.tokens_left, 2),
         queued_jobs=sum(report.waiting.values()),
         queued_by_queue=dict(report.waiting),
         queue_caps=dict(report.queue_caps),
+        running_systems=report.running_systems,
     )
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import getpass
 import json
+import math
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -17,8 +20,10 @@ from click.testing import CliRunner
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc
 from appliance.client import ApplianceClient
+from appliance.domain.audit import AuditEvent, Door, Outcome
 from appliance.domain.errors import LimitExceeded
 from appliance.domain.inventory import NodeState
+from appliance.services.audit import LIMIT_VERB
 from csctl.cli import cli
 from tests.integration.coordinator.harness import RunningCoordinator, user_tokens, wait_until
 from tests.tls import secure_channel
@@ -177,3 +182,72 @@ def test_a_submit_over_the_queued_cap_is_refused_and_csctl_shows_the_limits(
         http.close()
     finally:
         running.stop()
+
+
+def test_a_burst_over_the_rate_leaves_bounded_audit_records_naming_user_and_limit(
+    tmp_path: Path,
+) -> None:
+    limits = "defaults: {requests_per_second: 0.01, burst: 1}\nusers: {root: {burst: 1000}}\n"
+    running, tokens = start(tmp_path, limits, tokens=True)
+    burst = 40
+    began = time.monotonic()
+    try:
+        with secure_channel(running.address) as channel:
+            stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+            calls = [
+                stub.ListJobs.future(pb.ListJobsRequest(), metadata=bearer(tokens["alice"]))
+                for _ in range(burst)
+            ]
+            codes = [_code(call) for call in calls]
+        http = httpx.Client(base_url=f"https://127.0.0.1:{running.coordinator.http_port}")
+        with ThreadPoolExecutor(burst) as pool:
+            answers = list(pool.map(
+                lambda _: http.get("/api/v1/jobs", headers={
+                    "authorization": f"Bearer {tokens['alice']}"}).status_code,
+                range(burst),
+            ))  # fmt: skip
+        http.close()
+        refused = {
+            "grpc": codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED),
+            "rest": answers.count(429),
+        }
+        assert refused["grpc"] >= burst - 1 and refused["rest"] == burst
+
+        def alices() -> list[AuditEvent]:
+            with ApplianceClient(running.address, token=tokens["root"]) as root:
+                return root.audit_events(user="alice", limit=1000)
+
+        def accounted(door: str) -> int:
+            """The refusals the records of `door` stand for: one each, and the counts."""
+            return sum(
+                int(e.reason.split()[0]) if e.verb == LIMIT_VERB else 1
+                for e in alices()
+                if e.door.value == door
+            )
+
+        took = time.monotonic() - began
+        wait_until(lambda: accounted("grpc") == refused["grpc"], 15, "gRPC's counts")
+        wait_until(lambda: accounted("rest") == refused["rest"], 15, "REST's counts")
+        events = alices()
+        # Two records a second at most per door (refusals are held a second): not 80.
+        most = 2 * (math.ceil(took) + 1)
+        for door in Door.GRPC, Door.REST:
+            mine = [(e.verb, e.reason) for e in events if e.door is door]
+            assert len(mine) <= most, mine
+        for event in events:
+            assert event.outcome is Outcome.REFUSED and event.user == "alice"
+            assert "requests_per_second" in event.reason
+        firsts = [e for e in events if e.verb != LIMIT_VERB]
+        assert {e.door for e in firsts} == {Door.GRPC, Door.REST}
+        everything = json.dumps([e.document() for e in events])
+        assert not any(token in everything for token in tokens.values())
+    finally:
+        running.stop()
+
+
+def _code(call: grpc.Future) -> grpc.StatusCode:
+    try:
+        call.result()
+    except grpc.RpcError as exc:
+        return exc.code()  # type: ignore[no-any-return]
+    return grpc.StatusCode.OK

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from appliance.client import ApplianceClient
+from appliance.domain.audit import Door, Outcome
 from appliance.domain.errors import Unauthenticated
 from tests.integration.coordinator.harness import RunningCoordinator, wait_until
 from tests.oidc_issuer import AUDIENCE, ISSUER, Issuer, JwksServer
@@ -52,6 +53,27 @@ def test_jwts_of_the_issuer_are_bearer_tokens(tmp_path: Path) -> None:
                 return False
 
             wait_until(expired, 10, "the JWT to expire")
+        with (
+            ApplianceClient(running.address, token=forged) as client,
+            pytest.raises(Unauthenticated),
+        ):
+            client.list_jobs()
+
+        # Each refused login is on record at its door, as a refusal, never with the JWT.
+        def refusals() -> list[tuple[Door, str]]:
+            with ApplianceClient(running.address, token=root) as client:
+                events = client.audit_events()
+            assert not any(jwt in str(e) for e in events for jwt in (forged, brief, alice))
+            return sorted((e.door, e.reason) for e in events if e.outcome is Outcome.REFUSED)
+
+        wait_until(lambda: len(refusals()) == 3, 10, "the refused logins' records")
+        expected = [
+            (Door.GRPC, "UNAUTHENTICATED: the OIDC token expired at"),
+            (Door.GRPC, "UNAUTHENTICATED: the OIDC token is refused"),
+            (Door.REST, "401: the OIDC token is refused"),
+        ]
+        for (door, reason), (want_door, start) in zip(refusals(), expected, strict=True):
+            assert door is want_door and reason.startswith(start), reason
     finally:
         running.stop()
 

@@ -117,3 +117,18 @@ def test_a_hostile_limits_file_is_refused_with_a_line_naming_the_field(
 def test_a_huge_limits_file_is_refused_before_it_is_parsed() -> None:
     with pytest.raises(InvalidSpec, match="larger than"):
         parse_limits("#" * (2 << 20))
+
+
+def test_running_systems_is_unlimited_by_default_and_overridden_per_user_or_group() -> None:
+    assert Caps().running_systems is None and not parse_limits("").caps_running_systems
+    policy = parse_limits(
+        "groups: {nlp: {running_systems: 8}, cv: {running_systems: 2}}\n"
+        "users: {alice: {running_systems: 1}, bob: {running_systems: unlimited}}\n"
+    )
+    assert policy.caps_running_systems
+    assert policy.caps_of("alice", ("nlp",)).running_systems == 1
+    assert policy.caps_of("dave", ("nlp", "cv")).running_systems == 8
+    assert policy.caps_of("bob", ("cv",)).running_systems is None
+    assert not parse_limits("enabled: false\ndefaults: {running_systems: 1}").caps_running_systems
+    with pytest.raises(InvalidSpec, match=r"defaults\.running_systems must be a whole number"):
+        parse_limits("defaults: {running_systems: 1.5}")

@@ -20,6 +20,7 @@ from appliance.services.audit import AuditTrail, request_id
 from appliance.services.context import Context
 from appliance.store.engine import make_engine
 from appliance.store.jobs import JobStore
+from tests.unit.harness import Clock
 
 EVENT = AuditEvent(
     at=0.0, request_id="r-1", user="alice\nforged", groups=("nlp",), admin=False,
@@ -74,6 +75,34 @@ async def test_a_full_queue_drops_and_says_so(
         await trail.flush()
     assert len(await trail.list(AuditQuery(), ADMIN)) == 2
     assert "audit: 3 record(s) dropped" in caplog.text
+
+
+async def test_a_limits_refusals_are_one_record_then_a_count_per_second(
+    ctx: Context, clock: Clock
+) -> None:
+    trail = AuditTrail(ctx, AuditSettings())
+    refused = dataclasses.replace(
+        EVENT, user="mallory", outcome=Outcome.REFUSED, verb="list-jobs", reason="over the rate"
+    )
+    for _second in range(3):  # 3 seconds of 1,000 refusals each, and one of bob's
+        for _ in range(1000):
+            trail.record_limited(refused, "requests_per_second")
+            clock.now += 0.0009
+        clock.now += 0.2
+    trail.record_limited(dataclasses.replace(refused, user="bob"), "requests_per_second")
+    await trail.flush(final=True)
+    events = list(reversed(await trail.list(AuditQuery(), ADMIN)))
+    seen = [(e.user, e.verb, e.target) for e in events]
+    first, count = (
+        ("mallory", "list-jobs", "job/wsjob-a"),
+        ("mallory", "limit-exceeded", "limit/requests_per_second"),
+    )
+    bob = ("bob", "list-jobs", "job/wsjob-a")
+    # The last second's count is written as the coordinator stops (flush final).
+    assert seen == [first, count, first, count, first, bob, count]
+    counts = [e.reason.split()[0] for e in events if e.verb == "limit-exceeded"]
+    assert counts == ["999"] * 3
+    assert "refused by the requests_per_second limit" in events[1].reason
 
 
 async def test_only_admins_read(ctx: Context) -> None:
