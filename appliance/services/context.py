@@ -64,7 +64,8 @@ class Context:
 
     def __post_init__(self) -> None:
         readers = self.reader if self.reader is not None else self.executor
-        self._reads = FairReads(readers, readers._max_workers)
+        # As many reads at once as it has threads (an inline executor, the simulator's: one).
+        self._reads = FairReads(readers, getattr(readers, "_max_workers", 1))
         self.backlog = BacklogView(self.store, self.read)
         self.estimates = StartEstimates(self.store, self.read, self.backlog, self.clock)
         self._moves = GroupCommit[PhaseMove, PhaseChange](self._write_moves)
