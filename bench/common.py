@@ -143,10 +143,11 @@ _TREE_MAIN = (
 # client that pins the CA) measures a benchmark with it.
 PLAINTEXT = {"APPLIANCE_INSECURE": "true"}
 
-# Per-user limits (#36) stay on in the benchmarks' coordinators, so a figure includes what
-# checking them costs, but their callers are lifted as an admin lifts a CI bot: a benchmark
-# that submits 1,500 jobs from one user measures the coordinator, not the default caps
-# (bench.hostile_user measures the caps, with its own file).
+# Per-user limits (#36) stay on in the benchmarks' coordinators (each call still finds its
+# user's caps and counts its streams; an unlimited rate takes no token), but their callers are
+# lifted as an admin lifts a CI bot: a benchmark that submits 1,500 jobs from one user measures
+# the coordinator, not the default caps (bench.hostile_user measures the caps, with its own
+# file).
 LIFTED = "defaults: {streams: unlimited, requests_per_second: unlimited, queued_jobs: unlimited}\n"
 
 
@@ -222,6 +223,12 @@ class CoordinatorProcess:
 
     def rss_bytes(self) -> int:
         return int(psutil.Process(self.proc.pid).memory_info().rss)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the coordinator has used so far, every thread's (ended
+        ones included)."""
+        times = psutil.Process(self.proc.pid).cpu_times()
+        return float(times.user + times.system)
 
     def thread_cpu(self) -> dict[str, float]:
         """CPU seconds (user + system) per thread of the coordinator ("name/tid"; the main

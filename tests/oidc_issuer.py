@@ -52,6 +52,7 @@ class JwksServer(http.server.ThreadingHTTPServer):
         self.body = b"{}"
         self.status = 200
         self.location = ""
+        self.cut = 0  # bytes promised in Content-Length but never sent (a cut-off body)
         self.requests = 0
 
     @property
@@ -75,7 +76,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(self.server.status)
         if self.server.location:
             self.send_header("Location", self.server.location)
-        self.send_header("Content-Length", str(len(self.server.body)))
+        self.send_header("Content-Length", str(len(self.server.body) + self.server.cut))
         self.end_headers()
         self.wfile.write(self.server.body)
 

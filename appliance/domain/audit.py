@@ -98,7 +98,8 @@ class AuditEvent:
 
     def bounded(self, **changes: Any) -> AuditEvent:
         """This event with every text cut to its column's bound and made one printable line
-        (and `changes` made: one copy, not two)."""
+        (and `changes` made, to fields it does not bound: one copy, not two)."""
+        assert changes.keys() <= _UNBOUNDED, f"bounded() cannot change {set(changes)}"
         return dataclasses.replace(
             self,
             **changes,
@@ -130,6 +131,9 @@ class AuditEvent:
         if self.body_bytes >= 0:
             document["body"] = {"sha256": self.body_sha256, "bytes": self.body_bytes}
         return document
+
+
+_UNBOUNDED = frozenset({"at", "body_sha256", "body_bytes", "id"})
 
 
 def _line(text: str, limit: int) -> str:

@@ -68,6 +68,7 @@ class Coordinator:
         self._http: uvicorn.Server | None = None
         self._health: HealthReporter | None = None
         self.tls: ServingTls | None = None  # None: plaintext (insecure, on loopback only)
+        self._oidc: OidcVerifier | None = None
         self.office: Office | None = None
         # Set when this coordinator lost its leadership lease: its owner ends the process.
         self.stepped_down = asyncio.Event()
@@ -99,8 +100,14 @@ class Coordinator:
             raise
         self.ctx, self.backend, uses = parts.ctx, parts.backend, parts.uses
         self.jobs, self.leadership = uses.jobs, parts.leadership
-        self._oidc = oidc = OidcVerifier(s.auth.oidc) if s.auth.oidc else None
-        self.auth = Authenticator.from_file(s.auth.tokens_file, oidc=oidc)
+        if s.auth.oidc is not None:
+            try:  # off the loop: a JWKS URL's first fetch may take seconds
+                self._oidc = await asyncio.to_thread(OidcVerifier, s.auth.oidc)
+            except BaseException:
+                http_socket.close()
+                await parts.close()
+                raise
+        self.auth = Authenticator.from_file(s.auth.tokens_file, oidc=self._oidc)
         # Replicas present their job's token to us with authentication on, and its data-plane
         # token to each other always (replica_tokens.py).
         try:
@@ -110,6 +117,7 @@ class Coordinator:
         except (OSError, ValueError) as exc:
             http_socket.close()
             await parts.close()
+            self._close_oidc()
             raise StartupError(f"cannot use the replica token key: {exc}") from None
         self.backend.replica_secrets = _with_coordinator_ca(tokens.environment, self.tls)
         if identities is not None:  # mutual TLS between the replicas: per-replica certificates
@@ -145,6 +153,7 @@ class Coordinator:
             http_socket.close()
             await self._grpc.stop(None)
             await parts.close()
+            self._close_oidc()
             raise StartupError(
                 _in_use(server.host, server.grpc_port, "gRPC", "--grpc-port")
             ) from None
@@ -156,6 +165,7 @@ class Coordinator:
             http_socket.close()
             await self._grpc.stop(None)
             await parts.close()
+            self._close_oidc()
             raise
         await self._health.update()
         await self._grpc.start()
@@ -230,9 +240,13 @@ class Coordinator:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.office is not None:
             await self.office.end()  # the loops are stopped: a standby may take over now
-        if self._oidc is not None:
-            await asyncio.to_thread(self._oidc.close)  # a JWKS URL's fetcher
+        await asyncio.to_thread(self._close_oidc)
         await self.parts.close()
+
+    def _close_oidc(self) -> None:
+        """Stop a JWKS URL's fetcher (nothing for a file)."""
+        if self._oidc is not None:
+            self._oidc.close()
 
 
 def _plaintext_allowed(host: str) -> None:

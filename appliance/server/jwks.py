@@ -13,12 +13,14 @@ parsed. A fetch that fails keeps the keys held, says why once, and is retried.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import ssl
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -53,8 +55,11 @@ def parse_jwks(text: str | bytes, where: str) -> Keys:
     """The keys of a JWKS document that use an accepted algorithm, by key id; ValueError naming
     `where` when it is not one."""
     try:
-        keys = jwt.PyJWKSet.from_dict(json.loads(text)).keys
-    except (ValueError, jwt.PyJWTError) as exc:
+        document = json.loads(text)
+        if not isinstance(document, dict):
+            raise ValueError("not a JSON object")
+        keys = jwt.PyJWKSet.from_dict(document).keys
+    except (ValueError, TypeError, KeyError, AttributeError, jwt.PyJWTError) as exc:
         raise ValueError(f"cannot read the OIDC JWKS {where}: {exc}") from None
     usable = {str(k.key_id): k for k in keys if k.algorithm_name in ALGORITHMS}
     if len(usable) != len(keys):
@@ -128,10 +133,19 @@ class JwksUrl:
         retry: float = RETRY_SECONDS,
         first_wait: float = FIRST_FETCH_WAIT_SECONDS,
     ) -> None:
+        if urllib.parse.urlsplit(url).scheme not in ("https", "http"):
+            raise SystemExit(f"the OIDC JWKS URL {url} must be https://")
         self.url = url
-        context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+        try:
+            context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+        except (OSError, ssl.SSLError) as exc:
+            raise SystemExit(f"cannot use the OIDC CA file {ca_file}: {exc}") from None
+        # Straight to the issuer: no proxy from the environment (one could see plain HTTP to
+        # a loopback issuer), no redirect.
         self._open = urllib.request.build_opener(
-            urllib.request.HTTPSHandler(context=context), _NoRedirect()
+            urllib.request.ProxyHandler({}),
+            urllib.request.HTTPSHandler(context=context),
+            _NoRedirect(),
         ).open
         self._refresh, self._min_refetch, self._retry = refresh, min_refetch, retry
         self._keys: Keys = {}
@@ -163,10 +177,11 @@ class JwksUrl:
             try:
                 self._keys = self._fetch()
                 wait, failing = self._refresh, ""
-            except ValueError as exc:
-                if str(exc) != failing:  # said once, not every retry
-                    log.error("%s; keeping the keys held (%d), retrying", exc, len(self._keys))
-                wait, failing = self._retry, str(exc)
+            except Exception as exc:  # the thread lives on, whatever a fetch met
+                said = str(exc) if isinstance(exc, ValueError) else f"{self.url}: {exc!r}"
+                if said != failing:  # said once, not every retry
+                    log.error("%s; keeping the keys held (%d), retrying", said, len(self._keys))
+                wait, failing = self._retry, said
             self._tried.set()
             if self._stopping.wait(min(self._min_refetch, wait)):
                 return
@@ -179,9 +194,11 @@ class JwksUrl:
             request = urllib.request.Request(self.url, headers={"Accept": "application/json"})
             with self._open(request, timeout=FETCH_TIMEOUT_SECONDS) as response:
                 body = response.read(MAX_JWKS_BYTES + 1)
+                if len(body) <= MAX_JWKS_BYTES and getattr(response, "length", None):
+                    raise ValueError("the body was cut off before its Content-Length")
         except urllib.error.HTTPError as exc:
             raise ValueError(f"cannot fetch the OIDC JWKS {where}: HTTP {exc.code}") from None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise ValueError(f"cannot fetch the OIDC JWKS {where}: {reason}") from None
         if len(body) > MAX_JWKS_BYTES:

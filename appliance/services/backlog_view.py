@@ -29,6 +29,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan
 from appliance.domain.reasons import Reason, ReasonCode
 from appliance.scheduler.backlog_index import BacklogIndex
+from appliance.services.fair_reads import as_system
 
 
 class Decided(Protocol):
@@ -97,7 +98,12 @@ class BacklogView:
         self._entered.clear()
 
     async def current(self) -> BacklogIndex:
-        """The index, with every change marked so far applied."""
+        """The index, with every change marked so far applied (its reads the coordinator's
+        own: every caller waits on them, whoever came first)."""
+        with as_system():
+            return await self._current()
+
+    async def _current(self) -> BacklogIndex:
         async with self._lock:
             if self._index is None:
                 self._building = True  # what changes during the read is marked

@@ -93,6 +93,7 @@ class SharedReads:
         self._read = read
         self._ids: dict[str, None] = {}  # the next read's, in order
         self._next: asyncio.Future[dict[str, Job]] | None = None
+        self._reading: set[asyncio.Future[dict[str, Job]]] = set()
 
     async def jobs(self, ids: Iterable[str]) -> dict[str, Job]:
         """Job id -> job, for `ids` among others (a job that is gone is not in it)."""
@@ -107,6 +108,8 @@ class SharedReads:
     def _start(self, result: asyncio.Future[dict[str, Job]]) -> None:
         ids, self._ids, self._next = list(self._ids), {}, None
         task = asyncio.ensure_future(self._read(ids))
+        self._reading.add(task)  # referenced until done (the loop keeps only weak ones)
+        task.add_done_callback(self._reading.discard)
         task.add_done_callback(lambda done: _settle(result, done))
 
 
@@ -117,5 +120,6 @@ def _settle(result: asyncio.Future[dict[str, Job]], done: asyncio.Future[dict[st
         result.cancel()
     elif (error := done.exception()) is not None:
         result.set_exception(error)
+        result.exception()  # its waiters get it; if all were cancelled, no "never retrieved"
     else:
         result.set_result(done.result())

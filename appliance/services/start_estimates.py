@@ -27,6 +27,7 @@ from appliance.domain.plan import Role
 from appliance.domain.spec import sim_step_seconds
 from appliance.scheduler.start_estimates import Holder, Waiting, estimate_starts
 from appliance.services.backlog_view import BacklogView
+from appliance.services.fair_reads import as_system
 from appliance.store.jobs import JobStore
 
 MAX_ESTIMATED = 500  # queued jobs given an estimate, in queue order
@@ -83,6 +84,10 @@ class StartEstimates:
                 self._making = None
 
     async def _compute(self) -> dict[str, float]:
+        with as_system():  # for every caller, not the one whose call started it
+            return await self._computed()
+
+    async def _computed(self) -> dict[str, float]:
         index = await self._queue.current()
         first = heapq.nsmallest(
             MAX_ESTIMATED,

@@ -29,6 +29,7 @@ from appliance.server.grpc.health import HEALTH, REFLECTION
 from appliance.server.grpc.wrapping import HandlerWrapping
 from appliance.server.replica_tokens import ReplicaTokens
 from appliance.server.streams import Idle, rechecked
+from appliance.services.fair_reads import reading_as
 
 # Checks a call (its request and metadata) and returns its principal; raises ApplianceError.
 Check: TypeAlias = Callable[[Any, Mapping[str, str]], Principal | None]
@@ -81,6 +82,7 @@ class Authentication(HandlerWrapping):
         return self._users.caller(metadata.get(AUTH_METADATA_KEY))
 
     def _replica(self, request: Any, metadata: Mapping[str, str]) -> Principal | None:
+        reading_as(f"job:{str(request.job_id)[:64]}")  # a job's replicas: a flow of their own
         if self._replica_tokens is None:
             return None
         job_id: str = request.job_id

@@ -21,9 +21,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from fastapi import Request, Response
 
-from appliance.domain.auth import Principal
+from appliance.domain.auth import Principal, limited_as
 from appliance.domain.errors import InvalidSpec, PermissionDenied, Unauthenticated
 from appliance.server.auth import Authenticator
+from appliance.services.fair_reads import reading_as
 
 COOKIE = "appliance_session"
 MAX_FORM_FIELDS = 20
@@ -65,6 +66,7 @@ class Sessions:
         principal = None
         if self.auth.enabled:
             principal = self._principal(request.cookies.get(COOKIE, ""))
+        reading_as(limited_as(principal, None)[0])  # the page's reads in its user's turn
         self.share(request, principal)
         return principal
 

@@ -90,8 +90,10 @@ def test_unknown_keys_never_make_it_fetch_at_the_callers_pace(
         (200, b"not json", "", "cannot read the OIDC JWKS"),
         (200, b'{"keys": []}', "", "did not contain any keys"),
         (302, b"", "http://127.0.0.1:1/jwks", "HTTP 302"),
+        (200, b"[]", "", "not a JSON object"),
+        (200, b'{"keys": [', "cut", "cut off"),
     ],
-    ids=["error-status", "too-large", "not-json", "no-keys", "redirect"],
+    ids=["error-status", "too-large", "not-json", "no-keys", "redirect", "not-an-object", "cut"],
 )
 def test_a_failed_fetch_keeps_the_keys_held_and_is_said_once(
     served: JwksServer,
@@ -106,7 +108,11 @@ def test_a_failed_fetch_keeps_the_keys_held_and_is_said_once(
     try:
         assert verifier.principal(issuer.sign(), issuer.now).user == "alice"
         with caplog.at_level(logging.ERROR, logger="appliance.server.jwks"):
-            served.status, served.body, served.location = status, body, location
+            served.status, served.body = status, body
+            if location == "cut":  # the connection ends before the body it promised
+                served.cut = 100
+            else:
+                served.location = location
             before = source.fetches
             source.unknown()
             wait_until(lambda: source.fetches >= before + 3, 10, "fetches that fail")

@@ -1,7 +1,8 @@
 """Reads in turn by user when the reader threads are busy (services/fair_reads.py): a user with
 many reads waiting does not make another's one read wait behind them all; a read cancelled
-while it waits is skipped, and one cancelled as its turn came passes the turn on; with a
-thread free a read goes straight to it. A real thread pool runs the reads."""
+while it waits is skipped, and one cancelled while it runs keeps its thread until it ends; a
+read made for everyone takes the coordinator's turn, not its starter's; with a thread free a
+read goes straight to it. A real thread pool runs the reads."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from appliance.services.fair_reads import FairReads, reading_as
+from appliance.services.fair_reads import FairReads, as_system, reading_as
 
 
 def _read(order: list[str], name: str, gate: threading.Event | None = None) -> Callable[[], str]:
@@ -78,3 +79,48 @@ def test_cancelled_reads_give_up_their_turn() -> None:
         return order
 
     assert asyncio.run(scenario()) == ["busy", "kept", "straight"]
+
+
+def test_a_read_cancelled_while_it_runs_holds_its_thread_until_it_ends() -> None:
+    async def scenario() -> list[str]:
+        order: list[str] = []
+        gate = threading.Event()
+        with ThreadPoolExecutor(1) as executor:
+            reads = FairReads(executor, 1)
+            busy = _spawn("mallory", reads, _read(order, "busy", gate))
+            await _until_running(executor)
+            busy.cancel()  # a deadline: the caller stops waiting, the thread does not
+            floods = [_spawn("mallory", reads, _read(order, f"m{i}")) for i in range(3)]
+            await _until_waiting(reads, 3)  # they wait in line, not in the executor's queue
+            alice = _spawn("alice", reads, _read(order, "alice"))
+            await _until_waiting(reads, 4)
+            gate.set()
+            await asyncio.gather(*floods, alice)
+        return order
+
+    assert asyncio.run(scenario()) == ["busy", "m0", "alice", "m1", "m2"]
+
+
+def test_the_coordinators_own_reads_take_their_turn_whoever_started_them() -> None:
+    async def scenario() -> list[str]:
+        order: list[str] = []
+        gate = threading.Event()
+        with ThreadPoolExecutor(1) as executor:
+            reads = FairReads(executor, 1)
+            busy = _spawn("mallory", reads, _read(order, "busy", gate))
+            floods = [_spawn("mallory", reads, _read(order, f"m{i}")) for i in range(2)]
+            await _until_waiting(reads, 2)
+            reading_as("mallory")  # her call started it, but it is read for everyone
+            with as_system():  # (the queue's positions)
+                system = asyncio.ensure_future(reads.run(_read(order, "system")))
+            await _until_waiting(reads, 3)
+            gate.set()
+            await asyncio.gather(busy, *floods, system)
+        return order
+
+    assert asyncio.run(scenario()) == ["busy", "m0", "system", "m1"]
+
+
+async def _until_running(executor: ThreadPoolExecutor) -> None:
+    while not executor._threads:  # noqa: ASYNC110 (the read reaches its thread)
+        await asyncio.sleep(0)
