@@ -16,7 +16,7 @@ in bursts of 200, 256 jobs waiting per user) and `limits_off` (APPLIANCE_LIMITS_
 the before).
 
     python -m bench.hostile_user [--seconds 20] [--streams 1000] [--flooders 32]
-        [--cases limits_on,limits_off] [--streams-cap N] [--no-record]
+        [--cases limits_on,limits_off] [--streams-cap N] [--trees eab535c,HEAD] [--no-record]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import asyncio
 import json
 import multiprocessing
 import time
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -34,7 +35,14 @@ import psutil
 from appliance._proto.v1 import cluster_pb2 as pb
 from appliance._proto.v1 import cluster_pb2_grpc, common_pb2
 from appliance.server.auth import create_token
-from bench.common import CoordinatorProcess, emit, fresh_dir, prepare_store, summarize_ms
+from bench.common import (
+    CoordinatorProcess,
+    code_tree,
+    emit,
+    fresh_dir,
+    prepare_store_with,
+    summarize_ms,
+)
 
 OTHERS = [f"user{i:02d}" for i in range(10)]
 PARAMS = "model:\n  name: fc_mnist\n  hidden_sizes: [8]\n"
@@ -181,9 +189,12 @@ def _run(target: str, args: tuple[Any, ...], out: Any) -> None:
     out.put(asyncio.run(work(*args)))
 
 
-def run_case(name: str, limits: bool, options: argparse.Namespace) -> dict[str, Any]:
+def run_case(
+    name: str, limits: bool, options: argparse.Namespace, tree: Path | None = None
+) -> dict[str, Any]:
+    """One case against this checkout's coordinator, or `tree`'s (another commit's)."""
     data_dir = fresh_dir(f"hostile_user-{name}")
-    prepare_store(data_dir)
+    prepare_store_with(tree, data_dir, ())
     tokens_file = data_dir / "tokens.yaml"
     tokens = {u: create_token(tokens_file, u, ["team"], admin=False) for u in [*OTHERS, "mallory"]}
     env = {
@@ -197,7 +208,7 @@ def run_case(name: str, limits: bool, options: argparse.Namespace) -> dict[str, 
     caps = f"{{streams: {options.streams_cap}}}" if options.streams_cap else "{}"
     (data_dir / "limits.yaml").write_text(f"defaults: {caps}\n")
     env["APPLIANCE_LIMITS_FILE"] = str(data_dir / "limits.yaml")
-    with CoordinatorProcess(data_dir, extra_env=env) as coordinator:
+    with CoordinatorProcess(data_dir, extra_env=env, tree=tree) as coordinator:
         address = coordinator.wait_address()
         context = multiprocessing.get_context("spawn")
         results: Any = context.Queue()
@@ -255,12 +266,21 @@ def main() -> None:
     parser.add_argument("--list-every", type=float, default=0.2)
     parser.add_argument("--submit-every", type=float, default=2.0)
     parser.add_argument("--cases", default="limits_on,limits_off")
+    parser.add_argument(
+        "--trees",
+        default="HEAD",
+        help="commits whose coordinators run the cases, in turn, in this run (old and new side "
+        "by side); a case of another commit is named case@commit",
+    )
     parser.add_argument("--no-record", action="store_true")
     options = parser.parse_args()
     cases = {}
-    for name in options.cases.split(","):
-        cases[name] = run_case(name, name == "limits_on", options)
-        print(json.dumps({name: cases[name]}, indent=1), flush=True)
+    for commit in options.trees.split(","):
+        tree = code_tree(commit)
+        for name in options.cases.split(","):
+            key = name if commit == "HEAD" else f"{name}@{commit}"
+            cases[key] = run_case(name, name == "limits_on", options, tree)
+            print(json.dumps({key: cases[key]}, indent=1), flush=True)
     emit(
         "hostile_user",
         {
