@@ -186,7 +186,7 @@ class Coordinator:
         factory = None if tls is None else lambda _config, _default: tls.ssl_context()
         mutual = tls is not None and tls.requires_client_certificate
         config = uvicorn.Config(
-            ClientCertificateRequired(rest) if mutual else rest,
+            ClientCertificateRequired(rest, parts.uses.audit) if mutual else rest,
             http=PresentedCertificateProtocol if mutual else "auto",
             host=server.host,
             port=server.http_port,

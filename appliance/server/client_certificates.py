@@ -21,7 +21,9 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from appliance.domain.audit import AuditEvent, Door, Outcome
 from appliance.server.rest.errors import error_response
+from appliance.services.audit import AuditTrail, request_id
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 REFUSAL = (
@@ -69,8 +71,9 @@ class ClientCertificateRequired:
     """Refuses (401, one line) every request whose connection presented no client certificate,
     but the probes'."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, trail: AuditTrail | None = None) -> None:
         self.app = app
+        self.trail = trail  # its refusals on record, coalesced as a limit's are
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -78,8 +81,25 @@ class ClientCertificateRequired:
         if kind == "lifespan" or probe or presented_chain(scope):
             await self.app(scope, receive, send)
             return
+        if kind in ("http", "websocket") and self.trail is not None:
+            self.trail.record_limited(_refused(scope), "client-certificate")
         if kind == "http":
             response = error_response(401, "unauthenticated", REFUSAL)
             await response(scope, receive, send)
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1008, "reason": "client certificate"})
+
+
+def _refused(scope: Scope) -> AuditEvent:
+    """The audit record of a request refused for want of a client certificate: no one is known
+    yet (its token is not read), so such refusals are coalesced together, a second at a time."""
+    client = scope.get("client")
+    headers = dict(scope.get("headers") or ())
+    return AuditEvent(
+        at=0.0, request_id=request_id(headers.get(b"x-request-id", b"").decode("latin-1")),
+        user="", groups=(), admin=False,
+        source=f"{client[0]}:{client[1]}" if client else "", door=Door.REST,
+        verb=str(scope.get("method", "websocket")).lower(), object_kind="path",
+        object_name=str(scope.get("path", "")), outcome=Outcome.REFUSED,
+        reason="401: no client certificate (mutual TLS)",
+    )  # fmt: skip

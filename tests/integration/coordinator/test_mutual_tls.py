@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from appliance.client import ApplianceClient
 from appliance.config import Settings
+from appliance.domain.audit import AuditEvent, AuditQuery, Door, Outcome
 from appliance.domain.errors import Unavailable
 from appliance.domain.phases import Phase
 from appliance.server.app import Coordinator, StartupError
@@ -110,6 +111,17 @@ def test_callers_present_a_certificate_of_the_client_ca(mutual: Mutual) -> None:
     url = f"https://127.0.0.1:{mutual.running.coordinator.http_port}/api/v1/jobs"
     spoofed = httpx.get(url, verify=context, headers={"X-Forwarded-For": "127.0.0.1:1"})
     assert spoofed.status_code == 401
+    # The refusals are on record, coalesced (no one is known yet: no token was read).
+    store = mutual.running.coordinator.ctx.store
+
+    def refusals() -> list[AuditEvent]:
+        found = store.audit_events(AuditQuery(limit=1000))
+        return [e for e in found if "client certificate" in e.reason]
+
+    wait_until(lambda: bool(refusals()), 10, "the client-certificate refusals' record")
+    first = refusals()[-1]
+    assert (first.door, first.outcome, first.user) == (Door.REST, Outcome.REFUSED, "")
+    assert first.source.startswith("127.0.0.1:")
 
 
 def test_csctl_presents_its_certificate_or_says_in_one_line_it_must(
