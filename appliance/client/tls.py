@@ -133,7 +133,9 @@ def checked_pem(data: bytes, what: str) -> bytes:
     """`data` if it holds PEM certificates whose bodies decode (cheaply: csctl stays quick; gRPC
     checks the rest)."""
     if len(data) > MAX_CA_BYTES:
-        raise ConfigError(f"{what} is larger than {MAX_CA_BYTES} bytes; a certificate is a few KiB")
+        raise ConfigError(
+            f"{what} is larger than {MAX_CA_BYTES} bytes; a certificate is a few KiB"
+        )
     bodies = _PEM.findall(data)
     if not bodies:
         raise ConfigError(f"{what} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
