@@ -44,6 +44,21 @@ def pool_size(pool: list[Node]) -> tuple[int, int]:
 def apply_queues_file(store: JobStore, path: Path, pool: list[Node]) -> FileApplied:
     """Read the queues file and apply it if it changed since it was last applied; raises
     InvalidSpec saying what to fix (the coordinator then does not start)."""
+    specs, raw = read_queues_file(path)
+    systems, memoryx = pool_size(pool)
+    digest = hashlib.sha256(raw).hexdigest()
+
+    def check(queues: list[QueueSpec]) -> None:
+        try:
+            resolve_quotas(queues, systems, memoryx)
+        except InvalidSpec as exc:
+            raise InvalidSpec(f"queues file {path}: {exc.message}", field=exc.field) from None
+
+    return store.apply_queues_file(specs, digest, check)
+
+
+def read_queues_file(path: Path) -> tuple[list[QueueSpec], bytes]:
+    """The queues of the queues file `path`, and its bytes; InvalidSpec saying what to fix."""
     try:
         with path.open("rb") as file:
             raw = file.read(MAX_QUEUES_FILE_BYTES + 1)
@@ -57,16 +72,7 @@ def apply_queues_file(store: JobStore, path: Path, pool: list[Node]) -> FileAppl
         raise InvalidSpec(f"the queues file {path} is not UTF-8 text") from None
     except InvalidSpec as exc:
         raise InvalidSpec(f"queues file {path}: {exc.message}", field=exc.field) from None
-    systems, memoryx = pool_size(pool)
-    digest = hashlib.sha256(raw).hexdigest()
-
-    def check(queues: list[QueueSpec]) -> None:
-        try:
-            resolve_quotas(queues, systems, memoryx)
-        except InvalidSpec as exc:
-            raise InvalidSpec(f"queues file {path}: {exc.message}", field=exc.field) from None
-
-    return store.apply_queues_file(specs, digest, check)
+    return specs, raw
 
 
 class QueueService:

@@ -13,8 +13,18 @@ from appliance.composition import StartupError
 from appliance.config import Settings
 from appliance.domain.errors import ApplianceError, InsufficientCapacity
 from appliance.domain.plan import plan_replicas
+from appliance.domain.queues import DEFAULT_QUEUE
 from appliance.domain.spec import Priority, validate_spec
-from appliance.simulation.workload import Generator, SimJob, queue_name, read_trace, weights
+from appliance.services.queues import read_queues_file
+from appliance.simulation.workload import (
+    Generator,
+    LeftOut,
+    SimJob,
+    queue_name,
+    read_trace,
+    to_queues,
+    weights,
+)
 
 PARAMS_CHECK = "model: {name: fc_mnist, hidden_sizes: [64]}\n"  # the simulated jobs' model
 
@@ -145,24 +155,32 @@ def simulate(
             overrides[name] = value
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
+        left = LeftOut()
+        mapped: dict[str, int] = {}
         if trace is not None:
-            workload, skipped = read_trace(trace)
+            workload, left = read_trace(trace)
+            workload, mapped = to_queues(workload, _queue_names(queues_file))
         else:
-            workload, skipped = _generated(
+            workload = _generated(
                 jobs, arrivals_per_hour, sizes, median_duration, duration_sigma, priorities,
                 queue_mix, seed,
-            ), 0  # fmt: skip
+            )  # fmt: skip
     except ApplianceError as exc:
         raise click.ClickException(exc.message) from None
     fits, why = _plannable(workload, settings)
     if not fits:
         raise click.ClickException(f"no job of the workload fits the pool: {why}")
-    if skipped or why:
+    for partition, count in sorted(mapped.items()):
         click.echo(
-            f"left out: {skipped} trace rows (job steps, jobs that never started), "
-            f"{len(workload) - len(fits)} jobs the pool cannot hold{f' ({why})' if why else ''}",
+            f"partition {partition} is no queue here: its {count} jobs go to queue "
+            f"{DEFAULT_QUEUE} (define it in --queues-file to keep it apart)",
             err=True,
         )
+    unheld = len(workload) - len(fits)
+    if left.rows or unheld:
+        said = [left.said()] * bool(left.rows)
+        said += [f"{unheld} jobs the pool cannot hold ({why})"] * bool(unheld)
+        click.echo(f"left out: {', '.join(said)}", err=True)
     logging.getLogger().setLevel(logging.WARNING)  # the loops' INFO lines, by the thousand
     started = time.perf_counter()
     try:
@@ -176,6 +194,11 @@ def simulate(
     except StartupError as exc:  # e.g. a queues file the pool cannot hold
         raise click.ClickException(str(exc)) from None
     summary = report.summarize(outcome)
+    if trace is not None:  # what of the trace is not in the figures, and where it went
+        summary["trace"] = {
+            "left_out": left.document() | {"pool_cannot_hold": unheld},
+            "partitions_to_default_queue": mapped,
+        }
     report.write_json(summary, out / "summary.json")
     report.plot(outcome, out / "plot.png")
     click.echo(report.text(summary))
@@ -205,6 +228,14 @@ def _generated(
         queues=weights(queue_mix, "queue_mix", queue_name),
         seed=seed,
     ).workload()
+
+
+def _queue_names(queues_file: Path | None) -> frozenset[str]:
+    """The queues jobs may name: those of the queues file, and the default one."""
+    if queues_file is None:
+        return frozenset({DEFAULT_QUEUE})
+    specs, _ = read_queues_file(queues_file)
+    return frozenset({DEFAULT_QUEUE, *(spec.name for spec in specs)})
 
 
 def _plannable(workload: list[SimJob], settings: Settings) -> tuple[list[SimJob], str]:

@@ -11,10 +11,11 @@ A trace is CSV, one of two shapes, told apart by its header line:
   submit time, NNodes (or AllocNodes) the CS-2 systems, Elapsed (else End - Start) the
   duration, Partition the queue, User the user, and QOS the priority: a QOS naming "high",
   "urgent" or "premium" is P1, one naming "low", "scavenger", "standby" or "preempt" is P3,
-  anything else P2. Job steps (`123.batch`, `123.0`) and jobs that never started are left out.
+  anything else P2. Job steps (`123.batch`, `123.0`), jobs that never started and rows with a
+  value that cannot be read are left out and counted (LeftOut), never a reason to stop.
 
-Every trace is bounded before it is parsed (MAX_TRACE_BYTES, MAX_JOBS), and a bad row is
-refused with its line number and the column that is wrong. Submit times are made relative to
+Every trace is bounded before it is parsed (MAX_TRACE_BYTES, MAX_JOBS), and a bad row of our
+CSV is refused with its line number and the column that is wrong. Submit times are made relative to
 the first job's.
 """
 
@@ -27,7 +28,7 @@ import io
 import math
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -127,9 +128,40 @@ def queue_name(text: str) -> str:
     return text
 
 
-def read_trace(path: Path) -> tuple[list[SimJob], int]:
-    """The jobs of a trace file, and how many of its rows were left out (job steps, jobs that
-    never started)."""
+@dataclasses.dataclass
+class LeftOut:
+    """The rows of a trace that are not simulated, by why: job steps, jobs that never started,
+    and (a sacct export only) rows with a value that cannot be read, with the first few lines
+    that say which. A site's export is replayed as it is, not refused for one odd row."""
+
+    steps: int = 0
+    never_started: int = 0
+    unreadable: int = 0
+    examples: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return self.steps + self.never_started + self.unreadable
+
+    def said(self) -> str:
+        """One line: what was left out, and why."""
+        parts = [f"{self.steps} job steps"] * bool(self.steps)
+        parts += [f"{self.never_started} jobs that never started"] * bool(self.never_started)
+        if self.unreadable:
+            shown = "; ".join(self.examples)
+            parts.append(f"{self.unreadable} rows that could not be read (e.g. {shown})")
+        return ", ".join(parts)
+
+    def document(self) -> dict[str, object]:
+        return {"job_steps": self.steps, "never_started": self.never_started,
+                "unreadable": self.unreadable, "unreadable_examples": self.examples}  # fmt: skip
+
+
+EXAMPLES = 3  # unreadable rows said by line, at most
+
+
+def read_trace(path: Path) -> tuple[list[SimJob], LeftOut]:
+    """The jobs of a trace file, and the rows left out."""
     with path.open("rb") as f:
         data = f.read(MAX_TRACE_BYTES + 1)
     if len(data) > MAX_TRACE_BYTES:
@@ -143,25 +175,52 @@ def read_trace(path: Path) -> tuple[list[SimJob], int]:
     return parse_trace(text)
 
 
-def parse_trace(text: str) -> tuple[list[SimJob], int]:
+def parse_trace(text: str) -> tuple[list[SimJob], LeftOut]:
+    """Our CSV is refused at its first bad row (someone wrote it to be replayed); a sacct
+    export's bad rows are counted and left out (a site exports what it has), but a header
+    without the columns it needs is refused."""
     header = text.split("\n", 1)[0]
     slurm = "|" in header
     rows = csv.DictReader(io.StringIO(text), delimiter="|" if slurm else ",")
+    if slurm:
+        _slurm_header(rows.fieldnames or [])
     jobs: list[SimJob] = []
-    skipped = 0
+    left = LeftOut()
     for line, row in enumerate(rows, start=2):
         if len(jobs) >= MAX_JOBS:
             raise InvalidSpec(f"trace: more than {MAX_JOBS} jobs", field="trace")
-        job = _slurm_row(row, line) if slurm else _our_row(row, line)
-        if job is None:
-            skipped += 1
-        else:
+        if not slurm:
+            jobs.append(_our_row(row, line))
+            continue
+        try:
+            job = _slurm_row(row, line, left)
+        except InvalidSpec as exc:
+            left.unreadable += 1
+            if len(left.examples) < EXAMPLES:
+                left.examples.append(exc.message.removeprefix("trace "))
+            continue
+        if job is not None:
             jobs.append(job)
     if not jobs:
-        raise InvalidSpec("trace: no job to simulate in it", field="trace")
+        said = f" ({left.said()})" if left.rows else ""
+        raise InvalidSpec(f"trace: no job to simulate in it{said}", field="trace")
     first = min(job.submit_at for job in jobs)
     jobs.sort(key=lambda j: j.submit_at)
-    return [dataclasses.replace(j, submit_at=j.submit_at - first) for j in jobs], skipped
+    return [dataclasses.replace(j, submit_at=j.submit_at - first) for j in jobs], left
+
+
+def to_queues(jobs: list[SimJob], queues: Collection[str]) -> tuple[list[SimJob], dict[str, int]]:
+    """`jobs` with every queue that is not one of `queues` (a sacct Partition this cluster
+    does not have: `debug`, `gpu`) replaced by the default queue, and how many jobs each such
+    partition had."""
+    moved: dict[str, int] = {}
+    kept = []
+    for job in jobs:
+        if job.queue not in queues:
+            moved[job.queue] = moved.get(job.queue, 0) + 1
+            job = dataclasses.replace(job, queue=DEFAULT_QUEUE)
+        kept.append(job)
+    return kept, moved
 
 
 def _our_row(row: Mapping[str, str | None], line: int) -> SimJob:
@@ -182,19 +241,24 @@ def _our_row(row: Mapping[str, str | None], line: int) -> SimJob:
     )
 
 
-def _slurm_row(row: Mapping[str, str | None], line: int) -> SimJob | None:
+def _slurm_header(columns: Sequence[str]) -> None:
+    if "Submit" not in columns or not {"NNodes", "AllocNodes"} & set(columns):
+        raise InvalidSpec(
+            "trace: a sacct export needs the columns Submit and NNodes (or AllocNodes): "
+            "sacct --parsable2 -o JobID,Submit,Start,End,Elapsed,NNodes,Partition,QOS,User",
+            field="trace",
+        )
+
+
+def _slurm_row(row: Mapping[str, str | None], line: int, left: LeftOut) -> SimJob | None:
     if "." in (row.get("JobID") or ""):
+        left.steps += 1
         return None  # a job step, not a job
     start = (row.get("Start") or "").strip()
     if start.lower() in _NEVER_RAN:
+        left.never_started += 1
         return None
     nodes = row.get("NNodes") if "NNodes" in row else row.get("AllocNodes")
-    if "Submit" not in row or nodes is None:
-        raise InvalidSpec(
-            f"trace line {line}: a sacct export needs the columns Submit and NNodes (or "
-            "AllocNodes)",
-            field="trace",
-        )
     if row.get("Elapsed"):
         duration = _duration(row.get("Elapsed"), line, "Elapsed")
     else:

@@ -98,3 +98,30 @@ def test_a_bad_trace_is_one_line_naming_the_row(tmp_path: Path) -> None:
     assert done.returncode == 1
     said = "Error: trace line 3: num_csx 'two' is not a number of systems from 1 to 4096"
     assert done.stderr.strip() == said
+
+
+def test_a_sites_sacct_export_replays_as_it_is(tmp_path: Path) -> None:
+    """The README's example on an ordinary export: partitions this cluster has no queue for go
+    to the default one, said once; odd rows are counted in the report; nothing stops it."""
+    rows = "".join(
+        f"{100 + i}|job|debug|normal|u{i % 3}|COMPLETED|2024-05-01T10:{i:02d}:00|"
+        f"2024-05-01T10:{i:02d}:30||00:30:00|{1 + i % 2}\n"
+        for i in range(6)
+    )
+    odd = "199|job|debug|normal|u1|COMPLETED|whenever|2024-05-01T10:00:30||00:30:00|1\n"
+    trace = tmp_path / "last-month.sacct"
+    trace.write_text(
+        "JobID|JobName|Partition|QOS|User|State|Submit|Start|End|Elapsed|NNodes\n" + rows + odd
+    )
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [APPLIANCE, "simulate", "--trace", str(trace), "--systems", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=150, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "partition debug is no queue here: its 6 jobs go to queue default" in done.stderr
+    assert "left out: 1 rows that could not be read (e.g. line 8: Submit" in done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["phases"] == {"SUCCEEDED": 6}
+    assert summary["trace"]["partitions_to_default_queue"] == {"debug": 6}
+    assert summary["trace"]["left_out"]["unreadable"] == 1

@@ -16,6 +16,7 @@ from appliance.simulation.workload import (
     parse_trace,
     queue_name,
     read_trace,
+    to_queues,
     weights,
 )
 
@@ -34,8 +35,8 @@ SACCT = """JobID|JobName|Partition|QOS|User|State|Submit|Start|End|Elapsed|NNode
 
 
 def test_our_csv_with_numbers_iso_times_elapsed_and_defaults() -> None:
-    jobs, skipped = parse_trace(OURS)
-    assert skipped == 0
+    jobs, left = parse_trace(OURS)
+    assert left.rows == 0
     by_size = {job.num_csx: job for job in jobs}
     assert by_size[4] == SimJob(0.0, 4, 3600.0, Priority.P1, "nlp", "alice")
     assert by_size[1] == SimJob(60.0, 1, 5400.0, Priority.P3, "default", "sim")
@@ -45,8 +46,8 @@ def test_our_csv_with_numbers_iso_times_elapsed_and_defaults() -> None:
 
 
 def test_a_sacct_export_maps_as_documented() -> None:
-    jobs, skipped = parse_trace(SACCT)
-    assert skipped == 2  # the job step, and the job that never started
+    jobs, left = parse_trace(SACCT)
+    assert (left.steps, left.never_started, left.unreadable) == (1, 1, 0)
     first, big = jobs
     assert first == SimJob(0.0, 4, 3600.0, Priority.P1, "gpu", "alice")
     # No Elapsed: End - Start; QOS scavenger is P3; submitted 30 minutes after the first.
@@ -66,12 +67,41 @@ def test_a_sacct_export_maps_as_documented() -> None:
         ("submit_time,num_csx,duration\n1,1,5\n2,1e400,5\n", "trace line 3: num_csx"),
         ("submit_time,num_csx,duration\n", "trace: no job to simulate"),
         ("JobID|Submit|Start\n1|2024-05-01T10:00:00|2024-05-01T10:00:00\n", "needs the columns"),
+        ("JobID|Submit|Start|NNodes\n1|soon|x|1\n", "trace: no job to simulate in it (1 rows"),
     ],
 )
 def test_a_bad_row_is_refused_naming_its_line_and_column(text: str, said: str) -> None:
     with pytest.raises(InvalidSpec) as refused:
         parse_trace(text)
     assert said in refused.value.message and refused.value.field == "trace"
+
+
+def test_a_sacct_exports_odd_rows_are_counted_and_left_out_not_a_reason_to_stop() -> None:
+    odd = (
+        "104|x|gpu|normal|dan|COMPLETED|soon|2024-05-01T10:05:00||01:00:00|1\n"
+        "105|x|gpu|normal|dan|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:05:00||forever|1\n"
+        "106|x|gpu|normal|dan|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:05:00||01:00:00|0\n"
+        "107|x|a b|normal|dan|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:05:00||01:00:00|1\n"
+        "108|x|gpu|normal|dan|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:05:00||01:00:00\n"
+    )
+    jobs, left = parse_trace(SACCT + odd)
+    assert len(jobs) == 2  # the two good jobs of SACCT
+    assert (left.steps, left.never_started, left.unreadable) == (1, 1, 5)
+    assert left.examples == [
+        "line 6: Submit 'soon' is not a time (seconds or ISO 8601)",
+        "line 7: Elapsed 'forever' is not a duration (seconds or [D-]HH:MM:SS)",
+        "line 8: NNodes '0' is not a number of systems from 1 to 4096",
+    ]
+    assert left.said().startswith("1 job steps, 1 jobs that never started, 5 rows that could")
+
+
+def test_partitions_that_are_no_queue_here_go_to_the_default_queue() -> None:
+    jobs, _ = parse_trace(SACCT)
+    mapped, moved = to_queues(jobs, {"default", "cpu"})
+    assert [job.queue for job in mapped] == ["default", "default"]
+    assert moved == {"gpu": 2}
+    kept, none = to_queues(jobs, {"default", "gpu"})
+    assert kept == jobs and none == {}
 
 
 def test_a_trace_is_bounded_before_it_is_read(tmp_path: Path) -> None:
