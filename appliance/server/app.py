@@ -43,6 +43,7 @@ from appliance.server.grpc.health import HealthReporter, serve_health_and_reflec
 from appliance.server.grpc.limiting import Limiting
 from appliance.server.grpc.metrics import CallMetrics
 from appliance.server.grpc.standby import StandbyRefusal
+from appliance.server.http_protocol import JsonErrorsProtocol
 from appliance.server.oidc import OidcVerifier
 from appliance.server.pki import CertificateAuthority, PkiError
 from appliance.server.replica_identity import ReplicaIdentities
@@ -187,7 +188,7 @@ class Coordinator:
         mutual = tls is not None and tls.requires_client_certificate
         config = uvicorn.Config(
             ClientCertificateRequired(rest, parts.uses.audit) if mutual else rest,
-            http=PresentedCertificateProtocol if mutual else "auto",
+            http=PresentedCertificateProtocol if mutual else JsonErrorsProtocol,
             host=server.host,
             port=server.http_port,
             log_level="warning",

@@ -19,9 +19,9 @@ import ssl
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from appliance.domain.audit import AuditEvent, Door, Outcome
+from appliance.server.http_protocol import JsonErrorsProtocol
 from appliance.server.rest.errors import error_response
 from appliance.services.audit import AuditTrail, request_id
 
@@ -32,8 +32,8 @@ REFUSAL = (
 )
 
 
-class PresentedCertificateProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol (the one it picks by default), telling each request of a
+class PresentedCertificateProtocol(JsonErrorsProtocol):
+    """The doors' HTTP/1.1 protocol (`JsonErrorsProtocol`), telling each request of a
     connection the certificate that connection presented at its handshake."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

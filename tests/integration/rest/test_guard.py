@@ -100,3 +100,26 @@ def test_a_body_within_the_limit_is_served(served: tuple[int, str]) -> None:
     body = json.dumps({"params": "model: {name: fc_mnist}\n", "num_csx": 9, "num_steps": 1})
     status, error = _exchange(port, _post(len(body), token), [body.encode()])
     assert (status, error["field"]) == (422, "num_csx")  # read, parsed and judged
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n",  # no colon
+        "NOT A REQUEST LINE\r\n\r\n",
+        # A chunk size that is not hexadecimal: the body's framing cannot be read.
+        "POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "zz\r\n{}\r\n0\r\n\r\n",
+    ],
+    ids=["header-without-colon", "request-line", "chunk-framing"],
+)
+def test_an_unreadable_request_is_refused_as_json_naming_the_request(
+    served: tuple[int, str], head: str
+) -> None:
+    """uvicorn's own 400 for a request it cannot parse is text/plain; every refusal of the API
+    is JSON naming a field, this one too."""
+    port, _ = served
+    status, error = _exchange(port, head)
+    assert status == 400
+    assert error["field"] == "request"
+    assert error["code"] == "invalid_request"
