@@ -168,6 +168,9 @@ class CoordinatorProcess:
         `tree`: run the coordinator of another code tree (one unpacked by `git archive`)."""
         self.data_dir = data_dir
         self.log_path = data_dir / log_name
+        # Under cProfile the drain is slower and the stats of every thread are merged and
+        # written at the end: a stop must wait for that, or the profile is lost.
+        self._stop_grace = 10.0 if profile is None else 120.0
         lifted = data_dir / "bench-limits.yaml"
         lifted.write_text(LIFTED)
         env = {
@@ -244,12 +247,13 @@ class CoordinatorProcess:
                 totals[name] = totals.get(name, 0.0) + ticks / os.sysconf("SC_CLK_TCK")
         return totals
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (graceful drain), SIGKILL after `timeout`; then kill leftover replicas."""
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM (graceful drain), SIGKILL after `timeout` (None: 10 s, 120 s profiled);
+        then kill leftover replicas."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(self._stop_grace if timeout is None else timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)

@@ -95,7 +95,7 @@ def compile_job(spec: JobSpec, pool: Sequence[Node]) -> CompileReport:
         units=listed,
         unit_count=len(units),
         parameter_bytes=weights,
-        memory_bytes=memory_bytes(spec.params),
+        memory_bytes=memory_bytes(params),
         plan=plan,
         bytes_memoryx_to_swarmx=broadcast * swarmx,
         bytes_swarmx_to_cs2=broadcast * spec.num_csx,

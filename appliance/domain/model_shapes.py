@@ -65,10 +65,10 @@ def head_units(params: Params) -> tuple[int, ...]:
     return (0,) if isinstance(params.model, Gpt2Model) else ()
 
 
-def parameter_count(params: Mapping[str, Any]) -> int:
+def parameter_count(params: Params | Mapping[str, Any]) -> int:
     """Number of trainable parameters; raises InvalidSpec for bad params."""
     count = 0
-    for unit in unit_shapes(parse_params(params)):
+    for unit in unit_shapes(_parsed(params)):
         for shape in unit.values():
             size = 1
             for dim in shape:
@@ -77,7 +77,14 @@ def parameter_count(params: Mapping[str, Any]) -> int:
     return count
 
 
-def memory_bytes(params: Mapping[str, Any]) -> int:
+def memory_bytes(params: Params | Mapping[str, Any]) -> int:
     """Weights plus optimizer state, the bytes MemoryX must hold for the job."""
-    kind = parse_params(params).optimizer.optimizer_type
-    return parameter_count(params) * BYTES_PER_PARAM * (1 + OPTIMIZER_STATE_COPIES[kind])
+    parsed = _parsed(params)
+    kind = parsed.optimizer.optimizer_type
+    return parameter_count(parsed) * BYTES_PER_PARAM * (1 + OPTIMIZER_STATE_COPIES[kind])
+
+
+def _parsed(params: Params | Mapping[str, Any]) -> Params:
+    """Params as given, parsed once: a submit's plan passes them parsed (parsing is most of
+    what a submit costs the coordinator)."""
+    return params if isinstance(params, Params) else parse_params(params)

@@ -78,7 +78,7 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
             field="num_csx",
         )
     parsed = parse_params(spec.params)
-    model_bytes = models.memory_bytes(spec.params)
+    model_bytes = models.memory_bytes(parsed)
     strategy = parsed.runconfig.execution_strategy
     need = wafer_needs(parsed, spec.num_csx, strategy)
     _check_wafer(need, strategy, max(n.wafer_bytes for n in systems))
