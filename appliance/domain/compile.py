@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from appliance.domain.inventory import Node, NodeKind
 from appliance.domain.model_shapes import BYTES_PER_PARAM, head_units, memory_bytes, unit_shapes
-from appliance.domain.params import PIPELINE, parse_params
+from appliance.domain.params import PIPELINE
 from appliance.domain.plan import ReplicaPlan, Role, plan_replicas
 from appliance.domain.spec import JobSpec
 from appliance.domain.wafer import WAFER_BYTES, WEIGHT_STREAMING, WaferNeed, wafer_needs
@@ -70,7 +70,7 @@ class CompileReport:
 def compile_job(spec: JobSpec, pool: Sequence[Node]) -> CompileReport:
     """Validate the spec against the model code and the pool; raise InvalidSpec or
     InsufficientCapacity exactly as a submit would."""
-    params = parse_params(spec.params)
+    params = spec.typed_params
     plan = plan_replicas(spec, pool)
     units = tuple(
         StreamedUnit(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from appliance.domain import model_shapes as models
 from appliance.domain.errors import InsufficientCapacity, InvalidSpec
 from appliance.domain.inventory import Node, NodeKind
-from appliance.domain.params import PIPELINE, parse_params
+from appliance.domain.params import PIPELINE
 from appliance.domain.spec import JobSpec
 from appliance.domain.wafer import WaferNeed, describe, gigabytes, wafer_needs
 
@@ -77,7 +77,7 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
             f"cluster; ask for at most {len(systems)}",
             field="num_csx",
         )
-    parsed = parse_params(spec.params)
+    parsed = spec.typed_params
     model_bytes = models.memory_bytes(parsed)
     strategy = parsed.runconfig.execution_strategy
     need = wafer_needs(parsed, spec.num_csx, strategy)

@@ -19,7 +19,7 @@ from appliance.domain.dependencies import Dependency, parse_dependencies
 from appliance.domain.display import hidden_character
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import MAX_STEPS as MAX_STEPS  # re-exported: the doors bound it
-from appliance.domain.params import parse_params
+from appliance.domain.params import Params, parse_params
 from appliance.domain.queues import DEFAULT_QUEUE, validate_queue_name
 from appliance.domain.spec_fields import Storage, about
 
@@ -140,6 +140,12 @@ class JobSpec:
         assert isinstance(loaded, dict)
         return loaded
 
+    @functools.cached_property
+    def typed_params(self) -> Params:
+        """The params checked and typed (once per spec object; a submit's is seeded by
+        `validate_spec`, which checked them)."""
+        return parse_params(self.params)
+
 
 def validate_spec(
     *,
@@ -172,7 +178,7 @@ def validate_spec(
             f"num_steps must be between 1 and {MAX_STEPS}, got {num_steps}", field="num_steps"
         )
     parsed_mode = parse_mode(mode)
-    params = validate_params(params_yaml)
+    params, typed = checked_params(params_yaml)
     clean_labels = validate_labels(labels or {})
     sim_step_seconds(clean_labels)
     if len(model_dir) > MAX_MODEL_DIR or hidden_character(model_dir) is not None:
@@ -214,7 +220,8 @@ def validate_spec(
         depends_on=parse_dependencies(depends_on),
         comment=validate_text(comment, "comment", MAX_COMMENT),
     )
-    spec.__dict__["params"] = params  # seed the cached parse: YAML is parsed once per submit
+    spec.__dict__["params"] = params  # seed the cached parses: once per submit
+    spec.__dict__["typed_params"] = typed
     return spec
 
 
@@ -257,6 +264,11 @@ def parse_mode(mode: str | Mode) -> Mode:
 
 def validate_params(params_yaml: str) -> dict[str, Any]:
     """The params file must be a YAML mapping of Model Zoo sections with a `model` section."""
+    return checked_params(params_yaml)[0]
+
+
+def checked_params(params_yaml: str) -> tuple[dict[str, Any], Params]:
+    """`validate_params`, with the params typed as it checked them."""
     if not params_yaml.strip():
         raise InvalidSpec("params is empty; pass a params YAML file", field="params")
     try:
@@ -283,8 +295,7 @@ def validate_params(params_yaml: str) -> dict[str, Any]:
             raise InvalidSpec(f"params section {section!r} must be a mapping", field="params")
     if not params.get("model"):
         raise InvalidSpec("params needs a non-empty `model` section", field="params")
-    parse_params(params)  # keys and values of every section
-    return params
+    return params, parse_params(params)  # keys and values of every section
 
 
 def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:
