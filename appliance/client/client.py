@@ -182,7 +182,9 @@ class ApplianceClient(ClusterCalls):
         unknown = sorted(set(more_spec) - {f.name for f in spec_fields()})
         if unknown:
             raise TypeError(f"submit() got an unexpected keyword argument {unknown[0]!r}")
+        # An array's tasks run detached: no one lease for them all (`csctl get array` follows).
         detached = self.detach if detach is None else detach
+        detached = detached or bool(more_spec.get("array") or more_spec.get("sweep"))
         settled = prepare_submission(params, num_steps, model_dir)
         spec = validate_spec(
             params_yaml=settled.params_yaml,
@@ -207,7 +209,8 @@ class ApplianceClient(ClusterCalls):
         job = convert.job_from_pb(self._call(self._stub.SubmitJob, request))
         if not detached:
             self._leases.hold(job.id)
-        return JobHandle(self, job.id, warnings=settled.warnings)
+        array_id = job.array.array_id if job.array is not None else ""
+        return JobHandle(self, job.id, warnings=settled.warnings, array_id=array_id)
 
     def compile(self, params: ParamsSource, *, num_csx: int, num_steps: int = 1) -> CompileReport:
         """Compile (validate-only) mode: check the params against the model code and the pool

@@ -52,6 +52,17 @@ class ArrayTask:
     overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskOf:
+    """A job's place in its array: the array's id, its index, the array's cap of tasks running
+    at once (0: none) and its sweep overrides (key → value as given)."""
+
+    array_id: str
+    index: int
+    cap: int = 0
+    overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
 def _number(text: str, what: str) -> int:
     """A non-negative index, bounded before int() reads it."""
     if not text or len(text) > 6 or not set(text) <= _DIGITS:
@@ -219,6 +230,12 @@ def task_params(params: Mapping[str, Any], task: ArrayTask) -> dict[str, Any]:
     return substituted
 
 
+def as_a_task(params: dict[str, Any], text: str) -> dict[str, Any]:
+    """`params` (parsed from `text`) as a task's would be, to check them: `${array_task_id}`
+    replaced by an index (the params themselves when they do not mention it)."""
+    return task_params(params, ArrayTask(0)) if TASK_ID_PLACEHOLDER in text else params
+
+
 def _substitute(value: Any, index: int) -> Any:
     if isinstance(value, str):
         if value == TASK_ID_PLACEHOLDER:
@@ -242,6 +259,19 @@ def array_of(job_id: str) -> tuple[str, int] | None:
     if not sep or not index or not set(index) <= _DIGITS or len(index) > 6:
         return None
     return array_id, int(index)
+
+
+ARRAY_JOB_ID_ENV = "APPLIANCE_ARRAY_JOB_ID"
+ARRAY_TASK_ID_ENV = "APPLIANCE_ARRAY_TASK_ID"
+
+
+def array_environment(job_id: str) -> dict[str, str]:
+    """What a task's replicas (the chief's too) find in their environment: its array's id and
+    its index (Slurm's SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID); nothing for other jobs."""
+    found = array_of(job_id)
+    if found is None:
+        return {}
+    return {ARRAY_JOB_ID_ENV: found[0], ARRAY_TASK_ID_ENV: str(found[1])}
 
 
 def collapsed_indices(indices: list[int]) -> str:
