@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
+from appliance.domain.arrays import collapsed_indices
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.phases import Phase
 
 SORT_KEYS = ("index", "loss", "eval", "accuracy")
+T = TypeVar("T")
+# A listed job's place among queued array tasks: (array id, index, cap), None for any other.
+QueuedTask = Callable[[T], "tuple[str, int, int] | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,3 +75,27 @@ def array_document(view: ArrayView, rows: Iterable[ArrayTaskRow]) -> dict[str, A
             for r in rows
         ],
     }
+
+
+def collapse_queued(
+    jobs: Sequence[T], queued_task: QueuedTask[T], renamed: Callable[[T, str], T]
+) -> list[T]:
+    """A listing as squeue shows arrays: the queued tasks of an array as one row, named
+    `wsjob-…_[3-5,9%2]` (the first of them, renamed, where it stood); running and ended tasks
+    and other jobs as themselves. `queued_task` says which rows are queued tasks."""
+    places = [queued_task(job) for job in jobs]
+    indices: dict[str, list[int]] = {}
+    for place in places:
+        if place is not None:
+            indices.setdefault(place[0], []).append(place[1])
+    out: list[T] = []
+    done: set[str] = set()
+    for job, place in zip(jobs, places, strict=True):
+        if place is None or len(indices[place[0]]) == 1:
+            out.append(job)
+        elif place[0] not in done:
+            done.add(place[0])
+            array_id, _, cap = place
+            spans = collapsed_indices(indices[array_id])
+            out.append(renamed(job, f"{array_id}_{spans[:-1]}{f'%{cap}' if cap else ''}]"))
+    return out

@@ -253,6 +253,17 @@ def task_id(array_id: str, index: int) -> str:
     return f"{array_id}_{index}"
 
 
+def checked_array_id(text: str) -> str:
+    """`text` if it can be an array's id (`wsjob-…`, no task index), else InvalidSpec naming
+    `array`."""
+    if len(text) > 64 or not text.startswith("wsjob-") or "_" in text:
+        raise InvalidSpec(
+            f"array {text[:80]!r} is not an array id; array ids look like wsjob-0a1b2c3d4e5f6g",
+            field="array",
+        )
+    return text
+
+
 def array_of(job_id: str) -> tuple[str, int] | None:
     """(array id, index) of a task's id; None for a job that is no array's task."""
     array_id, sep, index = job_id.rpartition("_")

@@ -7,6 +7,7 @@ from typing import Any
 
 import appliance
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.domain.arrays import checked_array_id
 from appliance.domain.audit import next_token
 from appliance.domain.auth import ANONYMOUS_USER, CLAIMED_USER_METADATA_KEY, Principal
 from appliance.domain.errors import InvalidSpec
@@ -286,6 +287,7 @@ def query_from_request(msg: cluster_pb2.ListJobsRequest, by: Principal | None = 
         page_token=msg.page_token,
         selector=parse_selector(msg.label_selector),
         reasons=parse_codes(msg.reasons),
+        array=checked_array_id(msg.array) if msg.array else "",
     )
 
 

@@ -100,6 +100,22 @@ def test_a_sweep_runs_its_grid_within_its_cap_and_every_door_shows_it(
         assert rest.status_code == 200, rest.text
         assert rest.json()["tasks"][3]["overrides"]["optimizer.learning_rate"] == "3e-3"
 
+        # Listings: the queued tasks as one row (squeue's), the running ones as themselves.
+        # (Admitted in queue order: same priority and submit time, then by id.)
+        running_ids = {t.job_id for t in client.array(array_id).tasks if t.phase is Phase.RUNNING}
+        assert running_ids == {f"{array_id}_0", f"{array_id}_1"}
+        collapsed = f"{array_id}_[2-5%2]"
+        names = [line.split()[0] for line in csctl(running, "get", "jobs").splitlines()[1:]]
+        assert set(names) == running_ids | {collapsed}
+        expanded = csctl(running, "get", "jobs", "--expand", "--array", array_id)
+        assert len(expanded.splitlines()) == 7
+        assert len(client.list_jobs(array=array_id)) == 6
+        rest_list = httpx.get(
+            f"https://127.0.0.1:{running.coordinator.http_port}/api/v1/jobs", verify=False
+        ).json()["jobs"]
+        assert {j["id"] for j in rest_list} == running_ids | {collapsed}
+        assert rest_list[0]["array"]["array_id"] == array_id
+
         # A task alone, then the whole array.
         client.set_priority(array_id, Priority.P1)
         assert {client.get_job(t.job_id).spec.priority for t in view.tasks} == {Priority.P1}

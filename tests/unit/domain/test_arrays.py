@@ -137,3 +137,16 @@ def test_plain_array_tasks() -> None:
     assert [t.index for t in tasks] == [0, 1, 2] and cap == 1
     assert array_tasks("", {}) == ((), 0)
     assert len(array_tasks(f"0-{MAX_ARRAY_TASKS - 1}", {})[0]) == MAX_ARRAY_TASKS
+
+
+def test_listings_collapse_an_arrays_queued_tasks_as_squeue_does() -> None:
+    from appliance.domain.array_view import collapse_queued
+
+    rows = [("a", 0, "RUNNING"), ("a", 1, "QUEUED"), ("x", -1, "QUEUED"), ("a", 2, "QUEUED"),
+            ("a", 4, "QUEUED"), ("b", 0, "QUEUED")]  # fmt: skip
+
+    def queued_task(row: tuple[str, int, str]) -> tuple[str, int, int] | None:
+        return (row[0], row[1], 4) if row[1] >= 0 and row[2] == "QUEUED" else None
+
+    shown = collapse_queued(rows, queued_task, lambda row, name: (name, row[1], row[2]))
+    assert [r[0] for r in shown] == ["a", "a_[1-2,4%4]", "x", "b"]
