@@ -1744,7 +1744,7 @@ class GetUsageRequest(_message.Message):
     """The window, Unix seconds; 0: 30 days before `until`, and now."""
     until: _builtins.float
     by: _builtins.str
-    """"user" (default), "group" or "queue"."""
+    """"user" (default), "group", "queue" or "array" (an array's tasks together; #37)."""
     def __init__(
         self,
         *,

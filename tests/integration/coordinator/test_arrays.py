@@ -126,6 +126,9 @@ def test_a_sweep_runs_its_grid_within_its_cap_and_every_door_shows_it(
         wait_until(
             lambda: set(phases()) == {Phase.CANCELLED}, 30, "every task of the array cancelled"
         )
+        usage = json.loads(csctl(running, "get", "usage", "--by", "array", "-o", "json"))
+        by_array = {row["key"]: row for row in usage["rows"]}
+        assert by_array[array_id]["cancelled"] == 6 and by_array[array_id]["system_hours"] > 0
 
 
 def test_bad_arrays_and_sweeps_are_refused_whole_and_nothing_is_stored(
