@@ -13,7 +13,7 @@ import click
 
 import appliance
 from appliance.domain.errors import ApplianceError
-from csctl import audit, job_list, limits, nodes  # noqa: F401  (register `get jobs`, `get audit`, ...)
+from csctl import arrays, audit, job_list, limits, nodes  # noqa: F401  (register `get jobs`, `get audit`, ...)
 from csctl.completion import completion
 from csctl.configure import config
 from csctl.controls import job_group, label

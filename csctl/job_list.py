@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -9,8 +10,10 @@ from collections.abc import Iterable, Iterator
 
 import click
 
+from appliance.domain.array_view import collapse_queued
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job
+from appliance.domain.phases import Phase
 from appliance.domain.reasons import parse_codes
 from csctl import render
 from csctl.job_tables import (
@@ -83,6 +86,14 @@ def _sort_by(ctx: click.Context, param: click.Parameter, value: str | None) -> S
 )
 @click.option("--no-headers", is_flag=True, help="Print the table without its header line.")
 @click.option(
+    "-r",
+    "--expand",
+    is_flag=True,
+    help="A row for every queued task of an array (the table shows an array's queued tasks "
+    "as one row, wsjob-…_[3-31%4], as squeue does; -o json, yaml and name list every task).",
+)
+@click.option("--array", "array_id", default="", metavar="ID", help="Only this array's tasks.")
+@click.option(
     "-w",
     "--watch",
     is_flag=True,
@@ -102,6 +113,8 @@ def get_jobs(
     no_headers: bool,
     watch: bool,
     reasons: tuple[str, ...],
+    expand: bool,
+    array_id: str,
 ) -> None:
     """List jobs, newest first: active ones unless -a is given.
 
@@ -122,21 +135,23 @@ def get_jobs(
       csctl get jobs -a --max-jobs 20 -o json
       csctl get jobs --reason Capacity,BehindHigherPriority -o wide
       csctl get jobs -w
+      csctl get jobs --array wsjob-abc123def456gh -r
     """
     client = session.client()
     if watch:
         if max_jobs is not None:
             raise click.UsageError("--max-jobs cannot be used with --watch")
         listed = client.watch_jobs(
-            all=include_all, mine=my_jobs, selector=selector, reasons=reasons
+            all=include_all, mine=my_jobs, selector=selector, reasons=reasons, array=array_id
         )
         _watch_jobs(
             listed, output=output, pending=show_pending, sort_by=sort_by, headers=not no_headers,
         )  # fmt: skip
         return
     jobs = client.list_jobs(
-        all=include_all, mine=my_jobs, selector=selector, limit=max_jobs, reasons=reasons
-    )
+        all=include_all, mine=my_jobs, selector=selector, limit=max_jobs, reasons=reasons,
+        array=array_id,
+    )  # fmt: skip
     # Listed summaries carry each queued job's queue position and pending reason: no GetJob.
     now = time.time()
     _sort(jobs, sort_by, now)
@@ -147,6 +162,8 @@ def get_jobs(
         if jobs:
             say("\n".join(job.id for job in jobs))
     elif jobs:
+        if not expand:
+            jobs = collapse_queued(jobs, _queued_task, _renamed)
         table = jobs_table(
             jobs, now=now, wide=output == "wide", pending=show_pending, headers=not no_headers
         )
@@ -154,6 +171,17 @@ def get_jobs(
     else:
         found_all = include_all or reasons
         say("No jobs found." if found_all else "No active jobs (-a shows finished ones).")
+
+
+def _queued_task(job: Job) -> tuple[str, int, int] | None:
+    task = job.array
+    if task is None or job.phase is not Phase.QUEUED:
+        return None
+    return task.array_id, task.index, task.cap
+
+
+def _renamed(job: Job, name: str) -> Job:
+    return dataclasses.replace(job, id=name)
 
 
 def _sort(jobs: list[Job], sort_by: SortBy | None, now: float) -> None:

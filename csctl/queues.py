@@ -134,12 +134,15 @@ def get_queues(session: Session, output: str) -> None:
 )
 @click.option("--until", default="", help="The end of the window (default: now).")
 @click.option(
-    "--by", type=click.Choice(("user", "group", "queue")), default="user", show_default=True
+    "--by",
+    type=click.Choice(("user", "group", "queue", "array")),
+    default="user",
+    show_default=True,
 )
 @click.option("-o", "--output", type=click.Choice(("table", "json", "csv")), default="table")
 @click.pass_obj
 def get_usage(session: Session, since: str, until: str, by: str, output: str) -> None:
-    """Usage per user, group or queue over a window: system-hours, MemoryX GiB-hours, jobs
+    """Usage per user, group, queue or array over a window: system-hours, MemoryX GiB-hours, jobs
     by final phase, median and 95th-percentile queue wait, preemptions and restarts.
 
     A job is charged to its owner, its owner's first group and its queue; an attempt's usage
@@ -149,6 +152,7 @@ def get_usage(session: Session, since: str, until: str, by: str, output: str) ->
     Examples:
       csctl get usage
       csctl get usage --since 7d --by queue
+      csctl get usage --by array
       csctl get usage --since 2026-11-01 --until 2026-12-01 --by group -o csv
     """
     now = time.time()

@@ -182,7 +182,9 @@ class ApplianceClient(ClusterCalls):
         unknown = sorted(set(more_spec) - {f.name for f in spec_fields()})
         if unknown:
             raise TypeError(f"submit() got an unexpected keyword argument {unknown[0]!r}")
+        # An array's tasks run detached: no one lease for them all (`csctl get array` follows).
         detached = self.detach if detach is None else detach
+        detached = detached or bool(more_spec.get("array") or more_spec.get("sweep"))
         settled = prepare_submission(params, num_steps, model_dir)
         spec = validate_spec(
             params_yaml=settled.params_yaml,
@@ -207,7 +209,8 @@ class ApplianceClient(ClusterCalls):
         job = convert.job_from_pb(self._call(self._stub.SubmitJob, request))
         if not detached:
             self._leases.hold(job.id)
-        return JobHandle(self, job.id, warnings=settled.warnings)
+        array_id = job.array.array_id if job.array is not None else ""
+        return JobHandle(self, job.id, warnings=settled.warnings, array_id=array_id)
 
     def compile(self, params: ParamsSource, *, num_csx: int, num_steps: int = 1) -> CompileReport:
         """Compile (validate-only) mode: check the params against the model code and the pool
@@ -238,6 +241,7 @@ class ApplianceClient(ClusterCalls):
         mine: bool = False,
         selector: str = "",
         reasons: Iterable[str] = (),
+        array: str = "",
     ) -> list[Job]:
         """Jobs newest first: active ones, or every one with `all`; at most `limit` of them.
 
@@ -246,12 +250,12 @@ class ApplianceClient(ClusterCalls):
         caller's: its token's user when the appliance has authentication on, else this
         process's user name (the one `submit` sends). `reasons`: only jobs whose reason or
         pending reason has one of these codes (domain/reasons.py ReasonCode; any case), ended
-        ones too.
+        ones too. `array`: only the tasks of this array.
         """
         if limit is not None and limit <= 0:
             raise InvalidSpec(f"limit must be a positive number, got {limit}", field="limit")
         request = self._list_request(all=all, user=user, labels=labels, mine=mine,
-                                     selector=selector, reasons=reasons)  # fmt: skip
+                                     selector=selector, reasons=reasons, array=array)  # fmt: skip
         if limit is None:
             pages: Iterator[cluster_pb2.ListJobsResponse] = self._stream(
                 self._stub.StreamJobs, request
@@ -276,6 +280,7 @@ class ApplianceClient(ClusterCalls):
         mine: bool = False,
         selector: str = "",
         reasons: Iterable[str] = (),
+        array: str = "",
     ) -> Iterator[list[Job] | None]:
         """The jobs `list_jobs` would list, then each such job again whenever it changes (a
         phase, a priority, labels; a new job), like `kubectl get -w`: batches of the listed
@@ -283,7 +288,7 @@ class ApplianceClient(ClusterCalls):
         `all`, a job that ends comes once more, in its final phase. Runs until the caller
         stops iterating or the connection breaks (Unavailable)."""
         request = self._list_request(all=all, user=user, labels=labels, mine=mine,
-                                     selector=selector, reasons=reasons)  # fmt: skip
+                                     selector=selector, reasons=reasons, array=array)  # fmt: skip
         for response in self._stream(self._stub.WatchJobs, request):
             if response.jobs:
                 yield [convert.job_from_pb(job) for job in response.jobs]
@@ -299,6 +304,7 @@ class ApplianceClient(ClusterCalls):
         mine: bool,
         selector: str,
         reasons: Iterable[str] = (),
+        array: str = "",
     ) -> cluster_pb2.ListJobsRequest:
         return cluster_pb2.ListJobsRequest(
             all=all,
@@ -307,6 +313,7 @@ class ApplianceClient(ClusterCalls):
             mine=mine,
             label_selector=str(parse_selector(selector, field="selector")),
             reasons=[code.value for code in sorted(parse_codes(reasons))],
+            array=array,
         )
 
     def cancel_job(self, job_id: str, *, reason: str = "") -> CancelResult:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.client.nodes import NodeStatus, node_event_from_pb, node_from_pb
+from appliance.domain.array_view import ArrayView
 from appliance.domain.audit import MAX_PAGE, AuditEvent, AuditQuery
 from appliance.domain.bulk_cancel import BulkCancelResult, CancelSelection, parse_phases
 from appliance.domain.errors import InvalidSpec
@@ -21,6 +22,7 @@ from appliance.domain.queues import QueueStatus
 from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import validate_labels
 from appliance.domain.usage import UsageQuery, UsageRow
+from appliance.protocol.arrays import array_view_from_pb
 from appliance.protocol.audit import event_from_pb, query_to_pb
 from appliance.protocol.cancels import result_from_pb, selection_to_pb
 from appliance.protocol.limits import limits_from_pb
@@ -99,6 +101,12 @@ class ClusterCalls:
         of them now; admins may name another `user`."""
         request = cluster_pb2.GetLimitsRequest(user=user)
         return limits_from_pb(self._call(self._stub.GetLimits, request))
+
+    def array(self, array_id: str) -> ArrayView:
+        """An array's tasks (`wsjob-…`, the id its tasks' ids start with): each one's index,
+        sweep overrides, phase, reason and final loss and evaluation."""
+        request = cluster_pb2.GetArrayRequest(array_id=array_id)
+        return array_view_from_pb(self._call(self._stub.GetArray, request))
 
     def queues(self) -> list[QueueStatus]:
         """Every queue: quota, what it holds, borrows and lends, its jobs and fair share."""

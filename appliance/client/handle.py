@@ -57,11 +57,20 @@ class JobCalls(Protocol):
 class JobHandle:
     """A submitted (or looked-up) job. Holds only the id; every property asks the server."""
 
-    def __init__(self, client: JobCalls, job_id: str, warnings: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        client: JobCalls,
+        job_id: str,
+        warnings: tuple[str, ...] = (),
+        array_id: str = "",
+    ) -> None:
         self._client = client
         self._id = job_id
         self.warnings = warnings
         """At submit: one line for each params key accepted but not used (else empty)."""
+        self.array_id = array_id
+        """Its array's id when it is an array's task (an array's submit hands back its first
+        task): `client.array(array_id)` lists them all."""
 
     @property
     def id(self) -> str:

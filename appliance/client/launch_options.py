@@ -13,6 +13,7 @@ import click
 from appliance.client import DEFAULT_ADDRESS
 from appliance.client.lease import DEFAULT_LEASE_SECONDS
 from appliance.client.user_config import ENV_SERVER, ENV_TOKEN
+from appliance.domain.errors import InvalidSpec
 from appliance.domain.spec import Mode
 from appliance.domain.spec_document import spec_fields
 
@@ -35,6 +36,7 @@ class LaunchOptions:
     max_restarts: int | None
     job_queue: str | None
     depends_on: tuple[str, ...]
+    sweep: tuple[str, ...]
     not_preemptible: bool
     detach: bool
     lease_seconds: float
@@ -151,6 +153,14 @@ _OPTIONS = [
         "cancels the job.",
     ),
     click.option(
+        "--sweep",
+        multiple=True,
+        metavar="KEY=V1,V2",
+        help="Submit the grid of params overrides as an array, one task per point: "
+        "--sweep optimizer.learning_rate=1e-3,3e-3 --sweep train_input.batch_size=64,128 "
+        "(with --array %N: at most N run at once).",
+    ),
+    click.option(
         "--not_preemptible",
         is_flag=True,
         help="Never preempted by a job of higher priority (admins only).",
@@ -178,6 +188,22 @@ _OPTIONS = [
         "csctl's config file).",
     ),
 ]
+
+
+def sweep_of(items: Sequence[str]) -> dict[str, Any]:
+    """`--sweep KEY=V1,V2 ...` as submit's `sweep` argument ({} when none is given)."""
+    if not items:
+        return {}
+    sweep: dict[str, str] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep:
+            raise InvalidSpec(
+                f"sweep: {item[:64]!r} must be KEY=V1,V2 (e.g. optimizer.learning_rate=1e-3,3e-3)",
+                field="sweep",
+            )
+        sweep[key.strip()] = values
+    return {"sweep": sweep}
 
 
 _SPEC_PREFIX = "spec__"

@@ -41,6 +41,7 @@ from appliance.client.launch_options import (
     LaunchOptions,
     launch_options,
     spread_variadic,
+    sweep_of,
 )
 from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL
 from appliance.client.params import load_params_file, max_steps_in_file, params_warnings
@@ -261,6 +262,7 @@ def _submit_and_follow(
                 preemptible=not args.not_preemptible,
                 queue=args.job_queue,
                 depends_on=list(args.depends_on),
+                **sweep_of(args.sweep),
                 **args.spec_options,
             )
         except InvalidSpec as exc:
@@ -268,6 +270,14 @@ def _submit_and_follow(
         except ApplianceError as exc:
             return _error(exc.message, EXIT_FAILED)
         steps = "eval" if args.mode == Mode.EVAL.value else f"{args.num_steps} steps"
+        if job.array_id:  # an array's tasks run detached
+            _say(
+                f"submitted array {job.array_id} ({args.num_csx} CS-2 each, {steps}); see its "
+                f"tasks with `csctl get array {job.array_id}`",
+                file=out,
+            )
+            _warn(job.warnings)
+            return EXIT_OK
         _say(f"submitted {job.id} ({args.num_csx} CS-2, {steps})", file=out)
         out.flush()
         _warn(job.warnings)

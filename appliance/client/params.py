@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from appliance.domain.arrays import as_a_task
 from appliance.domain.bounded_yaml import load_bounded
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import parse_params
@@ -38,7 +39,7 @@ def prepare_submission(
     """Read and check the params; raises InvalidSpec naming the field."""
     text = load_params_yaml(params)
     parsed = validate_params(text)
-    runconfig = parse_params(parsed).runconfig
+    runconfig = parse_params(as_a_task(parsed, text)).runconfig
     if num_steps is None:
         num_steps = runconfig.max_steps
         if num_steps is None:

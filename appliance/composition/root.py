@@ -222,6 +222,7 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
         readiness=Readiness(ctx, backend),
         audit=AuditTrail(ctx, s.audit, sink),
         limits=limits,
+        arrays=jobs.arrays,
     )
     reconciler = Reconciler(
         ctx, backend, replicas, runtime.sweep_interval, model_dirs,

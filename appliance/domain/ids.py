@@ -1,4 +1,5 @@
-"""Job identifiers: `wsjob-` followed by 14 lowercase base-36 characters."""
+"""Job identifiers: `wsjob-` followed by 14 lowercase base-36 characters; an array's task
+adds `_<index>` (`wsjob-…_7`, domain/arrays.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import secrets
 import string
 
 _ALPHABET = string.digits + string.ascii_lowercase
-JOB_ID_RE = re.compile(r"^wsjob-[0-9a-z]{12,40}$")
+JOB_ID_RE = re.compile(r"^wsjob-[0-9a-z]{12,40}(_[0-9]{1,5})?$")
 
 
 def new_job_id() -> str:

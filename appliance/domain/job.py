@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from appliance.domain.arrays import TaskOf
 from appliance.domain.display import printable
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
@@ -129,6 +130,8 @@ class Job:
     # The codes of `reason` and `pending_reason` (domain/reasons.py ReasonCode; "": none).
     reason_code: str = ""
     pending_reason_code: str = ""
+    # Its array, index and sweep overrides when it is an array's task (domain/arrays.py).
+    array: TaskOf | None = None
 
     def __str__(self) -> str:
         """`wsjob-… SUCCEEDED: chief finished all steps (step 200/200  loss 2.0091)`: what

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.domain.arrays import TaskOf
 from appliance.domain.bounded_yaml import load_bounded
 from appliance.domain.job import Attempt, Job, Lease, Progress, Replica
 from appliance.domain.spec_document import spec_document
@@ -49,6 +50,17 @@ def job_document(job: Job, *, parsed_params: bool = False) -> dict[str, Any]:
         "finished_at": rfc3339(job.finished_at),
         "replicas": [replica_document(r) for r in job.replicas],
         "lease": lease_document(job.lease) if job.lease is not None else None,
+        "array": task_document(job.array) if job.array is not None else None,
+    }
+
+
+def task_document(task: TaskOf) -> dict[str, Any]:
+    """A job's place in its array."""
+    return {
+        "array_id": task.array_id,
+        "index": task.index,
+        "cap": task.cap,
+        "overrides": dict(task.overrides),
     }
 
 

@@ -189,21 +189,23 @@ def check_queued(
     waiting: Mapping[str, int],
     queue: str,
     queue_cap: int | None,
+    adding: int = 1,
 ) -> None:
     """Raise LimitExceeded unless `user`, with `waiting` jobs by queue not yet running, may
-    submit one more to `queue` (whose per-user cap is `queue_cap`)."""
+    submit `adding` more (an array's tasks) to `queue` (whose per-user cap is `queue_cap`)."""
     total = sum(waiting.values())
-    if caps.queued_jobs is not None and total >= caps.queued_jobs:
+    more = f" and this submit makes {adding} more (an array's tasks)" if adding > 1 else ""
+    if caps.queued_jobs is not None and total + adding > caps.queued_jobs:
         raise LimitExceeded(
-            f"{user} has {total} jobs waiting to run, the limit of queued jobs per user is "
+            f"{user} has {total} jobs waiting to run{more}, the limit of queued jobs per user is "
             f"{caps.queued_jobs}; wait for some to start or cancel some, then submit again",
             limit="queued_jobs",
             retry_after=SUBMIT_RETRY_SECONDS,
         )
     in_queue = waiting.get(queue, 0)
-    if queue_cap is not None and in_queue >= queue_cap:
+    if queue_cap is not None and in_queue + adding > queue_cap:
         raise LimitExceeded(
-            f"{user} has {in_queue} jobs waiting in queue {queue}, the limit of queued jobs "
+            f"{user} has {in_queue} jobs waiting in queue {queue}{more}, the limit of queued jobs "
             f"per user in that queue is {queue_cap}; wait for some to start or cancel some, "
             "then submit again",
             limit="queued_jobs_per_queue",

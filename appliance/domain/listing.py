@@ -35,6 +35,8 @@ class JobQuery:
     # and the queued jobs it did not decide on (matched on their row).
     waiting: frozenset[str] | None = None
     undecided: frozenset[str] = frozenset()
+    # When given, only the tasks of this array (domain/arrays.py).
+    array: str = ""
 
 
 # (id, created_at, version): one version of a job's summary; what a summary shows changes

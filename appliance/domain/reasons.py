@@ -38,6 +38,8 @@ class ReasonCode(enum.StrEnum):
     NEVER_FITS = "NeverFits"  # needs more than its queue may ever hold
     # its user's running jobs hold their cap of systems (Slurm's QOSMaxCpuPerUserLimit)
     USER_SYSTEMS = "UserRunningSystems"
+    # its array runs its cap of tasks (`--array 0-31%4`; Slurm's JobArrayTaskLimit)
+    ARRAY_TASK_LIMIT = "ArrayTaskLimit"
     DEPENDENCY = "Dependency"  # waits for a job it depends on
     PREEMPTING = "Preempting"  # waits for lower-priority jobs it preempts to stop
     RECLAIM = "Reclaim"  # waits for jobs borrowing its queue's quota to stop
@@ -127,6 +129,10 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
     ReasonCode.USER_SYSTEMS: lambda p: (
         f"{p['user']}'s running jobs hold {p['held']} of their {p['cap']} systems "
         f"(running_systems per user); it needs {p['systems']} and starts when theirs end"
+    ),
+    ReasonCode.ARRAY_TASK_LIMIT: lambda p: (
+        f"{p['held']} tasks of array {p['array']} run, its cap (%{p['cap']}); it starts when "
+        "one of them ends"
     ),
     ReasonCode.DEPENDENCY: lambda p: f"waiting for {p['job']} ({p['phase']}) {p['wanted']}",
     ReasonCode.PREEMPTING: _preempting,

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from appliance.domain.arrays import MAX_ARRAY_CHARS, TASK_ID_PLACEHOLDER, array_tasks, as_a_task
 from appliance.domain.bounded_yaml import check_nesting, load_bounded
 from appliance.domain.dependencies import Dependency, parse_dependencies
 from appliance.domain.display import hidden_character
@@ -132,6 +133,23 @@ class JobSpec:
             max_chars=MAX_COMMENT,
         ),
     )
+    array: str = field(
+        default="",
+        metadata=about(
+            "Submit an array of tasks, each a job wsjob-…_<index> (Slurm's --array): indices "
+            "as 0-31, 1,3,7 or 0-15:4, and %N: at most N tasks run at once (with sweep: %N "
+            "alone). ${array_task_id} in a params value becomes the task's index.",
+            option="--array",
+            max_chars=MAX_ARRAY_CHARS,
+        ),
+    )
+    sweep: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=about(
+            "Submit the grid of these params overrides as an array, one task per point: "
+            '{"optimizer.learning_rate": "1e-3,3e-3", "train_input.batch_size": "64,128"}.'
+        ),
+    )
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -161,6 +179,8 @@ def validate_spec(
     queue: str | None = None,
     depends_on: Iterable[Any] | None = None,
     comment: str = "",
+    array: str = "",
+    sweep: Mapping[str, str] | None = None,
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -179,6 +199,12 @@ def validate_spec(
         )
     parsed_mode = parse_mode(mode)
     params, typed = checked_params(params_yaml)
+    if not (array or sweep) and TASK_ID_PLACEHOLDER in params_yaml:
+        raise InvalidSpec(
+            f"params: {TASK_ID_PLACEHOLDER} is an array task's index; submit an array "
+            "(array or sweep) to use it",
+            field="params",
+        )
     clean_labels = validate_labels(labels or {})
     sim_step_seconds(clean_labels)
     if len(model_dir) > MAX_MODEL_DIR or hidden_character(model_dir) is not None:
@@ -219,9 +245,16 @@ def validate_spec(
         queue=validate_queue_name(queue) if queue else DEFAULT_QUEUE,
         depends_on=parse_dependencies(depends_on),
         comment=validate_text(comment, "comment", MAX_COMMENT),
+        array=array,
+        sweep=dict(sweep or {}),
     )
+    if array or sweep:  # checked before anything is expanded (services/arrays.py expands)
+        if not isinstance(array, str):
+            raise InvalidSpec("array must be text, e.g. 0-31%4", field="array")
+        array_tasks(array, spec.sweep)
     spec.__dict__["params"] = params  # seed the cached parses: once per submit
-    spec.__dict__["typed_params"] = typed
+    if typed is not None:
+        spec.__dict__["typed_params"] = typed
     return spec
 
 
@@ -263,12 +296,16 @@ def parse_mode(mode: str | Mode) -> Mode:
 
 
 def validate_params(params_yaml: str) -> dict[str, Any]:
-    """The params file must be a YAML mapping of Model Zoo sections with a `model` section."""
+    """The params file must be a YAML mapping of Model Zoo sections with a `model` section.
+    An array's params may say `${array_task_id}` where a number goes: they are checked with an
+    index there, and returned as given (each task's are checked with its own index,
+    domain/array_specs.py)."""
     return checked_params(params_yaml)[0]
 
 
-def checked_params(params_yaml: str) -> tuple[dict[str, Any], Params]:
-    """`validate_params`, with the params typed as it checked them."""
+def checked_params(params_yaml: str) -> tuple[dict[str, Any], Params | None]:
+    """`validate_params`, with the params typed as it checked them (None when they name an
+    array task's index: what was checked then is a task's, not theirs)."""
     if not params_yaml.strip():
         raise InvalidSpec("params is empty; pass a params YAML file", field="params")
     try:
@@ -295,7 +332,9 @@ def checked_params(params_yaml: str) -> tuple[dict[str, Any], Params]:
             raise InvalidSpec(f"params section {section!r} must be a mapping", field="params")
     if not params.get("model"):
         raise InvalidSpec("params needs a non-empty `model` section", field="params")
-    return params, parse_params(params)  # keys and values of every section
+    task = as_a_task(params, params_yaml)
+    typed = parse_params(task)  # keys and values of every section
+    return params, typed if task is params else None
 
 
 def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:

@@ -27,6 +27,7 @@ class UsageBy(enum.StrEnum):
     USER = "user"
     GROUP = "group"
     QUEUE = "queue"
+    ARRAY = "array"  # an array's tasks together (#37); jobs of no array as "-"
 
     @classmethod
     def parse(cls, text: str) -> UsageBy:

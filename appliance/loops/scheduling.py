@@ -36,6 +36,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.queues import QueueSpec, Quota, Source, resolve_quotas
 from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.scheduler.admission import Admission, admit_backlog
+from appliance.scheduler.array_caps import ArrayCaps
 from appliance.scheduler.backlog_index import BacklogIndex
 from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
 from appliance.scheduler.quotas import QuotaBook
@@ -167,7 +168,8 @@ class SchedulerLoop:
         limit = settings.max_admissions
         skip = skip | self.ctx.backlog.entered_after(generation)
         users = await self._user_caps()
-        decision = admit_backlog(index, usage, book, shares, skip, limit, users)
+        arrays = ArrayCaps(reads.arrays) if reads.arrays else None
+        decision = admit_backlog(index, usage, book, shares, skip, limit, users, arrays)
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
         # (the next pass, at most MAX_PASS_GAP later, sees what this one admitted).
         if decision.admitted or preemption.policy == "never" or not decision.heads:
@@ -354,8 +356,12 @@ class _PassReads:
     dependencies: list[DependencyState]
     usage: list[NodeUsage]
     specs: list[QueueSpec]
+    # Arrays capping their tasks running at once, with a task queued: (cap, tasks holding).
+    arrays: dict[str, tuple[int, int]]
 
 
 def _pass_reads(store: JobStore) -> _PassReads:
     """What every pass reads besides the queue, in one trip to the store's thread."""
-    return _PassReads(store.dependency_states(), store.pool_usage(), store.queue_specs())
+    return _PassReads(
+        store.dependency_states(), store.pool_usage(), store.queue_specs(), store.array_caps()
+    )

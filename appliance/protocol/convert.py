@@ -7,6 +7,7 @@ so no protobuf type leaks past server/grpc or client/.
 from __future__ import annotations
 
 from appliance._proto.v1 import cluster_pb2, common_pb2
+from appliance.domain.arrays import TaskOf
 from appliance.domain.compile import CompileReport, StreamedUnit
 from appliance.domain.job import (
     Attempt,
@@ -164,6 +165,10 @@ def job_to_pb(job: Job) -> cluster_pb2.Job:
         msg.attempts.extend(attempt_to_pb(a) for a in job.attempts)
     if job.dependents:
         msg.dependents.extend(job.dependents)
+    if job.array is not None:
+        task = job.array
+        msg.array_id, msg.array_index, msg.array_cap = task.array_id, task.index, task.cap
+        msg.array_overrides.update(task.overrides)
     return msg
 
 
@@ -201,6 +206,9 @@ def job_from_pb(msg: cluster_pb2.Job) -> Job:
         estimated_start=msg.estimated_start,
         reason_code=msg.reason_code,
         pending_reason_code=msg.pending_reason_code,
+        array=TaskOf(msg.array_id, msg.array_index, msg.array_cap, dict(msg.array_overrides))
+        if msg.array_id
+        else None,
     )
 
 

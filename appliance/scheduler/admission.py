@@ -12,7 +12,8 @@ fits within its quota; then, in the same order, queues borrow idle capacity beyo
 quota while the cohort can lend it. A queue whose next job may not borrow stops there. With
 no queues defined there is one, `default`, owning the pool: the rules above reduce to one
 priority queue. A job whose user's running jobs hold their cap of systems is stepped over
-(scheduler/user_caps.py): it is never a head, and holds nothing back.
+(scheduler/user_caps.py): it is never a head, and holds nothing back; so is an array's task
+while its array runs its cap of tasks (scheduler/array_caps.py).
 
 What a pass costs grows with what it admits, not with the queue. Behind a head, whether a
 job can start depends only on its plan's shape (and the pass's state), so the pass asks
@@ -35,6 +36,7 @@ from appliance.domain.inventory import NodeUsage
 from appliance.domain.plan import PlanShape, Role
 from appliance.domain.queues import DEFAULT_QUEUE, Quota
 from appliance.domain.reasons import Reason, ReasonCode, said
+from appliance.scheduler.array_caps import ArrayCaps
 from appliance.scheduler.backlog_index import BacklogIndex, Order
 from appliance.scheduler.placement import KIND_OF_ROLE, Counts, FreeCapacity
 from appliance.scheduler.quotas import NOTHING, Need, QuotaBook, never_fits
@@ -138,11 +140,13 @@ def admit_backlog(
     skip: Collection[str] = frozenset(),
     limit: int | None = None,
     users: UserCaps | None = None,
+    arrays: ArrayCaps | None = None,
 ) -> Admission:
     """`admit` on the queue as the index holds it, leaving out the jobs in `skip` (those
     waiting for other jobs); stopping once it admitted `limit` jobs (None: no limit), like
     Slurm's main scheduler stops at its queue depth, so that no pass runs long. `users`: the
-    per-user caps of running systems (None: no user has one)."""
+    per-user caps of running systems (None: no user has one); `arrays`: the caps of arrays'
+    tasks running at once (None: no array has one)."""
     if book is None:
         book = QuotaBook({DEFAULT_QUEUE: _UNLIMITED}, {})
     names = _with_jobs(index, skip)
@@ -152,7 +156,7 @@ def admit_backlog(
     shares = shares or {}
     # A queue without a share (one deleted while a job was submitted to it) goes last.
     order = sorted(names, key=lambda name: (shares.get(name, math.inf), name))
-    state = _Pass(index, pool, book, skip, limit, users)
+    state = _Pass(index, pool, book, skip, limit, users, arrays)
     waiting: dict[str, Order] = {}  # queue -> order of the job before its first to borrow
     for name in order:
         if not state.capped:
@@ -184,9 +188,11 @@ class _Pass:
         skip: Collection[str],
         limit: int | None = None,
         users: UserCaps | None = None,
+        arrays: ArrayCaps | None = None,
     ) -> None:
         self.index, self.book, self.skip, self.limit = index, book, skip, limit
         self.users = users
+        self.arrays = arrays
         demands = {
             (kind, demand)
             for name in index.queues()
@@ -291,14 +297,17 @@ class _Pass:
         return bool(why)
 
     def over_user_cap(self, job: QueuedJob, need: Need) -> bool:
-        """A job that would take its user over their cap of running systems waits saying
-        so, and holds nothing back."""
-        if self.users is None:
-            return False
-        why = self.users.refusal(job, need.systems)
+        """A job that would take its user over their cap of running systems, or its array
+        over its cap of running tasks, waits saying so, and holds nothing back."""
+        why = self._capped(job, need)
         if why is not None:
             self.said[job.job_id] = why
         return why is not None
+
+    def _capped(self, job: QueuedJob, need: Need) -> Reason | None:
+        if self.arrays is not None and (why := self.arrays.refusal(job)) is not None:
+            return why
+        return self.users.refusal(job, need.systems) if self.users is not None else None
 
     def need(self, shape: PlanShape) -> Need:
         need = self._needs.get(shape)
@@ -327,6 +336,8 @@ class _Pass:
         self.book.add(job.queue, need)
         if self.users is not None:
             self.users.take(job, need.systems)
+        if self.arrays is not None:
+            self.arrays.take(job)
         self.admitted.append(Decision(job.job_id, tuple(placements)))
         self._admitted.add(job.job_id)
 
@@ -369,10 +380,9 @@ class _Pass:
         job = self.index.get(job_id)
         if job is None or job_id in self._admitted:
             return None
-        if self.users is not None and (
-            capped := self.users.refusal(job, self.need(job.plan.shape).systems)
-        ):
-            return capped  # its user holds their cap now, whatever it was stepped over for
+        capped = self._capped(job, self.need(job.plan.shape))
+        if capped is not None:
+            return capped  # its user or array holds its cap now, whatever it was stepped over for
         stretches = self.stretches.get(job.queue, [])
         starts = self._starts.get(job.queue)
         if starts is None:

@@ -32,6 +32,8 @@ def query_matches(query: JobQuery, job: Job, *, ended: bool = False) -> bool:
         return False
     if query.user and job.user != query.user:
         return False
+    if query.array and (job.array is None or job.array.array_id != query.array):
+        return False
     if query.reasons and not {job.reason_code, job.pending_reason_code} & query.reasons:
         return False  # (a queued job: as shown, its reason read fresh from the queue)
     labels = job.spec.labels

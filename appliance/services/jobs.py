@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
+from appliance.domain.array_specs import is_array, task_count
 from appliance.domain.auth import (
     Principal,
-    check_may_act_on,
     check_may_submit,
-    check_may_use_priority,
     may_act_on,
 )
 from appliance.domain.backlog import QueuedJob
 from appliance.domain.bounded_yaml import check_nesting
 from appliance.domain.compile import CompileReport, compile_job
 from appliance.domain.curves import Curves
-from appliance.domain.errors import InvalidSpec, job_not_found
-from appliance.domain.ids import is_job_id, new_job_id
+from appliance.domain.errors import InvalidSpec
+from appliance.domain.ids import new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent, without_details
 from appliance.domain.params_keys import notes_of
@@ -27,21 +26,21 @@ from appliance.domain.plan import ReplicaPlan, plan_replicas
 from appliance.domain.reasons import Reason
 from appliance.domain.spec import (
     MAX_HOLDER,
-    MAX_REASON,
     JobSpec,
     Mode,
-    Priority,
     checkpoint_path_of,
-    validate_labels,
     validate_spec,
     validate_text,
     validate_user,
 )
+from appliance.services.array_submits import ArraySubmits
+from appliance.services.arrays import ArrayService
 from appliance.services.batching import SubmitBatcher
-from appliance.services.cancels import CancelBatcher, CancelRequest
+from appliance.services.cancels import CancelBatcher
 from appliance.services.checkpoint_choice import choose_checkpoint
 from appliance.services.context import Context
 from appliance.services.data_dirs import DataDirs
+from appliance.services.job_controls import JobControls, check_job_id
 from appliance.services.job_curves import read_curves
 from appliance.services.job_views import JobViewCache
 from appliance.services.kept_renderings import Keeping
@@ -70,7 +69,7 @@ def plan_submission(
     return plan_replicas(spec, pool), checkpoint_path_of(spec), tuple(n.reason for n in notes)
 
 
-class JobService:
+class JobService(JobControls):
     def __init__(
         self,
         ctx: Context,
@@ -101,6 +100,15 @@ class JobService:
         self._chooses_checkpoints = chooses_checkpoints
         self._queues = queues or QueueService(ctx)
         self._limits = limits
+        self.arrays = ArrayService(ctx, blocking)  # reading arrays, resolving their ids
+        self._arrays = ArraySubmits(
+            ctx,
+            self._queues,
+            self._offload,
+            blocking,
+            self._place,
+            chooses_checkpoints=chooses_checkpoints,
+        )
 
     async def submit(
         self,
@@ -132,8 +140,9 @@ class JobService:
             user = by.user
         validate_user(user)
         groups = by.groups if by is not None else ()
+        count = task_count(spec)  # an array's tasks each count as a job waiting
         limited = (
-            self._limits.submitting(user, groups, spec.queue, door)
+            self._limits.submitting(user, groups, spec.queue, door, count)
             if self._limits is not None
             else contextlib.nullcontext()
         )
@@ -160,6 +169,18 @@ class JobService:
                 field="lease_seconds",
             )
         holder = validate_text(lease_holder, "lease_holder", MAX_HOLDER)
+        if is_array(spec):
+            if lease_seconds:
+                raise InvalidSpec(
+                    "lease_seconds: an array is submitted detached (0); follow its tasks with "
+                    "`csctl get array`",
+                    field="lease_seconds",
+                )
+            pool, count = await self._pool(), task_count(spec)
+            jobs = await self._arrays.submit(
+                spec, user, by, queue, pool, count, door=door, refuse_never_runs=refuse_never_runs
+            )
+            return jobs[0]
         size = len(spec.params_yaml)
         plan, resume, warnings = await self._offload.run(
             size, "params", plan_submission, spec, await self._pool()
@@ -277,75 +298,6 @@ class JobService:
         them in the store across restarts as `keeping` says)."""
         return JobListing(self._ctx, render, max_cached, keeping)
 
-    async def cancel(
-        self, job_id: str, reason: str = "", *, by: Principal | None = None
-    ) -> tuple[Job, bool, str]:
-        """Cancel a job; cancelling a terminal job changes nothing and says so. Concurrent
-        cancels are group-committed (services/cancels.py)."""
-        check_job_id(job_id)
-        why = validate_text(reason, "reason", MAX_REASON)  # "": "cancelled by" whom
-        answer = await self._cancels.cancel(CancelRequest(job_id, why, by))
-        return answer.job, answer.changed, answer.message
-
-    async def set_priority(
-        self, job_id: str, priority: Priority, *, by: Principal | None = None
-    ) -> Job:
-        """Re-prioritise a queued or running job; the queue re-orders at once."""
-        check_job_id(job_id)
-        if by is not None:
-            await self._check_owner(job_id, by, "re-prioritise")
-            check_may_use_priority(by, priority)
-        job = await self._ctx.db(self._ctx.store.set_priority, job_id, priority, self._ctx.clock())
-        self._ctx.backlog.mark(job_id)
-        self._ctx.bus.wake_scheduler()
-        self._ctx.bus.touched(job_id)
-        return job
-
-    async def update_labels(
-        self,
-        job_id: str,
-        set_labels: Mapping[str, str],
-        remove: Sequence[str],
-        *,
-        by: Principal | None = None,
-    ) -> Job:
-        check_job_id(job_id)
-        validate_labels(set_labels)
-        if by is not None:
-            await self._check_owner(job_id, by, "relabel")
-        job = await self._ctx.db(
-            self._ctx.store.update_labels,
-            job_id,
-            dict(set_labels),
-            list(remove),
-            self._ctx.clock(),
-        )
-        self._ctx.bus.touched(job_id)
-        return job
-
-    async def renew_lease(self, job_id: str, holder: str, *, by: Principal | None = None) -> Job:
-        check_job_id(job_id)
-        if by is not None:
-            await self._check_owner(job_id, by, "hold the lease of")
-        return await self._ctx.db(
-            self._ctx.store.renew_lease,
-            job_id,
-            validate_text(holder, "holder", MAX_HOLDER),
-            self._ctx.clock(),
-        )
-
-    async def _check_owner(self, job_id: str, by: Principal, what: str) -> None:
-        job = await self._summary(job_id)
-        check_may_act_on(by, job.user, job.groups, what)
-
-    async def _summary(self, job_id: str) -> Job:
-        """The job's summary (owner, groups, phase) read on the writer's thread, so a decision
-        taken on it is ordered with the writes that follow; raises NotFound."""
-        found = await self._ctx.db(self._ctx.store.job_summaries, [job_id])
-        if not found:
-            raise job_not_found(job_id)
-        return found[0]
-
     async def nodes(self) -> list[tuple[NodeUsage, list[str]]]:
         """The pool with what each node holds and for which jobs."""
         usage = await self._ctx.db(self._ctx.store.pool_usage)
@@ -387,10 +339,3 @@ class JobService:
                     if event.progress is None:
                         break  # a phase changed: read the store again
                     yield event
-
-
-def check_job_id(job_id: str) -> None:
-    if not is_job_id(job_id):
-        raise InvalidSpec(
-            f"{job_id!r} is not a job id; job ids look like wsjob-0a1b2c3d4e5f6g", field="job_id"
-        )

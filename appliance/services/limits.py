@@ -133,29 +133,30 @@ class Limits:
 
     @contextlib.asynccontextmanager
     async def submitting(
-        self, user: str, groups: tuple[str, ...], queue: str, door: str
+        self, user: str, groups: tuple[str, ...], queue: str, door: str, count: int = 1
     ) -> AsyncIterator[None]:
-        """Around one submit: refuse it (LimitExceeded) when `user` has their cap of jobs
-        waiting, in all or in `queue`. Submits under way count as waiting in `queue`, so two
-        at once cannot both take the last place."""
+        """Around one submit of `count` jobs (an array's tasks): refuse it whole
+        (LimitExceeded) when `user` would pass their cap of jobs waiting, in all or in
+        `queue`. Submits under way count as waiting in `queue`, so two at once cannot both
+        take the last place."""
         policy = self.policy
         caps, queue_cap = policy.caps_of(user, groups), policy.queue_cap(queue)
         if caps.queued_jobs is None and queue_cap is None:
             yield
             return
         under_way = self._submitting[user]
-        self._submitting[user] += 1
+        self._submitting[user] += count
         try:
             waiting = dict(await self._count_waiting(user))
             waiting[queue] = waiting.get(queue, 0) + under_way
             try:
-                check_queued(user, caps, waiting, queue, queue_cap)
+                check_queued(user, caps, waiting, queue, queue_cap, count)
             except LimitExceeded as exc:
                 self._refused(exc.limit, door)
                 raise
             yield
         finally:
-            self._submitting[user] -= 1
+            self._submitting[user] -= count
             if self._submitting[user] <= 0:
                 del self._submitting[user]
 

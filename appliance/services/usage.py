@@ -1,4 +1,5 @@
-"""Usage accounting (`csctl get usage`, REST /api/v1/usage): per user, group or queue over a
+"""Usage accounting (`csctl get usage`, REST /api/v1/usage): per user, group, queue or array
+(its tasks together) over a
 time window, what jobs held and how they fared (domain/usage.py says what each number means;
 store/usage.py computes them in the database).
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from appliance.services.arrays import ArrayService
 from appliance.services.audit import AuditTrail
 from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.health import Readiness
@@ -33,3 +34,4 @@ class UseCases:
     readiness: Readiness
     audit: AuditTrail
     limits: Limits
+    arrays: ArrayService

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import insert, select, update
 
+from appliance.domain.arrays import TaskOf
 from appliance.domain.backlog import Placement
 from appliance.domain.errors import InvalidSpec, NotFound
 from appliance.domain.job import Job, ReplicaPhase
@@ -27,6 +28,7 @@ from appliance.domain.queues import DEFAULT_QUEUE, Source
 from appliance.domain.reasons import Reason, ReasonCode, as_reason, said
 from appliance.domain.spec import JobSpec
 from appliance.domain.spec_document import stored_document
+from appliance.store.arrays import ArrayStore
 from appliance.store.audit import AuditStore
 from appliance.store.base import in_chunks
 from appliance.store.job_controls import JobControlStore
@@ -66,6 +68,8 @@ class NewJob:
     groups: tuple[str, ...] = ()
     # Recorded as events after the submitted one (params keys accepted but not used).
     warnings: tuple[Reason, ...] = ()
+    # Its place in its array, when it is an array's task (domain/arrays.py).
+    array: TaskOf | None = None
 
 
 # Why a new job waits, until a scheduler pass says why; and what its first event says.
@@ -83,6 +87,7 @@ class JobStore(
     UsageStore,
     LeadershipStore,
     AuditStore,
+    ArrayStore,
 ):
     """The store of jobs: this part creates jobs and writes their phases (the one writer) and
     their placements; reading jobs is store/job_reads.py's, priority, labels and leases
@@ -103,6 +108,7 @@ class JobStore(
                 "lease_holder": n.lease_holder, "groups": list(n.groups), "queue": n.spec.queue,
                 "account_group": n.groups[0] if n.groups else "",
                 "queued_at": now, "pending_reason_code": _WAITING.code_text,
+                **_array_columns(n.array),
             }
             for n in new
         ]  # fmt: skip
@@ -162,7 +168,7 @@ class JobStore(
                 updated_at=now, pending_reason=_WAITING.message,
                 pending_reason_code=_WAITING.code_text,
                 lease=lease_of(n.lease_seconds, now + n.lease_seconds, n.lease_holder),
-                groups=n.groups)
+                groups=n.groups, array=n.array)
             for n in new
         ]  # fmt: skip
 
@@ -259,6 +265,20 @@ class JobStore(
                 .values(pending_reason=text, pending_reason_code=code, version=JobRow.version + 1)
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+_NO_ARRAY: dict[str, object] = {
+    "array_id": "", "array_index": 0, "array_cap": 0, "array_overrides": {},
+}  # fmt: skip
+
+
+def _array_columns(task: TaskOf | None) -> dict[str, object]:
+    if task is None:
+        return _NO_ARRAY
+    return {
+        "array_id": task.array_id, "array_index": task.index, "array_cap": task.cap,
+        "array_overrides": dict(task.overrides),
+    }  # fmt: skip
 
 
 def _pending_replica(

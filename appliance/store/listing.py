@@ -168,6 +168,8 @@ def _page_stmt(query: JobQuery, columns: Sequence[Any], dialect: str = "sqlite")
         stmt = stmt.where(ACTIVE_PHASES_SQL)
     if query.user:
         stmt = stmt.where(JobRow.user == query.user)
+    if query.array:
+        stmt = stmt.where(JobRow.array_id != "", JobRow.array_id == query.array)
     for key, value in query.labels.items():
         stmt = stmt.where(_has_label(key, (value,)))
     for requirement in query.selector.requirements:

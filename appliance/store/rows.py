@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import JSON, Text, type_coerce
 from sqlalchemy.engine import RowMapping
 
+from appliance.domain.arrays import TaskOf
 from appliance.domain.job import EventKind, Job, JobEvent, Lease, Progress, Replica, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
@@ -27,7 +28,8 @@ SUMMARY = (
     JobRow.updated_at, JobRow.started_at, JobRow.finished_at, JobRow.progress,
     JobRow.lease_seconds, JobRow.lease_expires_at, JobRow.lease_holder, JobRow.groups,
     JobRow.attempt, JobRow.restarts, JobRow.retries, JobRow.reason_code,
-    JobRow.pending_reason_code,
+    JobRow.pending_reason_code, JobRow.array_id, JobRow.array_index, JobRow.array_cap,
+    JobRow.array_overrides,
 )  # fmt: skip
 
 # SUMMARY as the driver gives it, for reads of many summaries: the JSON columns undecoded
@@ -57,6 +59,7 @@ def job_from_values(
     (job_id, user, phase, priority, queue, labels, spec, reason, pending_reason, systems,
      created_at, updated_at, started_at, finished_at, progress, lease_seconds, lease_expires_at,
      lease_holder, groups, attempt, restarts, retries, reason_code, pending_reason_code,
+     array_id, array_index, array_cap, array_overrides,
      ) = v  # fmt: skip
     job_spec = JobSpec(
         params_yaml=params_yaml, labels=dict(_shared_json(labels) or {}),
@@ -77,7 +80,15 @@ def job_from_values(
         groups=tuple(_shared_json(groups) or ()), replicas=replicas, queue_position=position,
         attempt=attempt, restarts=restarts, retries=retries,
         reason_code=reason_code, pending_reason_code=pending_reason_code,
+        array=_task_of(array_id, array_index, array_cap, array_overrides),
     )  # fmt: skip
+
+
+def _task_of(array_id: str, index: int, cap: int, overrides: Any) -> TaskOf | None:
+    """A task's place in its array (None for a job of no array: no JSON decoded)."""
+    if not array_id:
+        return None
+    return TaskOf(array_id, index, cap, dict(_shared_json(overrides) or {}))
 
 
 def spec_of(document: str | Mapping[str, Any]) -> Mapping[str, Any]:

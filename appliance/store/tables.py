@@ -35,6 +35,7 @@ ACTIVE_PHASES_SQL = text(
     "phase IN (" + ", ".join(f"'{p.value}'" for p in Phase if p in ACTIVE) + ")"
 )
 QUEUED_SQL = text(f"phase = '{Phase.QUEUED.value}'")
+ARRAY_SQL = text("array_id <> ''")
 # The phases of a job holding systems and nodes, for `JobRow.phase.in_(...)`.
 HOLDING_PHASES = sorted(p.value for p in HOLDS_RESOURCES)
 
@@ -98,9 +99,22 @@ class JobRow(Base):
     reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
     pending_reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
     stop_reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # A task of an array (domain/arrays.py; "": none): the array's id, the task's index, the
+    # array's cap of tasks running at once (0: none) and the task's sweep overrides.
+    array_id: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    array_index: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    array_cap: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    array_overrides: Mapped[dict[str, str]] = mapped_column(
+        JSON, default=dict, server_default="{}"
+    )
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),
+        # An array's tasks (resolving an array id; its cap in admission): arrays' rows only.
+        Index(
+            "ix_jobs_array", "array_id", "array_index",
+            sqlite_where=ARRAY_SQL, postgresql_where=ARRAY_SQL,
+        ),
         Index("ix_jobs_phase", "phase"),
         # The default list view (active jobs, newest first) and the queue in admission order,
         # each read from a small partial index instead of sorting the whole history.

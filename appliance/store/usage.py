@@ -58,6 +58,7 @@ from appliance.store.base import StoreBase
 from appliance.store.tables import HOLDING_PHASES, AttemptRow, JobRow, NodeRow, PlacementRow
 
 NO_GROUP = "-"
+NO_ARRAY = "-"  # the key of the jobs of no array, by array
 _Time = SQLColumnExpression[float]  # seconds since the epoch
 _Number = ColumnElement[Any]  # a sum's term: seconds, amount x seconds, a count
 _Rows = Select[*tuple[Any, ...]]
@@ -145,6 +146,8 @@ def _key(by: UsageBy) -> SQLColumnExpression[str]:
         return JobRow.user
     if by is UsageBy.GROUP:
         return case((JobRow.account_group == "", NO_GROUP), else_=JobRow.account_group)
+    if by is UsageBy.ARRAY:
+        return case((JobRow.array_id == "", NO_ARRAY), else_=JobRow.array_id)
     return JobRow.queue
 
 

@@ -61,6 +61,26 @@ class JobSpec(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class SweepEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     PARAMS_YAML_FIELD_NUMBER: _builtins.int
     NUM_CSX_FIELD_NUMBER: _builtins.int
     NUM_STEPS_FIELD_NUMBER: _builtins.int
@@ -73,6 +93,8 @@ class JobSpec(_message.Message):
     QUEUE_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     COMMENT_FIELD_NUMBER: _builtins.int
+    ARRAY_FIELD_NUMBER: _builtins.int
+    SWEEP_FIELD_NUMBER: _builtins.int
     params_yaml: _builtins.str
     """The params YAML (Model Zoo style: model, train_input, optimizer, runconfig sections)."""
     num_csx: _builtins.int
@@ -92,11 +114,17 @@ class JobSpec(_message.Message):
     """The queue it is submitted to; empty: `default`."""
     comment: _builtins.str
     """Free text about the job (Slurm's --comment): one line, at most 256 characters."""
+    array: _builtins.str
+    """An array of tasks (Slurm's --array): "0-31%4", "1,3,7", "0-15:4"; "%N" alone with sweep."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Jobs it waits for: "wsjob-…" (afterok), or "afterok:…", "afterany:…", "afternotok:…"."""
+
+    @_builtins.property
+    def sweep(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """A sweep: params key -> comma-separated values; the grid is submitted as an array."""
 
     def __init__(
         self,
@@ -113,10 +141,12 @@ class JobSpec(_message.Message):
         queue: _builtins.str = ...,
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
         comment: _builtins.str = ...,
+        array: _builtins.str = ...,
+        sweep: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "max_restarts", b"max_restarts", "preemptible", b"preemptible"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "comment", b"comment", "depends_on", b"depends_on", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "array", b"array", "comment", b"comment", "depends_on", b"depends_on", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue", "sweep", b"sweep"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_restarts: _TypeAlias = _typing.Literal["max_restarts"]  # noqa: Y015
     _WhichOneofArgType__max_restarts: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts"]  # noqa: Y015
@@ -247,6 +277,26 @@ Global___Replica: _TypeAlias = Replica  # noqa: Y015
 class Job(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ArrayOverridesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     USER_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
@@ -269,6 +319,10 @@ class Job(_message.Message):
     ESTIMATED_START_FIELD_NUMBER: _builtins.int
     REASON_CODE_FIELD_NUMBER: _builtins.int
     PENDING_REASON_CODE_FIELD_NUMBER: _builtins.int
+    ARRAY_ID_FIELD_NUMBER: _builtins.int
+    ARRAY_INDEX_FIELD_NUMBER: _builtins.int
+    ARRAY_CAP_FIELD_NUMBER: _builtins.int
+    ARRAY_OVERRIDES_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     user: _builtins.str
     phase: _common_pb2.Phase.ValueType
@@ -298,6 +352,12 @@ class Job(_message.Message):
     "Capacity", "CancelledByUser"; "" for none). 25, 26: 21-24 are left to the spec's fields.
     """
     pending_reason_code: _builtins.str
+    array_id: _builtins.str
+    """An array's task (arrays, #37): its array's id ("" for a job of no array), its index, the
+    array's cap of tasks running at once (0: none) and its sweep overrides.
+    """
+    array_index: _builtins.int
+    array_cap: _builtins.int
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -320,6 +380,8 @@ class Job(_message.Message):
     def dependents(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The jobs waiting for this one (GetJob)."""
 
+    @_builtins.property
+    def array_overrides(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
         self,
         *,
@@ -345,10 +407,14 @@ class Job(_message.Message):
         estimated_start: _builtins.float = ...,
         reason_code: _builtins.str = ...,
         pending_reason_code: _builtins.str = ...,
+        array_id: _builtins.str = ...,
+        array_index: _builtins.int = ...,
+        array_cap: _builtins.int = ...,
+        array_overrides: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "pending_reason_code", b"pending_reason_code", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "reason_code", b"reason_code", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_cap", b"array_cap", "array_id", b"array_id", "array_index", b"array_index", "array_overrides", b"array_overrides", "attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "pending_reason_code", b"pending_reason_code", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "reason_code", b"reason_code", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -450,6 +516,7 @@ class ListJobsRequest(_message.Message):
     MINE_FIELD_NUMBER: _builtins.int
     LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
     REASONS_FIELD_NUMBER: _builtins.int
+    ARRAY_FIELD_NUMBER: _builtins.int
     all: _builtins.bool
     """Include terminal jobs."""
     user: _builtins.str
@@ -463,6 +530,8 @@ class ListJobsRequest(_message.Message):
     """A label selector as kubectl writes it (k=v, k!=v, k in (a,b), k notin (a,b), k, !k,
     joined by commas; at most 4096 characters), matched together with `labels`.
     """
+    array: _builtins.str
+    """Only the tasks of this array (arrays, #37)."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Every label must match."""
@@ -484,10 +553,11 @@ class ListJobsRequest(_message.Message):
         mine: _builtins.bool = ...,
         label_selector: _builtins.str = ...,
         reasons: _abc.Iterable[_builtins.str] | None = ...,
+        array: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "label_selector", b"label_selector", "labels", b"labels", "limit", b"limit", "mine", b"mine", "page_token", b"page_token", "reasons", b"reasons", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "array", b"array", "label_selector", b"label_selector", "labels", b"labels", "limit", b"limit", "mine", b"mine", "page_token", b"page_token", "reasons", b"reasons", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1674,7 +1744,7 @@ class GetUsageRequest(_message.Message):
     """The window, Unix seconds; 0: 30 days before `until`, and now."""
     until: _builtins.float
     by: _builtins.str
-    """"user" (default), "group" or "queue"."""
+    """"user" (default), "group", "queue" or "array" (an array's tasks together; #37)."""
     def __init__(
         self,
         *,
@@ -2053,3 +2123,136 @@ class Limits(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Limits: _TypeAlias = Limits  # noqa: Y015
+
+@_typing.final
+class GetArrayRequest(_message.Message):
+    """--- Job arrays and sweeps (#37) ---"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARRAY_ID_FIELD_NUMBER: _builtins.int
+    array_id: _builtins.str
+    """The array's id (wsjob-…, without a task's _<index>)."""
+    def __init__(
+        self,
+        *,
+        array_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_id", b"array_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetArrayRequest: _TypeAlias = GetArrayRequest  # noqa: Y015
+
+@_typing.final
+class ArrayTask(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class OverridesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    OVERRIDES_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    REASON_CODE_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    LOSS_FIELD_NUMBER: _builtins.int
+    EVAL_LOSS_FIELD_NUMBER: _builtins.int
+    EVAL_ACCURACY_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    index: _builtins.int
+    phase: _common_pb2.Phase.ValueType
+    reason: _builtins.str
+    """Its reason (pending_reason while queued) and that reason's code."""
+    reason_code: _builtins.str
+    step: _builtins.int
+    """The last step it reached and the loss then; unset: no curve (yet)."""
+    loss: _builtins.float
+    eval_loss: _builtins.float
+    """Its last evaluation's loss and accuracy (the fraction right), if it evaluated."""
+    eval_accuracy: _builtins.float
+    @_builtins.property
+    def overrides(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        index: _builtins.int = ...,
+        overrides: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        phase: _common_pb2.Phase.ValueType = ...,
+        reason: _builtins.str = ...,
+        reason_code: _builtins.str = ...,
+        step: _builtins.int = ...,
+        loss: _builtins.float | None = ...,
+        eval_loss: _builtins.float | None = ...,
+        eval_accuracy: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_eval_accuracy", b"_eval_accuracy", "_eval_loss", b"_eval_loss", "_loss", b"_loss", "eval_accuracy", b"eval_accuracy", "eval_loss", b"eval_loss", "loss", b"loss"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_eval_accuracy", b"_eval_accuracy", "_eval_loss", b"_eval_loss", "_loss", b"_loss", "eval_accuracy", b"eval_accuracy", "eval_loss", b"eval_loss", "index", b"index", "job_id", b"job_id", "loss", b"loss", "overrides", b"overrides", "phase", b"phase", "reason", b"reason", "reason_code", b"reason_code", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__eval_accuracy: _TypeAlias = _typing.Literal["eval_accuracy"]  # noqa: Y015
+    _WhichOneofArgType__eval_accuracy: _TypeAlias = _typing.Literal["_eval_accuracy", b"_eval_accuracy"]  # noqa: Y015
+    _WhichOneofReturnType__eval_loss: _TypeAlias = _typing.Literal["eval_loss"]  # noqa: Y015
+    _WhichOneofArgType__eval_loss: _TypeAlias = _typing.Literal["_eval_loss", b"_eval_loss"]  # noqa: Y015
+    _WhichOneofReturnType__loss: _TypeAlias = _typing.Literal["loss"]  # noqa: Y015
+    _WhichOneofArgType__loss: _TypeAlias = _typing.Literal["_loss", b"_loss"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__eval_accuracy) -> _WhichOneofReturnType__eval_accuracy | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__eval_loss) -> _WhichOneofReturnType__eval_loss | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__loss) -> _WhichOneofReturnType__loss | None: ...
+
+Global___ArrayTask: _TypeAlias = ArrayTask  # noqa: Y015
+
+@_typing.final
+class ArrayView(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARRAY_ID_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    CAP_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    array_id: _builtins.str
+    user: _builtins.str
+    cap: _builtins.int
+    """The cap of tasks running at once (0: none)."""
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ArrayTask]: ...
+    def __init__(
+        self,
+        *,
+        array_id: _builtins.str = ...,
+        user: _builtins.str = ...,
+        cap: _builtins.int = ...,
+        tasks: _abc.Iterable[Global___ArrayTask] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_id", b"array_id", "cap", b"cap", "tasks", b"tasks", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ArrayView: _TypeAlias = ArrayView  # noqa: Y015

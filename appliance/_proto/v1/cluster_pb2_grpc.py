@@ -155,6 +155,11 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.GetLimitsRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.Limits.FromString,
                 _registered_method=True)
+        self.GetArray = channel.unary_unary(
+                '/appliance.v1.ClusterService/GetArray',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.GetArrayRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.ArrayView.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -336,6 +341,14 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetArray(self, request, context):
+        """--- Job arrays and sweeps (#37) ---
+        An array's tasks, one row each: index, overrides, phase, reason, final loss and eval.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -458,6 +471,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.GetLimits,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.GetLimitsRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.Limits.SerializeToString,
+            ),
+            'GetArray': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetArray,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.GetArrayRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.ArrayView.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1109,6 +1127,33 @@ class ClusterService:
             '/appliance.v1.ClusterService/GetLimits',
             appliance_dot_v1_dot_cluster__pb2.GetLimitsRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.Limits.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetArray(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/GetArray',
+            appliance_dot_v1_dot_cluster__pb2.GetArrayRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.ArrayView.FromString,
             options,
             channel_credentials,
             insecure,

@@ -96,6 +96,10 @@ class ClusterServiceStub:
     """The caller's per-user limits (streams, request rate, queued jobs) and their use of them
     now; admins may name another user.
     """
+    GetArray: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetArrayRequest, _cluster_pb2.ArrayView]
+    """--- Job arrays and sweeps (#37) ---
+    An array's tasks, one row each: index, overrides, phase, reason, final loss and eval.
+    """
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -164,6 +168,10 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     GetLimits: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetLimitsRequest, _cluster_pb2.Limits]  # type: ignore[assignment]
     """The caller's per-user limits (streams, request rate, queued jobs) and their use of them
     now; admins may name another user.
+    """
+    GetArray: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetArrayRequest, _cluster_pb2.ArrayView]  # type: ignore[assignment]
+    """--- Job arrays and sweeps (#37) ---
+    An array's tasks, one row each: index, overrides, phase, reason, final loss and eval.
     """
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -374,6 +382,16 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_cluster_pb2.Limits, _abc.Awaitable[_cluster_pb2.Limits]]:
         """The caller's per-user limits (streams, request rate, queued jobs) and their use of them
         now; admins may name another user.
+        """
+
+    @_abc_1.abstractmethod
+    def GetArray(
+        self,
+        request: _cluster_pb2.GetArrayRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.ArrayView, _abc.Awaitable[_cluster_pb2.ArrayView]]:
+        """--- Job arrays and sweeps (#37) ---
+        An array's tasks, one row each: index, overrides, phase, reason, final loss and eval.
         """
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

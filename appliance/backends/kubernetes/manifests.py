@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from appliance.backends.kubernetes.quantities import memory_bytes as _bytes
+from appliance.domain.arrays import array_environment
 from appliance.domain.auth import ATTEMPT_ENV
 from appliance.domain.job import Job, Replica
 from appliance.domain.plan import Role
@@ -282,6 +283,7 @@ def replica_pod(
         {"name": "APPLIANCE_REPLICA", "value": replica.name},
         {"name": "APPLIANCE_COORDINATOR", "value": template.coordinator_address},
         {"name": ATTEMPT_ENV, "value": str(attempt)},
+        *({"name": k, "value": v} for k, v in array_environment(job_id).items()),
         # Replicas serve the data plane on the pod's own address and tell peers that one.
         _from_field("APPLIANCE_REPLICA_HOST", "status.podIP"),
         _from_field("APPLIANCE_POD_NAME", "metadata.name"),

@@ -27,6 +27,7 @@ from appliance.backends.base import (
     no_identity,
     no_secrets,
 )
+from appliance.domain.arrays import array_environment
 from appliance.domain.auth import ATTEMPT_ENV
 from appliance.domain.job import Job, Replica
 from appliance.domain.replica_errors import MAX_ERROR_READ, error_line, says_why
@@ -129,6 +130,7 @@ class LocalBackend(OptionalParts):
             "APPLIANCE_REPLICA": replica.name,
             "APPLIANCE_COORDINATOR": self.coordinator_address,
             ATTEMPT_ENV: str(attempt),
+            **array_environment(job_id),
         }
         env.update(self.replica_secrets(job_id, attempt))
         env.update(self.replica_identity(job_id, attempt, replica.name))

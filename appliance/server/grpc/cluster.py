@@ -7,6 +7,7 @@ from typing import Any
 
 import appliance
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
+from appliance.domain.arrays import checked_array_id
 from appliance.domain.audit import next_token
 from appliance.domain.auth import ANONYMOUS_USER, CLAIMED_USER_METADATA_KEY, Principal
 from appliance.domain.errors import InvalidSpec
@@ -17,13 +18,14 @@ from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import validate_labels
 from appliance.domain.spec_document import spec_values
 from appliance.protocol import audit, convert
+from appliance.protocol.arrays import array_view_to_pb
 from appliance.protocol.cancels import result_to_pb, selection_from_pb
 from appliance.protocol.limits import limits_to_pb
 from appliance.protocol.queues import queue_to_pb, usage_to_pb
 from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
 from appliance.server.grpc.errors import Ctx, stream, unary
-from appliance.services.jobs import check_job_id
+from appliance.services.job_controls import check_job_id
 from appliance.services.nodes import parse_node_state
 from appliance.services.use_cases import UseCases
 
@@ -42,6 +44,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.job_watch = uses.job_watch
         self.audit = uses.audit
         self.limits = uses.limits
+        self.arrays = uses.arrays
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED, summaries.KEEPING)
 
     @unary
@@ -261,6 +264,14 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         claimed = dict(context.invocation_metadata() or ()).get(CLAIMED_USER_METADATA_KEY)
         return limits_to_pb(await self.limits.report_for(caller(), claimed, request.user))
 
+    # --- Job arrays and sweeps (#37) ---
+
+    @unary
+    async def GetArray(
+        self, request: cluster_pb2.GetArrayRequest, context: Ctx
+    ) -> cluster_pb2.ArrayView:
+        return array_view_to_pb(await self.arrays.view(request.array_id, by=caller()))
+
 
 _QUEUE_FIELDS = (
     "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend",
@@ -276,6 +287,7 @@ def query_from_request(msg: cluster_pb2.ListJobsRequest, by: Principal | None = 
         page_token=msg.page_token,
         selector=parse_selector(msg.label_selector),
         reasons=parse_codes(msg.reasons),
+        array=checked_array_id(msg.array) if msg.array else "",
     )
 
 

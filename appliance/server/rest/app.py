@@ -13,6 +13,7 @@ from fastapi import FastAPI, Response
 
 import appliance
 from appliance.server.auth import Authenticator
+from appliance.server.rest.arrays import arrays_router
 from appliance.server.rest.audit import AuditRequests
 from appliance.server.rest.audit_log import audit_router
 from appliance.server.rest.auth import caller_dependency
@@ -79,6 +80,7 @@ def create_app(
     app.include_router(audit_router(uses.audit, caller))
     app.include_router(logs_router(uses.logs, caller, uses.limits))
     app.include_router(limits_router(uses.limits, caller))
+    app.include_router(arrays_router(uses.arrays, caller))
 
     @app.get("/healthz", tags=["health"], response_model=StatusOut)
     async def healthz() -> StatusOut:

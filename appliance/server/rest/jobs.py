@@ -10,6 +10,8 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from appliance.domain.array_view import collapse_queued
+from appliance.domain.arrays import checked_array_id
 from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.listing import DEFAULT_LIMIT, MAX_LIMIT, JobQuery
@@ -88,6 +90,16 @@ def jobs_router(
         page_token: Annotated[
             str, Query(description="next_page_token of the previous page.", max_length=512)
         ] = "",
+        array: Annotated[
+            str, Query(description="Only this array's tasks (wsjob-…).", max_length=64)
+        ] = "",
+        expand: Annotated[
+            bool,
+            Query(
+                description="Every queued task of an array as its own job; otherwise a page "
+                "shows an array's queued tasks as one, named wsjob-…_[3-31%4] (as squeue does)."
+            ),
+        ] = False,
         by: Principal | None = authenticated,
     ) -> Response:
         """List jobs newest first, one page at a time (active jobs only unless `all`, or unless
@@ -100,12 +112,15 @@ def jobs_router(
             page_token=page_token,
             phases=frozenset(phase),
             reasons=parse_codes(reason),
+            array=checked_array_id(array) if array else "",
         )
         listed, token = await listing.page(query)
         found = [
             out.model_copy(update=_waiting(position, reason, start)) if position else out
             for out, position, reason, start in listed
         ]
+        if not expand:
+            found = collapse_queued(found, _queued_task, _renamed)
         return _json(JobListOut(jobs=found, next_page_token=token))
 
     @router.get("/jobs/{job_id}", response_model=JobOut)
@@ -173,6 +188,17 @@ def jobs_router(
         )
 
     return router
+
+
+def _queued_task(job: JobOut) -> tuple[str, int, int] | None:
+    task = job.array
+    if task is None or job.phase is not Phase.QUEUED:
+        return None
+    return task.array_id, task.index, task.cap
+
+
+def _renamed(job: JobOut, name: str) -> JobOut:
+    return job.model_copy(update={"id": name})
 
 
 def _resume_seq(last_event_id: str | None) -> int:

@@ -18,7 +18,7 @@ from appliance.server.rest.auth import CallerDependency
 from appliance.server.rest.errors import ERROR_RESPONSES
 from appliance.server.rest.limiting import holding, open_stream
 from appliance.server.streams import Idle, rechecked
-from appliance.services.jobs import check_job_id
+from appliance.services.job_controls import check_job_id
 from appliance.services.limits import Limits
 from appliance.services.logs import LogService
 

@@ -150,6 +150,33 @@ class LeaseOut(_Out):
     holder: str
 
 
+class ArrayTaskOut(_Out):
+    array_id: str = Field(description="The array's id: its tasks are <array_id>_<index>.")
+    index: int
+    cap: int = Field(description="The array's cap of tasks running at once (0: none).")
+    overrides: dict[str, str] = Field(description="The task's sweep overrides (key: value).")
+
+
+class ArrayRowOut(_Out):
+    job_id: str
+    index: int
+    overrides: dict[str, str]
+    phase: Phase
+    reason: str
+    reason_code: str
+    step: int = Field(description="The last step it reached (0: none yet).")
+    loss: float | None = Field(description="The loss at that step (null: no curve yet).")
+    eval_loss: float | None = Field(description="Its last evaluation's loss (null: none).")
+    eval_accuracy: float | None = Field(description="Its last evaluation's accuracy.")
+
+
+class ArrayOut(_Out):
+    array_id: str
+    user: str
+    cap: int = Field(description="At most this many tasks run at once (0: no cap).")
+    tasks: list[ArrayRowOut] = Field(description="One row per task, sorted as asked.")
+
+
 class JobOut(_Out):
     id: str = Field(description="wsjob-<id>")
     user: str
@@ -199,6 +226,9 @@ class JobOut(_Out):
     finished_at: Moment = Field(description="When it ended; null: not yet.")
     replicas: list[ReplicaOut] = Field(description="Empty in list views.")
     lease: LeaseOut | None = Field(description="None for a detached job.")
+    array: ArrayTaskOut | None = Field(
+        default=None, description="Its array, when it is an array's task (--array, --sweep)."
+    )
 
 
 class JobListOut(_Out):
