@@ -6,6 +6,7 @@ import dataclasses
 import enum
 
 from appliance.domain.display import printable
+from appliance.domain.holds import Hold
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.domain.spec import JobSpec
@@ -129,6 +130,8 @@ class Job:
     # The codes of `reason` and `pending_reason` (domain/reasons.py ReasonCode; "": none).
     reason_code: str = ""
     pending_reason_code: str = ""
+    # Its hold (domain/holds.py; None: not held): a queued job held waits where it is.
+    hold: Hold | None = None
 
     def __str__(self) -> str:
         """`wsjob-… SUCCEEDED: chief finished all steps (step 200/200  loss 2.0091)`: what

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.domain.bounded_yaml import load_bounded
+from appliance.domain.holds import Hold
 from appliance.domain.job import Attempt, Job, Lease, Progress, Replica
 from appliance.domain.spec_document import spec_document
 from appliance.domain.timestamps import rfc3339
@@ -49,7 +50,12 @@ def job_document(job: Job, *, parsed_params: bool = False) -> dict[str, Any]:
         "finished_at": rfc3339(job.finished_at),
         "replicas": [replica_document(r) for r in job.replicas],
         "lease": lease_document(job.lease) if job.lease is not None else None,
+        "hold": hold_document(job.hold) if job.hold is not None else None,
     }
+
+
+def hold_document(hold: Hold) -> dict[str, Any]:
+    return {"kind": hold.kind.value, "by": hold.by, "suspended": hold.suspended}
 
 
 def progress_document(p: Progress) -> dict[str, Any]:

@@ -39,6 +39,9 @@ class ReasonCode(enum.StrEnum):
     # its user's running jobs hold their cap of systems (Slurm's QOSMaxCpuPerUserLimit)
     USER_SYSTEMS = "UserRunningSystems"
     DEPENDENCY = "Dependency"  # waits for a job it depends on
+    HELD_USER = "HeldUser"  # held by its user (or a member of its groups) until released
+    HELD_ADMIN = "HeldAdmin"  # held by an admin: only an admin releases it
+    SUSPENDED = "Suspended"  # suspended while it ran: waits, from its checkpoint, to resume
     PREEMPTING = "Preempting"  # waits for lower-priority jobs it preempts to stop
     RECLAIM = "Reclaim"  # waits for jobs borrowing its queue's quota to stop
     BACKEND = "Backend"  # scheduled; the backend cannot start replicas yet
@@ -129,6 +132,11 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
         f"(running_systems per user); it needs {p['systems']} and starts when theirs end"
     ),
     ReasonCode.DEPENDENCY: lambda p: f"waiting for {p['job']} ({p['phase']}) {p['wanted']}",
+    ReasonCode.HELD_USER: lambda p: f"held by {p['by']}; csctl release job to let it run",
+    ReasonCode.HELD_ADMIN: lambda p: f"held by {p['by']} (an admin); an admin releases it",
+    ReasonCode.SUSPENDED: lambda p: (
+        f"suspended by {p['by']}; csctl resume job to go on from its checkpoint"
+    ),
     ReasonCode.PREEMPTING: _preempting,
     ReasonCode.RECLAIM: _reclaim,
     ReasonCode.BACKEND: lambda p: f"waiting for the backend to start replicas: {p['error']}",

@@ -132,6 +132,15 @@ class JobSpec:
             max_chars=MAX_COMMENT,
         ),
     )
+    # Submitted held (Slurm's sbatch -H): the job's hold itself is the store's (domain/holds.py).
+    hold: bool = field(
+        default=False,
+        metadata=about(
+            "true: submit it held (Slurm's sbatch -H): it keeps its place in the queue and "
+            "waits until released (csctl release job).",
+            option="--hold",
+        ),
+    )
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -155,6 +164,7 @@ def validate_spec(
     queue: str | None = None,
     depends_on: Iterable[Any] | None = None,
     comment: str = "",
+    hold: bool = False,
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -200,6 +210,8 @@ def validate_spec(
         raise InvalidSpec(
             f"preemptible must be true or false, got {preemptible!r}", field="preemptible"
         )
+    if not isinstance(hold, bool):
+        raise InvalidSpec(f"hold must be true or false, got {hold!r}", field="hold")
     spec = JobSpec(
         params_yaml=params_yaml,
         num_csx=num_csx,
@@ -213,6 +225,7 @@ def validate_spec(
         queue=validate_queue_name(queue) if queue else DEFAULT_QUEUE,
         depends_on=parse_dependencies(depends_on),
         comment=validate_text(comment, "comment", MAX_COMMENT),
+        hold=hold,
     )
     spec.__dict__["params"] = params  # seed the cached parse: YAML is parsed once per submit
     return spec

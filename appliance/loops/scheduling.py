@@ -1,7 +1,8 @@
 """The scheduler loop: snapshot the queues and the pool, decide with `admit`, apply.
 
 A job waiting for other jobs (domain/dependencies.py) is left out of admission with why; one
-whose dependency broke is cancelled here. A queue's head that cannot fit may preempt jobs of
+whose dependency broke is cancelled here. A held job (domain/holds.py) is left out too, with
+its hold as its reason, and keeps its place. A queue's head that cannot fit may preempt jobs of
 its queue of lower priority, or, when it would run within its queue's quota, reclaim what
 other queues borrow (scheduler/reclaim.py).
 
@@ -117,6 +118,10 @@ class SchedulerLoop:
         pending, cancelled = await self._dependencies(reads.dependencies)
         given = dict(pending)
         skip = set(pending) | cancelled
+        for held in index.held():  # stepped over, keeping their places (domain/holds.py)
+            assert held.hold is not None
+            skip.add(held.job_id)
+            given[held.job_id] = held.hold.reason
         decision = await self._admit(index, skip, given, generation, reads)
         self._capped = decision.capped
         view.publish(decision, given, generation)

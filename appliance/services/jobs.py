@@ -19,6 +19,7 @@ from appliance.domain.bounded_yaml import check_nesting
 from appliance.domain.compile import CompileReport, compile_job
 from appliance.domain.curves import Curves
 from appliance.domain.errors import InvalidSpec, job_not_found
+from appliance.domain.holds import hold_by
 from appliance.domain.ids import is_job_id, new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent, without_details
@@ -174,7 +175,8 @@ class JobService:
         else:
             spec = self.model_dirs.place(spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
-        new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups, warnings)
+        hold = hold_by(by, user) if spec.hold else None  # submitted held (sbatch -H)
+        new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups, warnings, hold)
         view = self._ctx.backlog
         view.expect(job_id)
         try:
@@ -182,7 +184,9 @@ class JobService:
         except BaseException:
             view.enter(job_id, None)
             raise
-        entry = QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue, user, groups)
+        entry = QueuedJob(
+            job.id, spec.priority, job.created_at, plan, spec.queue, user, groups, hold
+        )
         view.enter(job_id, entry)
         self._ctx.metrics.submitted(door)
         self._ctx.bus.wake_scheduler()

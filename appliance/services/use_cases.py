@@ -8,6 +8,7 @@ import dataclasses
 from appliance.services.audit import AuditTrail
 from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.health import Readiness
+from appliance.services.holds import HoldService
 from appliance.services.job_watch import JobWatch
 from appliance.services.jobs import JobService
 from appliance.services.limits import Limits
@@ -33,3 +34,4 @@ class UseCases:
     readiness: Readiness
     audit: AuditTrail
     limits: Limits
+    holds: HoldService

@@ -19,6 +19,7 @@ from sqlalchemy import insert, select, update
 
 from appliance.domain.backlog import Placement
 from appliance.domain.errors import InvalidSpec, NotFound
+from appliance.domain.holds import Hold
 from appliance.domain.job import Job, ReplicaPhase
 from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import Phase
@@ -29,6 +30,7 @@ from appliance.domain.spec import JobSpec
 from appliance.domain.spec_document import stored_document
 from appliance.store.audit import AuditStore
 from appliance.store.base import in_chunks
+from appliance.store.holds import JobHoldStore
 from appliance.store.job_controls import JobControlStore
 from appliance.store.leadership import LeadershipStore
 from appliance.store.listing import ListingStore
@@ -66,6 +68,8 @@ class NewJob:
     groups: tuple[str, ...] = ()
     # Recorded as events after the submitted one (params keys accepted but not used).
     warnings: tuple[Reason, ...] = ()
+    # Submitted held (spec.hold): whose hold it is (domain/holds.py).
+    hold: Hold | None = None
 
 
 # Why a new job waits, until a scheduler pass says why; and what its first event says.
@@ -74,6 +78,7 @@ _WAITING = said(ReasonCode.SCHEDULER)
 
 class JobStore(
     JobControlStore,
+    JobHoldStore,
     PoolStore,
     ListingStore,
     RequeueStore,
@@ -103,6 +108,8 @@ class JobStore(
                 "lease_holder": n.lease_holder, "groups": list(n.groups), "queue": n.spec.queue,
                 "account_group": n.groups[0] if n.groups else "",
                 "queued_at": now, "pending_reason_code": _WAITING.code_text,
+                "hold": n.hold.kind.value if n.hold else "",
+                "held_by": n.hold.by if n.hold else "", "suspended": False,
             }
             for n in new
         ]  # fmt: skip
@@ -162,7 +169,7 @@ class JobStore(
                 updated_at=now, pending_reason=_WAITING.message,
                 pending_reason_code=_WAITING.code_text,
                 lease=lease_of(n.lease_seconds, now + n.lease_seconds, n.lease_holder),
-                groups=n.groups)
+                groups=n.groups, hold=n.hold)
             for n in new
         ]  # fmt: skip
 

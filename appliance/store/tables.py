@@ -98,6 +98,11 @@ class JobRow(Base):
     reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
     pending_reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
     stop_reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # Its hold (domain/holds.py): "" (none), "user" or "admin"; who put it; whether it
+    # suspended the job while it ran. A held queued job keeps its place; admission skips it.
+    hold: Mapped[str] = mapped_column(String(8), default="", server_default="")
+    held_by: Mapped[str] = mapped_column(String(253), default="", server_default="")
+    suspended: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),

@@ -73,6 +73,7 @@ class JobSpec(_message.Message):
     QUEUE_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     COMMENT_FIELD_NUMBER: _builtins.int
+    HOLD_FIELD_NUMBER: _builtins.int
     params_yaml: _builtins.str
     """The params YAML (Model Zoo style: model, train_input, optimizer, runconfig sections)."""
     num_csx: _builtins.int
@@ -92,6 +93,10 @@ class JobSpec(_message.Message):
     """The queue it is submitted to; empty: `default`."""
     comment: _builtins.str
     """Free text about the job (Slurm's --comment): one line, at most 256 characters."""
+    hold: _builtins.bool
+    """Submit it held (Slurm's sbatch -H): it keeps its place in the queue and waits until it
+    is released (ReleaseJob).
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -113,10 +118,11 @@ class JobSpec(_message.Message):
         queue: _builtins.str = ...,
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
         comment: _builtins.str = ...,
+        hold: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "max_restarts", b"max_restarts", "preemptible", b"preemptible"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "comment", b"comment", "depends_on", b"depends_on", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "comment", b"comment", "depends_on", b"depends_on", "hold", b"hold", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_restarts: _TypeAlias = _typing.Literal["max_restarts"]  # noqa: Y015
     _WhichOneofArgType__max_restarts: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts"]  # noqa: Y015
@@ -269,6 +275,9 @@ class Job(_message.Message):
     ESTIMATED_START_FIELD_NUMBER: _builtins.int
     REASON_CODE_FIELD_NUMBER: _builtins.int
     PENDING_REASON_CODE_FIELD_NUMBER: _builtins.int
+    HELD_BY_FIELD_NUMBER: _builtins.int
+    HOLD_FIELD_NUMBER: _builtins.int
+    SUSPENDED_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     user: _builtins.str
     phase: _common_pb2.Phase.ValueType
@@ -298,6 +307,12 @@ class Job(_message.Message):
     "Capacity", "CancelledByUser"; "" for none). 25, 26: 21-24 are left to the spec's fields.
     """
     pending_reason_code: _builtins.str
+    held_by: _builtins.str
+    """Its hold (#37; held_by "": not held): who put it, "user" or "admin" (only an admin
+    releases an admin's), and whether it suspended the job while it ran.
+    """
+    hold: _builtins.str
+    suspended: _builtins.bool
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -345,10 +360,13 @@ class Job(_message.Message):
         estimated_start: _builtins.float = ...,
         reason_code: _builtins.str = ...,
         pending_reason_code: _builtins.str = ...,
+        held_by: _builtins.str = ...,
+        hold: _builtins.str = ...,
+        suspended: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "pending_reason_code", b"pending_reason_code", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "reason_code", b"reason_code", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "held_by", b"held_by", "hold", b"hold", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "pending_reason_code", b"pending_reason_code", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "reason_code", b"reason_code", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "suspended", b"suspended", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2053,3 +2071,49 @@ class Limits(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Limits: _TypeAlias = Limits  # noqa: Y015
+
+@_typing.final
+class JobHoldRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobHoldRequest: _TypeAlias = JobHoldRequest  # noqa: Y015
+
+@_typing.final
+class JobHoldResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    changed: _builtins.bool
+    """False when nothing changed (already held, not held), said in `message`."""
+    message: _builtins.str
+    @_builtins.property
+    def job(self) -> Global___Job: ...
+    def __init__(
+        self,
+        *,
+        job: Global___Job | None = ...,
+        changed: _builtins.bool = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "job", b"job", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobHoldResponse: _TypeAlias = JobHoldResponse  # noqa: Y015

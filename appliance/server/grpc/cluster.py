@@ -23,6 +23,7 @@ from appliance.protocol.queues import queue_to_pb, usage_to_pb
 from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
 from appliance.server.grpc.errors import Ctx, stream, unary
+from appliance.services.holds import HoldOutcome
 from appliance.services.jobs import check_job_id
 from appliance.services.nodes import parse_node_state
 from appliance.services.use_cases import UseCases
@@ -42,6 +43,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.job_watch = uses.job_watch
         self.audit = uses.audit
         self.limits = uses.limits
+        self.holds = uses.holds
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED, summaries.KEEPING)
 
     @unary
@@ -260,6 +262,38 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> cluster_pb2.Limits:
         claimed = dict(context.invocation_metadata() or ()).get(CLAIMED_USER_METADATA_KEY)
         return limits_to_pb(await self.limits.report_for(caller(), claimed, request.user))
+
+    # ---- Holds and suspend (#37) ----------------------------------------------------------
+
+    @unary
+    async def HoldJob(
+        self, request: cluster_pb2.JobHoldRequest, context: Ctx
+    ) -> cluster_pb2.JobHoldResponse:
+        return _hold_to_pb(await self.holds.hold(request.job_id, by=caller()))
+
+    @unary
+    async def ReleaseJob(
+        self, request: cluster_pb2.JobHoldRequest, context: Ctx
+    ) -> cluster_pb2.JobHoldResponse:
+        return _hold_to_pb(await self.holds.release(request.job_id, by=caller()))
+
+    @unary
+    async def SuspendJob(
+        self, request: cluster_pb2.JobHoldRequest, context: Ctx
+    ) -> cluster_pb2.JobHoldResponse:
+        return _hold_to_pb(await self.holds.suspend(request.job_id, by=caller()))
+
+    @unary
+    async def ResumeJob(
+        self, request: cluster_pb2.JobHoldRequest, context: Ctx
+    ) -> cluster_pb2.JobHoldResponse:
+        return _hold_to_pb(await self.holds.release(request.job_id, by=caller(), resume=True))
+
+
+def _hold_to_pb(outcome: HoldOutcome) -> cluster_pb2.JobHoldResponse:
+    return cluster_pb2.JobHoldResponse(
+        job=convert.job_to_pb(outcome.job), changed=outcome.changed, message=outcome.message
+    )
 
 
 _QUEUE_FIELDS = (

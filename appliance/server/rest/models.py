@@ -150,6 +150,12 @@ class LeaseOut(_Out):
     holder: str
 
 
+class HoldOut(_Out):
+    kind: str = Field(description="user, or admin (only an admin releases it).")
+    by: str = Field(description="Who put the hold.")
+    suspended: bool = Field(description="It suspended the job while it ran (csctl resume).")
+
+
 class JobOut(_Out):
     id: str = Field(description="wsjob-<id>")
     user: str
@@ -199,6 +205,11 @@ class JobOut(_Out):
     finished_at: Moment = Field(description="When it ended; null: not yet.")
     replicas: list[ReplicaOut] = Field(description="Empty in list views.")
     lease: LeaseOut | None = Field(description="None for a detached job.")
+    hold: HoldOut | None = Field(
+        default=None,
+        description="Its hold (null: not held): a held queued job keeps its place and waits "
+        "until released.",
+    )
 
 
 class JobListOut(_Out):
@@ -207,6 +218,12 @@ class JobListOut(_Out):
         "position and pending reason of each queued job."
     )
     next_page_token: str = Field(description="Pass as page_token for the next page; empty = end.")
+
+
+class HoldActionOut(_Out):
+    job: JobOut
+    changed: bool = Field(description="False when nothing changed (already held, not held).")
+    message: str
 
 
 class CancelOut(_Out):
