@@ -38,6 +38,10 @@ class ReasonCode(enum.StrEnum):
     NEVER_FITS = "NeverFits"  # needs more than its queue may ever hold
     # its user's running jobs hold their cap of systems (Slurm's QOSMaxCpuPerUserLimit)
     USER_SYSTEMS = "UserRunningSystems"
+    # its user's admitted jobs in its queue are at the queue's cap (Slurm's MaxJobsPerUser)
+    QUEUE_USER_JOBS = "QueueUserJobLimit"
+    # its user's admitted jobs in its queue hold the queue's cap of systems (MaxTRESPerUser)
+    QUEUE_USER_SYSTEMS = "QueueUserSystemLimit"
     DEPENDENCY = "Dependency"  # waits for a job it depends on
     HELD_USER = "HeldUser"  # held by its user (or a member of its groups) until released
     HELD_ADMIN = "HeldAdmin"  # held by an admin: only an admin releases it
@@ -130,6 +134,14 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
     ReasonCode.USER_SYSTEMS: lambda p: (
         f"{p['user']}'s running jobs hold {p['held']} of their {p['cap']} systems "
         f"(running_systems per user); it needs {p['systems']} and starts when theirs end"
+    ),
+    ReasonCode.QUEUE_USER_JOBS: lambda p: (
+        f"{p['user']} has {p['running']} of their {p['cap']} jobs running in queue "
+        f"{p['queue']} (max_running_jobs_per_user); it starts when one of theirs ends"
+    ),
+    ReasonCode.QUEUE_USER_SYSTEMS: lambda p: (
+        f"{p['user']}'s jobs in queue {p['queue']} hold {p['held']} of their {p['cap']} "
+        f"systems (max_systems_per_user); it needs {p['systems']} and starts when theirs end"
     ),
     ReasonCode.DEPENDENCY: lambda p: f"waiting for {p['job']} ({p['phase']}) {p['wanted']}",
     ReasonCode.HELD_USER: lambda p: f"held by {p['by']}; csctl release job to let it run",

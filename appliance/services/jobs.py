@@ -25,6 +25,7 @@ from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent, without_details
 from appliance.domain.params_keys import notes_of
 from appliance.domain.plan import ReplicaPlan, plan_replicas
+from appliance.domain.queues import QueueSpec
 from appliance.domain.reasons import Reason
 from appliance.domain.spec import (
     MAX_HOLDER,
@@ -133,14 +134,15 @@ class JobService:
             user = by.user
         validate_user(user)
         groups = by.groups if by is not None else ()
+        queue = await self._queues.check_submit(spec.queue, by)
         limited = (
-            self._limits.submitting(user, groups, spec.queue, door)
+            self._limits.submitting(user, groups, spec.queue, door, queue.max_queued_jobs_per_user)
             if self._limits is not None
             else contextlib.nullcontext()
         )
-        async with limited:  # the user's cap of jobs waiting to run
+        async with limited:  # the user's caps of jobs waiting to run, in all and in the queue
             return await self._submit(
-                spec, user, lease_seconds, lease_holder, by, door, refuse_never_runs
+                spec, user, lease_seconds, lease_holder, by, door, queue, refuse_never_runs
             )
 
     async def _submit(
@@ -151,9 +153,9 @@ class JobService:
         lease_holder: str,
         by: Principal | None,
         door: Door,
+        queue: QueueSpec,
         refuse_never_runs: bool,
     ) -> Job:
-        queue = await self._queues.check_submit(spec.queue, by)
         await self._check_dependencies(spec)
         if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
             raise InvalidSpec(

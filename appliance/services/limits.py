@@ -133,13 +133,22 @@ class Limits:
 
     @contextlib.asynccontextmanager
     async def submitting(
-        self, user: str, groups: tuple[str, ...], queue: str, door: str
+        self,
+        user: str,
+        groups: tuple[str, ...],
+        queue: str,
+        door: str,
+        queue_defined: int | None = None,
     ) -> AsyncIterator[None]:
         """Around one submit: refuse it (LimitExceeded) when `user` has their cap of jobs
-        waiting, in all or in `queue`. Submits under way count as waiting in `queue`, so two
-        at once cannot both take the last place."""
+        waiting, in all or in `queue` (the limits file's cap for the queue, or the queue's
+        own max_queued_jobs_per_user, `queue_defined`: the smaller; the queue's holds with
+        limits off too). Submits under way count as waiting in `queue`, so two at once
+        cannot both take the last place."""
         policy = self.policy
         caps, queue_cap = policy.caps_of(user, groups), policy.queue_cap(queue)
+        if queue_defined is not None:
+            queue_cap = queue_defined if queue_cap is None else min(queue_cap, queue_defined)
         if caps.queued_jobs is None and queue_cap is None:
             yield
             return

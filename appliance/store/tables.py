@@ -249,6 +249,10 @@ class QueueRow(Base):
     source: Mapped[str] = mapped_column(String(16))
     updated_by: Mapped[str] = mapped_column(String(253), default="", server_default="")
     updated_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # Caps per user inside the queue (None: none): running jobs, queued jobs, systems in use.
+    max_running_jobs_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_queued_jobs_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_systems_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class QueueUsageRow(Base):

@@ -1474,6 +1474,9 @@ class Queue(_message.Message):
     WEIGHTED_SHARE_FIELD_NUMBER: _builtins.int
     SYSTEMS_FIELD_NUMBER: _builtins.int
     MEMORYX_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
+    MAX_QUEUED_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
+    MAX_SYSTEMS_PER_USER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     quota_systems: _builtins.int
     """Its nominal quota (the default queue: what no other queue's quota holds)."""
@@ -1504,6 +1507,12 @@ class Queue(_message.Message):
     the share that goes with the systems).
     """
     memoryx_bytes: _builtins.int
+    max_running_jobs_per_user: _builtins.int
+    """Caps per user inside the queue (#37; unset: none): admitted jobs (Slurm's
+    MaxJobsPerUser), jobs waiting to run (MaxSubmitJobs), CS-2 systems held (MaxTRESPerUser).
+    """
+    max_queued_jobs_per_user: _builtins.int
+    max_systems_per_user: _builtins.int
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Who may submit to it (empty: anyone)."""
@@ -1532,15 +1541,24 @@ class Queue(_message.Message):
         weighted_share: _builtins.float = ...,
         systems: _builtins.int | None = ...,
         memoryx_bytes: _builtins.int | None = ...,
+        max_running_jobs_per_user: _builtins.int | None = ...,
+        max_queued_jobs_per_user: _builtins.int | None = ...,
+        max_systems_per_user: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "memoryx_bytes", b"memoryx_bytes", "systems", b"systems"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx_bytes", b"memoryx_bytes", "systems", b"systems"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "borrowed_systems", b"borrowed_systems", "groups", b"groups", "lend", b"lend", "lent_systems", b"lent_systems", "memoryx_bytes", b"memoryx_bytes", "name", b"name", "pending", b"pending", "quota_memoryx_bytes", b"quota_memoryx_bytes", "quota_systems", b"quota_systems", "running", b"running", "share", b"share", "source", b"source", "systems", b"systems", "updated_at", b"updated_at", "updated_by", b"updated_by", "used_memoryx_bytes", b"used_memoryx_bytes", "used_systems", b"used_systems", "weight", b"weight", "weighted_share", b"weighted_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "borrowed_systems", b"borrowed_systems", "groups", b"groups", "lend", b"lend", "lent_systems", b"lent_systems", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx_bytes", b"memoryx_bytes", "name", b"name", "pending", b"pending", "quota_memoryx_bytes", b"quota_memoryx_bytes", "quota_systems", b"quota_systems", "running", b"running", "share", b"share", "source", b"source", "systems", b"systems", "updated_at", b"updated_at", "updated_by", b"updated_by", "used_memoryx_bytes", b"used_memoryx_bytes", "used_systems", b"used_systems", "weight", b"weight", "weighted_share", b"weighted_share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__borrow_memoryx_bytes: _TypeAlias = _typing.Literal["borrow_memoryx_bytes"]  # noqa: Y015
     _WhichOneofArgType__borrow_memoryx_bytes: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes"]  # noqa: Y015
     _WhichOneofReturnType__borrow_systems: _TypeAlias = _typing.Literal["borrow_systems"]  # noqa: Y015
     _WhichOneofArgType__borrow_systems: _TypeAlias = _typing.Literal["_borrow_systems", b"_borrow_systems"]  # noqa: Y015
+    _WhichOneofReturnType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["max_queued_jobs_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["_max_queued_jobs_per_user", b"_max_queued_jobs_per_user"]  # noqa: Y015
+    _WhichOneofReturnType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["max_running_jobs_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["_max_running_jobs_per_user", b"_max_running_jobs_per_user"]  # noqa: Y015
+    _WhichOneofReturnType__max_systems_per_user: _TypeAlias = _typing.Literal["max_systems_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_systems_per_user: _TypeAlias = _typing.Literal["_max_systems_per_user", b"_max_systems_per_user"]  # noqa: Y015
     _WhichOneofReturnType__memoryx_bytes: _TypeAlias = _typing.Literal["memoryx_bytes"]  # noqa: Y015
     _WhichOneofArgType__memoryx_bytes: _TypeAlias = _typing.Literal["_memoryx_bytes", b"_memoryx_bytes"]  # noqa: Y015
     _WhichOneofReturnType__systems: _TypeAlias = _typing.Literal["systems"]  # noqa: Y015
@@ -1549,6 +1567,12 @@ class Queue(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_memoryx_bytes) -> _WhichOneofReturnType__borrow_memoryx_bytes | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_systems) -> _WhichOneofReturnType__borrow_systems | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_queued_jobs_per_user) -> _WhichOneofReturnType__max_queued_jobs_per_user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_running_jobs_per_user) -> _WhichOneofReturnType__max_running_jobs_per_user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_systems_per_user) -> _WhichOneofReturnType__max_systems_per_user | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__memoryx_bytes) -> _WhichOneofReturnType__memoryx_bytes | None: ...
     @_typing.overload
@@ -1589,6 +1613,9 @@ class SetQueueRequest(_message.Message):
     LEND_FIELD_NUMBER: _builtins.int
     GROUPS_FIELD_NUMBER: _builtins.int
     SET_GROUPS_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
+    MAX_QUEUED_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
+    MAX_SYSTEMS_PER_USER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     systems: _builtins.int
     memoryx: _builtins.str
@@ -1599,6 +1626,10 @@ class SetQueueRequest(_message.Message):
     borrow_memoryx: _builtins.str
     lend: _builtins.bool
     set_groups: _builtins.bool
+    max_running_jobs_per_user: _builtins.str
+    """Caps per user inside the queue (#37): a number, or "unlimited"."""
+    max_queued_jobs_per_user: _builtins.str
+    max_systems_per_user: _builtins.str
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Replaces the queue's groups when `set_groups` is true (an empty list: anyone)."""
@@ -1615,10 +1646,13 @@ class SetQueueRequest(_message.Message):
         lend: _builtins.bool | None = ...,
         groups: _abc.Iterable[_builtins.str] | None = ...,
         set_groups: _builtins.bool = ...,
+        max_running_jobs_per_user: _builtins.str | None = ...,
+        max_queued_jobs_per_user: _builtins.str | None = ...,
+        max_systems_per_user: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "lend", b"lend", "memoryx", b"memoryx", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "lend", b"lend", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx", b"memoryx", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "groups", b"groups", "lend", b"lend", "memoryx", b"memoryx", "name", b"name", "set_groups", b"set_groups", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "groups", b"groups", "lend", b"lend", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx", b"memoryx", "name", b"name", "set_groups", b"set_groups", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__borrow_memoryx: _TypeAlias = _typing.Literal["borrow_memoryx"]  # noqa: Y015
     _WhichOneofArgType__borrow_memoryx: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx"]  # noqa: Y015
@@ -1626,6 +1660,12 @@ class SetQueueRequest(_message.Message):
     _WhichOneofArgType__borrow_systems: _TypeAlias = _typing.Literal["_borrow_systems", b"_borrow_systems"]  # noqa: Y015
     _WhichOneofReturnType__lend: _TypeAlias = _typing.Literal["lend"]  # noqa: Y015
     _WhichOneofArgType__lend: _TypeAlias = _typing.Literal["_lend", b"_lend"]  # noqa: Y015
+    _WhichOneofReturnType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["max_queued_jobs_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["_max_queued_jobs_per_user", b"_max_queued_jobs_per_user"]  # noqa: Y015
+    _WhichOneofReturnType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["max_running_jobs_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["_max_running_jobs_per_user", b"_max_running_jobs_per_user"]  # noqa: Y015
+    _WhichOneofReturnType__max_systems_per_user: _TypeAlias = _typing.Literal["max_systems_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_systems_per_user: _TypeAlias = _typing.Literal["_max_systems_per_user", b"_max_systems_per_user"]  # noqa: Y015
     _WhichOneofReturnType__memoryx: _TypeAlias = _typing.Literal["memoryx"]  # noqa: Y015
     _WhichOneofArgType__memoryx: _TypeAlias = _typing.Literal["_memoryx", b"_memoryx"]  # noqa: Y015
     _WhichOneofReturnType__systems: _TypeAlias = _typing.Literal["systems"]  # noqa: Y015
@@ -1638,6 +1678,12 @@ class SetQueueRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_systems) -> _WhichOneofReturnType__borrow_systems | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__lend) -> _WhichOneofReturnType__lend | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_queued_jobs_per_user) -> _WhichOneofReturnType__max_queued_jobs_per_user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_running_jobs_per_user) -> _WhichOneofReturnType__max_running_jobs_per_user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_systems_per_user) -> _WhichOneofReturnType__max_systems_per_user | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__memoryx) -> _WhichOneofReturnType__memoryx | None: ...
     @_typing.overload

@@ -12,6 +12,7 @@ from appliance.domain.auth import ANONYMOUS_USER, CLAIMED_USER_METADATA_KEY, Pri
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
+from appliance.domain.queues import USER_CAPS
 from appliance.domain.reasons import parse_codes
 from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import validate_labels
@@ -297,7 +298,7 @@ def _hold_to_pb(outcome: HoldOutcome) -> cluster_pb2.JobHoldResponse:
 
 
 _QUEUE_FIELDS = (
-    "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend",
+    "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend", *USER_CAPS,
 )  # fmt: skip
 
 

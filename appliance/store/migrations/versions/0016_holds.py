@@ -1,5 +1,6 @@
 """Holds (#37): a job's hold ("" none, "user" or "admin"), who put it, and whether it
-suspended the job while it ran.
+suspended the job while it ran; and a queue's caps per user (running jobs, queued jobs,
+systems in use; NULL: none).
 
 Revision ID: 0016
 Revises: 0014
@@ -15,6 +16,8 @@ down_revision = "0014"
 branch_labels = None
 depends_on = None
 
+_QUEUE_CAPS = ("max_running_jobs_per_user", "max_queued_jobs_per_user", "max_systems_per_user")
+
 
 def upgrade() -> None:
     with op.batch_alter_table("jobs", recreate="never") as batch:
@@ -23,9 +26,15 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("suspended", sa.Boolean(), server_default=sa.false(), nullable=False)
         )
+    with op.batch_alter_table("queues", recreate="never") as batch:
+        for name in _QUEUE_CAPS:
+            batch.add_column(sa.Column(name, sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("queues", recreate="never") as batch:
+        for name in reversed(_QUEUE_CAPS):
+            batch.drop_column(name)
     with op.batch_alter_table("jobs", recreate="never") as batch:
         for name in ("suspended", "held_by", "hold"):
             batch.drop_column(name)
