@@ -17,6 +17,7 @@ from csctl import arrays, audit, job_list, limits, nodes  # noqa: F401  (registe
 from csctl.completion import completion
 from csctl.configure import config
 from csctl.controls import job_group, label
+from csctl.holds import hold, release, resume, suspend
 from csctl.jobs import cancel, get
 from csctl.logs import events, log_export, logs
 from csctl.queues import queue_group
@@ -112,6 +113,7 @@ def cli(
       csctl queue set nlp --systems 2 --weight 2
       csctl get usage --since 7d --by queue
       csctl cancel job wsjob-abc123def456gh
+      csctl hold job wsjob-abc123def456gh
     """
     ctx.obj = Session(
         server, token, certificate_authority, insecure, client_certificate, client_key
@@ -135,6 +137,10 @@ def version(session: Session) -> None:
 for command in (
     get,
     cancel,
+    hold,
+    release,
+    suspend,
+    resume,
     label,
     job_group,
     logs,

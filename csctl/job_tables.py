@@ -137,6 +137,9 @@ def job_detail_table(job: Job, *, now: float) -> str:
     text = "\n".join(jobs_table([job], now=now, wide=True).lines)
     if job.queue_position:
         text += f"\n\nQUEUE POSITION: {job.queue_position} in queue {job.spec.queue}"
+    if job.hold is not None:
+        kind = "suspended" if job.hold.suspended else f"{job.hold.kind} hold"
+        text += f"\n\nHELD: {job.hold.reason.message} ({kind})"
     if job.estimated_start and job.phase is Phase.QUEUED:
         text += f"\n\nESTIMATED START: {estimated_start(job, now)} from now (an estimate)"
     if job.spec.depends_on:

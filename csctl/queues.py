@@ -23,7 +23,9 @@ from csctl.session import Session
 QUEUE_COLUMNS = (
     "NAME", "QUOTA", "USED", "BORROWED", "LENT", "PENDING", "RUNNING", "WEIGHT", "SHARE",
 )  # fmt: skip
-WIDE_QUEUE_COLUMNS = (*QUEUE_COLUMNS, "MEMORYX", "BORROW-LIMIT", "LENDS", "GROUPS", "SOURCE")
+WIDE_QUEUE_COLUMNS = (
+    *QUEUE_COLUMNS, "MEMORYX", "BORROW-LIMIT", "LENDS", "GROUPS", "SOURCE", "PER-USER",
+)  # fmt: skip
 USAGE_COLUMNS = (
     "SYSTEM-HOURS", "MEMORYX-GIB-HOURS", "SUCCEEDED", "FAILED", "CANCELLED", "WAIT-P50",
     "WAIT-P95", "PREEMPTIONS", "RESTARTS",
@@ -46,6 +48,7 @@ def queues_table(queues: Sequence[QueueStatus], *, wide: bool = False) -> str:
                 "yes" if q.spec.lend else "no",
                 ",".join(q.spec.groups) or "*",
                 q.spec.source.value,
+                _per_user(q),
             ]
         rows.append(row)
     return render.format_table(WIDE_QUEUE_COLUMNS if wide else QUEUE_COLUMNS, rows)
@@ -56,6 +59,16 @@ def _limit(q: QueueStatus) -> str:
     if q.spec.borrow_memoryx_bytes is None:
         return systems
     return f"{systems}/{render.format_bytes(q.spec.borrow_memoryx_bytes)}"
+
+
+def _per_user(q: QueueStatus) -> str:
+    """The queue's caps per user: `running=2,queued=10,systems=4`, those set; `-`: none."""
+    caps = (
+        ("running", q.spec.max_running_jobs_per_user),
+        ("queued", q.spec.max_queued_jobs_per_user),
+        ("systems", q.spec.max_systems_per_user),
+    )
+    return ",".join(f"{name}={cap}" for name, cap in caps if cap is not None) or "-"
 
 
 def queue_document(q: QueueStatus) -> dict[str, Any]:
@@ -109,7 +122,8 @@ def get_queues(session: Session, output: str) -> None:
     QUOTA, USED, BORROWED and LENT count CS-2 systems: BORROWED is what a queue holds beyond
     its quota, LENT what other queues hold of its idle quota. SHARE is its part of the
     cluster's recent usage (decayed; queues with the lowest usage for their WEIGHT borrow
-    first). -o wide adds MemoryX, borrowing limits, lending, groups and where it was defined.
+    first). -o wide adds MemoryX, borrowing limits, lending, groups, where it was defined and
+    its caps per user (PER-USER: running jobs, queued jobs, systems).
 
     \b
     Examples:
@@ -199,6 +213,19 @@ def queue_group() -> None:
 @click.option("--borrow-memoryx", help="Most MemoryX it may borrow, e.g. 8GiB, or unlimited.")
 @click.option("--lend/--no-lend", default=None, help="Lend its idle quota (default: lend).")
 @click.option("--groups", help="Comma-separated groups that may submit ('' : anyone).")
+@click.option(
+    "--max-running-jobs-per-user", metavar="N", help="Jobs one user may run in it, or unlimited."
+)
+@click.option(
+    "--max-queued-jobs-per-user",
+    metavar="N",
+    help="Jobs one user may have waiting in it (more are refused at submit), or unlimited.",
+)
+@click.option(
+    "--max-systems-per-user",
+    metavar="N",
+    help="CS-2 systems one user's jobs in it may hold, or unlimited.",
+)
 @click.pass_obj
 def queue_set(
     session: Session,
@@ -210,6 +237,9 @@ def queue_set(
     borrow_memoryx: str | None,
     lend: bool | None,
     groups: str | None,
+    max_running_jobs_per_user: str | None,
+    max_queued_jobs_per_user: str | None,
+    max_systems_per_user: str | None,
 ) -> None:
     """Create queue NAME, or change the options given (the others stay as they are).
 
@@ -221,11 +251,15 @@ def queue_set(
       csctl queue set nlp --systems 2
       csctl queue set nlp --weight 2 --groups nlp,ml
       csctl queue set default --borrow-systems 0
+      csctl queue set nlp --max-running-jobs-per-user 2 --max-systems-per-user 4
     """
     member = None if groups is None else [g.strip() for g in groups.split(",") if g.strip()]
     status = session.client().set_queue(
         name, systems=systems, memoryx=memoryx, weight=weight, borrow_systems=borrow_systems,
         borrow_memoryx=borrow_memoryx, lend=lend, groups=member,
+        max_running_jobs_per_user=max_running_jobs_per_user,
+        max_queued_jobs_per_user=max_queued_jobs_per_user,
+        max_systems_per_user=max_systems_per_user,
     )  # fmt: skip
     say(f"queue/{status.spec.name} set")
     say(queues_table([status], wide=True))

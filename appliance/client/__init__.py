@@ -19,6 +19,7 @@ project's errors (`appliance.domain.errors`), plus JobFailed and JobCancelled fr
 from appliance.client.client import ApplianceClient
 from appliance.client.errors import JobCancelled, JobFailed
 from appliance.client.handle import CancelResult, JobHandle
+from appliance.client.hold_calls import HoldResult
 from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
 from appliance.client.nodes import NodeStatus
 from appliance.client.params import ParamsSource
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "ApplianceClient",
     "CancelResult",
+    "HoldResult",
     "JobCancelled",
     "JobFailed",
     "JobHandle",

@@ -22,6 +22,7 @@ from appliance.client.auth import with_token
 from appliance.client.client_identity import resolve_identity
 from appliance.client.cluster_calls import ClusterCalls, os_user
 from appliance.client.handle import CancelResult, JobHandle
+from appliance.client.hold_calls import HoldCalls
 from appliance.client.lease import (
     DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_LEASE_SECONDS,
@@ -51,7 +52,7 @@ _T = TypeVar("_T")
 PAGE_SIZE = 1000  # the server caps a ListJobs page at 10,000
 
 
-class ApplianceClient(ClusterCalls):
+class ApplianceClient(ClusterCalls, HoldCalls):
     """A connection to the coordinator's gRPC API (`host:port`).
 
     Example:
@@ -176,7 +177,7 @@ class ApplianceClient(ClusterCalls):
         cluster's default). `preemptible=False` (admins only): never preempted by a job of higher
         priority. `queue`: the queue to submit to (None: `default`). `depends_on`: jobs it waits
         for ("wsjob-…" or "afterany:wsjob-…", see domain/dependencies.py). `more_spec`: the spec's
-        other fields by name (JobSpec's, e.g. `comment="sweep 7"`).
+        other fields by name (JobSpec's, e.g. `comment="sweep 7"`; `hold=True` submits it held).
         Raises InvalidSpec naming the bad field before anything is sent, or the server's error.
         """
         unknown = sorted(set(more_spec) - {f.name for f in spec_fields()})

@@ -124,9 +124,13 @@ class ClusterCalls:
         borrow_memoryx: int | str | None = None,
         lend: bool | None = None,
         groups: Iterable[str] | None = None,
+        max_running_jobs_per_user: int | str | None = None,
+        max_queued_jobs_per_user: int | str | None = None,
+        max_systems_per_user: int | str | None = None,
     ) -> QueueStatus:
         """Admins: create the queue, or change the fields given (None: kept). Sizes are bytes
-        or text such as "32GiB"; a borrowing limit of "unlimited" removes the limit."""
+        or text such as "32GiB"; a borrowing limit of "unlimited" removes the limit, and so
+        does "unlimited" for a cap per user (admitted jobs, jobs waiting, systems held)."""
         fields: dict[str, Any] = {"name": name}
         if systems is not None:
             fields["systems"] = systems
@@ -137,6 +141,9 @@ class ClusterCalls:
         for key, value in (
             ("memoryx", memoryx), ("borrow_systems", borrow_systems),
             ("borrow_memoryx", borrow_memoryx),
+            ("max_running_jobs_per_user", max_running_jobs_per_user),
+            ("max_queued_jobs_per_user", max_queued_jobs_per_user),
+            ("max_systems_per_user", max_systems_per_user),
         ):  # fmt: skip
             if value is not None:
                 fields[key] = str(value)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from appliance.client.errors import JobCancelled, JobFailed
+from appliance.client.hold_calls import HoldResult
 from appliance.domain.errors import Unavailable
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.phases import Phase
@@ -48,6 +49,14 @@ class JobCalls(Protocol):
     ) -> Iterator[tuple[str, str]]: ...
 
     def set_priority(self, job_id: str, priority: str | Priority) -> Job: ...
+
+    def hold_job(self, job_id: str) -> HoldResult: ...
+
+    def release_job(self, job_id: str) -> HoldResult: ...
+
+    def suspend_job(self, job_id: str) -> HoldResult: ...
+
+    def resume_job(self, job_id: str) -> HoldResult: ...
 
     def update_labels(
         self, job_id: str, set: Mapping[str, str] | None = None, remove: Iterable[str] = ()
@@ -127,6 +136,22 @@ class JobHandle:
     def set_priority(self, priority: str | Priority) -> Job:
         """Change the job's priority (`"p1"`); the queue re-orders at once."""
         return self._client.set_priority(self._id, priority)
+
+    def hold(self) -> HoldResult:
+        """Hold the queued job: it keeps its place and waits until released."""
+        return self._client.hold_job(self._id)
+
+    def release(self) -> HoldResult:
+        """Release the held job: it takes its place again."""
+        return self._client.release_job(self._id)
+
+    def suspend(self) -> HoldResult:
+        """Suspend the running job: it checkpoints, gives its systems back and waits held."""
+        return self._client.suspend_job(self._id)
+
+    def resume(self) -> HoldResult:
+        """Resume the suspended job from its checkpoint."""
+        return self._client.resume_job(self._id)
 
     def update_labels(
         self, set: Mapping[str, str] | None = None, remove: Iterable[str] = ()

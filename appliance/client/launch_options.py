@@ -215,6 +215,10 @@ def _spec_options() -> list[Callable[[F], F]]:
     default (the spec's), the field's description as help."""
     return [
         click.option(
+            f.info.option, _SPEC_PREFIX + f.name, is_flag=True, default=None, help=f.info.doc
+        )
+        if f.hint is bool  # a flag: given, true; else the spec's default
+        else click.option(
             f.info.option,
             _SPEC_PREFIX + f.name,
             type=_CLICK_TYPES.get(f.hint, click.STRING),

@@ -31,6 +31,7 @@ from appliance.services.bus import JobBus
 from appliance.services.context import Context
 from appliance.services.data_dirs import DataDirs
 from appliance.services.health import Readiness
+from appliance.services.holds import HoldService
 from appliance.services.job_watch import JobWatch
 from appliance.services.jobs import Blocking, JobService
 from appliance.services.leadership import Leadership
@@ -223,6 +224,7 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
         audit=AuditTrail(ctx, s.audit, sink),
         limits=limits,
         arrays=jobs.arrays,
+        holds=HoldService(ctx, preemption.grace_seconds),
     )
     reconciler = Reconciler(
         ctx, backend, replicas, runtime.sweep_interval, model_dirs,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from appliance.domain.holds import Hold
 from appliance.domain.plan import ReplicaPlan, Role
 from appliance.domain.queues import DEFAULT_QUEUE
 from appliance.domain.spec import Priority
@@ -21,6 +22,8 @@ class QueuedJob:
     # Its owner and their groups at submit time (a per-user cap of running systems).
     user: str = ""
     groups: tuple[str, ...] = ()
+    # Held (domain/holds.py): admission steps over it, and it keeps its place in the queue.
+    hold: Hold | None = None
 
     @property
     def order(self) -> tuple[int, float, str]:

@@ -7,6 +7,7 @@ import enum
 
 from appliance.domain.arrays import TaskOf
 from appliance.domain.display import printable
+from appliance.domain.holds import Hold
 from appliance.domain.phases import Phase
 from appliance.domain.plan import Role
 from appliance.domain.spec import JobSpec
@@ -132,6 +133,8 @@ class Job:
     pending_reason_code: str = ""
     # Its array, index and sweep overrides when it is an array's task (domain/arrays.py).
     array: TaskOf | None = None
+    # Its hold (domain/holds.py; None: not held): a queued job held waits where it is.
+    hold: Hold | None = None
 
     def __str__(self) -> str:
         """`wsjob-… SUCCEEDED: chief finished all steps (step 200/200  loss 2.0091)`: what

@@ -13,6 +13,7 @@ from typing import Any
 
 from appliance.domain.arrays import TaskOf
 from appliance.domain.bounded_yaml import load_bounded
+from appliance.domain.holds import Hold
 from appliance.domain.job import Attempt, Job, Lease, Progress, Replica
 from appliance.domain.spec_document import spec_document
 from appliance.domain.timestamps import rfc3339
@@ -51,6 +52,7 @@ def job_document(job: Job, *, parsed_params: bool = False) -> dict[str, Any]:
         "replicas": [replica_document(r) for r in job.replicas],
         "lease": lease_document(job.lease) if job.lease is not None else None,
         "array": task_document(job.array) if job.array is not None else None,
+        "hold": hold_document(job.hold) if job.hold is not None else None,
     }
 
 
@@ -62,6 +64,10 @@ def task_document(task: TaskOf) -> dict[str, Any]:
         "cap": task.cap,
         "overrides": dict(task.overrides),
     }
+
+
+def hold_document(hold: Hold) -> dict[str, Any]:
+    return {"kind": hold.kind.value, "by": hold.by, "suspended": hold.suspended}
 
 
 def progress_document(p: Progress) -> dict[str, Any]:

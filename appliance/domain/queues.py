@@ -60,6 +60,16 @@ class QueueSpec:
     source: Source = Source.FILE
     updated_by: str = ""
     updated_at: float = 0.0
+    # Caps per user inside the queue (None: none; Slurm's MaxJobsPerUser, MaxSubmitJobs,
+    # MaxTRESPerUser): admitted jobs, jobs waiting to run, CS-2 systems admitted jobs hold.
+    max_running_jobs_per_user: int | None = None
+    max_queued_jobs_per_user: int | None = None
+    max_systems_per_user: int | None = None
+
+
+# The per-user caps of a queue, as every door and the queues file name them.
+USER_CAPS = ("max_running_jobs_per_user", "max_queued_jobs_per_user", "max_systems_per_user")
+MAX_USER_CAP = 1_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +101,9 @@ def validate_queue(
     source: Source = Source.ADMIN,
     updated_by: str = "",
     updated_at: float = 0.0,
+    max_running_jobs_per_user: Any = None,
+    max_queued_jobs_per_user: Any = None,
+    max_systems_per_user: Any = None,
 ) -> QueueSpec:
     """A QueueSpec from what an admin wrote, or InvalidSpec naming the first bad field.
     `memoryx` and `borrow_memoryx` are bytes or sizes such as "32GiB"."""
@@ -122,7 +135,27 @@ def validate_queue(
         source=source,
         updated_by=updated_by,
         updated_at=updated_at,
+        max_running_jobs_per_user=_user_cap(
+            max_running_jobs_per_user, "max_running_jobs_per_user"
+        ),
+        max_queued_jobs_per_user=_user_cap(max_queued_jobs_per_user, "max_queued_jobs_per_user"),
+        max_systems_per_user=_user_cap(max_systems_per_user, "max_systems_per_user"),
     )
+
+
+def _user_cap(value: Any, field: str) -> int | None:
+    """A per-user cap of a queue: a whole number, or "unlimited" (or None) for none."""
+    if value is None or value == UNLIMITED:
+        return None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_USER_CAP:
+        raise InvalidSpec(
+            f"{field} must be a whole number from 0 to {MAX_USER_CAP}, or unlimited; got "
+            f"{str(value)[:40]}",
+            field=field,
+        )
+    return value
 
 
 def validate_queue_name(name: Any) -> str:

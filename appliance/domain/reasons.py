@@ -40,7 +40,14 @@ class ReasonCode(enum.StrEnum):
     USER_SYSTEMS = "UserRunningSystems"
     # its array runs its cap of tasks (`--array 0-31%4`; Slurm's JobArrayTaskLimit)
     ARRAY_TASK_LIMIT = "ArrayTaskLimit"
+    # its user's admitted jobs in its queue are at the queue's cap (Slurm's MaxJobsPerUser)
+    QUEUE_USER_JOBS = "QueueUserJobLimit"
+    # its user's admitted jobs in its queue hold the queue's cap of systems (MaxTRESPerUser)
+    QUEUE_USER_SYSTEMS = "QueueUserSystemLimit"
     DEPENDENCY = "Dependency"  # waits for a job it depends on
+    HELD_USER = "HeldUser"  # held by its user (or a member of its groups) until released
+    HELD_ADMIN = "HeldAdmin"  # held by an admin: only an admin releases it
+    SUSPENDED = "Suspended"  # suspended while it ran: waits, from its checkpoint, to resume
     PREEMPTING = "Preempting"  # waits for lower-priority jobs it preempts to stop
     RECLAIM = "Reclaim"  # waits for jobs borrowing its queue's quota to stop
     BACKEND = "Backend"  # scheduled; the backend cannot start replicas yet
@@ -134,7 +141,20 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
         f"{p['held']} tasks of array {p['array']} run, its cap (%{p['cap']}); it starts when "
         "one of them ends"
     ),
+    ReasonCode.QUEUE_USER_JOBS: lambda p: (
+        f"{p['user']} has {p['running']} of their {p['cap']} jobs running in queue "
+        f"{p['queue']} (max_running_jobs_per_user); it starts when one of theirs ends"
+    ),
+    ReasonCode.QUEUE_USER_SYSTEMS: lambda p: (
+        f"{p['user']}'s jobs in queue {p['queue']} hold {p['held']} of their {p['cap']} "
+        f"systems (max_systems_per_user); it needs {p['systems']} and starts when theirs end"
+    ),
     ReasonCode.DEPENDENCY: lambda p: f"waiting for {p['job']} ({p['phase']}) {p['wanted']}",
+    ReasonCode.HELD_USER: lambda p: f"held by {p['by']}; csctl release job to let it run",
+    ReasonCode.HELD_ADMIN: lambda p: f"held by {p['by']} (an admin); an admin releases it",
+    ReasonCode.SUSPENDED: lambda p: (
+        f"suspended by {p['by']}; csctl resume job to go on from its checkpoint"
+    ),
     ReasonCode.PREEMPTING: _preempting,
     ReasonCode.RECLAIM: _reclaim,
     ReasonCode.BACKEND: lambda p: f"waiting for the backend to start replicas: {p['error']}",

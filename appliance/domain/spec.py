@@ -150,6 +150,15 @@ class JobSpec:
             '{"optimizer.learning_rate": "1e-3,3e-3", "train_input.batch_size": "64,128"}.'
         ),
     )
+    # Submitted held (Slurm's sbatch -H): the job's hold itself is the store's (domain/holds.py).
+    hold: bool = field(
+        default=False,
+        metadata=about(
+            "true: submit it held (Slurm's sbatch -H): it keeps its place in the queue and "
+            "waits until released (csctl release job).",
+            option="--hold",
+        ),
+    )
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -181,6 +190,7 @@ def validate_spec(
     comment: str = "",
     array: str = "",
     sweep: Mapping[str, str] | None = None,
+    hold: bool = False,
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -232,6 +242,8 @@ def validate_spec(
         raise InvalidSpec(
             f"preemptible must be true or false, got {preemptible!r}", field="preemptible"
         )
+    if not isinstance(hold, bool):
+        raise InvalidSpec(f"hold must be true or false, got {hold!r}", field="hold")
     spec = JobSpec(
         params_yaml=params_yaml,
         num_csx=num_csx,
@@ -247,6 +259,7 @@ def validate_spec(
         comment=validate_text(comment, "comment", MAX_COMMENT),
         array=array,
         sweep=dict(sweep or {}),
+        hold=hold,
     )
     if array or sweep:  # checked before anything is expanded (services/arrays.py expands)
         if not isinstance(array, str):

@@ -1,7 +1,8 @@
 """The scheduler loop: snapshot the queues and the pool, decide with `admit`, apply.
 
 A job waiting for other jobs (domain/dependencies.py) is left out of admission with why; one
-whose dependency broke is cancelled here. A queue's head that cannot fit may preempt jobs of
+whose dependency broke is cancelled here. A held job (domain/holds.py) is left out too, with
+its hold as its reason, and keeps its place. A queue's head that cannot fit may preempt jobs of
 its queue of lower priority, or, when it would run within its queue's quota, reclaim what
 other queues borrow (scheduler/reclaim.py).
 
@@ -41,7 +42,7 @@ from appliance.scheduler.backlog_index import BacklogIndex
 from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
 from appliance.scheduler.quotas import QuotaBook
 from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
-from appliance.scheduler.user_caps import UserCaps
+from appliance.scheduler.user_caps import Holding, QueueUserCaps, UserCaps
 from appliance.services.context import Context
 from appliance.services.limits import Limits
 from appliance.services.queues import pool_size
@@ -118,6 +119,10 @@ class SchedulerLoop:
         pending, cancelled = await self._dependencies(reads.dependencies)
         given = dict(pending)
         skip = set(pending) | cancelled
+        for held in index.held():  # stepped over, keeping their places (domain/holds.py)
+            assert held.hold is not None
+            skip.add(held.job_id)
+            given[held.job_id] = held.hold.reason
         decision = await self._admit(index, skip, given, generation, reads)
         self._capped = decision.capped
         view.publish(decision, given, generation)
@@ -167,7 +172,7 @@ class SchedulerLoop:
         shares = await self._shares(quotas, size, now) if shared else {}
         limit = settings.max_admissions
         skip = skip | self.ctx.backlog.entered_after(generation)
-        users = await self._user_caps()
+        users = await self._user_caps(specs)
         arrays = ArrayCaps(reads.arrays) if reads.arrays else None
         decision = admit_backlog(index, usage, book, shares, skip, limit, users, arrays)
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
@@ -190,14 +195,32 @@ class SchedulerLoop:
             given[job.job_id] = await self._preempt_for(job, running, usage, waits, room)
         return decision
 
-    async def _user_caps(self) -> UserCaps | None:
-        """The per-user caps of running systems, with what each user holds (read only when
-        some user has a cap: a pass without one costs nothing more)."""
+    async def _user_caps(self, specs: Sequence[QueueSpec]) -> UserCaps | None:
+        """The per-user caps (the cluster's of running systems, the queues' of running jobs
+        and systems), with what each user holds (read only when there is a cap: a pass
+        without one costs nothing more)."""
         policy = self.limits.policy if self.limits is not None else None
-        if policy is None or not policy.caps_running_systems:
+        cluster = policy is not None and policy.caps_running_systems
+        queue_caps = {
+            q.name: QueueUserCaps(q.max_running_jobs_per_user, q.max_systems_per_user)
+            for q in specs
+            if q.max_running_jobs_per_user is not None or q.max_systems_per_user is not None
+        }
+        if not cluster and not queue_caps:
             return None
-        held = await self.ctx.read(self.ctx.store.systems_held)
-        return UserCaps(held, lambda user, groups: policy.caps_of(user, groups).running_systems)
+        held = await self.ctx.read(self.ctx.store.systems_held) if cluster else {}
+        in_queues = (
+            await self.ctx.read(self.ctx.store.held_in_queues, list(queue_caps))
+            if queue_caps
+            else {}
+        )
+        cap_of = (
+            (lambda user, groups: policy.caps_of(user, groups).running_systems)
+            if policy is not None and cluster
+            else None
+        )
+        holdings = {key: Holding(*counts) for key, counts in in_queues.items()}
+        return UserCaps(held, cap_of, queue_caps, holdings)
 
     async def _shares(
         self, quotas: Mapping[str, Quota], size: tuple[int, int], now: float

@@ -9,6 +9,7 @@ from __future__ import annotations
 from appliance._proto.v1 import cluster_pb2, common_pb2
 from appliance.domain.arrays import TaskOf
 from appliance.domain.compile import CompileReport, StreamedUnit
+from appliance.domain.holds import Hold, HoldKind
 from appliance.domain.job import (
     Attempt,
     EventKind,
@@ -159,6 +160,8 @@ def job_to_pb(job: Job) -> cluster_pb2.Job:
         reason_code=job.reason_code,
         pending_reason_code=job.pending_reason_code,
     )
+    if job.hold is not None:
+        msg.held_by, msg.hold, msg.suspended = job.hold.by, job.hold.kind, job.hold.suspended
     if job.replicas:  # a summary has none of these
         msg.replicas.extend(replica_to_pb(r) for r in job.replicas)
     if job.attempts:
@@ -209,7 +212,18 @@ def job_from_pb(msg: cluster_pb2.Job) -> Job:
         array=TaskOf(msg.array_id, msg.array_index, msg.array_cap, dict(msg.array_overrides))
         if msg.array_id
         else None,
+        hold=hold_from_pb(msg.hold, msg.held_by, msg.suspended),
     )
+
+
+def hold_from_pb(kind: str, by: str, suspended: bool) -> Hold | None:
+    """A job's hold as a Job message carries it (an unknown kind: a user's)."""
+    if not kind:
+        return None
+    return Hold(_HOLD_KINDS.get(kind, HoldKind.USER), by, suspended)
+
+
+_HOLD_KINDS = {k.value: k for k in HoldKind}
 
 
 def attempt_to_pb(a: Attempt) -> cluster_pb2.Attempt:

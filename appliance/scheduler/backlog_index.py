@@ -25,6 +25,11 @@ Order = tuple[int, float, str]
 class BacklogIndex:
     def __init__(self, jobs: Iterable[QueuedJob] = ()) -> None:
         self._jobs: dict[str, QueuedJob] = {job.job_id: job for job in jobs}
+        # The held jobs (domain/holds.py): admission steps over them, kept apart so that a
+        # pass finds them without walking the queue.
+        self._held: dict[str, QueuedJob] = {
+            job.job_id: job for job in self._jobs.values() if job.hold is not None
+        }
         self._queues: dict[str, SortedDict[Order, QueuedJob]] = {}  # queue -> {order: job}
         self._shapes: dict[
             str, dict[PlanShape, SortedList[Order]]
@@ -54,13 +59,24 @@ class BacklogIndex:
         return list(self._jobs)
 
     def put(self, job: QueuedJob) -> None:
-        """Add the job, or move it to its new place (its priority changed)."""
+        """Add the job, or move it to its new place (its priority changed), or change its
+        entry in place (its hold changed)."""
         order = job.order
         old = self._jobs.get(job.job_id)
-        if old is not None:
-            if old.order == order and old.queue == job.queue:
-                return
-            self.remove(job.job_id)
+        if old is not None and old.order == order and old.queue == job.queue:
+            self._jobs[job.job_id] = job
+            self._queues[job.queue][order] = job
+        else:
+            if old is not None:
+                self.remove(job.job_id)
+            self._add(job)
+        if job.hold is not None:
+            self._held[job.job_id] = job
+        else:
+            self._held.pop(job.job_id, None)
+
+    def _add(self, job: QueuedJob) -> None:
+        order = job.order
         self._jobs[job.job_id] = job
         jobs = self._queues.get(job.queue)
         if jobs is None:
@@ -73,7 +89,12 @@ class BacklogIndex:
             orders = shapes[job.plan.shape] = SortedList()
         orders.add(order)
 
+    def held(self) -> list[QueuedJob]:
+        """The held jobs, in no particular order."""
+        return list(self._held.values())
+
     def remove(self, job_id: str) -> None:
+        self._held.pop(job_id, None)
         job = self._jobs.pop(job_id, None)
         if job is None:
             return

@@ -12,6 +12,7 @@ from appliance.domain.array_specs import task_specs
 from appliance.domain.arrays import ArrayTask, TaskOf, task_id
 from appliance.domain.auth import Principal
 from appliance.domain.backlog import QueuedJob
+from appliance.domain.holds import hold_by
 from appliance.domain.ids import new_job_id
 from appliance.domain.inventory import Node
 from appliance.domain.job import Job
@@ -99,7 +100,14 @@ class ArraySubmits:
             view.enter(
                 job.id,
                 QueuedJob(
-                    job.id, task.priority, job.created_at, new.plan, task.queue, user, groups
+                    job.id,
+                    task.priority,
+                    job.created_at,
+                    new.plan,
+                    task.queue,
+                    user,
+                    groups,
+                    hold=new.hold,
                 ),
             )
             self._ctx.metrics.submitted(door)
@@ -125,5 +133,8 @@ class ArraySubmits:
             )
             placed = self._place(task_spec, resume, user, job_id, by, choose)
             member = TaskOf(array_id, task.index, cap, dict(task.overrides))
-            news.append(NewJob(job_id, user, placed, plan, 0.0, "", groups, warnings, member))
+            hold = hold_by(by, user) if task_spec.hold else None  # submitted held (sbatch -H)
+            news.append(
+                NewJob(job_id, user, placed, plan, 0.0, "", groups, warnings, member, hold=hold)
+            )
         return news

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Protocol
 
 from appliance.domain.backlog import QueuedJob
+from appliance.domain.holds import HELD
 from appliance.domain.job import Job
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan
@@ -154,11 +155,14 @@ class BacklogView:
 
     def reason(self, job_id: str) -> Reason | None:
         """Why a queued job waits, as of the last pass (None: not decided on yet)."""
+        entry = self._index.get(job_id) if self._index is not None else None
+        if entry is not None and entry.hold is not None:
+            return entry.hold.reason  # held: whatever the last pass said
         if job_id in self._entered:
             return None  # it entered the queue after the last pass
         said = self._said.get(job_id)
         if said is not None:
-            return said
+            return None if said.code in HELD else said  # released since: not decided on yet
         return self._decided.why(job_id) if self._decided is not None else None
 
     async def waiting_for(self, codes: frozenset[ReasonCode]) -> tuple[set[str], set[str]]:
@@ -180,10 +184,11 @@ class BacklogView:
         """The job with the queue position and pending reason every door shows: for a queued
         job, from the index and the last pass (the store's reason until a pass decided on
         it); for another, as stored."""
-        if job.phase is not Phase.QUEUED or self._index is None:
+        if job.phase is not Phase.QUEUED or (self._index is None and job.hold is None):
             return job
-        position = self._index.position(job.id)
-        why = self.reason(job.id)
+        position = self._index.position(job.id) if self._index is not None else 0
+        # Its hold as the job's own row says (written before this read), else the last pass.
+        why = job.hold.reason if job.hold is not None else self.reason(job.id)
         reason = why.message if why is not None else job.pending_reason
         code = why.code_text if why is not None else job.pending_reason_code
         if (position, reason, code) == (

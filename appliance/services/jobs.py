@@ -18,11 +18,13 @@ from appliance.domain.bounded_yaml import check_nesting
 from appliance.domain.compile import CompileReport, compile_job
 from appliance.domain.curves import Curves
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.holds import hold_by
 from appliance.domain.ids import new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent, without_details
 from appliance.domain.params_keys import notes_of
 from appliance.domain.plan import ReplicaPlan, plan_replicas
+from appliance.domain.queues import QueueSpec
 from appliance.domain.reasons import Reason
 from appliance.domain.spec import (
     MAX_HOLDER,
@@ -140,15 +142,18 @@ class JobService(JobControls):
             user = by.user
         validate_user(user)
         groups = by.groups if by is not None else ()
+        queue = await self._queues.check_submit(spec.queue, by)
         count = task_count(spec)  # an array's tasks each count as a job waiting
         limited = (
-            self._limits.submitting(user, groups, spec.queue, door, count)
+            self._limits.submitting(
+                user, groups, spec.queue, door, count, queue.max_queued_jobs_per_user
+            )
             if self._limits is not None
             else contextlib.nullcontext()
         )
-        async with limited:  # the user's cap of jobs waiting to run
+        async with limited:  # the user's caps of jobs waiting to run, in all and in the queue
             return await self._submit(
-                spec, user, lease_seconds, lease_holder, by, door, refuse_never_runs
+                spec, user, lease_seconds, lease_holder, by, door, queue, refuse_never_runs
             )
 
     async def _submit(
@@ -159,9 +164,9 @@ class JobService(JobControls):
         lease_holder: str,
         by: Principal | None,
         door: Door,
+        queue: QueueSpec,
         refuse_never_runs: bool,
     ) -> Job:
-        queue = await self._queues.check_submit(spec.queue, by)
         await self._check_dependencies(spec)
         if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
             raise InvalidSpec(
@@ -195,7 +200,8 @@ class JobService(JobControls):
         else:
             spec = self.model_dirs.place(spec, resume, user, job_id, by)
         groups = by.groups if by is not None else ()
-        new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups, warnings)
+        hold = hold_by(by, user) if spec.hold else None  # submitted held (sbatch -H)
+        new = NewJob(job_id, user, spec, plan, lease_seconds, holder, groups, warnings, hold=hold)
         view = self._ctx.backlog
         view.expect(job_id)
         try:
@@ -203,7 +209,9 @@ class JobService(JobControls):
         except BaseException:
             view.enter(job_id, None)
             raise
-        entry = QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue, user, groups)
+        entry = QueuedJob(
+            job.id, spec.priority, job.created_at, plan, spec.queue, user, groups, hold
+        )
         view.enter(job_id, entry)
         self._ctx.metrics.submitted(door)
         self._ctx.bus.wake_scheduler()

@@ -133,14 +133,23 @@ class Limits:
 
     @contextlib.asynccontextmanager
     async def submitting(
-        self, user: str, groups: tuple[str, ...], queue: str, door: str, count: int = 1
+        self,
+        user: str,
+        groups: tuple[str, ...],
+        queue: str,
+        door: str,
+        count: int = 1,
+        queue_defined: int | None = None,
     ) -> AsyncIterator[None]:
         """Around one submit of `count` jobs (an array's tasks): refuse it whole
         (LimitExceeded) when `user` would pass their cap of jobs waiting, in all or in
-        `queue`. Submits under way count as waiting in `queue`, so two at once cannot both
-        take the last place."""
+        `queue` (the limits file's cap for the queue, or the queue's own
+        max_queued_jobs_per_user, `queue_defined`: the smaller). Submits under way count as
+        waiting in `queue`, so two at once cannot both take the last place."""
         policy = self.policy
         caps, queue_cap = policy.caps_of(user, groups), policy.queue_cap(queue)
+        if queue_defined is not None:
+            queue_cap = queue_defined if queue_cap is None else min(queue_cap, queue_defined)
         if caps.queued_jobs is None and queue_cap is None:
             yield
             return

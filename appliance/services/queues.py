@@ -16,6 +16,7 @@ from appliance.domain.fair_share import Usage, weighted_share
 from appliance.domain.inventory import Node, NodeKind
 from appliance.domain.plan import ReplicaPlan
 from appliance.domain.queues import (
+    USER_CAPS,
     QueueSpec,
     QueueStatus,
     Source,
@@ -31,7 +32,10 @@ from appliance.store.jobs import JobStore
 from appliance.store.queue_defs import FileApplied
 
 MAX_QUEUES_FILE_BYTES = 1 << 20
-SETTABLE = ("systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend", "groups")
+SETTABLE = (
+    "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend", "groups",
+    *USER_CAPS,
+)  # fmt: skip
 
 
 def pool_size(pool: list[Node]) -> tuple[int, int]:
@@ -146,6 +150,7 @@ class QueueService:
                     "weight": current.weight, "borrow_systems": current.borrow_systems,
                     "borrow_memoryx": current.borrow_memoryx_bytes, "lend": current.lend,
                     "groups": current.groups,
+                    **{cap: getattr(current, cap) for cap in USER_CAPS},
                 }  # fmt: skip
             merged.update(fields)
             return validate_queue(

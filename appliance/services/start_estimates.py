@@ -137,8 +137,13 @@ class StartEstimates:
 
 
 def _first(jobs: Iterable[Any]) -> Iterable[Any]:
-    """At most MAX_ESTIMATED of a queue's jobs, in its order."""
-    for n, job in enumerate(jobs):
+    """At most MAX_ESTIMATED of a queue's jobs, in its order; held ones left out (they have no
+    start to estimate, and those behind them do not wait for them)."""
+    n = 0
+    for job in jobs:
+        if job.hold is not None:
+            continue
         if n >= MAX_ESTIMATED:
             return
+        n += 1
         yield job

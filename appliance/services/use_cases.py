@@ -9,6 +9,7 @@ from appliance.services.arrays import ArrayService
 from appliance.services.audit import AuditTrail
 from appliance.services.bulk_cancels import BulkCancel
 from appliance.services.health import Readiness
+from appliance.services.holds import HoldService
 from appliance.services.job_watch import JobWatch
 from appliance.services.jobs import JobService
 from appliance.services.limits import Limits
@@ -35,3 +36,4 @@ class UseCases:
     audit: AuditTrail
     limits: Limits
     arrays: ArrayService
+    holds: HoldService

@@ -14,6 +14,7 @@ from sqlalchemy import bindparam, func, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from appliance.domain.backlog import QueuedJob
+from appliance.domain.holds import hold_of
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaPlan
 from appliance.domain.spec import Priority
@@ -97,7 +98,7 @@ class BacklogStore(StoreBase):
         order = (
             select(
                 JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, JobRow.user,
-                JobRow.groups,
+                JobRow.groups, JobRow.hold, JobRow.held_by, JobRow.suspended,
             )
             .where(QUEUED_SQL)
             .order_by(JobRow.priority, JobRow.created_at, JobRow.id)
@@ -113,9 +114,16 @@ class BacklogStore(StoreBase):
         priorities = _PRIORITIES
         return [
             QueuedJob(
-                job_id, priorities[prio], created, plans[job_id], queue, user, _groups(groups)
+                job_id,
+                priorities[prio],
+                created,
+                plans[job_id],
+                queue,
+                user,
+                _groups(groups),
+                hold_of(hold, held_by, suspended) if hold else None,
             )
-            for job_id, prio, created, queue, user, groups in rows
+            for job_id, prio, created, queue, user, groups, hold, held_by, suspended in rows
             if job_id in plans
         ]
 
@@ -141,13 +149,16 @@ class BacklogStore(StoreBase):
             for chunk in in_chunks(list(others)):
                 stmt = select(
                     JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, PLAN_AS_READ,
-                    JobRow.user, JobRow.groups,
+                    JobRow.user, JobRow.groups, JobRow.hold, JobRow.held_by, JobRow.suspended,
                 ).where(JobRow.id.in_(chunk), QUEUED_SQL)  # fmt: skip
-                for job_id, priority, created, queue, plan, user, groups in s.execute(stmt):
+                for (
+                    job_id, priority, created, queue, plan, user, groups, hold, held_by,
+                    suspended,
+                ) in s.execute(stmt):  # fmt: skip
                     decoded = known.get(job_id) or plan_from_json(plan)
                     entries.append(QueuedJob(
                         job_id, _PRIORITIES[priority], created, decoded, queue, user,
-                        tuple(groups or ()),
+                        tuple(groups or ()), hold_of(hold, held_by, suspended),
                     ))  # fmt: skip
                     others.discard(job_id)
         return entries, sorted(others)

@@ -70,6 +70,19 @@ class JobReadStore(BacklogStore, DependencyStore, AttemptStore):
                 held[owner] = held.get(owner, 0) + count
         return held
 
+    def held_in_queues(self, queues: Sequence[str]) -> dict[tuple[str, str], tuple[int, int]]:
+        """(admitted jobs, CS-2 systems they hold) of each user in each of `queues`, by
+        (queue, user): as many rows as jobs hold resources (bounded by the pool)."""
+        stmt = select(JobRow.queue, JobRow.user, JobRow.systems).where(
+            JobRow.phase.in_(HOLDING_PHASES), JobRow.queue.in_(list(queues))
+        )
+        held: dict[tuple[str, str], tuple[int, int]] = {}
+        with self._sessions() as s:
+            for queue, owner, systems in s.execute(stmt):
+                jobs, count = held.get((queue, owner), (0, 0))
+                held[queue, owner] = (jobs + 1, count + (systems.count(",") + 1 if systems else 0))
+        return held
+
     def get_job(self, job_id: str, *, with_replicas: bool = True) -> Job:
         return self.get_job_version(job_id, with_replicas=with_replicas)[0]
 

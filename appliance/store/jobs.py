@@ -20,6 +20,7 @@ from sqlalchemy import insert, select, update
 from appliance.domain.arrays import TaskOf
 from appliance.domain.backlog import Placement
 from appliance.domain.errors import InvalidSpec, NotFound
+from appliance.domain.holds import Hold
 from appliance.domain.job import Job, ReplicaPhase
 from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import Phase
@@ -31,6 +32,7 @@ from appliance.domain.spec_document import stored_document
 from appliance.store.arrays import ArrayStore
 from appliance.store.audit import AuditStore
 from appliance.store.base import in_chunks
+from appliance.store.holds import JobHoldStore
 from appliance.store.job_controls import JobControlStore
 from appliance.store.leadership import LeadershipStore
 from appliance.store.listing import ListingStore
@@ -70,6 +72,8 @@ class NewJob:
     warnings: tuple[Reason, ...] = ()
     # Its place in its array, when it is an array's task (domain/arrays.py).
     array: TaskOf | None = None
+    # Submitted held (spec.hold): whose hold it is (domain/holds.py).
+    hold: Hold | None = None
 
 
 # Why a new job waits, until a scheduler pass says why; and what its first event says.
@@ -78,6 +82,7 @@ _WAITING = said(ReasonCode.SCHEDULER)
 
 class JobStore(
     JobControlStore,
+    JobHoldStore,
     PoolStore,
     ListingStore,
     RequeueStore,
@@ -109,6 +114,8 @@ class JobStore(
                 "account_group": n.groups[0] if n.groups else "",
                 "queued_at": now, "pending_reason_code": _WAITING.code_text,
                 **_array_columns(n.array),
+                "hold": n.hold.kind.value if n.hold else "",
+                "held_by": n.hold.by if n.hold else "", "suspended": False,
             }
             for n in new
         ]  # fmt: skip
@@ -168,7 +175,7 @@ class JobStore(
                 updated_at=now, pending_reason=_WAITING.message,
                 pending_reason_code=_WAITING.code_text,
                 lease=lease_of(n.lease_seconds, now + n.lease_seconds, n.lease_holder),
-                groups=n.groups, array=n.array)
+                groups=n.groups, array=n.array, hold=n.hold)
             for n in new
         ]  # fmt: skip
 

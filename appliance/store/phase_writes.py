@@ -253,6 +253,7 @@ def _move_stmt(target: Phase) -> ReturningUpdate[str]:
         values["started_at"] = now
     if target in TERMINAL:
         values["finished_at"] = now
+        values.update(hold="", held_by="", suspended=False)  # an ended job waits for nothing
         values["reason"] = bindparam("b_reason")
         values["reason_code"] = bindparam("b_code")
         values["pending_reason"] = ""
@@ -266,15 +267,13 @@ def _move_stmt(target: Phase) -> ReturningUpdate[str]:
         values["pending_reason_code"] = ""
     if target not in HOLDS_RESOURCES:  # a requeue asked for is done (or moot)
         values.update(stop_reason="", stop_reason_code="", checkpoint_by=0.0, checkpoint_step=None)
-    return (
-        update(JobRow)
-        .where(
-            JobRow.id.in_(bindparam("ids", expanding=True)),
-            JobRow.phase + "" == bindparam("b_source"),
-        )
-        .values(values)
-        .returning(JobRow.id)
-    )
+    where = [
+        JobRow.id.in_(bindparam("ids", expanding=True)),
+        JobRow.phase + "" == bindparam("b_source"),
+    ]
+    if target is Phase.SCHEDULED:  # a job held since the pass decided on it stays queued
+        where.append(JobRow.hold == "")
+    return update(JobRow).where(*where).values(values).returning(JobRow.id)
 
 
 def _distinct_runs(moves: Sequence[PhaseMove]) -> Iterator[Sequence[PhaseMove]]:

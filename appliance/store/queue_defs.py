@@ -324,6 +324,9 @@ def _spec(row: QueueRow) -> QueueSpec:
         borrow_systems=row.borrow_systems, borrow_memoryx_bytes=row.borrow_memoryx_bytes,
         lend=row.lend, groups=tuple(row.groups), source=Source(row.source),
         updated_by=row.updated_by, updated_at=row.updated_at,
+        max_running_jobs_per_user=row.max_running_jobs_per_user,
+        max_queued_jobs_per_user=row.max_queued_jobs_per_user,
+        max_systems_per_user=row.max_systems_per_user,
     )  # fmt: skip
 
 
@@ -333,5 +336,7 @@ def _row(spec: QueueSpec) -> QueueRow:
         weight=spec.weight, borrow_systems=spec.borrow_systems,
         borrow_memoryx_bytes=spec.borrow_memoryx_bytes, lend=spec.lend,
         groups=list(spec.groups), source=spec.source.value, updated_by=spec.updated_by,
-        updated_at=spec.updated_at,
+        updated_at=spec.updated_at, max_running_jobs_per_user=spec.max_running_jobs_per_user,
+        max_queued_jobs_per_user=spec.max_queued_jobs_per_user,
+        max_systems_per_user=spec.max_systems_per_user,
     )  # fmt: skip

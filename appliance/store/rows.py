@@ -13,6 +13,7 @@ from sqlalchemy import JSON, Text, type_coerce
 from sqlalchemy.engine import RowMapping
 
 from appliance.domain.arrays import TaskOf
+from appliance.domain.holds import hold_of
 from appliance.domain.job import EventKind, Job, JobEvent, Lease, Progress, Replica, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
@@ -29,7 +30,7 @@ SUMMARY = (
     JobRow.lease_seconds, JobRow.lease_expires_at, JobRow.lease_holder, JobRow.groups,
     JobRow.attempt, JobRow.restarts, JobRow.retries, JobRow.reason_code,
     JobRow.pending_reason_code, JobRow.array_id, JobRow.array_index, JobRow.array_cap,
-    JobRow.array_overrides,
+    JobRow.array_overrides, JobRow.hold, JobRow.held_by, JobRow.suspended,
 )  # fmt: skip
 
 # SUMMARY as the driver gives it, for reads of many summaries: the JSON columns undecoded
@@ -59,7 +60,7 @@ def job_from_values(
     (job_id, user, phase, priority, queue, labels, spec, reason, pending_reason, systems,
      created_at, updated_at, started_at, finished_at, progress, lease_seconds, lease_expires_at,
      lease_holder, groups, attempt, restarts, retries, reason_code, pending_reason_code,
-     array_id, array_index, array_cap, array_overrides,
+     array_id, array_index, array_cap, array_overrides, hold, held_by, suspended,
      ) = v  # fmt: skip
     job_spec = JobSpec(
         params_yaml=params_yaml, labels=dict(_shared_json(labels) or {}),
@@ -81,6 +82,7 @@ def job_from_values(
         attempt=attempt, restarts=restarts, retries=retries,
         reason_code=reason_code, pending_reason_code=pending_reason_code,
         array=_task_of(array_id, array_index, array_cap, array_overrides),
+        hold=hold_of(hold, held_by, suspended) if hold else None,
     )  # fmt: skip
 
 

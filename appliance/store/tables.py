@@ -107,6 +107,11 @@ class JobRow(Base):
     array_overrides: Mapped[dict[str, str]] = mapped_column(
         JSON, default=dict, server_default="{}"
     )
+    # Its hold (domain/holds.py): "" (none), "user" or "admin"; who put it; whether it
+    # suspended the job while it ran. A held queued job keeps its place; admission skips it.
+    hold: Mapped[str] = mapped_column(String(8), default="", server_default="")
+    held_by: Mapped[str] = mapped_column(String(253), default="", server_default="")
+    suspended: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),
@@ -258,6 +263,10 @@ class QueueRow(Base):
     source: Mapped[str] = mapped_column(String(16))
     updated_by: Mapped[str] = mapped_column(String(253), default="", server_default="")
     updated_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # Caps per user inside the queue (None: none): running jobs, queued jobs, systems in use.
+    max_running_jobs_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_queued_jobs_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_systems_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class QueueUsageRow(Base):

@@ -95,6 +95,7 @@ class JobSpec(_message.Message):
     COMMENT_FIELD_NUMBER: _builtins.int
     ARRAY_FIELD_NUMBER: _builtins.int
     SWEEP_FIELD_NUMBER: _builtins.int
+    HOLD_FIELD_NUMBER: _builtins.int
     params_yaml: _builtins.str
     """The params YAML (Model Zoo style: model, train_input, optimizer, runconfig sections)."""
     num_csx: _builtins.int
@@ -116,6 +117,10 @@ class JobSpec(_message.Message):
     """Free text about the job (Slurm's --comment): one line, at most 256 characters."""
     array: _builtins.str
     """An array of tasks (Slurm's --array): "0-31%4", "1,3,7", "0-15:4"; "%N" alone with sweep."""
+    hold: _builtins.bool
+    """Submit it held (Slurm's sbatch -H): it keeps its place in the queue and waits until it
+    is released (ReleaseJob).
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -143,10 +148,11 @@ class JobSpec(_message.Message):
         comment: _builtins.str = ...,
         array: _builtins.str = ...,
         sweep: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        hold: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "max_restarts", b"max_restarts", "preemptible", b"preemptible"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "array", b"array", "comment", b"comment", "depends_on", b"depends_on", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue", "sweep", b"sweep"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "array", b"array", "comment", b"comment", "depends_on", b"depends_on", "hold", b"hold", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue", "sweep", b"sweep"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_restarts: _TypeAlias = _typing.Literal["max_restarts"]  # noqa: Y015
     _WhichOneofArgType__max_restarts: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts"]  # noqa: Y015
@@ -323,6 +329,9 @@ class Job(_message.Message):
     ARRAY_INDEX_FIELD_NUMBER: _builtins.int
     ARRAY_CAP_FIELD_NUMBER: _builtins.int
     ARRAY_OVERRIDES_FIELD_NUMBER: _builtins.int
+    HELD_BY_FIELD_NUMBER: _builtins.int
+    HOLD_FIELD_NUMBER: _builtins.int
+    SUSPENDED_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     user: _builtins.str
     phase: _common_pb2.Phase.ValueType
@@ -358,6 +367,12 @@ class Job(_message.Message):
     """
     array_index: _builtins.int
     array_cap: _builtins.int
+    held_by: _builtins.str
+    """Its hold (#37; held_by "": not held): who put it, "user" or "admin" (only an admin
+    releases an admin's), and whether it suspended the job while it ran.
+    """
+    hold: _builtins.str
+    suspended: _builtins.bool
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -411,10 +426,13 @@ class Job(_message.Message):
         array_index: _builtins.int = ...,
         array_cap: _builtins.int = ...,
         array_overrides: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        held_by: _builtins.str = ...,
+        hold: _builtins.str = ...,
+        suspended: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_cap", b"array_cap", "array_id", b"array_id", "array_index", b"array_index", "array_overrides", b"array_overrides", "attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "pending_reason_code", b"pending_reason_code", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "reason_code", b"reason_code", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_cap", b"array_cap", "array_id", b"array_id", "array_index", b"array_index", "array_overrides", b"array_overrides", "attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "held_by", b"held_by", "hold", b"hold", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "pending_reason_code", b"pending_reason_code", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "reason_code", b"reason_code", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "suspended", b"suspended", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1526,6 +1544,9 @@ class Queue(_message.Message):
     WEIGHTED_SHARE_FIELD_NUMBER: _builtins.int
     SYSTEMS_FIELD_NUMBER: _builtins.int
     MEMORYX_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
+    MAX_QUEUED_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
+    MAX_SYSTEMS_PER_USER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     quota_systems: _builtins.int
     """Its nominal quota (the default queue: what no other queue's quota holds)."""
@@ -1556,6 +1577,12 @@ class Queue(_message.Message):
     the share that goes with the systems).
     """
     memoryx_bytes: _builtins.int
+    max_running_jobs_per_user: _builtins.int
+    """Caps per user inside the queue (#37; unset: none): admitted jobs (Slurm's
+    MaxJobsPerUser), jobs waiting to run (MaxSubmitJobs), CS-2 systems held (MaxTRESPerUser).
+    """
+    max_queued_jobs_per_user: _builtins.int
+    max_systems_per_user: _builtins.int
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Who may submit to it (empty: anyone)."""
@@ -1584,15 +1611,24 @@ class Queue(_message.Message):
         weighted_share: _builtins.float = ...,
         systems: _builtins.int | None = ...,
         memoryx_bytes: _builtins.int | None = ...,
+        max_running_jobs_per_user: _builtins.int | None = ...,
+        max_queued_jobs_per_user: _builtins.int | None = ...,
+        max_systems_per_user: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "memoryx_bytes", b"memoryx_bytes", "systems", b"systems"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx_bytes", b"memoryx_bytes", "systems", b"systems"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "borrowed_systems", b"borrowed_systems", "groups", b"groups", "lend", b"lend", "lent_systems", b"lent_systems", "memoryx_bytes", b"memoryx_bytes", "name", b"name", "pending", b"pending", "quota_memoryx_bytes", b"quota_memoryx_bytes", "quota_systems", b"quota_systems", "running", b"running", "share", b"share", "source", b"source", "systems", b"systems", "updated_at", b"updated_at", "updated_by", b"updated_by", "used_memoryx_bytes", b"used_memoryx_bytes", "used_systems", b"used_systems", "weight", b"weight", "weighted_share", b"weighted_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "borrowed_systems", b"borrowed_systems", "groups", b"groups", "lend", b"lend", "lent_systems", b"lent_systems", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx_bytes", b"memoryx_bytes", "name", b"name", "pending", b"pending", "quota_memoryx_bytes", b"quota_memoryx_bytes", "quota_systems", b"quota_systems", "running", b"running", "share", b"share", "source", b"source", "systems", b"systems", "updated_at", b"updated_at", "updated_by", b"updated_by", "used_memoryx_bytes", b"used_memoryx_bytes", "used_systems", b"used_systems", "weight", b"weight", "weighted_share", b"weighted_share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__borrow_memoryx_bytes: _TypeAlias = _typing.Literal["borrow_memoryx_bytes"]  # noqa: Y015
     _WhichOneofArgType__borrow_memoryx_bytes: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes"]  # noqa: Y015
     _WhichOneofReturnType__borrow_systems: _TypeAlias = _typing.Literal["borrow_systems"]  # noqa: Y015
     _WhichOneofArgType__borrow_systems: _TypeAlias = _typing.Literal["_borrow_systems", b"_borrow_systems"]  # noqa: Y015
+    _WhichOneofReturnType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["max_queued_jobs_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["_max_queued_jobs_per_user", b"_max_queued_jobs_per_user"]  # noqa: Y015
+    _WhichOneofReturnType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["max_running_jobs_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["_max_running_jobs_per_user", b"_max_running_jobs_per_user"]  # noqa: Y015
+    _WhichOneofReturnType__max_systems_per_user: _TypeAlias = _typing.Literal["max_systems_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_systems_per_user: _TypeAlias = _typing.Literal["_max_systems_per_user", b"_max_systems_per_user"]  # noqa: Y015
     _WhichOneofReturnType__memoryx_bytes: _TypeAlias = _typing.Literal["memoryx_bytes"]  # noqa: Y015
     _WhichOneofArgType__memoryx_bytes: _TypeAlias = _typing.Literal["_memoryx_bytes", b"_memoryx_bytes"]  # noqa: Y015
     _WhichOneofReturnType__systems: _TypeAlias = _typing.Literal["systems"]  # noqa: Y015
@@ -1601,6 +1637,12 @@ class Queue(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_memoryx_bytes) -> _WhichOneofReturnType__borrow_memoryx_bytes | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_systems) -> _WhichOneofReturnType__borrow_systems | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_queued_jobs_per_user) -> _WhichOneofReturnType__max_queued_jobs_per_user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_running_jobs_per_user) -> _WhichOneofReturnType__max_running_jobs_per_user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_systems_per_user) -> _WhichOneofReturnType__max_systems_per_user | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__memoryx_bytes) -> _WhichOneofReturnType__memoryx_bytes | None: ...
     @_typing.overload
@@ -1641,6 +1683,9 @@ class SetQueueRequest(_message.Message):
     LEND_FIELD_NUMBER: _builtins.int
     GROUPS_FIELD_NUMBER: _builtins.int
     SET_GROUPS_FIELD_NUMBER: _builtins.int
+    MAX_RUNNING_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
+    MAX_QUEUED_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
+    MAX_SYSTEMS_PER_USER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     systems: _builtins.int
     memoryx: _builtins.str
@@ -1651,6 +1696,10 @@ class SetQueueRequest(_message.Message):
     borrow_memoryx: _builtins.str
     lend: _builtins.bool
     set_groups: _builtins.bool
+    max_running_jobs_per_user: _builtins.str
+    """Caps per user inside the queue (#37): a number, or "unlimited"."""
+    max_queued_jobs_per_user: _builtins.str
+    max_systems_per_user: _builtins.str
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Replaces the queue's groups when `set_groups` is true (an empty list: anyone)."""
@@ -1667,10 +1716,13 @@ class SetQueueRequest(_message.Message):
         lend: _builtins.bool | None = ...,
         groups: _abc.Iterable[_builtins.str] | None = ...,
         set_groups: _builtins.bool = ...,
+        max_running_jobs_per_user: _builtins.str | None = ...,
+        max_queued_jobs_per_user: _builtins.str | None = ...,
+        max_systems_per_user: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "lend", b"lend", "memoryx", b"memoryx", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "lend", b"lend", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx", b"memoryx", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "groups", b"groups", "lend", b"lend", "memoryx", b"memoryx", "name", b"name", "set_groups", b"set_groups", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "groups", b"groups", "lend", b"lend", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx", b"memoryx", "name", b"name", "set_groups", b"set_groups", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__borrow_memoryx: _TypeAlias = _typing.Literal["borrow_memoryx"]  # noqa: Y015
     _WhichOneofArgType__borrow_memoryx: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx"]  # noqa: Y015
@@ -1678,6 +1730,12 @@ class SetQueueRequest(_message.Message):
     _WhichOneofArgType__borrow_systems: _TypeAlias = _typing.Literal["_borrow_systems", b"_borrow_systems"]  # noqa: Y015
     _WhichOneofReturnType__lend: _TypeAlias = _typing.Literal["lend"]  # noqa: Y015
     _WhichOneofArgType__lend: _TypeAlias = _typing.Literal["_lend", b"_lend"]  # noqa: Y015
+    _WhichOneofReturnType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["max_queued_jobs_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["_max_queued_jobs_per_user", b"_max_queued_jobs_per_user"]  # noqa: Y015
+    _WhichOneofReturnType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["max_running_jobs_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["_max_running_jobs_per_user", b"_max_running_jobs_per_user"]  # noqa: Y015
+    _WhichOneofReturnType__max_systems_per_user: _TypeAlias = _typing.Literal["max_systems_per_user"]  # noqa: Y015
+    _WhichOneofArgType__max_systems_per_user: _TypeAlias = _typing.Literal["_max_systems_per_user", b"_max_systems_per_user"]  # noqa: Y015
     _WhichOneofReturnType__memoryx: _TypeAlias = _typing.Literal["memoryx"]  # noqa: Y015
     _WhichOneofArgType__memoryx: _TypeAlias = _typing.Literal["_memoryx", b"_memoryx"]  # noqa: Y015
     _WhichOneofReturnType__systems: _TypeAlias = _typing.Literal["systems"]  # noqa: Y015
@@ -1690,6 +1748,12 @@ class SetQueueRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_systems) -> _WhichOneofReturnType__borrow_systems | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__lend) -> _WhichOneofReturnType__lend | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_queued_jobs_per_user) -> _WhichOneofReturnType__max_queued_jobs_per_user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_running_jobs_per_user) -> _WhichOneofReturnType__max_running_jobs_per_user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_systems_per_user) -> _WhichOneofReturnType__max_systems_per_user | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__memoryx) -> _WhichOneofReturnType__memoryx | None: ...
     @_typing.overload
@@ -2256,3 +2320,49 @@ class ArrayView(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ArrayView: _TypeAlias = ArrayView  # noqa: Y015
+
+@_typing.final
+class JobHoldRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobHoldRequest: _TypeAlias = JobHoldRequest  # noqa: Y015
+
+@_typing.final
+class JobHoldResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    changed: _builtins.bool
+    """False when nothing changed (already held, not held), said in `message`."""
+    message: _builtins.str
+    @_builtins.property
+    def job(self) -> Global___Job: ...
+    def __init__(
+        self,
+        *,
+        job: Global___Job | None = ...,
+        changed: _builtins.bool = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "job", b"job", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobHoldResponse: _TypeAlias = JobHoldResponse  # noqa: Y015

@@ -160,6 +160,26 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.GetArrayRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.ArrayView.FromString,
                 _registered_method=True)
+        self.HoldJob = channel.unary_unary(
+                '/appliance.v1.ClusterService/HoldJob',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.FromString,
+                _registered_method=True)
+        self.ReleaseJob = channel.unary_unary(
+                '/appliance.v1.ClusterService/ReleaseJob',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.FromString,
+                _registered_method=True)
+        self.SuspendJob = channel.unary_unary(
+                '/appliance.v1.ClusterService/SuspendJob',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.FromString,
+                _registered_method=True)
+        self.ResumeJob = channel.unary_unary(
+                '/appliance.v1.ClusterService/ResumeJob',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -349,6 +369,36 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HoldJob(self, request, context):
+        """---- Holds and suspend (#37) ----
+        Hold a queued job: it keeps its place in its queue and admission steps over it until it
+        is released. A user holds their own jobs (their groups'); an admin anyone's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseJob(self, request, context):
+        """Release a held job: it takes its place again. Only an admin releases an admin's hold.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SuspendJob(self, request, context):
+        """Suspend a running job: it checkpoints, gives its systems back and waits held.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeJob(self, request, context):
+        """Resume a suspended job: it is released and goes on from its checkpoint.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -476,6 +526,26 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.GetArray,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.GetArrayRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.ArrayView.SerializeToString,
+            ),
+            'HoldJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldJob,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.SerializeToString,
+            ),
+            'ReleaseJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseJob,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.SerializeToString,
+            ),
+            'SuspendJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.SuspendJob,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.SerializeToString,
+            ),
+            'ResumeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeJob,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1154,6 +1224,114 @@ class ClusterService:
             '/appliance.v1.ClusterService/GetArray',
             appliance_dot_v1_dot_cluster__pb2.GetArrayRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.ArrayView.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/HoldJob',
+            appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/ReleaseJob',
+            appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SuspendJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/SuspendJob',
+            appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/ResumeJob',
+            appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -100,6 +100,17 @@ class ClusterServiceStub:
     """--- Job arrays and sweeps (#37) ---
     An array's tasks, one row each: index, overrides, phase, reason, final loss and eval.
     """
+    HoldJob: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.JobHoldRequest, _cluster_pb2.JobHoldResponse]
+    """---- Holds and suspend (#37) ----
+    Hold a queued job: it keeps its place in its queue and admission steps over it until it
+    is released. A user holds their own jobs (their groups'); an admin anyone's.
+    """
+    ReleaseJob: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.JobHoldRequest, _cluster_pb2.JobHoldResponse]
+    """Release a held job: it takes its place again. Only an admin releases an admin's hold."""
+    SuspendJob: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.JobHoldRequest, _cluster_pb2.JobHoldResponse]
+    """Suspend a running job: it checkpoints, gives its systems back and waits held."""
+    ResumeJob: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.JobHoldRequest, _cluster_pb2.JobHoldResponse]
+    """Resume a suspended job: it is released and goes on from its checkpoint."""
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -173,6 +184,17 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     """--- Job arrays and sweeps (#37) ---
     An array's tasks, one row each: index, overrides, phase, reason, final loss and eval.
     """
+    HoldJob: _aio.UnaryUnaryMultiCallable[_cluster_pb2.JobHoldRequest, _cluster_pb2.JobHoldResponse]  # type: ignore[assignment]
+    """---- Holds and suspend (#37) ----
+    Hold a queued job: it keeps its place in its queue and admission steps over it until it
+    is released. A user holds their own jobs (their groups'); an admin anyone's.
+    """
+    ReleaseJob: _aio.UnaryUnaryMultiCallable[_cluster_pb2.JobHoldRequest, _cluster_pb2.JobHoldResponse]  # type: ignore[assignment]
+    """Release a held job: it takes its place again. Only an admin releases an admin's hold."""
+    SuspendJob: _aio.UnaryUnaryMultiCallable[_cluster_pb2.JobHoldRequest, _cluster_pb2.JobHoldResponse]  # type: ignore[assignment]
+    """Suspend a running job: it checkpoints, gives its systems back and waits held."""
+    ResumeJob: _aio.UnaryUnaryMultiCallable[_cluster_pb2.JobHoldRequest, _cluster_pb2.JobHoldResponse]  # type: ignore[assignment]
+    """Resume a suspended job: it is released and goes on from its checkpoint."""
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     """Cluster management: what csctl, the Python client and programs call."""
@@ -393,5 +415,40 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         """--- Job arrays and sweeps (#37) ---
         An array's tasks, one row each: index, overrides, phase, reason, final loss and eval.
         """
+
+    @_abc_1.abstractmethod
+    def HoldJob(
+        self,
+        request: _cluster_pb2.JobHoldRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.JobHoldResponse, _abc.Awaitable[_cluster_pb2.JobHoldResponse]]:
+        """---- Holds and suspend (#37) ----
+        Hold a queued job: it keeps its place in its queue and admission steps over it until it
+        is released. A user holds their own jobs (their groups'); an admin anyone's.
+        """
+
+    @_abc_1.abstractmethod
+    def ReleaseJob(
+        self,
+        request: _cluster_pb2.JobHoldRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.JobHoldResponse, _abc.Awaitable[_cluster_pb2.JobHoldResponse]]:
+        """Release a held job: it takes its place again. Only an admin releases an admin's hold."""
+
+    @_abc_1.abstractmethod
+    def SuspendJob(
+        self,
+        request: _cluster_pb2.JobHoldRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.JobHoldResponse, _abc.Awaitable[_cluster_pb2.JobHoldResponse]]:
+        """Suspend a running job: it checkpoints, gives its systems back and waits held."""
+
+    @_abc_1.abstractmethod
+    def ResumeJob(
+        self,
+        request: _cluster_pb2.JobHoldRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.JobHoldResponse, _abc.Awaitable[_cluster_pb2.JobHoldResponse]]:
+        """Resume a suspended job: it is released and goes on from its checkpoint."""
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

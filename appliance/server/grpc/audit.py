@@ -41,6 +41,10 @@ MUTATING: dict[str, tuple[str, str]] = {
     "SetNodeState": ("set-node-state", "node"),
     "SetQueue": ("set-queue", "queue"),
     "DeleteQueue": ("delete-queue", "queue"),
+    "HoldJob": ("hold", "job"),
+    "ReleaseJob": ("release", "job"),
+    "SuspendJob": ("suspend", "job"),
+    "ResumeJob": ("resume", "job"),
 }
 # The kind of object a read's `name` names (its `job_id` names a job).
 _NAMED = {"GetNodeEvents": "node"}

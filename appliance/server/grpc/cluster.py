@@ -13,6 +13,7 @@ from appliance.domain.auth import ANONYMOUS_USER, CLAIMED_USER_METADATA_KEY, Pri
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.listing import JobQuery
+from appliance.domain.queues import USER_CAPS
 from appliance.domain.reasons import parse_codes
 from appliance.domain.selectors import parse_selector
 from appliance.domain.spec import validate_labels
@@ -25,6 +26,7 @@ from appliance.protocol.queues import queue_to_pb, usage_to_pb
 from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
 from appliance.server.grpc.errors import Ctx, stream, unary
+from appliance.services.holds import HoldOutcome
 from appliance.services.job_controls import check_job_id
 from appliance.services.nodes import parse_node_state
 from appliance.services.use_cases import UseCases
@@ -45,6 +47,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.audit = uses.audit
         self.limits = uses.limits
         self.arrays = uses.arrays
+        self.holds = uses.holds
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED, summaries.KEEPING)
 
     @unary
@@ -272,9 +275,41 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> cluster_pb2.ArrayView:
         return array_view_to_pb(await self.arrays.view(request.array_id, by=caller()))
 
+    # ---- Holds and suspend (#37) ----------------------------------------------------------
+
+    @unary
+    async def HoldJob(
+        self, request: cluster_pb2.JobHoldRequest, context: Ctx
+    ) -> cluster_pb2.JobHoldResponse:
+        return _hold_to_pb(await self.holds.hold(request.job_id, by=caller()))
+
+    @unary
+    async def ReleaseJob(
+        self, request: cluster_pb2.JobHoldRequest, context: Ctx
+    ) -> cluster_pb2.JobHoldResponse:
+        return _hold_to_pb(await self.holds.release(request.job_id, by=caller()))
+
+    @unary
+    async def SuspendJob(
+        self, request: cluster_pb2.JobHoldRequest, context: Ctx
+    ) -> cluster_pb2.JobHoldResponse:
+        return _hold_to_pb(await self.holds.suspend(request.job_id, by=caller()))
+
+    @unary
+    async def ResumeJob(
+        self, request: cluster_pb2.JobHoldRequest, context: Ctx
+    ) -> cluster_pb2.JobHoldResponse:
+        return _hold_to_pb(await self.holds.release(request.job_id, by=caller(), resume=True))
+
+
+def _hold_to_pb(outcome: HoldOutcome) -> cluster_pb2.JobHoldResponse:
+    return cluster_pb2.JobHoldResponse(
+        job=convert.job_to_pb(outcome.job), changed=outcome.changed, message=outcome.message
+    )
+
 
 _QUEUE_FIELDS = (
-    "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend",
+    "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend", *USER_CAPS,
 )  # fmt: skip
 
 

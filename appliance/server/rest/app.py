@@ -20,6 +20,7 @@ from appliance.server.rest.auth import caller_dependency
 from appliance.server.rest.controls import controls_router
 from appliance.server.rest.errors import install_error_handlers
 from appliance.server.rest.guard import RequestGuard
+from appliance.server.rest.holds import holds_router
 from appliance.server.rest.jobs import jobs_router
 from appliance.server.rest.limiting import RateLimit
 from appliance.server.rest.limits import limits_router
@@ -75,6 +76,7 @@ def create_app(
     app.add_middleware(StandbyRefusal, problem=standby)
     app.include_router(jobs_router(uses.jobs, uses.bulk_cancels, caller, uses.limits))
     app.include_router(controls_router(uses.jobs, caller))
+    app.include_router(holds_router(uses.holds, caller))
     app.include_router(nodes_router(uses.jobs, uses.nodes, caller))
     app.include_router(queues_router(uses.queues, uses.usage, caller))
     app.include_router(audit_router(uses.audit, caller))

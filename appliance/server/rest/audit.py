@@ -37,7 +37,9 @@ VERBS = {
     "submit_job": "submit", "cancel_job": "cancel", "cancel_jobs": "cancel-many",
     "patch_job": "update", "set_node_state": "set-node-state", "set_queue": "set-queue",
     "delete_queue": "delete-queue", "cancel": "cancel", "set_priority": "set-priority",
-    "label": "label", "log_in": "login", "log_out": "logout",
+    "label": "label", "log_in": "login", "log_out": "logout", "hold_job": "hold",
+    "release_job": "release", "suspend_job": "suspend", "resume_job": "resume",
+    "hold": "hold", "release": "release",
 }  # fmt: skip
 QUIET = frozenset({"heartbeat"})
 _KINDS = {"job_id": "job", "nodes": "node", "queues": "queue"}

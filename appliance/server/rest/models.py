@@ -177,6 +177,12 @@ class ArrayOut(_Out):
     tasks: list[ArrayRowOut] = Field(description="One row per task, sorted as asked.")
 
 
+class HoldOut(_Out):
+    kind: str = Field(description="user, or admin (only an admin releases it).")
+    by: str = Field(description="Who put the hold.")
+    suspended: bool = Field(description="It suspended the job while it ran (csctl resume).")
+
+
 class JobOut(_Out):
     id: str = Field(description="wsjob-<id>")
     user: str
@@ -229,6 +235,11 @@ class JobOut(_Out):
     array: ArrayTaskOut | None = Field(
         default=None, description="Its array, when it is an array's task (--array, --sweep)."
     )
+    hold: HoldOut | None = Field(
+        default=None,
+        description="Its hold (null: not held): a held queued job keeps its place and waits "
+        "until released.",
+    )
 
 
 class JobListOut(_Out):
@@ -237,6 +248,12 @@ class JobListOut(_Out):
         "position and pending reason of each queued job."
     )
     next_page_token: str = Field(description="Pass as page_token for the next page; empty = end.")
+
+
+class HoldActionOut(_Out):
+    job: JobOut
+    changed: bool = Field(description="False when nothing changed (already held, not held).")
+    message: str
 
 
 class CancelOut(_Out):

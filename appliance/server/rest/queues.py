@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from appliance.domain.auth import Principal
-from appliance.domain.queues import MAX_GROUPS, MAX_WEIGHT, MIN_WEIGHT, QueueStatus
+from appliance.domain.queues import MAX_GROUPS, MAX_WEIGHT, MIN_WEIGHT, USER_CAPS, QueueStatus
 from appliance.domain.timestamps import utc_moment
 from appliance.domain.usage import UsageBy, UsageRow
 from appliance.server.rest.auth import CallerDependency
@@ -24,6 +24,7 @@ QueueName = Annotated[
 ]
 # Bytes or a size such as "32GiB": bounded and parsed by the domain (domain/queues.py).
 Size = int | str
+Cap = Annotated[str, StringConstraints(max_length=16)]  # "unlimited", or a number as text
 
 
 class QueueOut(BaseModel):
@@ -48,6 +49,15 @@ class QueueOut(BaseModel):
     running: int
     share: float = Field(description="Its part (0..1) of the cohort's recent usage.")
     weighted_share: float = Field(description="Orders the queues that borrow: lowest first.")
+    max_running_jobs_per_user: int | None = Field(
+        default=None, description="Admitted jobs one user may have in it (null: no cap)."
+    )
+    max_queued_jobs_per_user: int | None = Field(
+        default=None, description="Jobs one user may have waiting to run in it (null: no cap)."
+    )
+    max_systems_per_user: int | None = Field(
+        default=None, description="CS-2 systems one user's jobs in it may hold (null: no cap)."
+    )
 
 
 class QueueListOut(BaseModel):
@@ -71,6 +81,16 @@ class QueueIn(BaseModel):
     lend: bool | None = None
     groups: list[Annotated[str, StringConstraints(max_length=253)]] | None = Field(
         default=None, max_length=MAX_GROUPS, description="Who may submit ([]: anyone)."
+    )
+    # Checked by the domain (domain/queues.py), which names the field of a bad value.
+    max_running_jobs_per_user: Annotated[int, Field(strict=True)] | Cap | None = Field(
+        default=None, description='Admitted jobs one user may have in it, or "unlimited".'
+    )
+    max_queued_jobs_per_user: Annotated[int, Field(strict=True)] | Cap | None = Field(
+        default=None, description='Jobs one user may have waiting in it, or "unlimited".'
+    )
+    max_systems_per_user: Annotated[int, Field(strict=True)] | Cap | None = Field(
+        default=None, description='CS-2 systems one user\'s jobs in it may hold, or "unlimited".'
     )
 
 
@@ -157,5 +177,5 @@ def queue_out(status: QueueStatus) -> QueueOut:
         used_systems=status.used_systems, used_memoryx_bytes=status.used_memoryx_bytes,
         borrowed_systems=status.borrowed_systems, lent_systems=status.lent_systems,
         pending=status.pending, running=status.running, share=status.share,
-        weighted_share=status.weighted_share,
+        weighted_share=status.weighted_share, **{cap: getattr(spec, cap) for cap in USER_CAPS},
     )  # fmt: skip

@@ -1,5 +1,6 @@
-"""The dashboard's actions: cancel, set priority, label, a node's state (admins), and the
-login. Each is a POSTed form, checked for CSRF, then the same use case (and rules) as REST."""
+"""The dashboard's actions: cancel, set priority, hold and release, label, a node's state
+(admins), and the login. Each is a POSTed form, checked for CSRF, then the same use case (and
+rules) as REST."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from appliance.server.rest.audit import name_verb
 from appliance.server.web.fields import labels, one_of
 from appliance.server.web.render import LOGIN, PREFIX, HtmlRoute, page
 from appliance.server.web.session import Sessions
+from appliance.services.holds import HoldService
 from appliance.services.jobs import JobService
 from appliance.services.nodes import MAX_NODE_NAME, NodeService
 
@@ -25,7 +27,11 @@ MAX_TOKEN = 512
 
 
 def actions_router(
-    jobs: JobService, nodes: NodeService, sessions: Sessions, auth: Authenticator
+    jobs: JobService,
+    nodes: NodeService,
+    sessions: Sessions,
+    auth: Authenticator,
+    holds: HoldService,
 ) -> APIRouter:
     router = APIRouter(prefix=PREFIX, route_class=HtmlRoute, include_in_schema=False)
 
@@ -43,6 +49,18 @@ def actions_router(
         by, form = await sessions.act(request)
         name = one_of(form.get("priority", ""), Priority.__members__, "priority")
         await jobs.set_priority(job_id, Priority[name], by=by)
+        return back_to(job_id)
+
+    @router.post("/jobs/{job_id}/hold")
+    async def hold(request: Request, job_id: JobId) -> Response:
+        by, _ = await sessions.act(request)
+        await holds.hold(job_id, by=by)
+        return back_to(job_id)
+
+    @router.post("/jobs/{job_id}/release")
+    async def release(request: Request, job_id: JobId) -> Response:
+        by, _ = await sessions.act(request)
+        await holds.release(job_id, by=by)
         return back_to(job_id)
 
     @router.post("/jobs/{job_id}/labels")

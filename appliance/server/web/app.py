@@ -29,7 +29,7 @@ def install_web(app: FastAPI, uses: UseCases, auth: Authenticator) -> None:
     sessions = Sessions(auth)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
     app.include_router(pages_router(uses, sessions))
-    app.include_router(actions_router(uses.jobs, uses.nodes, sessions, auth))
+    app.include_router(actions_router(uses.jobs, uses.nodes, sessions, auth, uses.holds))
     app.include_router(streams_router(uses.jobs, uses.logs, sessions, uses.limits))
 
     @app.get("/docs", include_in_schema=False)

@@ -39,9 +39,14 @@ def assert_same_run(mine: Path, theirs: Path, steps: int) -> None:
 
 def csctl(address: str, *args: str) -> str:
     """csctl's output; fails the test on a non-zero exit, with its stderr."""
-    done = subprocess.run(
+    done = run_csctl(address, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def run_csctl(address: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """csctl run as a user runs it, against `address`: its exit code and output."""
+    return subprocess.run(
         [Path(sys.executable).parent / "csctl", "--server", address, *args],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout

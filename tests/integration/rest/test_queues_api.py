@@ -10,11 +10,14 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+import yaml
+from click.testing import CliRunner
 
 from appliance._proto.v1 import cluster_pb2, cluster_pb2_grpc
 from appliance.domain.auth import bearer_metadata
 from appliance.domain.inventory import NodeState
 from appliance.server.auth import create_token
+from csctl.cli import cli
 from tests.integration.coordinator.harness import RunningCoordinator
 from tests.integration.rest.conftest import SMALL_PARAMS
 from tests.tls import secure_channel
@@ -178,3 +181,75 @@ def test_grpc_says_the_same(secured: tuple[RunningCoordinator, dict[str, str]]) 
         with pytest.raises(grpc.RpcError) as bad:
             call(stub.GetUsage, cluster_pb2.GetUsageRequest(by="planet"), "bob")
         assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_queues_caps_per_user_are_set_shown_and_kept(
+    secured: tuple[RunningCoordinator, dict[str, str]],
+) -> None:
+    """#37: an admin sets a queue's caps per user (REST, gRPC, csctl); a bad one is refused
+    naming its field with nothing stored; over the queued cap a submit is refused naming the
+    queue and the cap."""
+    running, tokens = secured
+    caps = {"max_running_jobs_per_user": 1, "max_queued_jobs_per_user": 2}
+    with _client(running, tokens["alice"]) as alice, _client(running, tokens["root"]) as root:
+        made = root.put("/api/v1/queues/capped", json={"systems": 0, **caps})
+        assert made.status_code == 200, made.text
+        assert {k: made.json()[k] for k in caps} == caps
+        assert made.json()["max_systems_per_user"] is None
+        for body, field in (
+            ({"max_running_jobs_per_user": -1}, "max_running_jobs_per_user"),
+            ({"max_queued_jobs_per_user": "lots"}, "max_queued_jobs_per_user"),
+            ({"max_systems_per_user": 10**7}, "max_systems_per_user"),
+        ):
+            error = _error(root.put("/api/v1/queues/capped", json=body), 422)
+            assert error["field"] == field and "\n" not in error["message"], (body, error)
+        listed = {q["name"]: q for q in alice.get("/api/v1/queues").json()["queues"]}
+        assert {k: listed["capped"][k] for k in caps} == caps  # nothing changed
+
+        submitted = [alice.post("/api/v1/jobs", json=BODY | {"queue": "capped"}) for _ in range(2)]
+        assert [r.status_code for r in submitted] == [201, 201]
+        over = _error(alice.post("/api/v1/jobs", json=BODY | {"queue": "capped"}), 429)
+        assert "2 jobs waiting in queue capped" in over["message"]
+        assert "per user in that queue is 2" in over["message"]
+
+    with secure_channel(running.address) as channel:
+        stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+        root_md = (bearer_metadata(tokens["root"]),)
+        with pytest.raises(grpc.RpcError) as bad:
+            stub.SetQueue(
+                cluster_pb2.SetQueueRequest(name="capped", max_systems_per_user="-3"),
+                metadata=root_md,
+            )
+        assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "max_systems_per_user must be a whole number" in (bad.value.details() or "")
+        queue = stub.SetQueue(
+            cluster_pb2.SetQueueRequest(
+                name="capped", max_systems_per_user="1", max_queued_jobs_per_user="unlimited"
+            ),
+            metadata=root_md,
+        )
+        assert (queue.max_running_jobs_per_user, queue.max_systems_per_user) == (1, 1)
+        assert not queue.HasField("max_queued_jobs_per_user")
+
+    csctl = CliRunner().invoke(
+        cli,
+        ["--server", running.address, "--token", tokens["root"], "queue", "set", "capped",
+         "--max-running-jobs-per-user", "2"],
+    )  # fmt: skip
+    assert csctl.exit_code == 0, csctl.output
+    assert "running=2,systems=1" in csctl.output  # PER-USER of the wide row
+    shown = CliRunner().invoke(
+        cli,
+        ["--server", running.address, "--token", tokens["root"], "get", "queues", "-o", "yaml"],
+    )
+    capped = next(q for q in yaml.safe_load(shown.output) if q["name"] == "capped")
+    assert (capped["max_running_jobs_per_user"], capped["max_queued_jobs_per_user"]) == (2, None)
+    refused = CliRunner().invoke(
+        cli,
+        ["--server", running.address, "--token", tokens["root"], "queue", "set", "capped",
+         "--max-systems-per-user", "-1"],
+    )  # fmt: skip
+    assert refused.exit_code == 1 and "max_systems_per_user" in refused.output
+    with _client(running, tokens["root"]) as root:
+        for job in submitted:
+            root.post(f"/api/v1/jobs/{job.json()['id']}/cancel", json={})

@@ -216,3 +216,23 @@ def test_dependencies_are_stored_and_shown_both_ways(store: JobStore) -> None:
     assert store.set_phase("wsjob-train", Phase.CANCELLED, "dependency", T0 + 4).applied
     [(job, on, phase)] = [(d.job_id, d.depends_on, d.phase) for d in store.dependency_states()]
     assert (job, on, phase) == ("wsjob-eval", "wsjob-train", Phase.CANCELLED)
+
+
+def test_a_queues_caps_per_user_are_stored_and_what_users_hold_in_it_is_counted(
+    store: JobStore,
+) -> None:
+    """#37: the three caps per user round-trip (None too), and held_in_queues counts each
+    user's admitted jobs and their systems in the queues asked for, only those."""
+    spec = validate_queue(
+        name="nlp", systems=2, max_running_jobs_per_user=1, max_systems_per_user=3
+    )
+    store.put_queue(*_named(spec), fits)
+    assert spec_of(store, "nlp") == spec
+    assert spec.max_queued_jobs_per_user is None
+    submit(store, "wsjob-nlp-two", "nlp", 2)
+    submit(store, "wsjob-nlp-one", "nlp", 1, now=T0 + 1)
+    submit(store, "wsjob-default", "default", 1, now=T0 + 2)
+    for job_id in ("wsjob-nlp-two", "wsjob-default"):
+        store.schedule(job_id, placements_for(store, job_id), T0 + 3)
+    assert store.held_in_queues(["nlp"]) == {("nlp", "alice"): (1, 2)}
+    assert store.held_in_queues(["vision"]) == {}

@@ -13,6 +13,7 @@ from appliance.domain.fair_share import Usage, held, weighted_share
 from appliance.domain.phases import Phase
 from appliance.domain.queues import (
     DEFAULT_QUEUE,
+    USER_CAPS,
     Quota,
     lent_systems,
     parse_queues_document,
@@ -163,3 +164,22 @@ def test_unlimited_borrowing_and_group_names_as_tokens_carry_them() -> None:
     assert spec.borrow_systems is None and spec.groups == ("ml team", "Ünï")
     assert validate_queue(name="nlp", borrow_systems="3").borrow_systems == 3
     assert validate_queue(name="nlp", groups=None).groups == ()
+
+
+def test_a_queues_caps_per_user_are_whole_numbers_or_unlimited() -> None:
+    """#37: max_running_jobs_per_user, max_queued_jobs_per_user, max_systems_per_user."""
+    spec = validate_queue(
+        name="nlp", max_running_jobs_per_user=2, max_queued_jobs_per_user="10",
+        max_systems_per_user="unlimited",
+    )  # fmt: skip
+    assert (spec.max_running_jobs_per_user, spec.max_queued_jobs_per_user) == (2, 10)
+    assert spec.max_systems_per_user is None
+    for field in USER_CAPS:
+        for bad in (-1, "lots", True, 2.5, 10**7):
+            with pytest.raises(InvalidSpec, match=f"{field} must be a whole number") as raised:
+                validate_queue(name="nlp", **{field: bad})
+            assert raised.value.field == field
+    [parsed] = parse_queues_document(
+        {"queues": [{"name": "nlp", "systems": 1, "max_systems_per_user": 1}]}
+    )
+    assert parsed.max_systems_per_user == 1

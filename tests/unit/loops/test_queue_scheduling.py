@@ -262,3 +262,33 @@ async def test_a_job_that_enters_the_queue_during_a_pass_waits_for_the_next(
     monkeypatch.undo()
     assert await scheduler.run_once() == 0
     assert shown(ctx, evaluate).pending_reason == f"waiting for {train} (SCHEDULED) to succeed"
+
+
+async def test_a_queues_caps_per_user_keep_a_users_jobs_waiting_and_others_go_on(
+    ctx: Context,
+) -> None:
+    """#37: max_running_jobs_per_user and max_systems_per_user counted from what each user's
+    jobs in the queue hold in the store and what the pass admits; stepped over, never heads."""
+    spec = validate_queue(name="nlp", systems=4, max_running_jobs_per_user=2)
+    ctx.store.put_queue("nlp", lambda _current: spec, lambda _queues: None)
+    for i in range(3):
+        _submit(ctx, f"wsjob-capalice00{i}", "nlp", 1, NOW + i)
+    [bobs] = new_jobs(["wsjob-capbob0000"], Priority.P2, 1)
+    bob = dataclasses.replace(bobs, user="bob", spec=dataclasses.replace(bobs.spec, queue="nlp"))
+    create(ctx, [bob], NOW + 5)
+    loop = SchedulerLoop(ctx)
+    assert await loop.run_once() == 3
+    assert _scheduled(ctx) == ["wsjob-capalice000", "wsjob-capalice001", "wsjob-capbob0000"]
+    third = shown(ctx, "wsjob-capalice002")
+    assert third.pending_reason_code == "QueueUserJobLimit", third.pending_reason
+    assert "alice has 2 of their 2 jobs running in queue nlp" in third.pending_reason
+    assert await loop.run_once() == 0  # what the store says they hold counts on the next pass
+
+    capped = validate_queue(name="nlp", systems=4, max_systems_per_user=2)
+    ctx.store.put_queue("nlp", lambda _current: capped, lambda _queues: None)
+    await ctx.set_phase("wsjob-capalice000", Phase.CANCELLED, "done")
+    _submit(ctx, "wsjob-capalice003", "nlp", 1, NOW + 9)
+    await loop.run_once()  # 1 held of 2: the third fits again, the fourth would make 3
+    assert ctx.store.get_job("wsjob-capalice002").phase is Phase.SCHEDULED
+    fourth = shown(ctx, "wsjob-capalice003")
+    assert fourth.pending_reason_code == "QueueUserSystemLimit", fourth.pending_reason

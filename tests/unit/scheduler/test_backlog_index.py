@@ -4,10 +4,13 @@ jobs by shape."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from appliance.domain.backlog import QueuedJob
+from appliance.domain.holds import Hold, HoldKind
 from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
 from appliance.domain.spec import Priority
 from appliance.scheduler.backlog_index import BacklogIndex
@@ -72,3 +75,19 @@ def test_built_at_once_is_built_one_by_one(
         for i in removed:
             index.remove(f"job-{i:02d}")
     assert described(at_once) == described(one_by_one)
+
+
+def test_held_jobs_are_kept_apart_and_keep_their_place() -> None:
+    """A hold changes a job's entry in place (its order is the same); released, it is no
+    longer among the held."""
+    jobs = [QueuedJob(f"job-h{i}", Priority.P2, float(i), PLANS[0]) for i in range(3)]
+    held = dataclasses.replace(jobs[1], hold=Hold(HoldKind.USER, "alice"))
+    index = BacklogIndex([jobs[0], held, jobs[2]])
+    assert [j.job_id for j in index.held()] == [held.job_id]
+    assert index.position(held.job_id) == 2
+    index.put(jobs[1])  # released
+    assert index.held() == [] and index.position(jobs[1].job_id) == 2
+    index.put(held)
+    assert [j.job_id for j in index.held()] == [held.job_id]
+    index.remove(held.job_id)
+    assert index.held() == [] and len(index) == 2

@@ -3,7 +3,7 @@ once and its sweep overrides; an index over arrays' rows only. Rows written befo
 array's tasks ('', 0, 0, {}).
 
 Revision ID: 0017
-Revises: 0014
+Revises: 0016
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0014"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
