@@ -146,9 +146,22 @@ def test_bad_arrays_and_sweeps_are_refused_whole_and_nothing_is_stored(
             with pytest.raises(InvalidSpec) as info:
                 client.submit(params=PARAMS, num_csx=1, num_steps=5, **more)
             assert info.value.field == field and "\n" not in info.value.message
-        with pytest.raises(LimitExceeded) as limited:  # 9 tasks, 8 allowed: none made
+        with pytest.raises(LimitExceeded) as limited:
             client.submit(params=PARAMS, num_csx=1, num_steps=5, array="0-8")
         assert "this submit makes 9 more" in limited.value.message
         assert client.list_jobs(all=True) == []
-        assert client.submit(params=PARAMS, num_csx=1, num_steps=5, array="0-7").array_id
+        rest = httpx.Client(
+            base_url=f"https://127.0.0.1:{running.coordinator.http_port}", verify=False
+        )
+        grid = {f"model.k{i}": "1,2,3,4,5,6,7,8,9,10" for i in range(4)}  # 10,000 points
+        body = {"params": PARAMS, "num_csx": 1, "num_steps": 5, "sweep": grid}
+        refused = rest.post("/api/v1/jobs", json=body)
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "sweep"
+        body = {**body, "sweep": {"optimizer.learning_rate": "0.1,0.2"}, "array": "%1"}
+        made = rest.post("/api/v1/jobs", json=body)
+        assert made.status_code == 201, made.text
+        assert made.json()["array"]["index"] == 0 and made.json()["array"]["cap"] == 1
+        rest.close()
+        assert len(client.list_jobs(all=True)) == 2  # 9 tasks, 8 allowed: none made
+        assert client.submit(params=PARAMS, num_csx=1, num_steps=5, array="0-5").array_id
         assert len(client.list_jobs(all=True)) == 8
