@@ -16,7 +16,7 @@ import yaml
 from click.testing import CliRunner
 
 from appliance.client import ApplianceClient
-from appliance.domain.errors import InvalidSpec, LimitExceeded
+from appliance.domain.errors import InvalidSpec, LimitExceeded, NotFound
 from appliance.domain.phases import Phase
 from appliance.domain.reasons import ReasonCode
 from appliance.domain.spec import SIM_STEP_SECONDS_LABEL, Priority
@@ -28,6 +28,7 @@ PARAMS = {
     "optimizer": {"learning_rate": 0.1},
     "runconfig": {"seed": "${array_task_id}"},
 }
+PLAIN = {"model": {"name": "fc_mnist", "hidden_sizes": [8]}}  # no ${array_task_id}: not an array
 FOREVER = {SIM_STEP_SECONDS_LABEL: "1"}  # with a million steps: until cancelled
 SWEEP = {"optimizer.learning_rate": "1e-3,3e-3,1e-2", "train_input.batch_size": "64,128"}
 
@@ -163,5 +164,24 @@ def test_bad_arrays_and_sweeps_are_refused_whole_and_nothing_is_stored(
         assert made.json()["array"]["index"] == 0 and made.json()["array"]["cap"] == 1
         rest.close()
         assert len(client.list_jobs(all=True)) == 2  # 9 tasks, 8 allowed: none made
-        assert client.submit(params=PARAMS, num_csx=1, num_steps=5, array="0-5").array_id
+        array_id = client.submit(params=PARAMS, num_csx=1, num_steps=5, array="0-5").array_id
         assert len(client.list_jobs(all=True)) == 8
+        wait_until(  # the limit counts jobs waiting: these end at once (no step time)
+            lambda: all(t.phase.terminal for t in client.array(array_id).tasks), 30, "the tasks"
+        )
+        # Dependencies name tasks; an array's id is said to be one.
+        with pytest.raises(InvalidSpec) as info:
+            client.submit(params=PLAIN, num_csx=1, num_steps=5, depends_on=array_id)
+        assert info.value.field == "depends_on" and f"{array_id}_0" in info.value.message
+        after = client.submit(params=PLAIN, num_csx=1, num_steps=5, depends_on=f"{array_id}_3")
+        assert after.status.pending_reason_code in ("Dependency", "Scheduler")
+        # Reading an array: an id that is none, or a task's, is refused naming array_id.
+        for bad, error in ((f"{array_id}_3", InvalidSpec), ("wsjob-nosucharrayxxx", NotFound)):
+            with pytest.raises(error) as refused:
+                client.array(bad)
+            assert refused.value.field == "array_id"
+        missing = httpx.get(
+            f"https://127.0.0.1:{running.coordinator.http_port}/api/v1/arrays/wsjob-nosucharrayxxx",
+            verify=False,
+        )
+        assert missing.status_code == 404 and missing.json()["error"]["field"] == "array_id"
