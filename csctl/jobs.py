@@ -106,17 +106,19 @@ def cancel() -> None:
 )
 @click.pass_context
 def cancel_job(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
-    """Cancel one or more jobs; a job that already finished is left as it is.
+    """Cancel one or more jobs; a job that already finished is left as it is. An array's id
+    cancels every task of the array; a task's id (wsjob-…_7) that task alone.
 
     \b
     Examples:
       csctl cancel job wsjob-abc123def456gh
       csctl cancel job wsjob-abc123def456gh wsjob-0123456789abcd
+      csctl cancel job wsjob-abc123def456gh_7
     """
     session: Session = ctx.obj
     client = session.client()
     if len(job_ids) == 1:  # one job: its error is the one line csctl prints
-        _report_cancel(client.cancel_job(job_ids[0], reason=_CANCEL_REASON))
+        _report_cancel(client.cancel_job(job_ids[0], reason=_CANCEL_REASON), job_ids[0])
         return
     failures = 0
     for job_id in job_ids:
@@ -126,13 +128,15 @@ def cancel_job(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
             say(f"error: {error_line(exc)}", err=True)
             failures += 1
             continue
-        _report_cancel(result)
+        _report_cancel(result, job_id)
     if failures:
         ctx.exit(1)
 
 
-def _report_cancel(result: CancelResult) -> None:
-    if result.changed:
+def _report_cancel(result: CancelResult, asked: str) -> None:
+    if asked != result.job.id:  # an array's id: how many of its tasks
+        say(result.message)
+    elif result.changed:
         say(f"job {result.job.id} cancelled")
     else:
         say(f"job {result.job.id} already {result.job.phase}; nothing to do")

@@ -48,6 +48,13 @@ class ArrayService:
         tasks" for the verbs that act on jobs (call it when the id names no job)."""
         return [job.id for job in await self.tasks(array_id)]
 
+    async def task_ids_if_array(self, job_id: str) -> list[str]:
+        """The tasks' ids when `job_id` (which names no job) names an array; else none."""
+        try:
+            return await self.task_ids(job_id)
+        except (InvalidSpec, NotFound):
+            return []
+
     async def view(self, array_id: str, *, by: Principal | None = None) -> ArrayView:
         """Each task's overrides, phase, reason and final loss and evaluation: from its
         curves when the coordinator sees its model dir, else from its last progress report.

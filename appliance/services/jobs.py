@@ -241,9 +241,12 @@ class JobService(JobControls):
         found = await self._ctx.read(self._ctx.store.existing_jobs, ids)
         missing = [job_id for job_id in ids if job_id not in found]
         if missing:
+            tasks = await self.arrays.task_ids_if_array(missing[0])
             raise InvalidSpec(
-                f"depends_on names {missing[0]}, which is not a job; depend only on jobs that "
-                "were submitted",
+                f"depends_on names array {missing[0]}; depend on its tasks, e.g. {tasks[0]}"
+                if tasks
+                else f"depends_on names {missing[0]}, which is not a job; depend only on jobs "
+                "that were submitted",
                 field="depends_on",
             )
 

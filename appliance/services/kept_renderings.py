@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Generic, TypeVar
 
-from appliance.domain import dependencies, job, phases, spec, spec_document, spec_fields
+from appliance.domain import arrays, dependencies, job, phases, spec, spec_document, spec_fields
 from appliance.store import listing as store_listing
 from appliance.store import rows, tables
 from appliance.store.engine import MIGRATIONS
@@ -28,6 +28,7 @@ T = TypeVar("T")
 # Job, the schema.
 _SUMMARY_MODULES = (
     job, phases, spec, spec_fields, spec_document, dependencies, store_listing, rows, tables,
+    arrays,  # a task's place in its array (TaskOf)
 )  # fmt: skip
 
 

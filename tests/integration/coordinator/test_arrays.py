@@ -16,7 +16,7 @@ import yaml
 from click.testing import CliRunner
 
 from appliance.client import ApplianceClient
-from appliance.domain.errors import InvalidSpec, LimitExceeded
+from appliance.domain.errors import InvalidSpec, LimitExceeded, NotFound
 from appliance.domain.phases import Phase
 from appliance.domain.reasons import ReasonCode
 from appliance.domain.spec import SIM_STEP_SECONDS_LABEL, Priority
@@ -28,6 +28,7 @@ PARAMS = {
     "optimizer": {"learning_rate": 0.1},
     "runconfig": {"seed": "${array_task_id}"},
 }
+PLAIN = {"model": {"name": "fc_mnist", "hidden_sizes": [8]}}  # no ${array_task_id}: not an array
 FOREVER = {SIM_STEP_SECONDS_LABEL: "1"}  # with a million steps: until cancelled
 SWEEP = {"optimizer.learning_rate": "1e-3,3e-3,1e-2", "train_input.batch_size": "64,128"}
 
@@ -122,7 +123,7 @@ def test_a_sweep_runs_its_grid_within_its_cap_and_every_door_shows_it(
         assert client.cancel_job(f"{array_id}_4").changed
         assert client.get_job(f"{array_id}_4").phase is Phase.CANCELLED
         said = csctl(running, "cancel", "job", array_id)
-        assert said.startswith(f"job {array_id}_0 cancelled"), said
+        assert said == f"5 of the 6 tasks of array {array_id} cancelled\n", said
         wait_until(
             lambda: set(phases()) == {Phase.CANCELLED}, 30, "every task of the array cancelled"
         )
@@ -146,9 +147,41 @@ def test_bad_arrays_and_sweeps_are_refused_whole_and_nothing_is_stored(
             with pytest.raises(InvalidSpec) as info:
                 client.submit(params=PARAMS, num_csx=1, num_steps=5, **more)
             assert info.value.field == field and "\n" not in info.value.message
-        with pytest.raises(LimitExceeded) as limited:  # 9 tasks, 8 allowed: none made
+        with pytest.raises(LimitExceeded) as limited:
             client.submit(params=PARAMS, num_csx=1, num_steps=5, array="0-8")
         assert "this submit makes 9 more" in limited.value.message
         assert client.list_jobs(all=True) == []
-        assert client.submit(params=PARAMS, num_csx=1, num_steps=5, array="0-7").array_id
+        rest = httpx.Client(
+            base_url=f"https://127.0.0.1:{running.coordinator.http_port}", verify=False
+        )
+        grid = {f"model.k{i}": "1,2,3,4,5,6,7,8,9,10" for i in range(4)}  # 10,000 points
+        body = {"params": PARAMS, "num_csx": 1, "num_steps": 5, "sweep": grid}
+        refused = rest.post("/api/v1/jobs", json=body)
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "sweep"
+        body = {**body, "sweep": {"optimizer.learning_rate": "0.1,0.2"}, "array": "%1"}
+        made = rest.post("/api/v1/jobs", json=body)
+        assert made.status_code == 201, made.text
+        assert made.json()["array"]["index"] == 0 and made.json()["array"]["cap"] == 1
+        rest.close()
+        assert len(client.list_jobs(all=True)) == 2  # 9 tasks, 8 allowed: none made
+        array_id = client.submit(params=PARAMS, num_csx=1, num_steps=5, array="0-5").array_id
         assert len(client.list_jobs(all=True)) == 8
+        wait_until(  # the limit counts jobs waiting: these end at once (no step time)
+            lambda: all(t.phase.terminal for t in client.array(array_id).tasks), 30, "the tasks"
+        )
+        # Dependencies name tasks; an array's id is said to be one.
+        with pytest.raises(InvalidSpec) as info:
+            client.submit(params=PLAIN, num_csx=1, num_steps=5, depends_on=array_id)
+        assert info.value.field == "depends_on" and f"{array_id}_0" in info.value.message
+        after = client.submit(params=PLAIN, num_csx=1, num_steps=5, depends_on=f"{array_id}_3")
+        wait_until(lambda: after.status.phase is Phase.SUCCEEDED, 30, "after the task it names")
+        # Reading an array: an id that is none, or a task's, is refused naming array_id.
+        for bad, error in ((f"{array_id}_3", InvalidSpec), ("wsjob-nosucharrayxxx", NotFound)):
+            with pytest.raises(error) as refused:
+                client.array(bad)
+            assert refused.value.field == "array_id"
+        missing = httpx.get(
+            f"https://127.0.0.1:{running.coordinator.http_port}/api/v1/arrays/wsjob-nosucharrayxxx",
+            verify=False,
+        )
+        assert missing.status_code == 404 and missing.json()["error"]["field"] == "array_id"
