@@ -33,6 +33,9 @@ class HoldOutcome:
 
 
 class HoldService:
+    """The hold, release, suspend and resume use cases every door calls (the rules of who
+    may: domain/holds.py)."""
+
     def __init__(self, ctx: Context, checkpoint_grace: float = 30.0) -> None:
         """`checkpoint_grace`: seconds a suspended job's chief has to write its checkpoint
         (the preemption grace, APPLIANCE_PREEMPTION_GRACE_SECONDS)."""
@@ -75,7 +78,6 @@ class HoldService:
             self._ctx.store.hold_job, job_id, hold, self._ctx.clock()
         )
         if not changed:
-            self._changed(job_id, changed)
             return HoldOutcome(held, False, f"job {job_id} is already suspended")
         checkpoints = bool(job.spec.model_dir)
         await self._ctx.request_requeue(

@@ -19,6 +19,7 @@ from tests.integration.coordinator.harness import RunningCoordinator, serving, w
 from tests.integration.coordinator.same_run import assert_same_run, csctl, run_csctl
 from tests.model_specs import FC, SGD
 
+SYSTEMS = ["cs2-01", "cs2-02", "cs2-03", "cs2-04"]
 STEPS = 1500  # fc_mnist runs over 100 steps/s here: the suspension lands well before the end
 
 
@@ -43,27 +44,31 @@ def _refused(address: str, *args: str) -> str:
     return done.stderr
 
 
-def test_a_held_job_is_stepped_over_and_runs_once_released(
+def test_held_jobs_are_stepped_over_and_run_once_released(
     coordinator: RunningCoordinator,
 ) -> None:
     address = coordinator.address
-    # One system in service: one job runs at a time.
-    coordinator.coordinator.ctx.store.set_node_state(
-        ["cs2-02", "cs2-03", "cs2-04"], NodeState.MAINTENANCE
-    )
+    store = coordinator.coordinator.ctx.store
+    store.set_node_state(SYSTEMS, NodeState.MAINTENANCE)  # nothing starts while we hold
     with ApplianceClient(address, detach=True) as client:
         held = client.submit(params=_params(), num_csx=1, num_steps=5, hold=True)
         behind = client.submit(params=_params(), num_csx=1, num_steps=5)
+        last = client.submit(params=_params(), num_csx=1, num_steps=5)
+        assert csctl(address, "hold", "job", last.id) == f"job {last.id} held\n"
+        store.set_node_state(SYSTEMS[:1], NodeState.OK)  # one job runs at a time
         assert behind.wait(timeout=120).phase is Phase.SUCCEEDED
         status = held.status
         assert status.phase is Phase.QUEUED and status.queue_position == 1
         assert status.pending_reason_code == "HeldUser"
+        assert last.status.phase is Phase.QUEUED
         listing = csctl(address, "get", "jobs", "-o", "wide")
         assert "HeldUser" in next(line for line in listing.splitlines() if held.id in line)
         assert "HELD: held by" in csctl(address, "get", "job", held.id)
 
-        assert csctl(address, "release", "job", held.id) == f"job {held.id} released\n"
+        released = csctl(address, "release", "job", held.id, last.id)
+        assert released == f"job {held.id} released\njob {last.id} released\n"
         assert held.wait(timeout=120).phase is Phase.SUCCEEDED
+        assert last.wait(timeout=120).phase is Phase.SUCCEEDED
         said = _refused(address, "hold", "job", held.id)
         assert f"job {held.id} is SUCCEEDED; only a queued job can be held" in said
         assert "not found" in _refused(address, "release", "job", "wsjob-nosuchjob00000")
