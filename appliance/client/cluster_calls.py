@@ -116,9 +116,13 @@ class ClusterCalls:
         borrow_memoryx: int | str | None = None,
         lend: bool | None = None,
         groups: Iterable[str] | None = None,
+        default_time_limit: int | str | None = None,
+        max_time_limit: int | str | None = None,
     ) -> QueueStatus:
         """Admins: create the queue, or change the fields given (None: kept). Sizes are bytes
-        or text such as "32GiB"; a borrowing limit of "unlimited" removes the limit."""
+        or text such as "32GiB"; a borrowing limit of "unlimited" removes the limit. Time
+        limits are seconds or text as Slurm writes them ("2:00:00", "1-00:00:00"), or
+        "unlimited"."""
         fields: dict[str, Any] = {"name": name}
         if systems is not None:
             fields["systems"] = systems
@@ -128,7 +132,8 @@ class ClusterCalls:
             fields["lend"] = lend
         for key, value in (
             ("memoryx", memoryx), ("borrow_systems", borrow_systems),
-            ("borrow_memoryx", borrow_memoryx),
+            ("borrow_memoryx", borrow_memoryx), ("default_time_limit", default_time_limit),
+            ("max_time_limit", max_time_limit),
         ):  # fmt: skip
             if value is not None:
                 fields[key] = str(value)

@@ -21,10 +21,22 @@ class QueuedJob:
     # Its owner and their groups at submit time (a per-user cap of running systems).
     user: str = ""
     groups: tuple[str, ...] = ()
+    # What is left of its time limit (domain/time_limits.py), in seconds; None: no limit.
+    run_limit: float | None = None
 
     @property
     def order(self) -> tuple[int, float, str]:
         return (int(self.priority), self.created_at, self.job_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """`systems` CS-2 systems a job holding them gives back at `ends_at` by its time limit
+    (None: unknown, it has none): what backfill by time limits decides on
+    (scheduler/backfill.py)."""
+
+    systems: int
+    ends_at: float | None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,12 @@ from appliance.domain.params import MAX_STEPS as MAX_STEPS  # re-exported: the d
 from appliance.domain.params import parse_params
 from appliance.domain.queues import DEFAULT_QUEUE, validate_queue_name
 from appliance.domain.spec_fields import Storage, about
+from appliance.domain.time_limits import (
+    FORMATS,
+    MAX_TIME_LIMIT_CHARS,
+    format_time_limit,
+    parse_time_limit,
+)
 
 
 class Mode(enum.StrEnum):
@@ -132,6 +138,17 @@ class JobSpec:
             max_chars=MAX_COMMENT,
         ),
     )
+    # How long it may run (Slurm's --time, domain/time_limits.py), as D-HH:MM:SS; empty: its
+    # queue's default (none: unlimited). Only time RUNNING counts, summed over attempts.
+    time_limit: str = field(
+        default="",
+        metadata=about(
+            f"How long it may run ({FORMATS}, as Slurm's --time; time queued or preempted "
+            "does not count); empty = its queue's default.",
+            option="--time",
+            max_chars=MAX_TIME_LIMIT_CHARS,
+        ),
+    )
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -139,6 +156,11 @@ class JobSpec:
         loaded = load_bounded(self.params_yaml, "params")
         assert isinstance(loaded, dict)
         return loaded
+
+    @functools.cached_property
+    def time_limit_seconds(self) -> int | None:
+        """The time limit in seconds (None: none); parsed once per spec object."""
+        return parse_time_limit(self.time_limit) if self.time_limit else None
 
 
 def validate_spec(
@@ -155,6 +177,7 @@ def validate_spec(
     queue: str | None = None,
     depends_on: Iterable[Any] | None = None,
     comment: str = "",
+    time_limit: str = "",
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -213,6 +236,7 @@ def validate_spec(
         queue=validate_queue_name(queue) if queue else DEFAULT_QUEUE,
         depends_on=parse_dependencies(depends_on),
         comment=validate_text(comment, "comment", MAX_COMMENT),
+        time_limit=format_time_limit(parse_time_limit(time_limit)) if time_limit else "",
     )
     spec.__dict__["params"] = params  # seed the cached parse: YAML is parsed once per submit
     return spec
@@ -233,6 +257,16 @@ def with_checkpoint_path(spec: JobSpec, path: str) -> JobSpec:
     }
     new = dataclasses.replace(spec, params_yaml=yaml.safe_dump(params, sort_keys=False))
     new.__dict__["params"] = params
+    return new
+
+
+def with_time_limit(spec: JobSpec, seconds: int | None) -> JobSpec:
+    """`spec` with a time limit of `seconds` (None: none), as its queue gives it."""
+    text = format_time_limit(seconds) if seconds is not None else ""
+    if text == spec.time_limit:
+        return spec
+    new = dataclasses.replace(spec, time_limit=text)
+    new.__dict__["params"] = spec.params
     return new
 
 

@@ -5,7 +5,9 @@ needs or nothing. The first job of a queue that does not fit (its head) holds wh
 of what it needs, and for each replica it cannot place on a shared node it holds back a whole
 node that could host it once that node drains; it also sets its quota aside. Jobs behind it
 in its queue may start only on what is left and within their queue's quota: backfill never
-delays the head.
+delays the head. With the running jobs' time limits (scheduler/backfill.py, EASY backfill as
+Slurm's), a head short only of systems has a shadow time, and a job behind it may also start
+on the systems it holds when it ends by then or takes only what the head will not need then.
 
 Across queues (scheduler/quotas.py): first every queue, lowest fair share first, starts what
 fits within its quota; then, in the same order, queues borrow idle capacity beyond their
@@ -30,11 +32,12 @@ import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
 
-from appliance.domain.backlog import Placement, QueuedJob
+from appliance.domain.backlog import Placement, QueuedJob, Release
 from appliance.domain.inventory import NodeUsage
 from appliance.domain.plan import PlanShape, Role
 from appliance.domain.queues import DEFAULT_QUEUE, Quota
 from appliance.domain.reasons import Reason, ReasonCode, said
+from appliance.scheduler.backfill import MAX_BACKFILL_TESTS, shadow_of
 from appliance.scheduler.backlog_index import BacklogIndex, Order
 from appliance.scheduler.placement import KIND_OF_ROLE, Counts, FreeCapacity
 from appliance.scheduler.quotas import NOTHING, Need, QuotaBook, never_fits
@@ -138,11 +141,15 @@ def admit_backlog(
     skip: Collection[str] = frozenset(),
     limit: int | None = None,
     users: UserCaps | None = None,
+    releases: Sequence[Release] | None = None,
+    now: float = 0.0,
 ) -> Admission:
     """`admit` on the queue as the index holds it, leaving out the jobs in `skip` (those
     waiting for other jobs); stopping once it admitted `limit` jobs (None: no limit), like
     Slurm's main scheduler stops at its queue depth, so that no pass runs long. `users`: the
-    per-user caps of running systems (None: no user has one)."""
+    per-user caps of running systems (None: no user has one). `releases`: when the running
+    jobs give their systems back by their time limits, at `now` (None: no backfill by time
+    limits)."""
     if book is None:
         book = QuotaBook({DEFAULT_QUEUE: _UNLIMITED}, {})
     names = _with_jobs(index, skip)
@@ -153,6 +160,8 @@ def admit_backlog(
     # A queue without a share (one deleted while a job was submitted to it) goes last.
     order = sorted(names, key=lambda name: (shares.get(name, math.inf), name))
     state = _Pass(index, pool, book, skip, limit, users)
+    if releases is not None:
+        state.releases, state.now = list(releases), now
     waiting: dict[str, Order] = {}  # queue -> order of the job before its first to borrow
     for name in order:
         if not state.capped:
@@ -203,6 +212,10 @@ class _Pass:
         self._needs: dict[PlanShape, Need] = {}
         self._admitted: set[str] = set()
         self._starts: dict[str, list[Order]] = {}  # of each queue's stretches, once decided
+        # Backfill by time limits: the running jobs' ends (and those this pass starts), now.
+        self.releases: list[Release] | None = None
+        self.now = 0.0
+        self._held: dict[str, list[Placement]] = {}  # the systems each blocked head holds
 
     # ---- the walk --------------------------------------------------------------------------
 
@@ -229,6 +242,8 @@ class _Pass:
                     )
                     self._block(job, need, placements, reason, within_quota=True)
                     self._backfill(name, job.order)
+                    if not self.capped and _short_only_of_systems(job, placements):
+                        self._backfill_by_limits(name, job, placements)
                     return
             before = job.order
 
@@ -251,6 +266,36 @@ class _Pass:
             if self.capped:
                 return
             after = following
+
+    def _backfill_by_limits(self, name: str, head: QueuedJob, held: list[Placement]) -> None:
+        """Behind a head short only of systems, on the systems it holds: admit in order each
+        job (of the first MAX_BACKFILL_TESTS) that its shadow allows (scheduler/backfill.py),
+        then hold what is left for it again."""
+        if self.releases is None:
+            return
+        systems = [p for p in held if p.role is Role.CS2]
+        shadow = shadow_of(self.now, len(systems), head.plan.group(Role.CS2).count, self.releases)
+        if shadow is None or not systems:
+            return
+        for p in systems:  # the head's systems, offered to what does not delay it
+            self.capacity.set(p.node, self.capacity.free[p.node] + p.amount)
+        for tested, job in enumerate(self.index.in_order(name, head.order)):
+            if tested >= MAX_BACKFILL_TESTS or self.capped:
+                break
+            if job.job_id in self.skip or job.job_id in self._admitted:
+                continue
+            need = self.need(job.plan.shape)
+            if not shadow.allows(self.now, job.run_limit, need.systems):
+                continue
+            if not self._fits_behind(name, job.plan.shape) or self.over_user_cap(job, need):
+                continue
+            placements, complete = self.capacity.place(job.plan)
+            if complete:
+                self._admit(job, need, placements)
+                shadow = shadow.after(self.now, job.run_limit, need.systems)
+        for p in systems:  # what no backfill took stays the head's
+            if self.capacity.free[p.node] >= p.amount:
+                self.capacity.set(p.node, self.capacity.free[p.node] - p.amount)
 
     def borrowing(self, name: str, after: Order) -> None:
         """The queue's jobs from its first that must borrow: each runs on what the cohort
@@ -329,6 +374,9 @@ class _Pass:
             self.users.take(job, need.systems)
         self.admitted.append(Decision(job.job_id, tuple(placements)))
         self._admitted.add(job.job_id)
+        if self.releases is not None:  # it gives its systems back by its limit, too
+            ends = None if job.run_limit is None else self.now + job.run_limit
+            self.releases.append(Release(need.systems, ends))
 
     def _block(
         self,
@@ -406,3 +454,15 @@ class _Pass:
             priority=job.priority.name, systems=job.plan.group(Role.CS2).count,
             queue=job.queue if self.book.shared else "",
         )  # fmt: skip
+
+
+def _short_only_of_systems(job: QueuedJob, placements: Sequence[Placement]) -> bool:
+    """Whether the head placed every replica but some of its CS-2s (what the shadow time of
+    backfill by time limits is worked out for)."""
+    placed: dict[Role, int] = {}
+    for p in placements:
+        placed[p.role] = placed.get(p.role, 0) + 1
+    return all(
+        placed.get(group.role, 0) >= group.count for group in job.plan.groups
+        if group.role is not Role.CS2 and group.role in KIND_OF_ROLE
+    )  # fmt: skip

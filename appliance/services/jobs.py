@@ -36,7 +36,9 @@ from appliance.domain.spec import (
     validate_spec,
     validate_text,
     validate_user,
+    with_time_limit,
 )
+from appliance.domain.time_limits import limit_in_queue
 from appliance.services.batching import SubmitBatcher
 from appliance.services.cancels import CancelBatcher, CancelRequest
 from appliance.services.checkpoint_choice import choose_checkpoint
@@ -153,6 +155,12 @@ class JobService:
         refuse_never_runs: bool,
     ) -> Job:
         queue = await self._queues.check_submit(spec.queue, by)
+        if spec.time_limit or queue.default_time_limit or queue.max_time_limit:
+            limit = limit_in_queue(
+                spec.time_limit_seconds, queue.name, queue.default_time_limit,
+                queue.max_time_limit,
+            )  # fmt: skip
+            spec = with_time_limit(spec, limit)
         await self._check_dependencies(spec)
         if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
             raise InvalidSpec(
@@ -182,7 +190,10 @@ class JobService:
         except BaseException:
             view.enter(job_id, None)
             raise
-        entry = QueuedJob(job.id, spec.priority, job.created_at, plan, spec.queue, user, groups)
+        entry = QueuedJob(
+            job.id, spec.priority, job.created_at, plan, spec.queue, user, groups,
+            spec.time_limit_seconds,
+        )  # fmt: skip
         view.enter(job_id, entry)
         self._ctx.metrics.submitted(door)
         self._ctx.bus.wake_scheduler()

@@ -31,7 +31,10 @@ from appliance.store.jobs import JobStore
 from appliance.store.queue_defs import FileApplied
 
 MAX_QUEUES_FILE_BYTES = 1 << 20
-SETTABLE = ("systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend", "groups")
+SETTABLE = (
+    "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend", "groups",
+    "default_time_limit", "max_time_limit",
+)  # fmt: skip
 
 
 def pool_size(pool: list[Node]) -> tuple[int, int]:
@@ -146,6 +149,8 @@ class QueueService:
                     "weight": current.weight, "borrow_systems": current.borrow_systems,
                     "borrow_memoryx": current.borrow_memoryx_bytes, "lend": current.lend,
                     "groups": current.groups,
+                    "default_time_limit": current.default_time_limit,
+                    "max_time_limit": current.max_time_limit,
                 }  # fmt: skip
             merged.update(fields)
             return validate_queue(

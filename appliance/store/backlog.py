@@ -97,7 +97,7 @@ class BacklogStore(StoreBase):
         order = (
             select(
                 JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, JobRow.user,
-                JobRow.groups,
+                JobRow.groups, JobRow.time_limit, JobRow.ran_seconds,
             )
             .where(QUEUED_SQL)
             .order_by(JobRow.priority, JobRow.created_at, JobRow.id)
@@ -113,9 +113,16 @@ class BacklogStore(StoreBase):
         priorities = _PRIORITIES
         return [
             QueuedJob(
-                job_id, priorities[prio], created, plans[job_id], queue, user, _groups(groups)
+                job_id,
+                priorities[prio],
+                created,
+                plans[job_id],
+                queue,
+                user,
+                _groups(groups),
+                _run_limit(limit, ran),
             )
-            for job_id, prio, created, queue, user, groups in rows
+            for job_id, prio, created, queue, user, groups, limit, ran in rows
             if job_id in plans
         ]
 
@@ -141,13 +148,15 @@ class BacklogStore(StoreBase):
             for chunk in in_chunks(list(others)):
                 stmt = select(
                     JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, PLAN_AS_READ,
-                    JobRow.user, JobRow.groups,
+                    JobRow.user, JobRow.groups, JobRow.time_limit, JobRow.ran_seconds,
                 ).where(JobRow.id.in_(chunk), QUEUED_SQL)  # fmt: skip
-                for job_id, priority, created, queue, plan, user, groups in s.execute(stmt):
+                for job_id, priority, created, queue, plan, user, groups, limit, ran in s.execute(
+                    stmt
+                ):
                     decoded = known.get(job_id) or plan_from_json(plan)
                     entries.append(QueuedJob(
                         job_id, _PRIORITIES[priority], created, decoded, queue, user,
-                        tuple(groups or ()),
+                        tuple(groups or ()), _run_limit(limit, ran),
                     ))  # fmt: skip
                     others.discard(job_id)
         return entries, sorted(others)
@@ -184,3 +193,8 @@ def _groups(raw: object) -> tuple[str, ...]:
     if isinstance(raw, str):
         raw = json.loads(raw) if raw else []
     return tuple(str(g) for g in raw) if isinstance(raw, list) else ()
+
+
+def _run_limit(limit: int, ran: float) -> float | None:
+    """What is left of a job's time limit (None: it has none)."""
+    return max(0.0, limit - ran) if limit else None

@@ -52,6 +52,7 @@ from appliance.store.tables import (
     QueueRow,
     ReplicaRow,
 )
+from appliance.store.time_limits import TimeLimitStore
 from appliance.store.usage import UsageStore
 
 
@@ -77,6 +78,7 @@ class JobStore(
     PoolStore,
     ListingStore,
     RequeueStore,
+    TimeLimitStore,
     ReplicaStore,
     ReplicaBatchStore,
     QueueDefStore,
@@ -103,6 +105,7 @@ class JobStore(
                 "lease_holder": n.lease_holder, "groups": list(n.groups), "queue": n.spec.queue,
                 "account_group": n.groups[0] if n.groups else "",
                 "queued_at": now, "pending_reason_code": _WAITING.code_text,
+                "time_limit": n.spec.time_limit_seconds or 0,
             }
             for n in new
         ]  # fmt: skip

@@ -324,6 +324,7 @@ def _spec(row: QueueRow) -> QueueSpec:
         borrow_systems=row.borrow_systems, borrow_memoryx_bytes=row.borrow_memoryx_bytes,
         lend=row.lend, groups=tuple(row.groups), source=Source(row.source),
         updated_by=row.updated_by, updated_at=row.updated_at,
+        default_time_limit=row.default_time_limit, max_time_limit=row.max_time_limit,
     )  # fmt: skip
 
 
@@ -333,5 +334,6 @@ def _row(spec: QueueSpec) -> QueueRow:
         weight=spec.weight, borrow_systems=spec.borrow_systems,
         borrow_memoryx_bytes=spec.borrow_memoryx_bytes, lend=spec.lend,
         groups=list(spec.groups), source=spec.source.value, updated_by=spec.updated_by,
-        updated_at=spec.updated_at,
+        updated_at=spec.updated_at, default_time_limit=spec.default_time_limit,
+        max_time_limit=spec.max_time_limit,
     )  # fmt: skip

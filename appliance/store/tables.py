@@ -98,6 +98,10 @@ class JobRow(Base):
     reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
     pending_reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
     stop_reason_code: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # Its time limit in seconds (domain/time_limits.py; 0: none), and the seconds its ended
+    # attempts ran (RUNNING): the current attempt ends at started_at + time_limit - ran_seconds.
+    time_limit: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    ran_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),
@@ -244,6 +248,9 @@ class QueueRow(Base):
     source: Mapped[str] = mapped_column(String(16))
     updated_by: Mapped[str] = mapped_column(String(253), default="", server_default="")
     updated_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # Time limits in seconds: a job's when it gives none, and the most it may ask (None: none).
+    default_time_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_time_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class QueueUsageRow(Base):

@@ -264,6 +264,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
 
 _QUEUE_FIELDS = (
     "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend",
+    "default_time_limit", "max_time_limit",
 )  # fmt: skip
 
 

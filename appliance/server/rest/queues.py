@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from appliance.domain.auth import Principal
 from appliance.domain.queues import MAX_GROUPS, MAX_WEIGHT, MIN_WEIGHT, QueueStatus
+from appliance.domain.time_limits import MAX_TIME_LIMIT_CHARS
 from appliance.domain.timestamps import utc_moment
 from appliance.domain.usage import UsageBy, UsageRow
 from appliance.server.rest.auth import CallerDependency
@@ -24,6 +25,12 @@ QueueName = Annotated[
 ]
 # Bytes or a size such as "32GiB": bounded and parsed by the domain (domain/queues.py).
 Size = int | str
+# Seconds, or a limit as Slurm writes one ("2:00:00"): bounded and parsed by the domain
+# (domain/time_limits.py).
+TimeLimit = (
+    Annotated[int, Field(ge=0, strict=True)]
+    | Annotated[str, StringConstraints(max_length=MAX_TIME_LIMIT_CHARS)]
+)
 
 
 class QueueOut(BaseModel):
@@ -48,6 +55,12 @@ class QueueOut(BaseModel):
     running: int
     share: float = Field(description="Its part (0..1) of the cohort's recent usage.")
     weighted_share: float = Field(description="Orders the queues that borrow: lowest first.")
+    default_time_limit: int | None = Field(
+        default=None, description="A job's time limit when it gives none, seconds (null: none)."
+    )
+    max_time_limit: int | None = Field(
+        default=None, description="The most time limit a job may ask for, seconds (null: none)."
+    )
 
 
 class QueueListOut(BaseModel):
@@ -72,6 +85,12 @@ class QueueIn(BaseModel):
     groups: list[Annotated[str, StringConstraints(max_length=253)]] | None = Field(
         default=None, max_length=MAX_GROUPS, description="Who may submit ([]: anyone)."
     )
+    default_time_limit: TimeLimit | None = Field(
+        default=None, description='A job\'s limit when it gives none ("2:00:00"), or "unlimited".'
+    )
+    max_time_limit: TimeLimit | None = Field(
+        default=None, description='The most a job may ask for ("1-00:00:00"), or "unlimited".'
+    )
 
 
 class UsageRowOut(BaseModel):
@@ -81,6 +100,7 @@ class UsageRowOut(BaseModel):
     succeeded: int
     failed: int
     cancelled: int
+    timed_out: int = 0
     wait_p50_seconds: float
     wait_p95_seconds: float
     preemptions: int
@@ -157,5 +177,6 @@ def queue_out(status: QueueStatus) -> QueueOut:
         used_systems=status.used_systems, used_memoryx_bytes=status.used_memoryx_bytes,
         borrowed_systems=status.borrowed_systems, lent_systems=status.lent_systems,
         pending=status.pending, running=status.running, share=status.share,
-        weighted_share=status.weighted_share,
+        weighted_share=status.weighted_share, default_time_limit=spec.default_time_limit,
+        max_time_limit=spec.max_time_limit,
     )  # fmt: skip
