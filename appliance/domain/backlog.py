@@ -37,6 +37,8 @@ class Release:
 
     systems: int
     ends_at: float | None
+    # (node, amount) of everything it holds (a shadow time is when the head's plan fits).
+    holdings: tuple[tuple[str, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

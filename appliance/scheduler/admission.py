@@ -30,14 +30,22 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from appliance.domain.backlog import Placement, QueuedJob, Release
-from appliance.domain.inventory import NodeUsage
+from appliance.domain.inventory import NodeKind, NodeUsage
 from appliance.domain.plan import PlanShape, Role
 from appliance.domain.queues import DEFAULT_QUEUE, Quota
 from appliance.domain.reasons import Reason, ReasonCode, said
-from appliance.scheduler.backfill import MAX_BACKFILL_TESTS, shadow_of
+from appliance.scheduler.backfill import (
+    MAX_BACKFILL_TESTS,
+    ends_by,
+    hold_again,
+    shadow_of,
+    shadow_time,
+    short_only_of_systems,
+    taken,
+)
 from appliance.scheduler.backlog_index import BacklogIndex, Order
 from appliance.scheduler.placement import KIND_OF_ROLE, Counts, FreeCapacity
 from appliance.scheduler.quotas import NOTHING, Need, QuotaBook, never_fits
@@ -215,7 +223,7 @@ class _Pass:
         # Backfill by time limits: the running jobs' ends (and those this pass starts), now.
         self.releases: list[Release] | None = None
         self.now = 0.0
-        self._held: dict[str, list[Placement]] = {}  # the systems each blocked head holds
+        self._only_systems = False  # the blocked head decided on lacks only systems
 
     # ---- the walk --------------------------------------------------------------------------
 
@@ -240,10 +248,13 @@ class _Pass:
                     reason = said(
                         ReasonCode.CAPACITY, shortfall=self.capacity.shortfall(job.plan.shape)
                     )
+                    free = dict(self.capacity.free) if self.releases is not None else None
                     self._block(job, need, placements, reason, within_quota=True)
+                    held = taken(free, self.capacity.free) if free is not None else {}
+                    self._only_systems = short_only_of_systems(job, placements)
                     self._backfill(name, job.order)
-                    if not self.capped and _short_only_of_systems(job, placements):
-                        self._backfill_by_limits(name, job, placements)
+                    if free is not None and held and not self.capped:
+                        self._backfill_by_limits(name, job, free, held)
                     return
             before = job.order
 
@@ -267,35 +278,56 @@ class _Pass:
                 return
             after = following
 
-    def _backfill_by_limits(self, name: str, head: QueuedJob, held: list[Placement]) -> None:
-        """Behind a head short only of systems, on the systems it holds: admit in order each
-        job (of the first MAX_BACKFILL_TESTS) that its shadow allows (scheduler/backfill.py),
-        then hold what is left for it again."""
-        if self.releases is None:
+    def _backfill_by_limits(
+        self, name: str, head: QueuedJob, before: dict[str, int], held: dict[str, int]
+    ) -> None:
+        """Behind a blocked head, on what it holds (`held`, by node; `before`: what was free
+        before it did): admit in order each job (of the first MAX_BACKFILL_TESTS) that ends by
+        its shadow time, then, when it lacks only systems, each that takes only the systems
+        it will not need then (scheduler/backfill.py); what is left is held for it again."""
+        assert self.releases is not None
+        kinds = self.capacity.kinds
+        at = shadow_time(self.now, before, kinds, head.plan, self.releases)
+        if at is None:
             return
-        systems = [p for p in held if p.role is Role.CS2]
-        shadow = shadow_of(self.now, len(systems), head.plan.group(Role.CS2).count, self.releases)
-        if shadow is None or not systems:
-            return
-        for p in systems:  # the head's systems, offered to what does not delay it
-            self.capacity.set(p.node, self.capacity.free[p.node] + p.amount)
+        for node, amount in held.items():  # offered to what does not delay the head
+            self.capacity.set(node, self.capacity.free[node] + amount)
+        self._backfill_where(name, head, lambda job, need: ends_by(self.now, job, at))
+        systems = sum(a for n, a in held.items() if kinds[n] is NodeKind.SYSTEM)
+        needs = head.plan.group(Role.CS2).count
+        shadow = shadow_of(self.now, systems, needs, self.releases) if self._only_systems else None
+        left = dict(held)
+        if shadow is not None and shadow.extra > 0:
+            hold_again(self.capacity, left, lambda node: kinds[node] is not NodeKind.SYSTEM)
+            extra = [shadow.extra]
+
+            def spare(job: QueuedJob, need: Need) -> bool:
+                if need.systems > extra[0]:
+                    return False
+                extra[0] -= need.systems
+                return True
+
+            self._backfill_where(name, head, spare)
+        hold_again(self.capacity, left, lambda node: True)
+
+    def _backfill_where(
+        self, name: str, head: QueuedJob, allowed: Callable[[QueuedJob, Need], bool]
+    ) -> None:
+        """Admit in order each job behind `head` (of the first MAX_BACKFILL_TESTS) that fits
+        now and that `allowed` lets start (asked only of one that fits)."""
         for tested, job in enumerate(self.index.in_order(name, head.order)):
             if tested >= MAX_BACKFILL_TESTS or self.capped:
-                break
+                return
             if job.job_id in self.skip or job.job_id in self._admitted:
                 continue
             need = self.need(job.plan.shape)
-            if not shadow.allows(self.now, job.run_limit, need.systems):
+            if not self._fits_behind(name, job.plan.shape) or not allowed(job, need):
                 continue
-            if not self._fits_behind(name, job.plan.shape) or self.over_user_cap(job, need):
+            if self.over_user_cap(job, need):
                 continue
             placements, complete = self.capacity.place(job.plan)
             if complete:
                 self._admit(job, need, placements)
-                shadow = shadow.after(self.now, job.run_limit, need.systems)
-        for p in systems:  # what no backfill took stays the head's
-            if self.capacity.free[p.node] >= p.amount:
-                self.capacity.set(p.node, self.capacity.free[p.node] - p.amount)
 
     def borrowing(self, name: str, after: Order) -> None:
         """The queue's jobs from its first that must borrow: each runs on what the cohort
@@ -376,7 +408,8 @@ class _Pass:
         self._admitted.add(job.job_id)
         if self.releases is not None:  # it gives its systems back by its limit, too
             ends = None if job.run_limit is None else self.now + job.run_limit
-            self.releases.append(Release(need.systems, ends))
+            holdings = tuple((p.node, p.amount) for p in placements)
+            self.releases.append(Release(need.systems, ends, holdings))
 
     def _block(
         self,
@@ -454,15 +487,3 @@ class _Pass:
             priority=job.priority.name, systems=job.plan.group(Role.CS2).count,
             queue=job.queue if self.book.shared else "",
         )  # fmt: skip
-
-
-def _short_only_of_systems(job: QueuedJob, placements: Sequence[Placement]) -> bool:
-    """Whether the head placed every replica but some of its CS-2s (what the shadow time of
-    backfill by time limits is worked out for)."""
-    placed: dict[Role, int] = {}
-    for p in placements:
-        placed[p.role] = placed.get(p.role, 0) + 1
-    return all(
-        placed.get(group.role, 0) >= group.count for group in job.plan.groups
-        if group.role is not Role.CS2 and group.role in KIND_OF_ROLE
-    )  # fmt: skip

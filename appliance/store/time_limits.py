@@ -20,7 +20,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.reasons import Reason
 from appliance.store.base import StoreBase
 from appliance.store.requeues import end_stopping_attempt
-from appliance.store.tables import HOLDING_PHASES, JobRow
+from appliance.store.tables import HOLDING_PHASES, JobRow, PlacementRow
 
 _OVER_LIMIT = select(
     JobRow.id, JobRow.attempt, JobRow.time_limit, JobRow.spec["model_dir"].as_string()
@@ -33,8 +33,10 @@ _OVER_LIMIT = select(
 
 
 _HOLDING = select(
-    JobRow.phase, JobRow.systems, JobRow.time_limit, JobRow.ran_seconds, JobRow.started_at
-).where(JobRow.phase.in_(HOLDING_PHASES))
+    JobRow.id, JobRow.phase, JobRow.systems, JobRow.time_limit, JobRow.ran_seconds,
+    JobRow.started_at,
+).where(JobRow.phase.in_(HOLDING_PHASES))  # fmt: skip
+_HOLDINGS = select(PlacementRow.job_id, PlacementRow.node, PlacementRow.amount)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,17 +60,23 @@ class TimeLimitStore(StoreBase):
             return [OverLimit(r.id, r.attempt, r.time_limit, bool(r[3])) for r in s.execute(stmt)]
 
     def releases(self, now: float) -> list[Release]:
-        """When each job holding systems gives them back by its time limit (a job not yet
-        RUNNING: as if it started now; one without a limit: unknown)."""
+        """When each job holding systems gives back what it holds by its time limit (a job
+        not yet RUNNING: as if it started now; one without a limit: unknown). What they hold
+        is read only when one of them has a limit."""
         with self._sessions() as s:
             rows = s.execute(_HOLDING).all()
+            holdings: dict[str, list[tuple[str, int]]] = {}
+            if any(row.time_limit for row in rows):
+                for job_id, node, amount in s.execute(_HOLDINGS):
+                    holdings.setdefault(job_id, []).append((node, int(amount)))
         releases = []
-        for phase, systems, limit, ran, started in rows:
+        for job_id, phase, systems, limit, ran, started in rows:
             count = systems.count(",") + 1 if systems else 0
             if not count:
                 continue
             begun = started if phase == Phase.RUNNING.value and started > 0 else now
-            releases.append(Release(count, begun + limit - ran if limit else None))
+            ends = begun + limit - ran if limit else None
+            releases.append(Release(count, ends, tuple(holdings.get(job_id, ()))))
         return releases
 
     def time_out_now(

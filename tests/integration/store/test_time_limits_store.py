@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from appliance.domain.backlog import Release
 from appliance.domain.inventory import default_pool
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
@@ -44,9 +43,11 @@ def test_running_time_adds_up_over_attempts_and_the_limit_is_found(store: JobSto
     assert (entry.run_limit, other.run_limit) == (600.0, None)
     _run(store, "wsjob-limited000000", T0 + 100)
     _run(store, "wsjob-unlimited0000", T0 + 100)
-    assert sorted(store.releases(T0 + 200), key=lambda r: r.ends_at or 0) == [
-        Release(2, None), Release(2, T0 + 700)
-    ]  # fmt: skip
+    releases = sorted(store.releases(T0 + 200), key=lambda r: r.ends_at or 0)
+    assert [(r.systems, r.ends_at) for r in releases] == [(2, None), (2, T0 + 700)]
+    assert sorted(n for n, _ in releases[1].holdings if n.startswith("cs2")) == sorted(
+        store.get_job("wsjob-limited000000").systems
+    )
     # 400 s RUNNING, then requeued: 1000 s in the queue do not count.
     assert store.request_requeue("wsjob-limited000000", 1, "preempted", T0 + 500)[0]
     store.requeue_now("wsjob-limited000000", 1, "preempted", T0 + 500)
