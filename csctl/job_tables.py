@@ -158,6 +158,8 @@ def job_detail_table(job: Job, *, now: float) -> str:
         text += f"\n\nEXECUTION: {EXECUTION_SAID[strategy]}"
     if job.spec.comment:
         text += f"\n\nCOMMENT: {job.spec.comment}"
+    if job.spec.time_limit:
+        text += f"\n\nTIME LIMIT: {job.spec.time_limit}"
     if job.reason:
         text += f"\n\nREASON: {job.reason}"
     if job.replicas:

@@ -14,6 +14,7 @@ import click
 
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.queues import QueueStatus
+from appliance.domain.time_limits import format_time_limit
 from appliance.domain.usage import UsageRow, parse_when
 from csctl import render
 from csctl.jobs import get
@@ -22,13 +23,14 @@ from csctl.session import Session
 
 QUEUE_COLUMNS = (
     "NAME", "QUOTA", "USED", "BORROWED", "LENT", "PENDING", "RUNNING", "WEIGHT", "SHARE",
+    "TIME-LIMIT",
 )  # fmt: skip
 WIDE_QUEUE_COLUMNS = (
     *QUEUE_COLUMNS, "MEMORYX", "BORROW-LIMIT", "LENDS", "GROUPS", "SOURCE", "PER-USER",
 )  # fmt: skip
 USAGE_COLUMNS = (
-    "SYSTEM-HOURS", "MEMORYX-GIB-HOURS", "SUCCEEDED", "FAILED", "CANCELLED", "WAIT-P50",
-    "WAIT-P95", "PREEMPTIONS", "RESTARTS",
+    "SYSTEM-HOURS", "MEMORYX-GIB-HOURS", "SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT",
+    "WAIT-P50", "WAIT-P95", "PREEMPTIONS", "RESTARTS",
 )  # fmt: skip
 
 
@@ -38,7 +40,7 @@ def queues_table(queues: Sequence[QueueStatus], *, wide: bool = False) -> str:
         row = [
             q.spec.name, str(q.quota.systems), str(q.used_systems), str(q.borrowed_systems),
             str(q.lent_systems), str(q.pending), str(q.running), f"{q.spec.weight:g}",
-            f"{q.share:.0%}",
+            f"{q.share:.0%}", _time_limits(q),
         ]  # fmt: skip
         if wide:
             row += [
@@ -52,6 +54,14 @@ def queues_table(queues: Sequence[QueueStatus], *, wide: bool = False) -> str:
             ]
         rows.append(row)
     return render.format_table(WIDE_QUEUE_COLUMNS if wide else QUEUE_COLUMNS, rows)
+
+
+def _time_limits(q: QueueStatus) -> str:
+    """DEFAULT/MAX as Slurm writes limits ("-": neither is set)."""
+    default, most = q.spec.default_time_limit, q.spec.max_time_limit
+    if default is None and most is None:
+        return "-"
+    return f"{format_time_limit(default)}/{format_time_limit(most)}"
 
 
 def _limit(q: QueueStatus) -> str:
@@ -96,7 +106,7 @@ def usage_rows(rows: Sequence[UsageRow]) -> list[list[str]]:
 def _usage_row(r: UsageRow) -> list[str]:
     return [
         r.key, f"{r.system_hours:.2f}", f"{r.memoryx_gib_hours:.2f}", str(r.succeeded),
-        str(r.failed), str(r.cancelled), render.format_age(r.wait_p50_seconds),
+        str(r.failed), str(r.cancelled), str(r.timed_out), render.format_age(r.wait_p50_seconds),
         render.format_age(r.wait_p95_seconds), str(r.preemptions), str(r.restarts),
     ]  # fmt: skip
 
@@ -117,7 +127,7 @@ def usage_csv(by: str, rows: Sequence[UsageRow]) -> str:
 )
 @click.pass_obj
 def get_queues(session: Session, output: str) -> None:
-    """List the queues: NAME QUOTA USED BORROWED LENT PENDING RUNNING WEIGHT SHARE.
+    """List the queues: NAME QUOTA USED BORROWED LENT PENDING RUNNING WEIGHT SHARE TIME-LIMIT.
 
     QUOTA, USED, BORROWED and LENT count CS-2 systems: BORROWED is what a queue holds beyond
     its quota, LENT what other queues hold of its idle quota. SHARE is its part of the
@@ -226,6 +236,12 @@ def queue_group() -> None:
     metavar="N",
     help="CS-2 systems one user's jobs in it may hold, or unlimited.",
 )
+@click.option(
+    "--default-time",
+    help="A job's time limit when it gives none (Slurm's formats: MM, HH:MM:SS, D-HH, ...), "
+    "or unlimited.",
+)
+@click.option("--max-time", help="The most time limit a job may ask for, or unlimited.")
 @click.pass_obj
 def queue_set(
     session: Session,
@@ -240,6 +256,8 @@ def queue_set(
     max_running_jobs_per_user: str | None,
     max_queued_jobs_per_user: str | None,
     max_systems_per_user: str | None,
+    default_time: str | None,
+    max_time: str | None,
 ) -> None:
     """Create queue NAME, or change the options given (the others stay as they are).
 
@@ -252,6 +270,7 @@ def queue_set(
       csctl queue set nlp --weight 2 --groups nlp,ml
       csctl queue set default --borrow-systems 0
       csctl queue set nlp --max-running-jobs-per-user 2 --max-systems-per-user 4
+      csctl queue set nlp --default-time 2:00:00 --max-time 1-00:00:00
     """
     member = None if groups is None else [g.strip() for g in groups.split(",") if g.strip()]
     status = session.client().set_queue(
@@ -260,6 +279,7 @@ def queue_set(
         max_running_jobs_per_user=max_running_jobs_per_user,
         max_queued_jobs_per_user=max_queued_jobs_per_user,
         max_systems_per_user=max_systems_per_user,
+        default_time_limit=default_time, max_time_limit=max_time,
     )  # fmt: skip
     say(f"queue/{status.spec.name} set")
     say(queues_table([status], wide=True))

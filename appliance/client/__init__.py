@@ -13,11 +13,12 @@ the job's lease from a daemon thread, and the coordinator cancels the job once t
 closed (or its process dies) and the lease lapses.
 
 Results are the domain types of `appliance.domain` (Job, JobEvent, ...); failures are the
-project's errors (`appliance.domain.errors`), plus JobFailed and JobCancelled from `wait()`.
+project's errors (`appliance.domain.errors`), plus JobFailed, JobCancelled and JobTimedOut from
+`wait()`.
 """
 
 from appliance.client.client import ApplianceClient
-from appliance.client.errors import JobCancelled, JobFailed
+from appliance.client.errors import JobCancelled, JobFailed, JobTimedOut
 from appliance.client.handle import CancelResult, JobHandle
 from appliance.client.hold_calls import HoldResult
 from appliance.client.lease import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_SECONDS
@@ -36,6 +37,7 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "JobHandle",
+    "JobTimedOut",
     "NodeStatus",
     "ParamsSource",
     "WatchRetry",

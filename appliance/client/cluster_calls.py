@@ -127,10 +127,14 @@ class ClusterCalls:
         max_running_jobs_per_user: int | str | None = None,
         max_queued_jobs_per_user: int | str | None = None,
         max_systems_per_user: int | str | None = None,
+        default_time_limit: int | str | None = None,
+        max_time_limit: int | str | None = None,
     ) -> QueueStatus:
         """Admins: create the queue, or change the fields given (None: kept). Sizes are bytes
         or text such as "32GiB"; a borrowing limit of "unlimited" removes the limit, and so
-        does "unlimited" for a cap per user (admitted jobs, jobs waiting, systems held)."""
+        does "unlimited" for a cap per user (admitted jobs, jobs waiting, systems held). Time
+        limits are seconds or text as Slurm writes them ("2:00:00", "1-00:00:00"), or
+        "unlimited"."""
         fields: dict[str, Any] = {"name": name}
         if systems is not None:
             fields["systems"] = systems
@@ -144,6 +148,7 @@ class ClusterCalls:
             ("max_running_jobs_per_user", max_running_jobs_per_user),
             ("max_queued_jobs_per_user", max_queued_jobs_per_user),
             ("max_systems_per_user", max_systems_per_user),
+            ("default_time_limit", default_time_limit), ("max_time_limit", max_time_limit),
         ):  # fmt: skip
             if value is not None:
                 fields[key] = str(value)

@@ -15,6 +15,15 @@ class JobFailed(ApplianceError):
         self.job = job
 
 
+class JobTimedOut(ApplianceError):
+    """The job ended TIMEOUT (its time limit reached); `job` is its final status."""
+
+    def __init__(self, job: Job) -> None:
+        reason = f": {job.reason}" if job.reason else ""
+        super().__init__(f"job {job.id} timed out{reason}")
+        self.job = job
+
+
 class JobCancelled(ApplianceError):
     """The job ended CANCELLED; `job` is its final status and `job.reason` says by whom."""
 

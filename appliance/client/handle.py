@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
-from appliance.client.errors import JobCancelled, JobFailed
+from appliance.client.errors import JobCancelled, JobFailed, JobTimedOut
 from appliance.client.hold_calls import HoldResult
 from appliance.domain.errors import Unavailable
 from appliance.domain.job import Job, JobEvent
@@ -102,7 +102,8 @@ class JobHandle:
     def wait(self, timeout: float | None = None) -> Job:
         """Block until the job is terminal and return its final status.
 
-        Raises JobFailed or JobCancelled (each carrying the final Job) unless it SUCCEEDED, and
+        Raises JobFailed, JobCancelled or JobTimedOut (each carrying the final Job) unless it
+        SUCCEEDED, and
         TimeoutError if `timeout` seconds pass first.
         """
         for _ in self.watch(timeout=timeout):
@@ -112,6 +113,8 @@ class JobHandle:
             raise JobFailed(job)
         if job.phase is Phase.CANCELLED:
             raise JobCancelled(job)
+        if job.phase is Phase.TIMEOUT:
+            raise JobTimedOut(job)
         if job.phase is not Phase.SUCCEEDED:
             raise Unavailable(
                 f"the event stream of job {self._id} ended while the job is {job.phase}; "

@@ -229,6 +229,7 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
     reconciler = Reconciler(
         ctx, backend, replicas, runtime.sweep_interval, model_dirs,
         nodes=nodes, lifetimes=s.replicas, restarts=restarts, preemption=preemption,
+        time_limits=s.time_limits,
     )  # fmt: skip
     scheduler = SchedulerLoop(ctx, s.scheduler, preemption, limits)
     return Parts(engine, ctx, backend, uses, reconciler, scheduler, model_dirs)

@@ -15,6 +15,7 @@ from appliance.config.groups import (
     ServerSettings,
     SimSettings,
     StoreSettings,
+    TimeLimitSettings,
 )
 from appliance.config.inventory import pool_of
 from appliance.config.settings import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, Settings
@@ -35,5 +36,6 @@ __all__ = [
     "Settings",
     "SimSettings",
     "StoreSettings",
+    "TimeLimitSettings",
     "pool_of",
 ]

@@ -87,6 +87,14 @@ class PreemptionSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class TimeLimitSettings:
+    """What happens at a job's time limit: its chief is asked for a checkpoint, and has
+    `grace_seconds` to write it before the job ends TIMEOUT anyway."""
+
+    grace_seconds: float = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
 class RestartSettings:
     """When a failed attempt is run again, and how a peer's failure is told apart."""
 

@@ -30,6 +30,7 @@ from appliance.config.groups import (
     ServerSettings,
     SimSettings,
     StoreSettings,
+    TimeLimitSettings,
 )
 from appliance.config.inventory import pool_of
 from appliance.config.kube_fields import KubeFields
@@ -177,6 +178,13 @@ class Settings(KubeFields, DataFields, TlsFields, OidcFields):
         le=3600,
         description="How long a preempted job's chief has to write its checkpoint-now before "
         "the gang is torn down anyway (it then resumes from its newest complete checkpoint).",
+    )
+    time_limit_grace_seconds: float = Field(
+        default=TimeLimitSettings.grace_seconds,
+        gt=0,
+        le=3600,
+        description="How long a job at its time limit has to write the checkpoint its chief is "
+        "asked for before it ends TIMEOUT anyway (from its newest complete checkpoint).",
     )
     preemption_min_run_seconds: float = Field(
         default=PreemptionSettings.min_run_seconds,
@@ -394,6 +402,10 @@ class Settings(KubeFields, DataFields, TlsFields, OidcFields):
         return PreemptionSettings(
             self.preemption_policy, self.preemption_grace_seconds, self.preemption_min_run_seconds
         )
+
+    @property
+    def time_limits(self) -> TimeLimitSettings:
+        return TimeLimitSettings(self.time_limit_grace_seconds)
 
     @property
     def restarts(self) -> RestartSettings:

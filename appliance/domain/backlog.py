@@ -24,10 +24,24 @@ class QueuedJob:
     groups: tuple[str, ...] = ()
     # Held (domain/holds.py): admission steps over it, and it keeps its place in the queue.
     hold: Hold | None = None
+    # What is left of its time limit (domain/time_limits.py), in seconds; None: no limit.
+    run_limit: float | None = None
 
     @property
     def order(self) -> tuple[int, float, str]:
         return (int(self.priority), self.created_at, self.job_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """`systems` CS-2 systems a job holding them gives back at `ends_at` by its time limit
+    (None: unknown, it has none): what backfill by time limits decides on
+    (scheduler/backfill.py)."""
+
+    systems: int
+    ends_at: float | None
+    # (node, amount) of everything it holds (a shadow time is when the head's plan fits).
+    holdings: tuple[tuple[str, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """Job dependencies, as in Slurm: a job waits in the queue until the jobs it depends on end.
 
 `afterok` (the default): the other job SUCCEEDED. `afterany`: it ended, however. `afternotok`:
-it FAILED or was CANCELLED. A dependency that can no longer be met (an `afterok` one FAILED,
-an `afternotok` one SUCCEEDED) cancels the waiting job, naming it; so a chain of jobs ends
-as soon as a link of it breaks. A job may only depend on jobs that already exist, so no cycle
-can ever be made.
+it FAILED, was CANCELLED or ran out of time (TIMEOUT). A dependency that can no longer be met
+(an `afterok` one FAILED, an `afternotok` one SUCCEEDED) cancels the waiting job, naming it; so
+a chain of jobs ends as soon as a link of it breaks. A job may only depend on jobs that already
+exist, so no cycle can ever be made.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Condition(enum.StrEnum):
         if self is Condition.AFTEROK:
             return phase is Phase.SUCCEEDED
         if self is Condition.AFTERNOTOK:
-            return phase in (Phase.FAILED, Phase.CANCELLED)
+            return phase in (Phase.FAILED, Phase.CANCELLED, Phase.TIMEOUT)
         return phase in TERMINAL
 
     def broken_by(self, phase: Phase) -> bool:
@@ -44,7 +44,7 @@ class Condition(enum.StrEnum):
         return {
             Condition.AFTEROK: "succeeded",
             Condition.AFTERANY: "ended",
-            Condition.AFTERNOTOK: "failed or was cancelled",
+            Condition.AFTERNOTOK: "failed, was cancelled or timed out",
         }[self]
 
     @property
@@ -53,7 +53,7 @@ class Condition(enum.StrEnum):
         return {
             Condition.AFTEROK: "to succeed",
             Condition.AFTERANY: "to end",
-            Condition.AFTERNOTOK: "to fail or be cancelled",
+            Condition.AFTERNOTOK: "to fail, be cancelled or time out",
         }[self]
 
 

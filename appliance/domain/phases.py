@@ -1,10 +1,11 @@
 """The one state machine of a wsjob.
 
 QUEUED -> SCHEDULED -> INITIALIZING -> RUNNING -> SUCCEEDED, and FAILED or CANCELLED from any
-non-terminal phase. A job that must stop and run again (restarted after a failure, preempted,
-its system taken away) goes back to QUEUED from any phase that holds resources: it gives them
-back and keeps its place (its submit time orders it). Each stay in SCHEDULED..RUNNING is an
-attempt. Terminal phases never change. Only the store's phase writer
+non-terminal phase; TIMEOUT (Slurm's) from a phase that holds resources, when the job's time
+limit is reached (domain/time_limits.py). A job that must stop and run again (restarted after a
+failure, preempted, its system taken away) goes back to QUEUED from any phase that holds
+resources: it gives them back and keeps its place (its submit time orders it). Each stay in
+SCHEDULED..RUNNING is an attempt. Terminal phases never change. Only the store's phase writer
 (appliance.store.phase_writes, through JobStore.set_phase, set_phases and schedule) applies
 transitions, and it checks every one against TRANSITIONS with compare-and-set.
 """
@@ -22,13 +23,14 @@ class Phase(enum.StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"  # it ran for its time limit (domain/time_limits.py)
 
     @property
     def terminal(self) -> bool:
         return self in TERMINAL
 
 
-TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.TIMEOUT})
 ACTIVE = frozenset(Phase) - TERMINAL
 # Phases in which the job holds reserved resources.
 HOLDS_RESOURCES = frozenset({Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING})
@@ -44,6 +46,7 @@ TRANSITIONS: frozenset[tuple[Phase, Phase]] = frozenset(
     + [(p, Phase.QUEUED) for p in HOLDS_RESOURCES]  # requeue: another attempt later
     + [(p, Phase.FAILED) for p in ACTIVE]
     + [(p, Phase.CANCELLED) for p in ACTIVE]
+    + [(p, Phase.TIMEOUT) for p in HOLDS_RESOURCES]  # its time limit reached
 )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from appliance.domain.display import hidden_character
 from appliance.domain.errors import InvalidSpec
+from appliance.domain.time_limits import format_time_limit, parse_queue_time_limit
 
 DEFAULT_QUEUE = "default"
 MAX_QUEUES = 256
@@ -57,6 +58,10 @@ class QueueSpec:
     borrow_memoryx_bytes: int | None = None
     lend: bool = True
     groups: tuple[str, ...] = ()  # empty: anyone may submit
+    # Time limits in seconds (domain/time_limits.py): a job's when it gives none, and the most
+    # it may ask for; None: unlimited.
+    default_time_limit: int | None = None
+    max_time_limit: int | None = None
     source: Source = Source.FILE
     updated_by: str = ""
     updated_at: float = 0.0
@@ -98,6 +103,8 @@ def validate_queue(
     borrow_memoryx: Any = None,
     lend: Any = True,
     groups: Any = (),
+    default_time_limit: Any = None,
+    max_time_limit: Any = None,
     source: Source = Source.ADMIN,
     updated_by: str = "",
     updated_at: float = 0.0,
@@ -106,7 +113,8 @@ def validate_queue(
     max_systems_per_user: Any = None,
 ) -> QueueSpec:
     """A QueueSpec from what an admin wrote, or InvalidSpec naming the first bad field.
-    `memoryx` and `borrow_memoryx` are bytes or sizes such as "32GiB"."""
+    `memoryx` and `borrow_memoryx` are bytes or sizes such as "32GiB"; the time limits are
+    seconds or limits as Slurm writes them ("2:00:00"), None or "unlimited" for none."""
     name = validate_queue_name(name)
     if name == DEFAULT_QUEUE and systems is not None:
         raise InvalidSpec(
@@ -123,6 +131,14 @@ def validate_queue(
         )
     if not isinstance(lend, bool):
         raise InvalidSpec(f"lend must be true or false, got {lend!r}", field="lend")
+    default_limit = parse_queue_time_limit(default_time_limit, "default_time_limit")
+    max_limit = parse_queue_time_limit(max_time_limit, "max_time_limit")
+    if default_limit is not None and max_limit is not None and default_limit > max_limit:
+        raise InvalidSpec(
+            f"default_time_limit {format_time_limit(default_limit)} is over max_time_limit "
+            f"{format_time_limit(max_limit)}",
+            field="default_time_limit",
+        )
     return QueueSpec(
         name=name,
         systems=_count(systems, "systems"),
@@ -132,6 +148,8 @@ def validate_queue(
         borrow_memoryx_bytes=parse_size(borrow_memoryx, "borrow_memoryx"),
         lend=lend,
         groups=_groups(groups),
+        default_time_limit=default_limit,
+        max_time_limit=max_limit,
         source=source,
         updated_by=updated_by,
         updated_at=updated_at,

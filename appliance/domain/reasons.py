@@ -73,6 +73,7 @@ class ReasonCode(enum.StrEnum):
     DEPENDENCY_FAILED = "DependencyFailed"  # a dependency can no longer be met
     CANCELLED_BY_USER = "CancelledByUser"  # its owner (or a member of its groups)
     CANCELLED_BY_ADMIN = "CancelledByAdmin"  # an admin, on someone else's job
+    TIME_LIMIT = "TimeLimit"  # it ran for its time limit (TIMEOUT, as Slurm's)
 
 
 def _plural(count: int, word: str) -> str:
@@ -201,6 +202,9 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
         p.get("text") or f"cancelled by {p.get('by') or 'user'}"
     ),
     ReasonCode.CANCELLED_BY_ADMIN: lambda p: p.get("text") or f"cancelled by {p['by']}",
+    ReasonCode.TIME_LIMIT: lambda p: (
+        f"time limit of {p['limit']} reached (running time, summed over its attempts)"
+    ),
 }
 
 
@@ -232,6 +236,13 @@ _NOTES: tuple[tuple[str, Callable[[Any], str]], ...] = (
     (
         "no_checkpoint",
         lambda n: f"; no checkpoint within {n[0]:.0f} s: resumes from {resume_point(n[1])}",
+    ),
+    (
+        "no_checkpoint_at_limit",
+        lambda n: (
+            f"; no checkpoint within {n[0]:.0f} s"
+            + (f"; the newest is at step {n[1]}" if n[1] else "; it wrote none")
+        ),
     ),
     ("position", lambda n: f"; requeued at position {n}"),
 )

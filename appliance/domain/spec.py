@@ -23,6 +23,12 @@ from appliance.domain.params import MAX_STEPS as MAX_STEPS  # re-exported: the d
 from appliance.domain.params import Params, parse_params
 from appliance.domain.queues import DEFAULT_QUEUE, validate_queue_name
 from appliance.domain.spec_fields import Storage, about
+from appliance.domain.time_limits import (
+    FORMATS,
+    MAX_TIME_LIMIT_CHARS,
+    format_time_limit,
+    parse_time_limit,
+)
 
 
 class Mode(enum.StrEnum):
@@ -159,6 +165,17 @@ class JobSpec:
             option="--hold",
         ),
     )
+    # How long it may run (Slurm's --time, domain/time_limits.py), as D-HH:MM:SS; empty: its
+    # queue's default (none: unlimited). Only time RUNNING counts, summed over attempts.
+    time_limit: str = field(
+        default="",
+        metadata=about(
+            f"How long it may run ({FORMATS}, as Slurm's --time; time queued or preempted "
+            "does not count); empty = its queue's default.",
+            option="--time",
+            max_chars=MAX_TIME_LIMIT_CHARS,
+        ),
+    )
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -172,6 +189,11 @@ class JobSpec:
         """The params checked and typed (once per spec object; a submit's is seeded by
         `validate_spec`, which checked them)."""
         return parse_params(self.params)
+
+    @functools.cached_property
+    def time_limit_seconds(self) -> int | None:
+        """The time limit in seconds (None: none); parsed once per spec object."""
+        return parse_time_limit(self.time_limit) if self.time_limit else None
 
 
 def validate_spec(
@@ -191,6 +213,7 @@ def validate_spec(
     array: str = "",
     sweep: Mapping[str, str] | None = None,
     hold: bool = False,
+    time_limit: str = "",
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -260,6 +283,7 @@ def validate_spec(
         array=array,
         sweep=dict(sweep or {}),
         hold=hold,
+        time_limit=format_time_limit(parse_time_limit(time_limit)) if time_limit else "",
     )
     if array or sweep:  # checked before anything is expanded (services/arrays.py expands)
         if not isinstance(array, str):
@@ -286,6 +310,16 @@ def with_checkpoint_path(spec: JobSpec, path: str) -> JobSpec:
     }
     new = dataclasses.replace(spec, params_yaml=yaml.safe_dump(params, sort_keys=False))
     new.__dict__["params"] = params
+    return new
+
+
+def with_time_limit(spec: JobSpec, seconds: int | None) -> JobSpec:
+    """`spec` with a time limit of `seconds` (None: none), as its queue gives it."""
+    text = format_time_limit(seconds) if seconds is not None else ""
+    if text == spec.time_limit:
+        return spec
+    new = dataclasses.replace(spec, time_limit=text)
+    new.__dict__["params"] = spec.params
     return new
 
 

@@ -59,6 +59,7 @@ class UsageRow:
     preemptions: int = 0
     restarts: int = 0
     attempts: int = 0  # attempts scheduled in the window (what the waits are of)
+    timed_out: int = 0  # jobs that ended TIMEOUT (their time limit reached)
 
 
 def usage_query(since: float, until: float, by: str, now: float) -> UsageQuery:

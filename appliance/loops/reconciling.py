@@ -15,7 +15,12 @@ import logging
 from pathlib import Path
 
 from appliance.backends.base import Backend, BackendUnavailable, ReplicaEvent, ReplicaEventKind
-from appliance.config import PreemptionSettings, ReplicaSettings, RestartSettings
+from appliance.config import (
+    PreemptionSettings,
+    ReplicaSettings,
+    RestartSettings,
+    TimeLimitSettings,
+)
 from appliance.domain.job import Job, JobEvent, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import CHIEF_REPLICA
@@ -25,6 +30,7 @@ from appliance.domain.restarts import EXIT_PEER_FAILED
 from appliance.loops.replica_events import ReplicaEventHandling
 from appliance.loops.requeuing import Requeuer
 from appliance.loops.settling import ConsequentFailures
+from appliance.loops.time_limits import TimeLimits
 from appliance.services.context import Context
 from appliance.services.model_dirs import ModelDirs
 from appliance.services.nodes import NodeService
@@ -48,6 +54,7 @@ class Reconciler(ReplicaEventHandling):
         lifetimes: ReplicaSettings = ReplicaSettings(),
         restarts: RestartSettings = RestartSettings(),
         preemption: PreemptionSettings = PreemptionSettings(),
+        time_limits: TimeLimitSettings = TimeLimitSettings(),
     ) -> None:
         """`sweep_interval`: seconds between the timed checks of leases, timeouts and nodes
         (a simulation on a virtual clock makes them rarer); `model_dirs`: the owners'
@@ -64,7 +71,8 @@ class Reconciler(ReplicaEventHandling):
         self.active: set[str] = set()
         self._teardowns: dict[str, asyncio.Task[None]] = {}
         # Jobs whose attempt is being torn down to run again (store/requeues.py).
-        self.requeues = Requeuer(ctx, backend, self.active, restarts, preemption)
+        self.requeues = Requeuer(ctx, backend, self.active, restarts, preemption, time_limits)
+        self.time_limits = TimeLimits(ctx, time_limits)
         self._recovered_at = 0.0
         self._consequences = ConsequentFailures(restarts.peer_failure_settle_seconds)
 
@@ -176,6 +184,7 @@ class Reconciler(ReplicaEventHandling):
             ):
                 await self._fail_or_restart(held.event, held.reason)
         await self.nodes.take_away_stranded()
+        await self.time_limits.enforce()
         for job in await self.ctx.db(store.expired_leases, now):
             assert job.lease is not None
             reason = said(

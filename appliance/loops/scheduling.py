@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from appliance.config import PreemptionSettings, SchedulerSettings
-from appliance.domain.backlog import QueuedJob, RunningJob
+from appliance.domain.backlog import QueuedJob, Release, RunningJob
 from appliance.domain.dependencies import DependencyState, verdicts
 from appliance.domain.fair_share import Usage, weighted_share
 from appliance.domain.inventory import NodeKind, NodeUsage
@@ -115,7 +115,7 @@ class SchedulerLoop:
             return 0
         # On the reader thread: a pass's reads need not wait behind the writes of replicas
         # and phases queued for the writer (everything it decides on was committed first).
-        reads = await self.ctx.read(_pass_reads, self.ctx.store)
+        reads = await self.ctx.read(_pass_reads, self.ctx.store, self.ctx.clock())
         pending, cancelled = await self._dependencies(reads.dependencies)
         given = dict(pending)
         skip = set(pending) | cancelled
@@ -174,7 +174,9 @@ class SchedulerLoop:
         skip = skip | self.ctx.backlog.entered_after(generation)
         users = await self._user_caps(specs)
         arrays = ArrayCaps(reads.arrays) if reads.arrays else None
-        decision = admit_backlog(index, usage, book, shares, skip, limit, users, arrays)
+        decision = admit_backlog(
+            index, usage, book, shares, skip, limit, users, arrays, reads.releases, now
+        )
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
         # (the next pass, at most MAX_PASS_GAP later, sees what this one admitted).
         if decision.admitted or preemption.policy == "never" or not decision.heads:
@@ -381,10 +383,15 @@ class _PassReads:
     specs: list[QueueSpec]
     # Arrays capping their tasks running at once, with a task queued: (cap, tasks holding).
     arrays: dict[str, tuple[int, int]]
+    releases: list[Release]  # when the jobs holding systems give them back (time limits)
 
 
-def _pass_reads(store: JobStore) -> _PassReads:
+def _pass_reads(store: JobStore, now: float) -> _PassReads:
     """What every pass reads besides the queue, in one trip to the store's thread."""
     return _PassReads(
-        store.dependency_states(), store.pool_usage(), store.queue_specs(), store.array_caps()
+        store.dependency_states(),
+        store.pool_usage(),
+        store.queue_specs(),
+        store.array_caps(),
+        store.releases(now),
     )

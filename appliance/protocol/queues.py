@@ -21,6 +21,7 @@ def queue_to_pb(status: QueueStatus) -> cluster_pb2.Queue:
         pending=status.pending, running=status.running, share=status.share,
         weighted_share=status.weighted_share, systems=spec.systems,
         memoryx_bytes=spec.memoryx_bytes, **{cap: getattr(spec, cap) for cap in USER_CAPS},
+        default_time_limit=spec.default_time_limit, max_time_limit=spec.max_time_limit,
     )  # fmt: skip
 
 
@@ -34,6 +35,8 @@ def queue_from_pb(msg: cluster_pb2.Queue) -> QueueStatus:
         borrow_memoryx_bytes=optional("borrow_memoryx_bytes"), lend=msg.lend,
         groups=tuple(msg.groups), source=_source(msg.source), updated_by=msg.updated_by,
         updated_at=msg.updated_at, **{cap: optional(cap) for cap in USER_CAPS},
+        default_time_limit=optional("default_time_limit"),
+        max_time_limit=optional("max_time_limit"),
     )  # fmt: skip
     quota = Quota(
         msg.quota_systems, msg.quota_memoryx_bytes, spec.borrow_systems,

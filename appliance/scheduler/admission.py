@@ -5,7 +5,9 @@ needs or nothing. The first job of a queue that does not fit (its head) holds wh
 of what it needs, and for each replica it cannot place on a shared node it holds back a whole
 node that could host it once that node drains; it also sets its quota aside. Jobs behind it
 in its queue may start only on what is left and within their queue's quota: backfill never
-delays the head.
+delays the head. With the running jobs' time limits (scheduler/backfill.py, EASY backfill as
+Slurm's), a head short only of systems has a shadow time, and a job behind it may also start
+on the systems it holds when it ends by then or takes only what the head will not need then.
 
 Across queues (scheduler/quotas.py): first every queue, lowest fair share first, starts what
 fits within its quota; then, in the same order, queues borrow idle capacity beyond their
@@ -29,14 +31,23 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
-from appliance.domain.backlog import Placement, QueuedJob
-from appliance.domain.inventory import NodeUsage
+from appliance.domain.backlog import Placement, QueuedJob, Release
+from appliance.domain.inventory import NodeKind, NodeUsage
 from appliance.domain.plan import PlanShape, Role
 from appliance.domain.queues import DEFAULT_QUEUE, Quota
 from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.scheduler.array_caps import ArrayCaps
+from appliance.scheduler.backfill import (
+    MAX_BACKFILL_TESTS,
+    ends_by,
+    hold_again,
+    shadow_of,
+    shadow_time,
+    short_only_of_systems,
+    taken,
+)
 from appliance.scheduler.backlog_index import BacklogIndex, Order
 from appliance.scheduler.placement import KIND_OF_ROLE, Counts, FreeCapacity
 from appliance.scheduler.quotas import NOTHING, Need, QuotaBook, never_fits
@@ -141,12 +152,15 @@ def admit_backlog(
     limit: int | None = None,
     users: UserCaps | None = None,
     arrays: ArrayCaps | None = None,
+    releases: Sequence[Release] | None = None,
+    now: float = 0.0,
 ) -> Admission:
     """`admit` on the queue as the index holds it, leaving out the jobs in `skip` (those
     waiting for other jobs); stopping once it admitted `limit` jobs (None: no limit), like
     Slurm's main scheduler stops at its queue depth, so that no pass runs long. `users`: the
     per-user caps of running systems (None: no user has one); `arrays`: the caps of arrays'
-    tasks running at once (None: no array has one)."""
+    tasks running at once (None: no array has one). `releases`: when the running jobs give
+    their systems back by their time limits, at `now` (None: no backfill by time limits)."""
     if book is None:
         book = QuotaBook({DEFAULT_QUEUE: _UNLIMITED}, {})
     names = _with_jobs(index, skip)
@@ -157,6 +171,8 @@ def admit_backlog(
     # A queue without a share (one deleted while a job was submitted to it) goes last.
     order = sorted(names, key=lambda name: (shares.get(name, math.inf), name))
     state = _Pass(index, pool, book, skip, limit, users, arrays)
+    if releases is not None:
+        state.releases, state.now = list(releases), now
     waiting: dict[str, Order] = {}  # queue -> order of the job before its first to borrow
     for name in order:
         if not state.capped:
@@ -209,6 +225,10 @@ class _Pass:
         self._needs: dict[PlanShape, Need] = {}
         self._admitted: set[str] = set()
         self._starts: dict[str, list[Order]] = {}  # of each queue's stretches, once decided
+        # Backfill by time limits: the running jobs' ends (and those this pass starts), now.
+        self.releases: list[Release] | None = None
+        self.now = 0.0
+        self._only_systems = False  # the blocked head decided on lacks only systems
 
     # ---- the walk --------------------------------------------------------------------------
 
@@ -233,8 +253,13 @@ class _Pass:
                     reason = said(
                         ReasonCode.CAPACITY, shortfall=self.capacity.shortfall(job.plan.shape)
                     )
+                    free = dict(self.capacity.free) if self.releases is not None else None
                     self._block(job, need, placements, reason, within_quota=True)
+                    held = taken(free, self.capacity.free) if free is not None else {}
+                    self._only_systems = short_only_of_systems(job, placements)
                     self._backfill(name, job.order)
+                    if free is not None and held and not self.capped:
+                        self._backfill_by_limits(name, job, free, held)
                     return
             before = job.order
 
@@ -257,6 +282,57 @@ class _Pass:
             if self.capped:
                 return
             after = following
+
+    def _backfill_by_limits(
+        self, name: str, head: QueuedJob, before: dict[str, int], held: dict[str, int]
+    ) -> None:
+        """Behind a blocked head, on what it holds (`held`, by node; `before`: what was free
+        before it did): admit in order each job (of the first MAX_BACKFILL_TESTS) that ends by
+        its shadow time, then, when it lacks only systems, each that takes only the systems
+        it will not need then (scheduler/backfill.py); what is left is held for it again."""
+        assert self.releases is not None
+        kinds = self.capacity.kinds
+        at = shadow_time(self.now, before, kinds, head.plan, self.releases)
+        if at is None:
+            return
+        for node, amount in held.items():  # offered to what does not delay the head
+            self.capacity.set(node, self.capacity.free[node] + amount)
+        self._backfill_where(name, head, lambda job, need: ends_by(self.now, job, at))
+        systems = sum(a for n, a in held.items() if kinds[n] is NodeKind.SYSTEM)
+        needs = head.plan.group(Role.CS2).count
+        shadow = shadow_of(self.now, systems, needs, self.releases) if self._only_systems else None
+        left = dict(held)
+        if shadow is not None and shadow.extra > 0:
+            hold_again(self.capacity, left, lambda node: kinds[node] is not NodeKind.SYSTEM)
+            extra = [shadow.extra]
+
+            def spare(job: QueuedJob, need: Need) -> bool:
+                if need.systems > extra[0]:
+                    return False
+                extra[0] -= need.systems
+                return True
+
+            self._backfill_where(name, head, spare)
+        hold_again(self.capacity, left, lambda node: True)
+
+    def _backfill_where(
+        self, name: str, head: QueuedJob, allowed: Callable[[QueuedJob, Need], bool]
+    ) -> None:
+        """Admit in order each job behind `head` (of the first MAX_BACKFILL_TESTS) that fits
+        now and that `allowed` lets start (asked only of one that fits)."""
+        for tested, job in enumerate(self.index.in_order(name, head.order)):
+            if tested >= MAX_BACKFILL_TESTS or self.capped:
+                return
+            if job.job_id in self.skip or job.job_id in self._admitted:
+                continue
+            need = self.need(job.plan.shape)
+            if not self._fits_behind(name, job.plan.shape) or not allowed(job, need):
+                continue
+            if self.over_user_cap(job, need):
+                continue
+            placements, complete = self.capacity.place(job.plan)
+            if complete:
+                self._admit(job, need, placements)
 
     def borrowing(self, name: str, after: Order) -> None:
         """The queue's jobs from its first that must borrow: each runs on what the cohort
@@ -340,6 +416,10 @@ class _Pass:
             self.arrays.take(job)
         self.admitted.append(Decision(job.job_id, tuple(placements)))
         self._admitted.add(job.job_id)
+        if self.releases is not None:  # it gives its systems back by its limit, too
+            ends = None if job.run_limit is None else self.now + job.run_limit
+            holdings = tuple((p.node, p.amount) for p in placements)
+            self.releases.append(Release(need.systems, ends, holdings))
 
     def _block(
         self,

@@ -108,6 +108,7 @@ class ArraySubmits:
                     user,
                     groups,
                     hold=new.hold,
+                    run_limit=task.time_limit_seconds,
                 ),
             )
             self._ctx.metrics.submitted(door)

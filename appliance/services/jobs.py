@@ -34,7 +34,9 @@ from appliance.domain.spec import (
     validate_spec,
     validate_text,
     validate_user,
+    with_time_limit,
 )
+from appliance.domain.time_limits import limit_in_queue
 from appliance.services.array_submits import ArraySubmits
 from appliance.services.arrays import ArrayService
 from appliance.services.batching import SubmitBatcher
@@ -167,6 +169,12 @@ class JobService(JobControls):
         queue: QueueSpec,
         refuse_never_runs: bool,
     ) -> Job:
+        if spec.time_limit or queue.default_time_limit or queue.max_time_limit:
+            limit = limit_in_queue(
+                spec.time_limit_seconds, queue.name, queue.default_time_limit,
+                queue.max_time_limit,
+            )  # fmt: skip
+            spec = with_time_limit(spec, limit)
         await self._check_dependencies(spec)
         if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
             raise InvalidSpec(
@@ -210,8 +218,9 @@ class JobService(JobControls):
             view.enter(job_id, None)
             raise
         entry = QueuedJob(
-            job.id, spec.priority, job.created_at, plan, spec.queue, user, groups, hold
-        )
+            job.id, spec.priority, job.created_at, plan, spec.queue, user, groups,
+            hold=hold, run_limit=spec.time_limit_seconds,
+        )  # fmt: skip
         view.enter(job_id, entry)
         self._ctx.metrics.submitted(door)
         self._ctx.bus.wake_scheduler()

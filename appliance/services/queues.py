@@ -35,6 +35,7 @@ MAX_QUEUES_FILE_BYTES = 1 << 20
 SETTABLE = (
     "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend", "groups",
     *USER_CAPS,
+    "default_time_limit", "max_time_limit",
 )  # fmt: skip
 
 
@@ -151,6 +152,8 @@ class QueueService:
                     "borrow_memoryx": current.borrow_memoryx_bytes, "lend": current.lend,
                     "groups": current.groups,
                     **{cap: getattr(current, cap) for cap in USER_CAPS},
+                    "default_time_limit": current.default_time_limit,
+                    "max_time_limit": current.max_time_limit,
                 }  # fmt: skip
             merged.update(fields)
             return validate_queue(

@@ -5,7 +5,9 @@ systems, the jobs holding systems with their progress (steps left over their rat
 chief's last report), and the first MAX_ESTIMATED queued jobs in queue order (priority, then
 submit time, all queues together) with how long each would run: from its own last rate (a
 requeued job), else from the step time it asks of the simulated backend, else from the
-coordinator's (`sim_step_seconds` with the sim backend), else unknown. Estimates are
+coordinator's (`sim_step_seconds` with the sim backend), else unknown; and never longer than
+its time limit (domain/time_limits.py), which bounds a job whose rate is unknown too: a running
+job ends by its start plus its limit at the latest. Estimates are
 computed at most every `max_age` seconds, and only when a door shows a queued job: like
 queue positions they are read on every call, never stored.
 """
@@ -119,21 +121,33 @@ class StartEstimates:
         """When a job holding systems is expected to end: its steps left over its rate, counted
         from its last report; before it reports, as a queued job would run from now."""
         progress = job.progress
+        limit = job.spec.time_limit_seconds
+        began = job.started_at if job.phase is Phase.RUNNING and job.started_at > 0 else now
+        by_limit = None if limit is None else max(now, began + limit)
         if job.phase is Phase.RUNNING and progress.steps_per_second > 0:
             left = max(0, job.spec.num_steps - progress.step) / progress.steps_per_second
-            return max(now, (progress.reported_at or now) + left)
+            return _earlier(max(now, (progress.reported_at or now) + left), by_limit)
         seconds = self._seconds(job)
-        return None if seconds is None else now + seconds
+        return _earlier(None if seconds is None else now + seconds, by_limit)
 
     def _seconds(self, job: Job) -> float | None:
-        """How long a job would run from the start of its next attempt (None: unknown)."""
+        """How long a job would run from the start of its next attempt (None: unknown), at
+        most its time limit."""
         steps = max(0, job.spec.num_steps - job.progress.checkpoint_step)
+        limit = job.spec.time_limit_seconds
         if job.progress.steps_per_second > 0:
-            return steps / job.progress.steps_per_second
+            return _earlier(steps / job.progress.steps_per_second, limit)
         step = sim_step_seconds(job.spec.labels)
         if step is None:
             step = self.default_step_seconds
-        return None if step is None else steps * step
+        return _earlier(None if step is None else steps * step, limit)
+
+
+def _earlier(when: float | None, bound: float | None) -> float | None:
+    """The lower of two bounds, either of them unknown (None)."""
+    if when is None:
+        return bound
+    return when if bound is None else min(when, bound)
 
 
 def _first(jobs: Iterable[Any]) -> Iterable[Any]:

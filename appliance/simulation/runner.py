@@ -29,6 +29,7 @@ from appliance.domain.inventory import NodeKind
 from appliance.domain.job import Job
 from appliance.domain.phases import TERMINAL
 from appliance.domain.spec import SIM_STEP_SECONDS_LABEL, JobSpec, validate_spec
+from appliance.domain.time_limits import format_time_limit
 from appliance.simulation.workload import SimJob
 
 EPOCH = 1_700_000_000.0  # what the virtual clock reads at the start (stored times are real)
@@ -100,6 +101,7 @@ async def _simulate(workload: list[SimJob], settings: Settings, sample_every: fl
                 "sim_fail_at": "",
                 "scheduler_interval": PASS_SECONDS,
                 "preemption_grace_seconds": max(settings.preemption_grace_seconds, 2 * report),
+                "time_limit_grace_seconds": max(settings.time_limit_grace_seconds, 2 * report),
             }
         )
         runtime = Runtime(
@@ -214,4 +216,5 @@ def _spec(job: SimJob) -> JobSpec:
         priority=job.priority,
         queue=job.queue,
         labels={SIM_STEP_SECONDS_LABEL: label},
+        time_limit=format_time_limit(math.ceil(job.time_limit)) if job.time_limit else "",
     )

@@ -3,16 +3,18 @@ queue and a user, from a generator or read from a trace file.
 
 A trace is CSV, one of two shapes, told apart by its header line:
 
-- Ours, comma-separated: `submit_time,num_csx,duration,priority,queue,user` (the last three may
-  be empty or missing: P2, `default`, `sim`). Times are seconds or ISO 8601; durations seconds
-  or Slurm's `[D-]HH:MM:SS`; priorities P0-P3 or 0-3.
+- Ours, comma-separated: `submit_time,num_csx,duration,priority,queue,user,time_limit` (the last
+  four may be empty or missing: P2, `default`, `sim`, no limit). Times are seconds or ISO 8601;
+  durations and time limits seconds or Slurm's `[D-]HH:MM:SS`; priorities P0-P3 or 0-3.
 - A Slurm accounting export, `sacct --parsable2 -o JobID,Submit,Start,End,Elapsed,NNodes,
   Partition,QOS,User,State` (any order, more columns allowed; `|`-separated): Submit is the
   submit time, NNodes (or AllocNodes) the CS-2 systems, Elapsed (else End - Start) the
   duration, Partition the queue, User the user, and QOS the priority: a QOS naming "high",
   "urgent" or "premium" is P1, one naming "low", "scavenger", "standby" or "preempt" is P3,
-  anything else P2. Job steps (`123.batch`, `123.0`), jobs that never started and rows with a
-  value that cannot be read are left out and counted (LeftOut), never a reason to stop.
+  anything else P2; Timelimit, if there, the job's time limit (`1-00:00:00`; `UNLIMITED`,
+  `Partition_Limit` or empty: none). Job steps (`123.batch`, `123.0`), jobs that never started
+  and rows with a value that cannot be read are left out and counted (LeftOut), never a reason
+  to stop.
 
 Every trace is bounded before it is parsed (MAX_TRACE_BYTES, MAX_JOBS), and a bad row of our
 CSV is refused with its line number and the column that is wrong. Submit times are made relative to
@@ -45,6 +47,7 @@ _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _HIGH = ("high", "urgent", "premium")
 _LOW = ("low", "scavenger", "standby", "preempt")
 _NEVER_RAN = ("", "unknown", "none")
+_NO_LIMIT = ("", "unlimited", "partition_limit", "none", "invalid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +60,7 @@ class SimJob:
     priority: Priority = Priority.P2
     queue: str = DEFAULT_QUEUE
     user: str = "sim"
+    time_limit: float | None = None  # seconds (domain/time_limits.py); None: none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,6 +242,7 @@ def _our_row(row: Mapping[str, str | None], line: int) -> SimJob:
         priority=_priority(row.get("priority"), line),
         queue=_name(row.get("queue"), line, "queue", DEFAULT_QUEUE),
         user=_name(row.get("user"), line, "user", "sim"),
+        time_limit=_limit(row.get("time_limit"), line, "time_limit"),
     )
 
 
@@ -279,6 +284,7 @@ def _slurm_row(row: Mapping[str, str | None], line: int, left: LeftOut) -> SimJo
         priority=priority,
         queue=_name(row.get("Partition"), line, "Partition", DEFAULT_QUEUE),
         user=_name(row.get("User"), line, "User", "sim"),
+        time_limit=_limit(row.get("Timelimit"), line, "Timelimit"),
     )
 
 
@@ -320,6 +326,25 @@ def _duration(value: str | None, line: int, column: str) -> float:
     if not (0 <= total <= MAX_DURATION):
         raise _bad(line, column, text, "a duration from 0 to 365 days")
     return total
+
+
+def _limit(value: str | None, line: int, column: str) -> float | None:
+    """A time limit as sacct writes it (`1-00:00:00`, `30:00`, minutes; `UNLIMITED`,
+    `Partition_Limit` or empty: none) or seconds; at least a second, at most 365 days."""
+    text = (value or "").strip()
+    if text.lower() in _NO_LIMIT:
+        return None
+    seconds = _duration(text, line, column) if ":" in text else _minutes(text, line, column)
+    if seconds < 1:
+        raise _bad(line, column, text, "a time limit of a second or more")
+    return seconds
+
+
+def _minutes(text: str, line: int, column: str) -> float:
+    """Slurm's bare number for a limit: minutes."""
+    if not text.isdigit() or len(text) > 6:
+        raise _bad(line, column, text, "a time limit ([D-]HH:MM:SS, minutes, or UNLIMITED)")
+    return _duration(str(int(text) * 60), line, column)
 
 
 def _count(value: str | None, line: int, column: str) -> int:

@@ -98,7 +98,8 @@ class BacklogStore(StoreBase):
         order = (
             select(
                 JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, JobRow.user,
-                JobRow.groups, JobRow.hold, JobRow.held_by, JobRow.suspended,
+                JobRow.groups, JobRow.hold, JobRow.held_by, JobRow.suspended, JobRow.time_limit,
+                JobRow.ran_seconds,
             )
             .where(QUEUED_SQL)
             .order_by(JobRow.priority, JobRow.created_at, JobRow.id)
@@ -122,8 +123,21 @@ class BacklogStore(StoreBase):
                 user,
                 _groups(groups),
                 hold_of(hold, held_by, suspended) if hold else None,
+                _run_limit(limit, ran),
             )
-            for job_id, prio, created, queue, user, groups, hold, held_by, suspended in rows
+            for (
+                job_id,
+                prio,
+                created,
+                queue,
+                user,
+                groups,
+                hold,
+                held_by,
+                suspended,
+                limit,
+                ran,
+            ) in rows
             if job_id in plans
         ]
 
@@ -150,15 +164,17 @@ class BacklogStore(StoreBase):
                 stmt = select(
                     JobRow.id, JobRow.priority, JobRow.created_at, JobRow.queue, PLAN_AS_READ,
                     JobRow.user, JobRow.groups, JobRow.hold, JobRow.held_by, JobRow.suspended,
+                    JobRow.time_limit, JobRow.ran_seconds,
                 ).where(JobRow.id.in_(chunk), QUEUED_SQL)  # fmt: skip
                 for (
                     job_id, priority, created, queue, plan, user, groups, hold, held_by,
-                    suspended,
+                    suspended, limit, ran,
                 ) in s.execute(stmt):  # fmt: skip
                     decoded = known.get(job_id) or plan_from_json(plan)
                     entries.append(QueuedJob(
                         job_id, _PRIORITIES[priority], created, decoded, queue, user,
                         tuple(groups or ()), hold_of(hold, held_by, suspended),
+                        _run_limit(limit, ran),
                     ))  # fmt: skip
                     others.discard(job_id)
         return entries, sorted(others)
@@ -195,3 +211,8 @@ def _groups(raw: object) -> tuple[str, ...]:
     if isinstance(raw, str):
         raw = json.loads(raw) if raw else []
     return tuple(str(g) for g in raw) if isinstance(raw, list) else ()
+
+
+def _run_limit(limit: int, ran: float) -> float | None:
+    """What is left of a job's time limit (None: it has none)."""
+    return max(0.0, limit - ran) if limit else None

@@ -56,6 +56,7 @@ from appliance.store.tables import (
     QueueRow,
     ReplicaRow,
 )
+from appliance.store.time_limits import TimeLimitStore
 from appliance.store.usage import UsageStore
 
 
@@ -86,6 +87,7 @@ class JobStore(
     PoolStore,
     ListingStore,
     RequeueStore,
+    TimeLimitStore,
     ReplicaStore,
     ReplicaBatchStore,
     QueueDefStore,
@@ -116,6 +118,7 @@ class JobStore(
                 **_array_columns(n.array),
                 "hold": n.hold.kind.value if n.hold else "",
                 "held_by": n.hold.by if n.hold else "", "suspended": False,
+                "time_limit": n.spec.time_limit_seconds or 0,
             }
             for n in new
         ]  # fmt: skip

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Connection,
     ScalarSelect,
     bindparam,
+    case,
     delete,
     func,
     insert,
@@ -267,6 +268,10 @@ def _move_stmt(target: Phase) -> ReturningUpdate[str]:
         values["pending_reason_code"] = ""
     if target not in HOLDS_RESOURCES:  # a requeue asked for is done (or moot)
         values.update(stop_reason="", stop_reason_code="", checkpoint_by=0.0, checkpoint_step=None)
+        # The attempt's time RUNNING counts against the job's time limit (domain/time_limits.py).
+        values["ran_seconds"] = JobRow.ran_seconds + case(
+            (JobRow.started_at > 0, now - JobRow.started_at), else_=0.0
+        )
     where = [
         JobRow.id.in_(bindparam("ids", expanding=True)),
         JobRow.phase + "" == bindparam("b_source"),

@@ -327,6 +327,7 @@ def _spec(row: QueueRow) -> QueueSpec:
         max_running_jobs_per_user=row.max_running_jobs_per_user,
         max_queued_jobs_per_user=row.max_queued_jobs_per_user,
         max_systems_per_user=row.max_systems_per_user,
+        default_time_limit=row.default_time_limit, max_time_limit=row.max_time_limit,
     )  # fmt: skip
 
 
@@ -339,4 +340,5 @@ def _row(spec: QueueSpec) -> QueueRow:
         updated_at=spec.updated_at, max_running_jobs_per_user=spec.max_running_jobs_per_user,
         max_queued_jobs_per_user=spec.max_queued_jobs_per_user,
         max_systems_per_user=spec.max_systems_per_user,
+        default_time_limit=spec.default_time_limit, max_time_limit=spec.max_time_limit,
     )  # fmt: skip

@@ -160,21 +160,7 @@ class RequeueStore(StoreBase):
         """Move `attempt` of the job back to QUEUED with `reason`, only while that attempt still
         holds resources with a requeue asked for (so a late or repeated task can never requeue
         the next attempt); [] when it does not. One transaction with the phase writer's."""
-        with self._sessions.begin() as s:
-            row = s.execute(
-                select(JobRow.phase)
-                .where(
-                    JobRow.id == job_id,
-                    JobRow.attempt == attempt,
-                    JobRow.phase.in_(HOLDING_PHASES),
-                    JobRow.stop_reason != "",
-                )
-                .with_for_update()
-            ).first()
-            if row is None:
-                return []
-            move = PhaseMove(job_id, Phase.QUEUED, as_reason(reason), Phase(row.phase))
-            return write_phases(s.connection(), [move], now, fence=self.fence)
+        return end_stopping_attempt(self, job_id, attempt, Phase.QUEUED, as_reason(reason), now)
 
     def give_up_checkpoint(self, job_id: str, attempt: int, why: Reason) -> bool:
         """The checkpoint asked of `attempt` cannot come (a replica of the gang died): the
@@ -303,6 +289,29 @@ class RequeueStore(StoreBase):
                 )
             )
         return running
+
+
+def end_stopping_attempt(
+    store: StoreBase, job_id: str, attempt: int, target: Phase, reason: Reason, now: float
+) -> list[PhaseChange | NotFound]:
+    """Move `attempt` of the job to `target` (QUEUED: requeued; TIMEOUT: its time limit) with
+    `reason`, only while that attempt still holds resources with a stop asked for; [] when it
+    does not. One transaction with the phase writer's."""
+    with store._sessions.begin() as s:
+        row = s.execute(
+            select(JobRow.phase)
+            .where(
+                JobRow.id == job_id,
+                JobRow.attempt == attempt,
+                JobRow.phase.in_(HOLDING_PHASES),
+                JobRow.stop_reason != "",
+            )
+            .with_for_update()
+        ).first()
+        if row is None:
+            return []
+        move = PhaseMove(job_id, target, reason, Phase(row.phase))
+        return write_phases(s.connection(), [move], now, fence=store.fence)
 
 
 def _awaiting_checkpoint(job_id: str, attempt: int) -> tuple[ColumnElement[bool], ...]:

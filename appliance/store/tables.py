@@ -112,6 +112,10 @@ class JobRow(Base):
     hold: Mapped[str] = mapped_column(String(8), default="", server_default="")
     held_by: Mapped[str] = mapped_column(String(253), default="", server_default="")
     suspended: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Its time limit in seconds (domain/time_limits.py; 0: none), and the seconds its ended
+    # attempts ran (RUNNING): the current attempt ends at started_at + time_limit - ran_seconds.
+    time_limit: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    ran_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
     __table_args__ = (
         Index("ix_jobs_created", "created_at", "id", "version"),
@@ -267,6 +271,9 @@ class QueueRow(Base):
     max_running_jobs_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_queued_jobs_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_systems_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Time limits in seconds: a job's when it gives none, and the most it may ask (None: none).
+    default_time_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_time_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class QueueUsageRow(Base):

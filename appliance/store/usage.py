@@ -89,6 +89,7 @@ def _row(r: Any) -> UsageRow:
         succeeded=int(r.succeeded), failed=int(r.failed), cancelled=int(r.cancelled),
         wait_p50_seconds=float(r.wait_p50 or 0.0), wait_p95_seconds=float(r.wait_p95 or 0.0),
         preemptions=int(r.preemptions), restarts=int(r.restarts), attempts=int(r.attempts),
+        timed_out=int(r.timed_out),
     )  # fmt: skip
 
 
@@ -107,10 +108,10 @@ def _report(by: UsageBy) -> _Rows:
     sums = {
         name: func.sum(ranked.c[name]).label(name)
         for name in ("system_seconds", "memoryx_byte_seconds", "succeeded", "failed",
-                     "cancelled", "preemptions", "restarts")
+                     "cancelled", "preemptions", "restarts", "timed_out")
     }  # fmt: skip
     attempts = func.count(ranked.c.wait)
-    events = sums["succeeded"] + sums["failed"] + sums["cancelled"]
+    events = sums["succeeded"] + sums["failed"] + sums["cancelled"] + sums["timed_out"]
     events += sums["preemptions"] + sums["restarts"]
     return (
         select(
@@ -181,6 +182,7 @@ def _facts(
     preemptions: _Number = _ZERO,
     restarts: _Number = _ZERO,
     wait: _Number = _NO_WAIT,
+    timed_out: _Number = _ZERO,
 ) -> _Rows:
     """One kind of fact rows, its columns in the union's order."""
     return select(
@@ -188,6 +190,7 @@ def _facts(
         memoryx_byte_seconds.label("memoryx_byte_seconds"), succeeded.label("succeeded"),
         failed.label("failed"), cancelled.label("cancelled"),
         preemptions.label("preemptions"), restarts.label("restarts"), wait.label("wait"),
+        timed_out.label("timed_out"),
     )  # fmt: skip
 
 
@@ -245,10 +248,11 @@ def _ended_jobs(by: UsageBy) -> _Rows:
     def ended_in(phase: Phase) -> ColumnElement[int]:
         return case((JobRow.phase == phase.value, 1), else_=0)
 
-    final = (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+    final = (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.TIMEOUT)
     return _facts(
         _key(by),
         succeeded=ended_in(Phase.SUCCEEDED),
         failed=ended_in(Phase.FAILED),
         cancelled=ended_in(Phase.CANCELLED),
+        timed_out=ended_in(Phase.TIMEOUT),
     ).where(JobRow.phase.in_([p.value for p in final]), _in_window(JobRow.finished_at))

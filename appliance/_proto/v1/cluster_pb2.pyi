@@ -96,6 +96,7 @@ class JobSpec(_message.Message):
     ARRAY_FIELD_NUMBER: _builtins.int
     SWEEP_FIELD_NUMBER: _builtins.int
     HOLD_FIELD_NUMBER: _builtins.int
+    TIME_LIMIT_FIELD_NUMBER: _builtins.int
     params_yaml: _builtins.str
     """The params YAML (Model Zoo style: model, train_input, optimizer, runconfig sections)."""
     num_csx: _builtins.int
@@ -120,6 +121,10 @@ class JobSpec(_message.Message):
     hold: _builtins.bool
     """Submit it held (Slurm's sbatch -H): it keeps its place in the queue and waits until it
     is released (ReleaseJob).
+    """
+    time_limit: _builtins.str
+    """How long it may run, as Slurm's --time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS);
+    empty: its queue's default. Only time running counts, summed over attempts.
     """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
@@ -149,10 +154,11 @@ class JobSpec(_message.Message):
         array: _builtins.str = ...,
         sweep: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         hold: _builtins.bool = ...,
+        time_limit: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "max_restarts", b"max_restarts", "preemptible", b"preemptible"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "array", b"array", "comment", b"comment", "depends_on", b"depends_on", "hold", b"hold", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue", "sweep", b"sweep"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "array", b"array", "comment", b"comment", "depends_on", b"depends_on", "hold", b"hold", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue", "sweep", b"sweep", "time_limit", b"time_limit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_restarts: _TypeAlias = _typing.Literal["max_restarts"]  # noqa: Y015
     _WhichOneofArgType__max_restarts: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts"]  # noqa: Y015
@@ -1547,6 +1553,8 @@ class Queue(_message.Message):
     MAX_RUNNING_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
     MAX_QUEUED_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
     MAX_SYSTEMS_PER_USER_FIELD_NUMBER: _builtins.int
+    DEFAULT_TIME_LIMIT_FIELD_NUMBER: _builtins.int
+    MAX_TIME_LIMIT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     quota_systems: _builtins.int
     """Its nominal quota (the default queue: what no other queue's quota holds)."""
@@ -1583,6 +1591,11 @@ class Queue(_message.Message):
     """
     max_queued_jobs_per_user: _builtins.int
     max_systems_per_user: _builtins.int
+    default_time_limit: _builtins.int
+    """Time limits in seconds: a job's when it gives none, and the most it may ask for (unset:
+    unlimited).
+    """
+    max_time_limit: _builtins.int
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Who may submit to it (empty: anyone)."""
@@ -1614,21 +1627,27 @@ class Queue(_message.Message):
         max_running_jobs_per_user: _builtins.int | None = ...,
         max_queued_jobs_per_user: _builtins.int | None = ...,
         max_systems_per_user: _builtins.int | None = ...,
+        default_time_limit: _builtins.int | None = ...,
+        max_time_limit: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx_bytes", b"memoryx_bytes", "systems", b"systems"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_default_time_limit", b"_default_time_limit", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_max_time_limit", b"_max_time_limit", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "default_time_limit", b"default_time_limit", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "max_time_limit", b"max_time_limit", "memoryx_bytes", b"memoryx_bytes", "systems", b"systems"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "borrowed_systems", b"borrowed_systems", "groups", b"groups", "lend", b"lend", "lent_systems", b"lent_systems", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx_bytes", b"memoryx_bytes", "name", b"name", "pending", b"pending", "quota_memoryx_bytes", b"quota_memoryx_bytes", "quota_systems", b"quota_systems", "running", b"running", "share", b"share", "source", b"source", "systems", b"systems", "updated_at", b"updated_at", "updated_by", b"updated_by", "used_memoryx_bytes", b"used_memoryx_bytes", "used_systems", b"used_systems", "weight", b"weight", "weighted_share", b"weighted_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes", "_borrow_systems", b"_borrow_systems", "_default_time_limit", b"_default_time_limit", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_max_time_limit", b"_max_time_limit", "_memoryx_bytes", b"_memoryx_bytes", "_systems", b"_systems", "borrow_memoryx_bytes", b"borrow_memoryx_bytes", "borrow_systems", b"borrow_systems", "borrowed_systems", b"borrowed_systems", "default_time_limit", b"default_time_limit", "groups", b"groups", "lend", b"lend", "lent_systems", b"lent_systems", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "max_time_limit", b"max_time_limit", "memoryx_bytes", b"memoryx_bytes", "name", b"name", "pending", b"pending", "quota_memoryx_bytes", b"quota_memoryx_bytes", "quota_systems", b"quota_systems", "running", b"running", "share", b"share", "source", b"source", "systems", b"systems", "updated_at", b"updated_at", "updated_by", b"updated_by", "used_memoryx_bytes", b"used_memoryx_bytes", "used_systems", b"used_systems", "weight", b"weight", "weighted_share", b"weighted_share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__borrow_memoryx_bytes: _TypeAlias = _typing.Literal["borrow_memoryx_bytes"]  # noqa: Y015
     _WhichOneofArgType__borrow_memoryx_bytes: _TypeAlias = _typing.Literal["_borrow_memoryx_bytes", b"_borrow_memoryx_bytes"]  # noqa: Y015
     _WhichOneofReturnType__borrow_systems: _TypeAlias = _typing.Literal["borrow_systems"]  # noqa: Y015
     _WhichOneofArgType__borrow_systems: _TypeAlias = _typing.Literal["_borrow_systems", b"_borrow_systems"]  # noqa: Y015
+    _WhichOneofReturnType__default_time_limit: _TypeAlias = _typing.Literal["default_time_limit"]  # noqa: Y015
+    _WhichOneofArgType__default_time_limit: _TypeAlias = _typing.Literal["_default_time_limit", b"_default_time_limit"]  # noqa: Y015
     _WhichOneofReturnType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["max_queued_jobs_per_user"]  # noqa: Y015
     _WhichOneofArgType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["_max_queued_jobs_per_user", b"_max_queued_jobs_per_user"]  # noqa: Y015
     _WhichOneofReturnType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["max_running_jobs_per_user"]  # noqa: Y015
     _WhichOneofArgType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["_max_running_jobs_per_user", b"_max_running_jobs_per_user"]  # noqa: Y015
     _WhichOneofReturnType__max_systems_per_user: _TypeAlias = _typing.Literal["max_systems_per_user"]  # noqa: Y015
     _WhichOneofArgType__max_systems_per_user: _TypeAlias = _typing.Literal["_max_systems_per_user", b"_max_systems_per_user"]  # noqa: Y015
+    _WhichOneofReturnType__max_time_limit: _TypeAlias = _typing.Literal["max_time_limit"]  # noqa: Y015
+    _WhichOneofArgType__max_time_limit: _TypeAlias = _typing.Literal["_max_time_limit", b"_max_time_limit"]  # noqa: Y015
     _WhichOneofReturnType__memoryx_bytes: _TypeAlias = _typing.Literal["memoryx_bytes"]  # noqa: Y015
     _WhichOneofArgType__memoryx_bytes: _TypeAlias = _typing.Literal["_memoryx_bytes", b"_memoryx_bytes"]  # noqa: Y015
     _WhichOneofReturnType__systems: _TypeAlias = _typing.Literal["systems"]  # noqa: Y015
@@ -1638,11 +1657,15 @@ class Queue(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_systems) -> _WhichOneofReturnType__borrow_systems | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__default_time_limit) -> _WhichOneofReturnType__default_time_limit | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_queued_jobs_per_user) -> _WhichOneofReturnType__max_queued_jobs_per_user | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_running_jobs_per_user) -> _WhichOneofReturnType__max_running_jobs_per_user | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_systems_per_user) -> _WhichOneofReturnType__max_systems_per_user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_time_limit) -> _WhichOneofReturnType__max_time_limit | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__memoryx_bytes) -> _WhichOneofReturnType__memoryx_bytes | None: ...
     @_typing.overload
@@ -1686,6 +1709,8 @@ class SetQueueRequest(_message.Message):
     MAX_RUNNING_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
     MAX_QUEUED_JOBS_PER_USER_FIELD_NUMBER: _builtins.int
     MAX_SYSTEMS_PER_USER_FIELD_NUMBER: _builtins.int
+    DEFAULT_TIME_LIMIT_FIELD_NUMBER: _builtins.int
+    MAX_TIME_LIMIT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     systems: _builtins.int
     memoryx: _builtins.str
@@ -1700,6 +1725,9 @@ class SetQueueRequest(_message.Message):
     """Caps per user inside the queue (#37): a number, or "unlimited"."""
     max_queued_jobs_per_user: _builtins.str
     max_systems_per_user: _builtins.str
+    default_time_limit: _builtins.str
+    """Time limits as Slurm writes them (e.g. "2:00:00", "1-00:00:00"), or "unlimited"."""
+    max_time_limit: _builtins.str
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Replaces the queue's groups when `set_groups` is true (an empty list: anyone)."""
@@ -1719,15 +1747,19 @@ class SetQueueRequest(_message.Message):
         max_running_jobs_per_user: _builtins.str | None = ...,
         max_queued_jobs_per_user: _builtins.str | None = ...,
         max_systems_per_user: _builtins.str | None = ...,
+        default_time_limit: _builtins.str | None = ...,
+        max_time_limit: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "lend", b"lend", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx", b"memoryx", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_default_time_limit", b"_default_time_limit", "_lend", b"_lend", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_max_time_limit", b"_max_time_limit", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "default_time_limit", b"default_time_limit", "lend", b"lend", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "max_time_limit", b"max_time_limit", "memoryx", b"memoryx", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_lend", b"_lend", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "groups", b"groups", "lend", b"lend", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "memoryx", b"memoryx", "name", b"name", "set_groups", b"set_groups", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx", "_borrow_systems", b"_borrow_systems", "_default_time_limit", b"_default_time_limit", "_lend", b"_lend", "_max_queued_jobs_per_user", b"_max_queued_jobs_per_user", "_max_running_jobs_per_user", b"_max_running_jobs_per_user", "_max_systems_per_user", b"_max_systems_per_user", "_max_time_limit", b"_max_time_limit", "_memoryx", b"_memoryx", "_systems", b"_systems", "_weight", b"_weight", "borrow_memoryx", b"borrow_memoryx", "borrow_systems", b"borrow_systems", "default_time_limit", b"default_time_limit", "groups", b"groups", "lend", b"lend", "max_queued_jobs_per_user", b"max_queued_jobs_per_user", "max_running_jobs_per_user", b"max_running_jobs_per_user", "max_systems_per_user", b"max_systems_per_user", "max_time_limit", b"max_time_limit", "memoryx", b"memoryx", "name", b"name", "set_groups", b"set_groups", "systems", b"systems", "weight", b"weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__borrow_memoryx: _TypeAlias = _typing.Literal["borrow_memoryx"]  # noqa: Y015
     _WhichOneofArgType__borrow_memoryx: _TypeAlias = _typing.Literal["_borrow_memoryx", b"_borrow_memoryx"]  # noqa: Y015
     _WhichOneofReturnType__borrow_systems: _TypeAlias = _typing.Literal["borrow_systems"]  # noqa: Y015
     _WhichOneofArgType__borrow_systems: _TypeAlias = _typing.Literal["_borrow_systems", b"_borrow_systems"]  # noqa: Y015
+    _WhichOneofReturnType__default_time_limit: _TypeAlias = _typing.Literal["default_time_limit"]  # noqa: Y015
+    _WhichOneofArgType__default_time_limit: _TypeAlias = _typing.Literal["_default_time_limit", b"_default_time_limit"]  # noqa: Y015
     _WhichOneofReturnType__lend: _TypeAlias = _typing.Literal["lend"]  # noqa: Y015
     _WhichOneofArgType__lend: _TypeAlias = _typing.Literal["_lend", b"_lend"]  # noqa: Y015
     _WhichOneofReturnType__max_queued_jobs_per_user: _TypeAlias = _typing.Literal["max_queued_jobs_per_user"]  # noqa: Y015
@@ -1736,6 +1768,8 @@ class SetQueueRequest(_message.Message):
     _WhichOneofArgType__max_running_jobs_per_user: _TypeAlias = _typing.Literal["_max_running_jobs_per_user", b"_max_running_jobs_per_user"]  # noqa: Y015
     _WhichOneofReturnType__max_systems_per_user: _TypeAlias = _typing.Literal["max_systems_per_user"]  # noqa: Y015
     _WhichOneofArgType__max_systems_per_user: _TypeAlias = _typing.Literal["_max_systems_per_user", b"_max_systems_per_user"]  # noqa: Y015
+    _WhichOneofReturnType__max_time_limit: _TypeAlias = _typing.Literal["max_time_limit"]  # noqa: Y015
+    _WhichOneofArgType__max_time_limit: _TypeAlias = _typing.Literal["_max_time_limit", b"_max_time_limit"]  # noqa: Y015
     _WhichOneofReturnType__memoryx: _TypeAlias = _typing.Literal["memoryx"]  # noqa: Y015
     _WhichOneofArgType__memoryx: _TypeAlias = _typing.Literal["_memoryx", b"_memoryx"]  # noqa: Y015
     _WhichOneofReturnType__systems: _TypeAlias = _typing.Literal["systems"]  # noqa: Y015
@@ -1747,6 +1781,8 @@ class SetQueueRequest(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__borrow_systems) -> _WhichOneofReturnType__borrow_systems | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__default_time_limit) -> _WhichOneofReturnType__default_time_limit | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__lend) -> _WhichOneofReturnType__lend | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_queued_jobs_per_user) -> _WhichOneofReturnType__max_queued_jobs_per_user | None: ...
@@ -1754,6 +1790,8 @@ class SetQueueRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_running_jobs_per_user) -> _WhichOneofReturnType__max_running_jobs_per_user | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_systems_per_user) -> _WhichOneofReturnType__max_systems_per_user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_time_limit) -> _WhichOneofReturnType__max_time_limit | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__memoryx) -> _WhichOneofReturnType__memoryx | None: ...
     @_typing.overload
@@ -1839,6 +1877,7 @@ class UsageRow(_message.Message):
     PREEMPTIONS_FIELD_NUMBER: _builtins.int
     RESTARTS_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
+    TIMED_OUT_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     system_hours: _builtins.float
     memoryx_gib_hours: _builtins.float
@@ -1851,6 +1890,8 @@ class UsageRow(_message.Message):
     restarts: _builtins.int
     attempts: _builtins.int
     """Attempts that began in the window (what the waits are of)."""
+    timed_out: _builtins.int
+    """Jobs that ended TIMEOUT (their time limit reached)."""
     def __init__(
         self,
         *,
@@ -1865,10 +1906,11 @@ class UsageRow(_message.Message):
         preemptions: _builtins.int = ...,
         restarts: _builtins.int = ...,
         attempts: _builtins.int = ...,
+        timed_out: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "cancelled", b"cancelled", "failed", b"failed", "key", b"key", "memoryx_gib_hours", b"memoryx_gib_hours", "preemptions", b"preemptions", "restarts", b"restarts", "succeeded", b"succeeded", "system_hours", b"system_hours", "wait_p50_seconds", b"wait_p50_seconds", "wait_p95_seconds", b"wait_p95_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "cancelled", b"cancelled", "failed", b"failed", "key", b"key", "memoryx_gib_hours", b"memoryx_gib_hours", "preemptions", b"preemptions", "restarts", b"restarts", "succeeded", b"succeeded", "system_hours", b"system_hours", "timed_out", b"timed_out", "wait_p50_seconds", b"wait_p50_seconds", "wait_p95_seconds", b"wait_p95_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

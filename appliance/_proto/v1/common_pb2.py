@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61ppliance/v1/common.proto\x12\x0c\x61ppliance.v1\"\xb9\x02\n\x08Progress\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x11\n\tnum_steps\x18\x02 \x01(\x03\x12\x0c\n\x04loss\x18\x03 \x01(\x01\x12\x18\n\x10steps_per_second\x18\x04 \x01(\x01\x12\x1a\n\x12samples_per_second\x18\x05 \x01(\x01\x12\x13\n\x0breported_at\x18\x06 \x01(\x01\x12\x17\n\x0f\x63heckpoint_step\x18\x07 \x01(\x03\x12\x19\n\x11resumed_from_step\x18\x08 \x01(\x03\x12\x16\n\teval_loss\x18\t \x01(\x01H\x00\x88\x01\x01\x12\x1a\n\reval_accuracy\x18\n \x01(\x01H\x01\x88\x01\x01\x12\x15\n\rlearning_rate\x18\x0b \x01(\x01\x12\x14\n\x0c\x65val_samples\x18\x0c \x01(\x03\x42\x0c\n\n_eval_lossB\x10\n\x0e_eval_accuracy*\xac\x01\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x10\n\x0cPHASE_QUEUED\x10\x01\x12\x13\n\x0fPHASE_SCHEDULED\x10\x02\x12\x16\n\x12PHASE_INITIALIZING\x10\x03\x12\x11\n\rPHASE_RUNNING\x10\x04\x12\x13\n\x0fPHASE_SUCCEEDED\x10\x05\x12\x10\n\x0cPHASE_FAILED\x10\x06\x12\x13\n\x0fPHASE_CANCELLED\x10\x07*f\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x0e\n\nMODE_TRAIN\x10\x01\x12\r\n\tMODE_EVAL\x10\x02\x12\x17\n\x13MODE_TRAIN_AND_EVAL\x10\x03\x12\x10\n\x0cMODE_COMPILE\x10\x04*h\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPRIORITY_P0\x10\x01\x12\x0f\n\x0bPRIORITY_P1\x10\x02\x12\x0f\n\x0bPRIORITY_P2\x10\x03\x12\x0f\n\x0bPRIORITY_P3\x10\x04*\xce\x01\n\x0cReplicaPhase\x12\x1d\n\x19REPLICA_PHASE_UNSPECIFIED\x10\x00\x12\x19\n\x15REPLICA_PHASE_PENDING\x10\x01\x12\x19\n\x15REPLICA_PHASE_STARTED\x10\x02\x12\x17\n\x13REPLICA_PHASE_READY\x10\x03\x12\x1b\n\x17REPLICA_PHASE_SUCCEEDED\x10\x04\x12\x18\n\x14REPLICA_PHASE_FAILED\x10\x05\x12\x19\n\x15REPLICA_PHASE_STOPPED\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61ppliance/v1/common.proto\x12\x0c\x61ppliance.v1\"\xb9\x02\n\x08Progress\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x11\n\tnum_steps\x18\x02 \x01(\x03\x12\x0c\n\x04loss\x18\x03 \x01(\x01\x12\x18\n\x10steps_per_second\x18\x04 \x01(\x01\x12\x1a\n\x12samples_per_second\x18\x05 \x01(\x01\x12\x13\n\x0breported_at\x18\x06 \x01(\x01\x12\x17\n\x0f\x63heckpoint_step\x18\x07 \x01(\x03\x12\x19\n\x11resumed_from_step\x18\x08 \x01(\x03\x12\x16\n\teval_loss\x18\t \x01(\x01H\x00\x88\x01\x01\x12\x1a\n\reval_accuracy\x18\n \x01(\x01H\x01\x88\x01\x01\x12\x15\n\rlearning_rate\x18\x0b \x01(\x01\x12\x14\n\x0c\x65val_samples\x18\x0c \x01(\x03\x42\x0c\n\n_eval_lossB\x10\n\x0e_eval_accuracy*\xbf\x01\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x10\n\x0cPHASE_QUEUED\x10\x01\x12\x13\n\x0fPHASE_SCHEDULED\x10\x02\x12\x16\n\x12PHASE_INITIALIZING\x10\x03\x12\x11\n\rPHASE_RUNNING\x10\x04\x12\x13\n\x0fPHASE_SUCCEEDED\x10\x05\x12\x10\n\x0cPHASE_FAILED\x10\x06\x12\x13\n\x0fPHASE_CANCELLED\x10\x07\x12\x11\n\rPHASE_TIMEOUT\x10\x08*f\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x0e\n\nMODE_TRAIN\x10\x01\x12\r\n\tMODE_EVAL\x10\x02\x12\x17\n\x13MODE_TRAIN_AND_EVAL\x10\x03\x12\x10\n\x0cMODE_COMPILE\x10\x04*h\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x0f\n\x0bPRIORITY_P0\x10\x01\x12\x0f\n\x0bPRIORITY_P1\x10\x02\x12\x0f\n\x0bPRIORITY_P2\x10\x03\x12\x0f\n\x0bPRIORITY_P3\x10\x04*\xce\x01\n\x0cReplicaPhase\x12\x1d\n\x19REPLICA_PHASE_UNSPECIFIED\x10\x00\x12\x19\n\x15REPLICA_PHASE_PENDING\x10\x01\x12\x19\n\x15REPLICA_PHASE_STARTED\x10\x02\x12\x17\n\x13REPLICA_PHASE_READY\x10\x03\x12\x1b\n\x17REPLICA_PHASE_SUCCEEDED\x10\x04\x12\x18\n\x14REPLICA_PHASE_FAILED\x10\x05\x12\x19\n\x15REPLICA_PHASE_STOPPED\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,13 +32,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'appliance.v1.common_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PHASE']._serialized_start=360
-  _globals['_PHASE']._serialized_end=532
-  _globals['_MODE']._serialized_start=534
-  _globals['_MODE']._serialized_end=636
-  _globals['_PRIORITY']._serialized_start=638
-  _globals['_PRIORITY']._serialized_end=742
-  _globals['_REPLICAPHASE']._serialized_start=745
-  _globals['_REPLICAPHASE']._serialized_end=951
+  _globals['_PHASE']._serialized_end=551
+  _globals['_MODE']._serialized_start=553
+  _globals['_MODE']._serialized_end=655
+  _globals['_PRIORITY']._serialized_start=657
+  _globals['_PRIORITY']._serialized_end=761
+  _globals['_REPLICAPHASE']._serialized_start=764
+  _globals['_REPLICAPHASE']._serialized_end=970
   _globals['_PROGRESS']._serialized_start=44
   _globals['_PROGRESS']._serialized_end=357
 # @@protoc_insertion_point(module_scope)

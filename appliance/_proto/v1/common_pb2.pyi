@@ -31,6 +31,8 @@ class _PhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Phase.ValueType
     PHASE_SUCCEEDED: _Phase.ValueType  # 5
     PHASE_FAILED: _Phase.ValueType  # 6
     PHASE_CANCELLED: _Phase.ValueType  # 7
+    PHASE_TIMEOUT: _Phase.ValueType  # 8
+    """It ran for its time limit (Slurm's TIMEOUT)."""
 
 class Phase(_Phase, metaclass=_PhaseEnumTypeWrapper):
     """Lifecycle phase of a wsjob. The transition table lives in appliance/domain/phases.py."""
@@ -43,6 +45,8 @@ PHASE_RUNNING: Phase.ValueType  # 4
 PHASE_SUCCEEDED: Phase.ValueType  # 5
 PHASE_FAILED: Phase.ValueType  # 6
 PHASE_CANCELLED: Phase.ValueType  # 7
+PHASE_TIMEOUT: Phase.ValueType  # 8
+"""It ran for its time limit (Slurm's TIMEOUT)."""
 Global___Phase: _TypeAlias = Phase  # noqa: Y015
 
 class _Mode:

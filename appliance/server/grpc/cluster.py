@@ -310,6 +310,7 @@ def _hold_to_pb(outcome: HoldOutcome) -> cluster_pb2.JobHoldResponse:
 
 _QUEUE_FIELDS = (
     "systems", "memoryx", "weight", "borrow_systems", "borrow_memoryx", "lend", *USER_CAPS,
+    "default_time_limit", "max_time_limit",
 )  # fmt: skip
 
 

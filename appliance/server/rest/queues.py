@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from appliance.domain.auth import Principal
 from appliance.domain.queues import MAX_GROUPS, MAX_WEIGHT, MIN_WEIGHT, USER_CAPS, QueueStatus
+from appliance.domain.time_limits import MAX_TIME_LIMIT_CHARS
 from appliance.domain.timestamps import utc_moment
 from appliance.domain.usage import UsageBy, UsageRow
 from appliance.server.rest.auth import CallerDependency
@@ -25,6 +26,12 @@ QueueName = Annotated[
 # Bytes or a size such as "32GiB": bounded and parsed by the domain (domain/queues.py).
 Size = int | str
 Cap = Annotated[str, StringConstraints(max_length=16)]  # "unlimited", or a number as text
+# Seconds, or a limit as Slurm writes one ("2:00:00"): bounded and parsed by the domain
+# (domain/time_limits.py).
+TimeLimit = (
+    Annotated[int, Field(ge=0, strict=True)]
+    | Annotated[str, StringConstraints(max_length=MAX_TIME_LIMIT_CHARS)]
+)
 
 
 class QueueOut(BaseModel):
@@ -57,6 +64,12 @@ class QueueOut(BaseModel):
     )
     max_systems_per_user: int | None = Field(
         default=None, description="CS-2 systems one user's jobs in it may hold (null: no cap)."
+    )
+    default_time_limit: int | None = Field(
+        default=None, description="A job's time limit when it gives none, seconds (null: none)."
+    )
+    max_time_limit: int | None = Field(
+        default=None, description="The most time limit a job may ask for, seconds (null: none)."
     )
 
 
@@ -92,6 +105,12 @@ class QueueIn(BaseModel):
     max_systems_per_user: Annotated[int, Field(strict=True)] | Cap | None = Field(
         default=None, description='CS-2 systems one user\'s jobs in it may hold, or "unlimited".'
     )
+    default_time_limit: TimeLimit | None = Field(
+        default=None, description='A job\'s limit when it gives none ("2:00:00"), or "unlimited".'
+    )
+    max_time_limit: TimeLimit | None = Field(
+        default=None, description='The most a job may ask for ("1-00:00:00"), or "unlimited".'
+    )
 
 
 class UsageRowOut(BaseModel):
@@ -101,6 +120,7 @@ class UsageRowOut(BaseModel):
     succeeded: int
     failed: int
     cancelled: int
+    timed_out: int = 0
     wait_p50_seconds: float
     wait_p95_seconds: float
     preemptions: int
@@ -178,4 +198,5 @@ def queue_out(status: QueueStatus) -> QueueOut:
         borrowed_systems=status.borrowed_systems, lent_systems=status.lent_systems,
         pending=status.pending, running=status.running, share=status.share,
         weighted_share=status.weighted_share, **{cap: getattr(spec, cap) for cap in USER_CAPS},
+        default_time_limit=spec.default_time_limit, max_time_limit=spec.max_time_limit,
     )  # fmt: skip

@@ -27,6 +27,7 @@ PATH_TO: dict[Phase, tuple[Phase, ...]] = {
     Phase.SUCCEEDED: (Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING, Phase.SUCCEEDED),
     Phase.FAILED: (Phase.FAILED,),
     Phase.CANCELLED: (Phase.CANCELLED,),
+    Phase.TIMEOUT: (Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING, Phase.TIMEOUT),
 }
 PHASE_ORDER = list(Phase)
 

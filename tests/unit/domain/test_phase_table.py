@@ -17,13 +17,14 @@ from appliance.domain.phases import (
 )
 
 Q, S, INIT, R = Phase.QUEUED, Phase.SCHEDULED, Phase.INITIALIZING, Phase.RUNNING
-OK, FAIL, CANCEL = Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED
+OK, FAIL, CANCEL, TIMEOUT = Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.TIMEOUT
 
 DOCUMENTED = {
     (Q, S), (S, INIT), (INIT, R), (R, OK),  # forward, one step at a time
     (S, Q), (INIT, Q), (R, Q),  # requeued: resources given back, another attempt later
     (Q, FAIL), (S, FAIL), (INIT, FAIL), (R, FAIL),
     (Q, CANCEL), (S, CANCEL), (INIT, CANCEL), (R, CANCEL),
+    (S, TIMEOUT), (INIT, TIMEOUT), (R, TIMEOUT),  # its time limit reached, holding resources
 }  # fmt: skip
 
 
@@ -38,10 +39,10 @@ def test_can_transition_answers_from_the_table(current: Phase) -> None:
 
 
 def test_the_phase_sets_are_the_documented_ones() -> None:
-    assert {OK, FAIL, CANCEL} == TERMINAL
+    assert {OK, FAIL, CANCEL, TIMEOUT} == TERMINAL
     assert {Q, S, INIT, R} == ACTIVE
     assert {S, INIT, R} == HOLDS_RESOURCES  # reserved from scheduling until the job ends
-    assert [p for p in Phase if p.terminal] == [OK, FAIL, CANCEL]
+    assert [p for p in Phase if p.terminal] == [OK, FAIL, CANCEL, TIMEOUT]
 
 
 @pytest.mark.parametrize(

@@ -130,9 +130,13 @@ def test_dependencies_parse_with_afterok_as_the_default() -> None:
 @pytest.mark.parametrize(
     ("condition", "met", "broken"),
     [
-        (Condition.AFTEROK, {Phase.SUCCEEDED}, {Phase.FAILED, Phase.CANCELLED}),
-        (Condition.AFTERANY, {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED}, set()),
-        (Condition.AFTERNOTOK, {Phase.FAILED, Phase.CANCELLED}, {Phase.SUCCEEDED}),
+        (Condition.AFTEROK, {Phase.SUCCEEDED}, {Phase.FAILED, Phase.CANCELLED, Phase.TIMEOUT}),
+        (
+            Condition.AFTERANY,
+            {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.TIMEOUT},
+            set(),
+        ),
+        (Condition.AFTERNOTOK, {Phase.FAILED, Phase.CANCELLED, Phase.TIMEOUT}, {Phase.SUCCEEDED}),
     ],
 )
 def test_a_dependency_is_met_broken_or_waiting(

@@ -8,7 +8,7 @@
 "use strict";
 
 (function () {
-  const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
+  const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"]);
   const MAX_LOG_LINES = 500;  // as streams.py LOG_TAIL: no more old lines are sent
   const sources = [];
 

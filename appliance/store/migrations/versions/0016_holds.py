@@ -3,7 +3,7 @@ suspended the job while it ran; and a queue's caps per user (running jobs, queue
 systems in use; NULL: none).
 
 Revision ID: 0016
-Revises: 0014
+Revises: 0015
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016"
-down_revision = "0014"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
