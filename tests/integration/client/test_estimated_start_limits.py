@@ -11,6 +11,7 @@ import pytest
 
 from appliance.client import ApplianceClient
 from appliance.domain.phases import Phase
+from tests.integration.client.conftest import Csctl
 from tests.integration.coordinator.harness import RunningCoordinator, serving, wait_until
 
 STEP = 0.05  # seconds a simulated step takes
@@ -38,3 +39,21 @@ def test_a_running_jobs_time_limit_bounds_the_estimates(
         assert client.get_job(waiting.id).phase is Phase.QUEUED
         long.cancel()
         waiting.cancel()
+
+
+def test_csctl_sets_and_shows_a_queues_time_limits(
+    sim: RunningCoordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CSCTL_SERVER", raising=False)
+    csctl = Csctl(sim.address)
+    done = csctl("queue", "set", "default", "--default-time", "30", "--max-time", "1-00")
+    assert done.exit_code == 0, done.output
+    table = csctl("get", "queues").stdout
+    assert "TIME-LIMIT" in table and "00:30:00/1-00:00:00" in table
+    refused = csctl("queue", "set", "default", "--max-time", "-5")
+    assert refused.exit_code != 0
+    (line,) = [text for text in refused.output.splitlines() if text.strip()]
+    assert "max_time_limit" in line and "Traceback" not in refused.output
+    assert "00:30:00/1-00:00:00" in csctl("get", "queues").stdout  # nothing changed
+    over = csctl("queue", "set", "default", "--max-time", "10")  # below the default
+    assert over.exit_code != 0 and "default_time_limit" in over.output
