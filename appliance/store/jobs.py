@@ -108,10 +108,12 @@ class JobStore(
                 "lease_holder": n.lease_holder, "groups": list(n.groups), "queue": n.spec.queue,
                 "account_group": n.groups[0] if n.groups else "",
                 "queued_at": now, "pending_reason_code": _WAITING.code_text,
-                **_array_columns(n.array),
             }
             for n in new
         ]  # fmt: skip
+        if any(n.array is not None for n in new):  # else the columns' defaults: no array
+            for job, n in zip(jobs, new, strict=True):
+                job.update(_array_columns(n.array))
         labels = [
             {"job_id": n.job_id, "key": k, "value": v}
             for n in new
