@@ -115,13 +115,20 @@ class JobStore(
                 "lease_holder": n.lease_holder, "groups": list(n.groups), "queue": n.spec.queue,
                 "account_group": n.groups[0] if n.groups else "",
                 "queued_at": now, "pending_reason_code": _WAITING.code_text,
-                **_array_columns(n.array),
-                "hold": n.hold.kind.value if n.hold else "",
-                "held_by": n.hold.by if n.hold else "", "suspended": False,
-                "time_limit": n.spec.time_limit_seconds or 0,
             }
             for n in new
         ]  # fmt: skip
+        if any(n.array is not None for n in new):  # else the columns' defaults: no array
+            for job, n in zip(jobs, new, strict=True):
+                job.update(_array_columns(n.array))
+        if any(n.hold is not None for n in new):  # else the columns' defaults: not held
+            for job, n in zip(jobs, new, strict=True):
+                job.update(
+                    hold=n.hold.kind.value if n.hold else "", held_by=n.hold.by if n.hold else ""
+                )
+        if any(n.spec.time_limit for n in new):  # else the column's default: no limit
+            for job, n in zip(jobs, new, strict=True):
+                job["time_limit"] = n.spec.time_limit_seconds or 0
         labels = [
             {"job_id": n.job_id, "key": k, "value": v}
             for n in new
