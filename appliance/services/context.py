@@ -23,7 +23,7 @@ from appliance.domain.backlog import Placement
 from appliance.domain.errors import NotFound, Unavailable
 from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import HOLDS_RESOURCES, Phase
-from appliance.domain.reasons import Reason
+from appliance.domain.reasons import Reason, ReasonCode
 from appliance.services.backlog_view import BacklogView
 from appliance.services.bus import JobBus
 from appliance.services.fair_reads import FairReads
@@ -169,7 +169,8 @@ class Context:
         if event is not None:
             self.bus.publish(event)
         if written:
-            self.metrics.requeue_asked(preemption=bool(preempted_by))
+            if reason.code is not ReasonCode.TIME_LIMIT:  # that one ends TIMEOUT, not queued
+                self.metrics.requeue_asked(preemption=bool(preempted_by))
             self.bus.wake_reconciler()
         return written
 

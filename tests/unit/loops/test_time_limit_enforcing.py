@@ -61,6 +61,10 @@ async def test_at_its_limit_a_job_checkpoints_then_ends_timeout(
     (request,) = ctx.store.requeue_requests()
     assert request.reason_code == ReasonCode.TIME_LIMIT.value
     assert ctx.store.events(JOB)[-1].reason.endswith("asked for a checkpoint within 20 s")
+    requeues = ctx.metrics.registry.get_sample_value(
+        "appliance_job_requeues_total", {"cause": "restart"}
+    )
+    assert not requeues  # it ends TIMEOUT: not a requeue
     asked = await ReplicaService(ctx).directive(JOB, 1)
     assert asked.checkpoint_now
     done = Progress(step=300, num_steps=1000, checkpoint_step=300)
