@@ -169,7 +169,8 @@ class Context:
         if event is not None:
             self.bus.publish(event)
         if written:
-            if reason.code is not ReasonCode.TIME_LIMIT:  # that one ends TIMEOUT, not queued
+            timeout = isinstance(reason, Reason) and reason.code is ReasonCode.TIME_LIMIT
+            if not timeout:  # a time limit's ends TIMEOUT, not queued
                 self.metrics.requeue_asked(preemption=bool(preempted_by))
             self.bus.wake_reconciler()
         return written
