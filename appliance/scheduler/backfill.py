@@ -25,6 +25,9 @@ from appliance.scheduler.placement import KIND_OF_ROLE, FreeCapacity, fit
 # Jobs behind a head one pass looks at for backfill by time limits (Slurm's bf_max_job_test):
 # the pass's cost stays bounded however long the queue.
 MAX_BACKFILL_TESTS = 256
+# Times one pass tries a head's whole plan on what the running jobs give back (the systems are
+# counted first, for nothing): past it the head has no shadow time, and only its hold stands.
+MAX_SHADOW_CHECKS = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,17 +61,27 @@ def shadow_time(
     releases: Iterable[Release],
 ) -> float | None:
     """When a head of `plan` would fit, `free` being what is free before it holds anything,
-    as the running jobs give back what they hold by their limits; None: not known to."""
+    as the running jobs give back what they hold by their limits; None: not known to (or not
+    within MAX_SHADOW_CHECKS tries of its whole plan: the pass's cost stays bounded)."""
     scratch = dict(free)
+    kinds = dict(kinds)
+    needs = plan.group(Role.CS2).count
+    systems = sum(1 for n, f in scratch.items() if f >= 1 and kinds[n] is NodeKind.SYSTEM)
     known = sorted((r for r in releases if r.ends_at is not None), key=_end)
+    checks = 0
     for at, release in enumerate(known):
         for node, amount in release.holdings:
             if node in scratch:
+                was = scratch[node]
                 scratch[node] += amount
+                systems += kinds[node] is NodeKind.SYSTEM and was < 1 <= scratch[node]
         following = known[at + 1] if at + 1 < len(known) else None
-        if following is not None and _end(following) <= _end(release):
-            continue  # they end together: give all of it back first
-        if not fit(plan, scratch, dict(kinds))[1]:
+        if (following is not None and _end(following) <= _end(release)) or systems < needs:
+            continue  # they end together (all of it back first), or too few systems yet
+        checks += 1
+        if checks > MAX_SHADOW_CHECKS:
+            return None
+        if not fit(plan, scratch, kinds)[1]:
             return max(now, _end(release))
     return None
 
