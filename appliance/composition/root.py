@@ -224,7 +224,7 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
         audit=AuditTrail(ctx, s.audit, sink),
         limits=limits,
         arrays=jobs.arrays,
-        holds=HoldService(ctx, preemption.grace_seconds),
+        holds=HoldService(ctx, jobs.arrays, preemption.grace_seconds),
     )
     reconciler = Reconciler(
         ctx, backend, replicas, runtime.sweep_interval, model_dirs,

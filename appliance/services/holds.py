@@ -7,19 +7,27 @@ released one takes its place again), the scheduler woken (the reasons it publish
 job and asks for its requeue with a checkpoint first, as a preemption does
 (Context.request_requeue; the reconciler tears the attempt down once the chief wrote it, and
 the job is queued again, held, to resume exactly from that checkpoint).
+
+Hold and release take an array's id too (as Slurm's `scontrol hold <array>`): each of its
+tasks that is queued (held, to release) is held (released); the others are left as they are.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 
+from appliance.domain.arrays import array_of
 from appliance.domain.auth import Principal
-from appliance.domain.errors import job_not_found
+from appliance.domain.errors import Conflict, NotFound, job_not_found
 from appliance.domain.holds import check_may_hold, hold_by
 from appliance.domain.job import Job
 from appliance.domain.reasons import ReasonCode, said
+from appliance.services.arrays import ArrayService
 from appliance.services.context import Context
 from appliance.services.job_controls import check_job_id
+
+Act = Callable[[str, "Principal | None"], Awaitable["HoldOutcome"]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,14 +44,58 @@ class HoldService:
     """The hold, release, suspend and resume use cases every door calls (the rules of who
     may: domain/holds.py)."""
 
-    def __init__(self, ctx: Context, checkpoint_grace: float = 30.0) -> None:
-        """`checkpoint_grace`: seconds a suspended job's chief has to write its checkpoint
-        (the preemption grace, APPLIANCE_PREEMPTION_GRACE_SECONDS)."""
+    def __init__(self, ctx: Context, arrays: ArrayService, checkpoint_grace: float = 30.0) -> None:
+        """`arrays`: resolves an array's id to its tasks'; `checkpoint_grace`: seconds a
+        suspended job's chief has to write its checkpoint (the preemption grace,
+        APPLIANCE_PREEMPTION_GRACE_SECONDS)."""
         self._ctx = ctx
+        self._arrays = arrays
         self._grace = checkpoint_grace
 
     async def hold(self, job_id: str, *, by: Principal | None = None) -> HoldOutcome:
-        """Hold a queued job: it keeps its place and waits until released."""
+        """Hold a queued job (or an array's queued tasks): it keeps its place and waits until
+        released."""
+        try:
+            return await self._hold(job_id, by)
+        except NotFound:
+            return await self._each_task(job_id, by, "held", self._hold)
+
+    async def release(
+        self, job_id: str, *, by: Principal | None = None, resume: bool = False
+    ) -> HoldOutcome:
+        """Release a held job (or an array's held tasks; `resume`: a suspended job): it takes
+        its place again."""
+        try:
+            return await self._release(job_id, by, resume)
+        except NotFound:
+            if resume:
+                raise
+            return await self._each_task(job_id, by, "released", self._release)
+
+    async def _each_task(
+        self, array_id: str, by: Principal | None, done: str, act: Act
+    ) -> HoldOutcome:
+        """`act` on each task of the array `array_id` names (NotFound when it names none);
+        a task in no phase for it is left as it is."""
+        if array_of(array_id) is not None:
+            raise job_not_found(array_id)
+        try:
+            ids = await self._arrays.task_ids(array_id)
+        except NotFound:
+            raise job_not_found(array_id) from None
+        outcomes = []
+        for task in ids:
+            try:
+                outcomes.append(await act(task, by))
+            except Conflict:  # running or ended (or not held): not this verb's
+                continue
+        changed = sum(o.changed for o in outcomes)
+        job = outcomes[0].job if outcomes else (await self._owned(ids[0], by, "hold"))
+        return HoldOutcome(
+            job, bool(changed), f"{changed} of the {len(ids)} tasks of array {array_id} {done}"
+        )
+
+    async def _hold(self, job_id: str, by: Principal | None) -> HoldOutcome:
         job = await self._owned(job_id, by, "hold")
         held, changed = await self._ctx.db(
             self._ctx.store.hold_job, job_id, hold_by(by, job.user), self._ctx.clock()
@@ -54,10 +106,9 @@ class HoldService:
         said_ = f"job {job_id} held" if changed else f"job {job_id} already held by {held.hold.by}"
         return HoldOutcome(held, changed, said_)
 
-    async def release(
-        self, job_id: str, *, by: Principal | None = None, resume: bool = False
+    async def _release(
+        self, job_id: str, by: Principal | None, resume: bool = False
     ) -> HoldOutcome:
-        """Release a held job (`resume`: a suspended one): it takes its place again."""
         verb = "resume" if resume else "release"
         await self._owned(job_id, by, verb)
         released, changed = await self._ctx.db(

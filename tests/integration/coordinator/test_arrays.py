@@ -1,8 +1,9 @@
 """Job arrays and sweeps on a real coordinator with the simulated backend, through every door:
 a sweep submitted with the client becomes its grid's tasks at once, the %N cap honoured by
 admission (the others wait with ArrayTaskLimit), `csctl get array`, gRPC's GetArray and REST's
-/api/v1/arrays/{id} show each task's overrides; cancel and set-priority act on the array or a
-task; bad input and an array over the queued-jobs limit are refused whole, nothing stored."""
+/api/v1/arrays/{id} show each task's overrides; hold, release, cancel and set-priority act on
+the array or a task; bad input and an array over the queued-jobs limit are refused whole,
+nothing stored."""
 
 from __future__ import annotations
 
@@ -116,6 +117,18 @@ def test_a_sweep_runs_its_grid_within_its_cap_and_every_door_shows_it(
         ).json()["jobs"]
         assert {j["id"] for j in rest_list} == running_ids | {collapsed}
         assert rest_list[0]["array"]["array_id"] == array_id
+
+        # Hold and release the whole array (scontrol hold <array>): its queued tasks are
+        # held in their places, the running ones go on; release lets them take them again.
+        said = csctl(running, "hold", "job", array_id)
+        assert said == f"4 of the 6 tasks of array {array_id} held\n", said
+        queued = [t for t in client.array(array_id).tasks if t.phase is Phase.QUEUED]
+        assert [t.reason_code for t in queued] == [ReasonCode.HELD_USER.value] * 4
+        assert phases().count(Phase.RUNNING) == 2
+        assert not client.hold_job(array_id).changed  # held already: nothing to do
+        released = client.release_job(array_id)
+        assert released.changed and released.message.startswith("4 of the 6 tasks")
+        assert all(client.get_job(t.job_id).hold is None for t in client.array(array_id).tasks)
 
         # A task alone, then the whole array.
         client.set_priority(array_id, Priority.P1)

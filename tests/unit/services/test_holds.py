@@ -5,6 +5,8 @@ The rules alone: tests/unit/domain/test_hold_rules.py."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from appliance.domain.auth import Principal
@@ -13,6 +15,7 @@ from appliance.domain.holds import HoldKind
 from appliance.domain.phases import Phase
 from appliance.domain.reasons import ReasonCode
 from appliance.loops.scheduling import SchedulerLoop
+from appliance.services.arrays import ArrayService
 from appliance.services.context import Context
 from appliance.services.holds import HoldService
 from tests.unit.harness import NOW, create, new_jobs, shown
@@ -27,7 +30,7 @@ ROOT = Principal("root", admin=True)
 @pytest.fixture
 def holds(ctx: Context) -> HoldService:
     create(ctx, new_jobs(IDS, num_csx=3), NOW)
-    return HoldService(ctx, checkpoint_grace=30.0)
+    return HoldService(ctx, ArrayService(ctx, asyncio.to_thread), checkpoint_grace=30.0)
 
 
 async def test_a_held_job_is_stepped_over_and_takes_its_place_again_when_released(
