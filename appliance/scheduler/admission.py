@@ -31,24 +31,17 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from appliance.domain.backlog import Placement, QueuedJob, Release
-from appliance.domain.inventory import NodeKind, NodeUsage
+from appliance.domain.inventory import NodeUsage
 from appliance.domain.plan import PlanShape, Role
 from appliance.domain.queues import DEFAULT_QUEUE, Quota
 from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.scheduler.array_caps import ArrayCaps
-from appliance.scheduler.backfill import (
-    MAX_BACKFILL_TESTS,
-    ends_by,
-    hold_again,
-    shadow_of,
-    shadow_time,
-    short_only_of_systems,
-    taken,
-)
+from appliance.scheduler.backfill import short_only_of_systems, taken
 from appliance.scheduler.backlog_index import BacklogIndex, Order
+from appliance.scheduler.limits_backfill import LimitsBackfill
 from appliance.scheduler.placement import KIND_OF_ROLE, Counts, FreeCapacity
 from appliance.scheduler.quotas import NOTHING, Need, QuotaBook, never_fits
 from appliance.scheduler.user_caps import UserCaps
@@ -193,7 +186,7 @@ def _with_jobs(index: BacklogIndex, skip: Collection[str]) -> list[str]:
     return [name for name in index.queues() if index.count(name) > skipped.get(name, 0)]
 
 
-class _Pass:
+class _Pass(LimitsBackfill):
     """The free capacity, quota book and outcomes of one admission pass."""
 
     def __init__(
@@ -282,57 +275,6 @@ class _Pass:
             if self.capped:
                 return
             after = following
-
-    def _backfill_by_limits(
-        self, name: str, head: QueuedJob, before: dict[str, int], held: dict[str, int]
-    ) -> None:
-        """Behind a blocked head, on what it holds (`held`, by node; `before`: what was free
-        before it did): admit in order each job (of the first MAX_BACKFILL_TESTS) that ends by
-        its shadow time, then, when it lacks only systems, each that takes only the systems
-        it will not need then (scheduler/backfill.py); what is left is held for it again."""
-        assert self.releases is not None
-        kinds = self.capacity.kinds
-        at = shadow_time(self.now, before, kinds, head.plan, self.releases)
-        if at is None:
-            return
-        for node, amount in held.items():  # offered to what does not delay the head
-            self.capacity.set(node, self.capacity.free[node] + amount)
-        self._backfill_where(name, head, lambda job, need: ends_by(self.now, job, at))
-        systems = sum(a for n, a in held.items() if kinds[n] is NodeKind.SYSTEM)
-        needs = head.plan.group(Role.CS2).count
-        shadow = shadow_of(self.now, systems, needs, self.releases) if self._only_systems else None
-        left = dict(held)
-        if shadow is not None and shadow.extra > 0:
-            hold_again(self.capacity, left, lambda node: kinds[node] is not NodeKind.SYSTEM)
-            extra = [shadow.extra]
-
-            def spare(job: QueuedJob, need: Need) -> bool:
-                if need.systems > extra[0]:
-                    return False
-                extra[0] -= need.systems
-                return True
-
-            self._backfill_where(name, head, spare)
-        hold_again(self.capacity, left, lambda node: True)
-
-    def _backfill_where(
-        self, name: str, head: QueuedJob, allowed: Callable[[QueuedJob, Need], bool]
-    ) -> None:
-        """Admit in order each job behind `head` (of the first MAX_BACKFILL_TESTS) that fits
-        now and that `allowed` lets start (asked only of one that fits)."""
-        for tested, job in enumerate(self.index.in_order(name, head.order)):
-            if tested >= MAX_BACKFILL_TESTS or self.capped:
-                return
-            if job.job_id in self.skip or job.job_id in self._admitted:
-                continue
-            need = self.need(job.plan.shape)
-            if not self._fits_behind(name, job.plan.shape) or not allowed(job, need):
-                continue
-            if self.over_user_cap(job, need):
-                continue
-            placements, complete = self.capacity.place(job.plan)
-            if complete:
-                self._admit(job, need, placements)
 
     def borrowing(self, name: str, after: Order) -> None:
         """The queue's jobs from its first that must borrow: each runs on what the cohort
