@@ -149,8 +149,8 @@ _OPTIONS = [
         multiple=True,
         metavar="[COND:]JOB",
         help="Run only after these jobs, one or more after the option: wsjob-… (it succeeded), or "
-        "afterany:… (it ended), afternotok:… (it failed or was cancelled). A broken dependency "
-        "cancels the job.",
+        "afterany:… (it ended), afternotok:… (it failed, was cancelled or timed out). A broken "
+        "dependency cancels the job.",
     ),
     click.option(
         "--sweep",
@@ -200,6 +200,12 @@ def sweep_of(items: Sequence[str]) -> dict[str, Any]:
         if not sep:
             raise InvalidSpec(
                 f"sweep: {item[:64]!r} must be KEY=V1,V2 (e.g. optimizer.learning_rate=1e-3,3e-3)",
+                field="sweep",
+            )
+        if key.strip() in sweep:  # the second would replace the first: say so instead
+            raise InvalidSpec(
+                f"sweep: {key.strip()[:64]!r} is given twice; give its values once, "
+                "comma-separated (KEY=V1,V2)",
                 field="sweep",
             )
         sweep[key.strip()] = values

@@ -177,6 +177,11 @@ def array_tasks(array: str, sweep: Mapping[str, str]) -> tuple[tuple[ArrayTask, 
     neither is given. With a sweep, `array` may give only the cap (`%4`)."""
     request = parse_array(array) if array else ArrayRequest()
     if not sweep:
+        if array and not request.indices:  # "%4" alone: a sweep's cap, with no sweep to cap
+            raise InvalidSpec(
+                "array: a cap alone (%N) is for a sweep; give the indices too, e.g. 0-31%4",
+                field="array",
+            )
         return tuple(ArrayTask(i) for i in request.indices), request.cap
     if request.indices:
         raise InvalidSpec(

@@ -44,7 +44,7 @@ class Hold:
     def reason(self) -> Reason:
         """Why a held job waits (its pending reason)."""
         if self.suspended:
-            return said(ReasonCode.SUSPENDED, by=self.by)
+            return said(ReasonCode.SUSPENDED, by=self.by, admin=self.kind is HoldKind.ADMIN)
         code = ReasonCode.HELD_ADMIN if self.kind is HoldKind.ADMIN else ReasonCode.HELD_USER
         return said(code, by=self.by)
 

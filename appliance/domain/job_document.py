@@ -57,13 +57,9 @@ def job_document(job: Job, *, parsed_params: bool = False) -> dict[str, Any]:
 
 
 def task_document(task: TaskOf) -> dict[str, Any]:
-    """A job's place in its array."""
-    return {
-        "array_id": task.array_id,
-        "index": task.index,
-        "cap": task.cap,
-        "overrides": dict(task.overrides),
-    }
+    """A job's place in its array (its sweep overrides are its params' values, shown only
+    where its params are: `csctl get array` to those who may see them)."""
+    return {"array_id": task.array_id, "index": task.index, "cap": task.cap}
 
 
 def hold_document(hold: Hold) -> dict[str, Any]:

@@ -154,7 +154,9 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
     ReasonCode.HELD_USER: lambda p: f"held by {p['by']}; csctl release job to let it run",
     ReasonCode.HELD_ADMIN: lambda p: f"held by {p['by']} (an admin); an admin releases it",
     ReasonCode.SUSPENDED: lambda p: (
-        f"suspended by {p['by']}; csctl resume job to go on from its checkpoint"
+        f"suspended by {p['by']} (an admin); an admin resumes it from its checkpoint"
+        if p.get("admin")
+        else f"suspended by {p['by']}; csctl resume job to go on from its checkpoint"
     ),
     ReasonCode.PREEMPTING: _preempting,
     ReasonCode.RECLAIM: _reclaim,

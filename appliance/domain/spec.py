@@ -127,7 +127,7 @@ class JobSpec:
         default=(),
         metadata=about(
             'Jobs it waits for: "wsjob-…" (afterok: it succeeded), or "afterok:…", '
-            '"afterany:…" (it ended), "afternotok:…" (it failed or was cancelled).',
+            '"afterany:…" (it ended), "afternotok:…" (it failed, was cancelled or timed out).',
             storage=Storage.ELSEWHERE,  # rows of job_dependencies
         ),
     )
@@ -160,7 +160,7 @@ class JobSpec:
     hold: bool = field(
         default=False,
         metadata=about(
-            "true: submit it held (Slurm's sbatch -H): it keeps its place in the queue and "
+            "Submit it held (Slurm's sbatch -H): it keeps its place in the queue and "
             "waits until released (csctl release job).",
             option="--hold",
         ),

@@ -171,7 +171,6 @@ def job_to_pb(job: Job) -> cluster_pb2.Job:
     if job.array is not None:
         task = job.array
         msg.array_id, msg.array_index, msg.array_cap = task.array_id, task.index, task.cap
-        msg.array_overrides.update(task.overrides)
     return msg
 
 
@@ -209,9 +208,7 @@ def job_from_pb(msg: cluster_pb2.Job) -> Job:
         estimated_start=msg.estimated_start,
         reason_code=msg.reason_code,
         pending_reason_code=msg.pending_reason_code,
-        array=TaskOf(msg.array_id, msg.array_index, msg.array_cap, dict(msg.array_overrides))
-        if msg.array_id
-        else None,
+        array=TaskOf(msg.array_id, msg.array_index, msg.array_cap, {}) if msg.array_id else None,
         hold=hold_from_pb(msg.hold, msg.held_by, msg.suspended),
     )
 

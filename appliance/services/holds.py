@@ -22,7 +22,6 @@ from appliance.domain.auth import Principal
 from appliance.domain.errors import Conflict, NotFound, job_not_found
 from appliance.domain.holds import check_may_hold, hold_by
 from appliance.domain.job import Job
-from appliance.domain.reasons import ReasonCode, said
 from appliance.services.arrays import ArrayService
 from appliance.services.context import Context
 from appliance.services.job_controls import check_job_id
@@ -132,7 +131,7 @@ class HoldService:
             return HoldOutcome(held, False, f"job {job_id} is already suspended")
         checkpoints = bool(job.spec.model_dir)
         await self._ctx.request_requeue(
-            job_id, job.attempt, said(ReasonCode.SUSPENDED, by=hold.by),
+            job_id, job.attempt, hold.reason,
             checkpoint_within=self._grace if checkpoints else 0.0,
         )  # fmt: skip
         self._changed(job_id, changed)

@@ -131,5 +131,6 @@ class JobControls:
 def check_job_id(job_id: str) -> None:
     if not is_job_id(job_id):
         raise InvalidSpec(
-            f"{job_id!r} is not a job id; job ids look like wsjob-0a1b2c3d4e5f6g", field="job_id"
+            f"{job_id[:80]!r} is not a job id; job ids look like wsjob-0a1b2c3d4e5f6g",
+            field="job_id",
         )

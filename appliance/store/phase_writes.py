@@ -33,7 +33,7 @@ from sqlalchemy.sql.dml import ReturningUpdate, Update
 
 from appliance.domain.errors import NotFound, job_not_found
 from appliance.domain.inventory import NodeKind
-from appliance.domain.job import EventKind, JobEvent
+from appliance.domain.job import EventKind, JobEvent, ReplicaPhase
 from appliance.domain.phase_moves import PhaseChange, PhaseMove
 from appliance.domain.phases import HOLDS_RESOURCES, TERMINAL, Outcome, Phase, check_move
 from appliance.store.base import in_chunks
@@ -82,6 +82,14 @@ _RECORD_ATTEMPT = insert(AttemptRow).from_select(
     ).where(JobRow.id.in_(bindparam("ids", expanding=True))),
 )  # fmt: skip
 _DROP_REPLICAS = delete(ReplicaRow).where(ReplicaRow.job_id.in_(bindparam("ids", expanding=True)))
+# A job that timed out was torn down while it was being stopped, when replicas' exits are not
+# recorded (store/replica_batches.py): its replicas that had not ended are the teardown's.
+_LIVE = (ReplicaPhase.PENDING.value, ReplicaPhase.STARTED.value, ReplicaPhase.READY.value)
+_STOP_REPLICAS = (
+    update(ReplicaRow)
+    .where(ReplicaRow.job_id.in_(bindparam("ids", expanding=True)), ReplicaRow.phase.in_(_LIVE))
+    .values(phase=ReplicaPhase.STOPPED.value, pid=0, message="stopped at the job's time limit")
+)
 # A requeued job holds no system any more (its attempt row keeps the ones it had) and waits
 # in the queue again from now.
 _REQUEUED = (
@@ -197,6 +205,8 @@ def _write(
                     if target is Phase.QUEUED:
                         conn.execute(_DROP_REPLICAS, {"ids": part})
                         conn.execute(_REQUEUED, {"ids": part, "b_now": now})
+                    elif target is Phase.TIMEOUT:
+                        conn.execute(_STOP_REPLICAS, {"ids": part})
     for chunk in in_chunks(released):
         conn.execute(_RELEASE, {"ids": chunk})
     if not written:

@@ -289,26 +289,6 @@ Global___Replica: _TypeAlias = Replica  # noqa: Y015
 class Job(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    @_typing.final
-    class ArrayOverridesEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.str
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.str = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
     ID_FIELD_NUMBER: _builtins.int
     USER_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
@@ -334,7 +314,6 @@ class Job(_message.Message):
     ARRAY_ID_FIELD_NUMBER: _builtins.int
     ARRAY_INDEX_FIELD_NUMBER: _builtins.int
     ARRAY_CAP_FIELD_NUMBER: _builtins.int
-    ARRAY_OVERRIDES_FIELD_NUMBER: _builtins.int
     HELD_BY_FIELD_NUMBER: _builtins.int
     HOLD_FIELD_NUMBER: _builtins.int
     SUSPENDED_FIELD_NUMBER: _builtins.int
@@ -368,8 +347,9 @@ class Job(_message.Message):
     """
     pending_reason_code: _builtins.str
     array_id: _builtins.str
-    """An array's task (arrays, #37): its array's id ("" for a job of no array), its index, the
-    array's cap of tasks running at once (0: none) and its sweep overrides.
+    """An array's task (arrays, #37): its array's id ("" for a job of no array), its index and
+    the array's cap of tasks running at once (0: none). Its sweep overrides are its params'
+    values, shown only to who may see its params: in GetArray, not in a job's summary.
     """
     array_index: _builtins.int
     array_cap: _builtins.int
@@ -401,8 +381,6 @@ class Job(_message.Message):
     def dependents(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The jobs waiting for this one (GetJob)."""
 
-    @_builtins.property
-    def array_overrides(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
         self,
         *,
@@ -431,14 +409,13 @@ class Job(_message.Message):
         array_id: _builtins.str = ...,
         array_index: _builtins.int = ...,
         array_cap: _builtins.int = ...,
-        array_overrides: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         held_by: _builtins.str = ...,
         hold: _builtins.str = ...,
         suspended: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "progress", b"progress", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_cap", b"array_cap", "array_id", b"array_id", "array_index", b"array_index", "array_overrides", b"array_overrides", "attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "held_by", b"held_by", "hold", b"hold", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "pending_reason_code", b"pending_reason_code", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "reason_code", b"reason_code", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "suspended", b"suspended", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["array_cap", b"array_cap", "array_id", b"array_id", "array_index", b"array_index", "attempt", b"attempt", "attempts", b"attempts", "created_at", b"created_at", "dependents", b"dependents", "estimated_start", b"estimated_start", "finished_at", b"finished_at", "held_by", b"held_by", "hold", b"hold", "id", b"id", "lease", b"lease", "pending_reason", b"pending_reason", "pending_reason_code", b"pending_reason_code", "phase", b"phase", "progress", b"progress", "queue_position", b"queue_position", "reason", b"reason", "reason_code", b"reason_code", "replicas", b"replicas", "restarts", b"restarts", "spec", b"spec", "started_at", b"started_at", "suspended", b"suspended", "systems", b"systems", "updated_at", b"updated_at", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

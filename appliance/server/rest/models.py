@@ -154,7 +154,6 @@ class ArrayTaskOut(_Out):
     array_id: str = Field(description="The array's id: its tasks are <array_id>_<index>.")
     index: int
     cap: int = Field(description="The array's cap of tasks running at once (0: none).")
-    overrides: dict[str, str] = Field(description="The task's sweep overrides (key: value).")
 
 
 class ArrayRowOut(_Out):

@@ -228,3 +228,27 @@ def test_another_groups_job_shows_no_params_and_its_logs_are_refused(
     assert logs("carol") == []  # queued: no replicas, nothing to read yet
     assert _code(lambda: logs("bob")) is grpc.StatusCode.PERMISSION_DENIED
     callers["alice"].cancel(job.id)
+
+
+def test_another_groups_sweep_shows_no_overrides_anywhere(callers: dict[str, Caller]) -> None:
+    """A sweep's overrides are its tasks' params values: the owner's group sees them in
+    GetArray; another group's user sees the tasks, never the values (GetJob, ListJobs of the
+    array, GetArray)."""
+    secret = "0.0271828"
+    spec = pb.JobSpec(
+        params_yaml=PARAMS, num_csx=1, num_steps=2, array="%1",
+        sweep={"optimizer.learning_rate": f"{secret},0.5"},
+    )  # fmt: skip
+    alice = callers["alice"]
+    task = alice.stub.SubmitJob(pb.SubmitJobRequest(spec=spec), metadata=alice.metadata)
+    bob, carol = callers["bob"], callers["carol"]
+    seen_by_bob = [
+        bob.stub.GetJob(pb.GetJobRequest(job_id=task.id), metadata=bob.metadata),
+        bob.stub.ListJobs(pb.ListJobsRequest(array=task.array_id), metadata=bob.metadata),
+        bob.stub.GetArray(pb.GetArrayRequest(array_id=task.array_id), metadata=bob.metadata),
+    ]
+    assert len(seen_by_bob[2].tasks) == 2  # he sees the tasks ...
+    assert all(secret.encode() not in m.SerializeToString() for m in seen_by_bob)  # not values
+    view = carol.stub.GetArray(pb.GetArrayRequest(array_id=task.array_id), metadata=carol.metadata)
+    assert view.tasks[0].overrides["optimizer.learning_rate"] == secret
+    alice.cancel(task.array_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from appliance.domain.inventory import default_pool
+from appliance.domain.job import ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import plan_replicas
 from appliance.domain.queues import validate_queue
@@ -71,5 +72,7 @@ def test_a_stopping_attempt_ends_in_timeout_with_its_systems_back(store: JobStor
     assert len(store.time_out_now("wsjob-limited000000", 1, reason, T0 + 70)) == 1
     job = store.get_job("wsjob-limited000000")
     assert (job.phase, job.reason_code) == (Phase.TIMEOUT, "TimeLimit")
+    # Torn down while stopping (when exits are not recorded): none is left READY with a pid.
+    assert job.replicas and {(r.phase, r.pid) for r in job.replicas} == {(ReplicaPhase.STOPPED, 0)}
     assert not store.node_holders() and store.releases(T0 + 80) == []
     assert store.over_time_limit(T0 + 1000) == []

@@ -102,6 +102,7 @@ def test_the_grid_is_the_product_in_key_order() -> None:
         ("", {"optimizer.learning_rate": "1,1"}),
         ("", {"x." * 100 + "y": "1"}),
         ("0-3", {"optimizer.learning_rate": "1,2"}),  # indices and a grid
+        ("%2", {}),  # a sweep's cap with no sweep: no task at all (it crashed the submit)
     ],
 )
 def test_bad_sweeps_are_refused(array: str, sweep: dict[str, str]) -> None:

@@ -78,3 +78,12 @@ def test_a_held_job_says_whose_hold_it_waits_for() -> None:
     assert Hold(HoldKind.ADMIN, "root", suspended=True).reason.code is ReasonCode.SUSPENDED
     assert hold_of("", "", False) is None
     assert hold_of("admin", "root", True) == Hold(HoldKind.ADMIN, "root", suspended=True)
+
+
+def test_an_admins_suspension_says_an_admin_resumes_it() -> None:
+    """The user is not told to `csctl resume job` what only an admin may resume."""
+    admins = Hold(HoldKind.ADMIN, "root", suspended=True).reason
+    users = Hold(HoldKind.USER, "alice", suspended=True).reason
+    assert admins.code is users.code is ReasonCode.SUSPENDED
+    assert "an admin resumes it" in admins.message and "csctl resume job" not in admins.message
+    assert "csctl resume job" in users.message
