@@ -12,7 +12,7 @@ from appliance.domain.array_view import ArrayTaskRow, ArrayView
 from appliance.domain.arrays import array_of
 from appliance.domain.auth import Principal, may_act_on
 from appliance.domain.curves import Curves
-from appliance.domain.errors import InvalidSpec, NotFound
+from appliance.domain.errors import InvalidSpec, NotFound, job_not_found
 from appliance.domain.ids import is_job_id
 from appliance.domain.job import Job
 from appliance.domain.phases import Phase
@@ -47,6 +47,16 @@ class ArrayService:
         """The ids of the array's tasks by index: the one resolution of "array id → its
         tasks" for the verbs that act on jobs (call it when the id names no job)."""
         return [job.id for job in await self.tasks(array_id)]
+
+    async def task_ids_of_missing_job(self, job_id: str) -> list[str]:
+        """The tasks of the array `job_id` names, for a verb whose job id named no job; that
+        job's NotFound when it names no array either (a task's id names no array)."""
+        if array_of(job_id) is not None:
+            raise job_not_found(job_id)
+        try:
+            return await self.task_ids(job_id)
+        except NotFound:
+            raise job_not_found(job_id) from None
 
     async def task_ids_if_array(self, job_id: str) -> list[str]:
         """The tasks' ids when `job_id` (which names no job) names an array; else none."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 
-from appliance.domain.arrays import array_of
 from appliance.domain.auth import Principal
 from appliance.domain.errors import Conflict, NotFound, job_not_found
 from appliance.domain.holds import check_may_hold, hold_by
@@ -76,12 +75,7 @@ class HoldService:
     ) -> HoldOutcome:
         """`act` on each task of the array `array_id` names (NotFound when it names none);
         a task in no phase for it is left as it is."""
-        if array_of(array_id) is not None:
-            raise job_not_found(array_id)
-        try:
-            ids = await self._arrays.task_ids(array_id)
-        except NotFound:
-            raise job_not_found(array_id) from None
+        ids = await self._arrays.task_ids_of_missing_job(array_id)
         outcomes = []
         for task in ids:
             try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
-from appliance.domain.arrays import array_of
 from appliance.domain.auth import Principal, check_may_act_on, check_may_use_priority
 from appliance.domain.errors import InvalidSpec, NotFound, job_not_found
 from appliance.domain.ids import is_job_id
@@ -40,7 +39,7 @@ class JobControls:
         try:
             answer = await self._cancels.cancel(CancelRequest(job_id, why, by))
         except NotFound:  # an array's id: each of its tasks (group-committed together)
-            ids = await self._array_ids(job_id)
+            ids = await self.arrays.task_ids_of_missing_job(job_id)
             answers = await asyncio.gather(
                 *(self._cancels.cancel(CancelRequest(i, why, by)) for i in ids)
             )
@@ -58,7 +57,8 @@ class JobControls:
             return await self._set_priority(job_id, priority, by)
         except NotFound:  # an array's id: each of its tasks; the first task's job answers
             jobs = [
-                await self._set_priority(i, priority, by) for i in await self._array_ids(job_id)
+                await self._set_priority(i, priority, by)
+                for i in await self.arrays.task_ids_of_missing_job(job_id)
             ]
             return jobs[0]
 
@@ -71,16 +71,6 @@ class JobControls:
         self._ctx.bus.wake_scheduler()
         self._ctx.bus.touched(job_id)
         return job
-
-    async def _array_ids(self, job_id: str) -> list[str]:
-        """The tasks of the array `job_id` names (a job id that named no job); the job's
-        NotFound when it names no array either."""
-        if array_of(job_id) is not None:
-            raise job_not_found(job_id)
-        try:
-            return await self.arrays.task_ids(job_id)
-        except NotFound:
-            raise job_not_found(job_id) from None
 
     async def update_labels(
         self,
