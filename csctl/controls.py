@@ -98,5 +98,8 @@ def set_priority(session: Session, job_id: str, priority: str) -> None:
       csctl get jobs --show-pending
     """
     job = session.client().set_priority(job_id, priority)
+    if job.array is not None and job.array.array_id == job_id:  # every task of the array
+        say(f"the tasks of array {job_id} priority set to {job.spec.priority.name}")
+        return
     where = f"; queue position {job.queue_position}" if job.queue_position else ""
     say(f"job {job.id} priority set to {job.spec.priority.name}{where}")

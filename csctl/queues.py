@@ -23,7 +23,7 @@ from csctl.session import Session
 
 QUEUE_COLUMNS = (
     "NAME", "QUOTA", "USED", "BORROWED", "LENT", "PENDING", "RUNNING", "WEIGHT", "SHARE",
-    "TIME-LIMIT",
+    "DEFAULT-TIME", "MAX-TIME",
 )  # fmt: skip
 WIDE_QUEUE_COLUMNS = (
     *QUEUE_COLUMNS, "MEMORYX", "BORROW-LIMIT", "LENDS", "GROUPS", "SOURCE", "PER-USER",
@@ -40,7 +40,8 @@ def queues_table(queues: Sequence[QueueStatus], *, wide: bool = False) -> str:
         row = [
             q.spec.name, str(q.quota.systems), str(q.used_systems), str(q.borrowed_systems),
             str(q.lent_systems), str(q.pending), str(q.running), f"{q.spec.weight:g}",
-            f"{q.share:.0%}", _time_limits(q),
+            f"{q.share:.0%}", _time_limit(q.spec.default_time_limit),
+            _time_limit(q.spec.max_time_limit),
         ]  # fmt: skip
         if wide:
             row += [
@@ -56,12 +57,10 @@ def queues_table(queues: Sequence[QueueStatus], *, wide: bool = False) -> str:
     return render.format_table(WIDE_QUEUE_COLUMNS if wide else QUEUE_COLUMNS, rows)
 
 
-def _time_limits(q: QueueStatus) -> str:
-    """DEFAULT/MAX as Slurm writes limits ("-": neither is set)."""
-    default, most = q.spec.default_time_limit, q.spec.max_time_limit
-    if default is None and most is None:
-        return "-"
-    return f"{format_time_limit(default)}/{format_time_limit(most)}"
+def _time_limit(seconds: int | None) -> str:
+    """A queue's default or maximum time limit as Slurm writes it (sinfo's DefaultTime and
+    TimeLimit columns); "-" when the queue sets none."""
+    return "-" if seconds is None else format_time_limit(seconds)
 
 
 def _limit(q: QueueStatus) -> str:
@@ -127,7 +126,8 @@ def usage_csv(by: str, rows: Sequence[UsageRow]) -> str:
 )
 @click.pass_obj
 def get_queues(session: Session, output: str) -> None:
-    """List the queues: NAME QUOTA USED BORROWED LENT PENDING RUNNING WEIGHT SHARE TIME-LIMIT.
+    """List the queues: NAME QUOTA USED BORROWED LENT PENDING RUNNING WEIGHT SHARE DEFAULT-TIME
+    MAX-TIME.
 
     QUOTA, USED, BORROWED and LENT count CS-2 systems: BORROWED is what a queue holds beyond
     its quota, LENT what other queues hold of its idle quota. SHARE is its part of the

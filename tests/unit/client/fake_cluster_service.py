@@ -160,7 +160,8 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
         self, request: cluster_pb2.SetJobPriorityRequest, context: grpc.ServicerContext
     ) -> object:
         self._record("SetJobPriority", request)
-        job = self._job_or_abort(request.job_id, context)
+        tasks = [j for j in self.jobs.values() if j.array and j.array.array_id == request.job_id]
+        job = tasks[0] if tasks else self._job_or_abort(request.job_id, context)
         if job.phase.terminal:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job {job.id} is {job.phase}")
         priority = convert.priority_from_pb(request.priority)

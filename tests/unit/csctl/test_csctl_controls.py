@@ -7,6 +7,7 @@ from csctl_runner import Csctl
 from fake_cluster_service import FakeCluster
 
 from appliance._proto.v1 import cluster_pb2
+from appliance.domain.arrays import TaskOf
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.phases import Phase
 from csctl.controls import parse_label_changes
@@ -58,6 +59,20 @@ def test_set_priority_reports_the_new_priority_and_queue_position(
         0,
         f"job {job_id} priority set to P1; queue position 1\n",
     )
+
+
+def test_set_priority_of_an_array_says_its_tasks_were_set(
+    csctl: Csctl, cluster: FakeCluster
+) -> None:
+    task = cluster.service.add_job(array=TaskOf("wsjob-sweep0000001", 0))
+
+    result = csctl("job", "set-priority", "wsjob-sweep0000001", "p2")
+
+    assert (result.exit_code, result.stdout) == (
+        0,
+        "the tasks of array wsjob-sweep0000001 priority set to P2\n",
+    )
+    assert task.id != "wsjob-sweep0000001"
 
 
 def test_set_priority_usage_and_state_errors(csctl: Csctl, cluster: FakeCluster) -> None:
