@@ -66,8 +66,9 @@ class TaskOf:
 def _number(text: str, what: str) -> int:
     """A non-negative index, bounded before int() reads it."""
     if not text or len(text) > 6 or not set(text) <= _DIGITS:
+        shown = repr(text) if len(text) <= 16 else f"{text[:16]!r}... ({len(text)} characters)"
         raise InvalidSpec(
-            f"array: {what} {text[:16]!r} must be a whole number from 0 to {MAX_ARRAY_INDEX}",
+            f"array: {what} {shown} must be a whole number from 0 to {MAX_ARRAY_INDEX}",
             field="array",
         )
     value = int(text)
@@ -86,10 +87,13 @@ def parse_array(text: str) -> ArrayRequest:
     body, percent, cap_text = text.strip().partition("%")
     cap = 0
     if percent:
-        cap = _number(cap_text.strip(), "the cap after %")
-        if not 1 <= cap <= MAX_ARRAY_TASKS:
+        cap_text = cap_text.strip()
+        cap = int(cap_text) if cap_text.isascii() and cap_text.isdigit() else 0
+        if len(cap_text) > 6 or not 1 <= cap <= MAX_ARRAY_TASKS:  # one sentence for any bad cap
             raise InvalidSpec(
-                f"array: the cap after % must be from 1 to {MAX_ARRAY_TASKS}", field="array"
+                f"array: the cap after % must be a whole number from 1 to {MAX_ARRAY_TASKS}, "
+                f"got {cap_text[:16]!r}",
+                field="array",
             )
     body = body.strip()
     if not body:

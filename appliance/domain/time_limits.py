@@ -21,7 +21,7 @@ MAX_TIME_LIMIT_CHARS = 32  # bounded before it is parsed
 FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 UNLIMITED = "unlimited"
 # D-HH[:MM[:SS]], or [[HH:]MM:]SS read as Slurm reads it: one number is minutes.
-_DAYS = re.compile(r"(\d{1,3})-(\d{1,2})(?::(\d{1,2}))?(?::(\d{1,2}))?", re.ASCII)
+_DAYS = re.compile(r"(\d{1,6})-(\d{1,2})(?::(\d{1,2}))?(?::(\d{1,2}))?", re.ASCII)
 _CLOCK = re.compile(r"(\d{1,6})(?::(\d{1,2}))?(?::(\d{1,2}))?", re.ASCII)
 
 

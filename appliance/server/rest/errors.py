@@ -9,7 +9,7 @@ the traceback goes to the coordinator's log, never to the caller).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 
 from fastapi import FastAPI, Request
@@ -101,14 +101,37 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         detail = first.get("ctx", {}).get("error", "")
         text = f"the request body is not valid JSON ({detail})" if detail else "not valid JSON"
         return error_response(422, "invalid_request", text, "body")
-    loc = [str(part) for part in first.get("loc", ())]
+    loc = _field_path(first.get("loc", ()))
     where = loc[1:] if len(loc) > 1 and loc[0] in _LOCATIONS else loc
     # A key like "" still has a place: name the body (or query) it is in rather than nothing.
     field = ".".join(where) if any(where) else (loc[0] if loc else None)
     message = str(first.get("msg", "invalid value"))
-    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    # A value that fits none of a union's members is one problem of one field, not several.
+    others = {tuple(_field_path(p.get("loc", ()))) for p in problems} - {tuple(loc)}
+    more = f" (and {len(others)} more problem(s))" if others else ""
     text = f"{field}: {message}{more}" if field else f"{message}{more}"
     return error_response(422, "invalid_request", text, field)
+
+
+_UNION_MEMBERS = frozenset({"int", "float", "str", "bool", "bytes", "none", "list", "dict"})
+_UNION_MEMBER_KINDS = (
+    "constrained-", "function-", "lax-or-strict", "json-or-python", "is-instance", "literal[",
+    "nullable[", "union[", "tagged-union[",
+)  # fmt: skip
+
+
+def _field_path(loc: Sequence[object]) -> list[str]:
+    """A problem's place without the union member pydantic tried (`max_systems_per_user.int`
+    is the field `max_systems_per_user`): a member's tag is a type name or one of pydantic's
+    kinds (`constrained-str`, `literal['unlimited']`); a label key is kept as it is."""
+    return [
+        str(part)
+        for part in loc
+        if not (
+            isinstance(part, str)
+            and (part in _UNION_MEMBERS or part.startswith(_UNION_MEMBER_KINDS))
+        )
+    ]
 
 
 def status_error(

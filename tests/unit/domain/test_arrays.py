@@ -151,3 +151,14 @@ def test_listings_collapse_an_arrays_queued_tasks_as_squeue_does() -> None:
 
     shown = collapse_queued(rows, queued_task, lambda row, name: (name, row[1], row[2]))
     assert [r[0] for r in shown] == ["a", "a_[1-2,4%4]", "x", "b"]
+
+
+@pytest.mark.parametrize("cap", ["%0", "%-1", "%", "%x", "%1001", "%9999999"])
+def test_every_bad_cap_gets_the_one_sentence_with_its_range(cap: str) -> None:
+    with pytest.raises(InvalidSpec, match="cap after % must be a whole number from 1 to 1000"):
+        parse_array(f"0-3{cap}")
+
+
+def test_an_index_too_long_to_show_says_it_was_cut() -> None:
+    with pytest.raises(InvalidSpec, match=r"'9999999999999999'\.\.\. \(20 characters\)"):
+        parse_array("0-99999999999999999999")

@@ -87,3 +87,8 @@ def test_timeout_is_terminal_reached_from_the_holding_phases_and_not_ok() -> Non
     assert Condition.AFTEROK.broken_by(Phase.TIMEOUT)
     assert Condition.AFTERNOTOK.met_by(Phase.TIMEOUT)
     assert Condition.AFTERANY.met_by(Phase.TIMEOUT)
+
+
+def test_too_many_days_is_out_of_range_not_a_bad_format() -> None:
+    with pytest.raises(InvalidSpec, match="from 1 second to 365 days, got '99999-00'"):
+        parse_time_limit("99999-00")
