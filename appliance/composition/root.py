@@ -41,6 +41,7 @@ from appliance.services.logs import LogService
 from appliance.services.metrics_scrape import MetricsScrape
 from appliance.services.model_dirs import ModelDirs
 from appliance.services.nodes import NodeService
+from appliance.services.reservations import ReservationService
 from appliance.services.queues import QueueService, apply_queues_file, pool_size
 from appliance.services.replicas import ReplicaService
 from appliance.services.usage import UsageService
@@ -225,6 +226,7 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
         limits=limits,
         arrays=jobs.arrays,
         holds=HoldService(ctx, jobs.arrays, preemption.grace_seconds),
+        reservations=ReservationService(ctx),
     )
     reconciler = Reconciler(
         ctx, backend, replicas, runtime.sweep_interval, model_dirs,

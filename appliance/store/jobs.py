@@ -41,6 +41,7 @@ from appliance.store.pool import PoolStore
 from appliance.store.queue_defs import QueueDefStore
 from appliance.store.replica_batches import ReplicaBatchStore
 from appliance.store.replicas import ReplicaStore
+from appliance.store.reservations import ReservationStore
 from appliance.store.requeues import RequeueStore
 from appliance.store.rows import (
     lease_of,
@@ -95,6 +96,7 @@ class JobStore(
     LeadershipStore,
     AuditStore,
     ArrayStore,
+    ReservationStore,
 ):
     """The store of jobs: this part creates jobs and writes their phases (the one writer) and
     their placements; reading jobs is store/job_reads.py's, priority, labels and leases
