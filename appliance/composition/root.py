@@ -41,9 +41,9 @@ from appliance.services.logs import LogService
 from appliance.services.metrics_scrape import MetricsScrape
 from appliance.services.model_dirs import ModelDirs
 from appliance.services.nodes import NodeService
-from appliance.services.reservations import ReservationService
 from appliance.services.queues import QueueService, apply_queues_file, pool_size
 from appliance.services.replicas import ReplicaService
+from appliance.services.reservations import ReservationService
 from appliance.services.usage import UsageService
 from appliance.services.use_cases import UseCases
 from appliance.store.engine import StoreInUse, claim_sqlite, make_engine, migrate

@@ -117,9 +117,7 @@ def check_request(fields: Mapping[str, Any], now: float) -> ReservationRequest:
     if start >= end:
         raise InvalidSpec("start must be before end", field="start")
     if end - start > MAX_WINDOW_SECONDS:
-        raise InvalidSpec(
-            f"the window is over {MAX_WINDOW_SECONDS // 86400} days", field="end"
-        )
+        raise InvalidSpec(f"the window is over {MAX_WINDOW_SECONDS // 86400} days", field="end")
     names: dict[NodeKind, tuple[str, ...]] = {}
     counts: dict[NodeKind, int] = {}
     for kind, field in NODE_FIELDS.items():

@@ -43,8 +43,8 @@ from appliance.scheduler.array_caps import ArrayCaps
 from appliance.scheduler.backlog_index import BacklogIndex
 from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
 from appliance.scheduler.quotas import QuotaBook
-from appliance.scheduler.reservations import ClassAdmissions, admit_around
 from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
+from appliance.scheduler.reservations import ClassAdmissions, admit_around
 from appliance.scheduler.user_caps import Holding, QueueUserCaps, UserCaps
 from appliance.services.context import Context
 from appliance.services.limits import Limits

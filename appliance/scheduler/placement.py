@@ -114,7 +114,9 @@ class FreeCapacity:
         # room first, name).
         with_room = (n for n in self.names[NodeKind.SYSTEM] if self.free[n] >= 1)
         self._systems = (
-            SortedList(with_room, key=lambda n: (n not in first, n)) if first else SortedList(with_room)
+            SortedList(with_room, key=lambda n: (n not in first, n))
+            if first
+            else SortedList(with_room)
         )
         self._shared = {
             kind: SortedList((-self.free[n], n) for n in self.names[kind]) for kind in SHARED_KINDS

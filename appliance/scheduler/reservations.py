@@ -62,7 +62,9 @@ def blocked_for(
     return frozenset(nodes), tuple(names), maint
 
 
-def reserved_for(job: QueuedJob, reservations: Iterable[Reservation], now: float) -> frozenset[str]:
+def reserved_for(
+    job: QueuedJob, reservations: Iterable[Reservation], now: float
+) -> frozenset[str]:
     """The nodes of the reservations active now that admit the job."""
     return frozenset(
         node
@@ -84,9 +86,7 @@ def classes(
         key = (blocked, reserved_for(job, reservations, now))
         members.setdefault(key, []).append(job)
         said_by.setdefault(key, (by, maint))
-    ordered = sorted(
-        members.items(), key=lambda kv: (not kv[0][1], min(j.order for j in kv[1]))
-    )
+    ordered = sorted(members.items(), key=lambda kv: (not kv[0][1], min(j.order for j in kv[1])))
     return [
         JobClass(blocked, first, frozenset(j.job_id for j in jobs_of), *said_by[(blocked, first)])
         for (blocked, first), jobs_of in ordered
@@ -109,16 +109,11 @@ def admit_around(
     """`admit_backlog` keeping the reservations (those ended are ignored)."""
     live = [r for r in reservations if r.end > now]
     jobs = [
-        job
-        for name in index.queues()
-        for job in index.in_order(name)
-        if job.job_id not in skip
+        job for name in index.queues() for job in index.in_order(name) if job.job_id not in skip
     ]
     found = classes(jobs, live, now) if live else []
     if len(found) <= 1 and not (found and (found[0].blocked or found[0].first)):
-        return admit_backlog(
-            index, pool, book, shares, skip, limit, users, arrays, releases, now
-        )
+        return admit_backlog(index, pool, book, shares, skip, limit, users, arrays, releases, now)
     everyone = frozenset(index.job_ids())
     taken: dict[str, int] = {}
     parts: list[tuple[Admission, JobClass]] = []

@@ -10,7 +10,13 @@ from typing import Any
 
 from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import NotFound, PermissionDenied
-from appliance.domain.reservations import Reservation, book, check_name, check_request
+from appliance.domain.reservations import (
+    Reservation,
+    book,
+    check_name,
+    check_request,
+    holding,
+)
 from appliance.services.context import Context
 
 
@@ -38,6 +44,13 @@ class ReservationService:
         """The reservations not ended, by start (ended ones are dropped)."""
         now = self._ctx.clock()
         return [r for r in await self._ctx.read(self._ctx.store.reservations) if r.end > now]
+
+    async def holding(self) -> dict[str, str]:
+        """Each node's reservation now or next, by name (`csctl get systems`)."""
+        return {node: r.name for node, r in holding(await self.list(), self.now()).items()}
+
+    def now(self) -> float:
+        return self._ctx.clock()
 
     async def delete(self, name: str, by: Principal | None) -> None:
         _check_admin(by, "delete reservations")

@@ -41,8 +41,8 @@ from appliance.store.pool import PoolStore
 from appliance.store.queue_defs import QueueDefStore
 from appliance.store.replica_batches import ReplicaBatchStore
 from appliance.store.replicas import ReplicaStore
-from appliance.store.reservations import ReservationStore
 from appliance.store.requeues import RequeueStore
+from appliance.store.reservations import ReservationStore
 from appliance.store.rows import (
     lease_of,
     plan_from_json,

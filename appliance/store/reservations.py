@@ -75,8 +75,16 @@ def _all(s: Session) -> list[Reservation]:
     rows = s.scalars(select(ReservationRow).order_by(ReservationRow.start, ReservationRow.name))
     return [
         Reservation(
-            r.name, r.start, r.end, tuple(r.nodes), r.maint, tuple(r.users), tuple(r.groups),
-            r.queue, r.creator, r.created_at,
-        )  # fmt: skip
+            r.name,
+            r.start,
+            r.end,
+            tuple(r.nodes),
+            r.maint,
+            tuple(r.users),
+            tuple(r.groups),
+            r.queue,
+            r.creator,
+            r.created_at,
+        )
         for r in rows
     ]

@@ -67,10 +67,14 @@ def test_a_duration_or_no_start_makes_the_window_from_now() -> None:
 
 def test_a_count_becomes_the_names_of_nodes_free_of_other_reservations() -> None:
     taken = Reservation("team", NOW, NOW + 1000, ("cs2-01",), users=("alice",))
-    made = book(check_request(request(maint=False, users=["bob"]), NOW), POOL, [taken], "root", NOW)
+    made = book(
+        check_request(request(maint=False, users=["bob"]), NOW), POOL, [taken], "root", NOW
+    )
     assert made.nodes == ("cs2-02", "cs2-03")
     assert made.creator == "root" and made.created_at == NOW
-    with_memoryx = book(check_request(request(memoryx=2, swarmx=["swarmx-02"]), NOW), POOL, [], "r", NOW)
+    with_memoryx = book(
+        check_request(request(memoryx=2, swarmx=["swarmx-02"]), NOW), POOL, [], "r", NOW
+    )
     assert with_memoryx.nodes == ("cs2-01", "cs2-02", "memx-01", "memx-02", "swarmx-02")
 
 
@@ -95,7 +99,9 @@ def test_refusals_of_booking() -> None:
 
 
 def test_who_a_reservation_admits_and_what_a_node_shows() -> None:
-    user = Reservation("u", NOW, NOW + 500, ("cs2-01",), users=("alice",), groups=("ml",), queue="q")
+    user = Reservation(
+        "u", NOW, NOW + 500, ("cs2-01",), users=("alice",), groups=("ml",), queue="q"
+    )
     assert user.admits("alice", (), "default") and user.admits("bob", ("ml",), "default")
     assert user.admits("bob", (), "q") and not user.admits("bob", ("ops",), "default")
     maint = Reservation("m", NOW + 600, NOW + 700, ("cs2-01", "cs2-02"), maint=True)

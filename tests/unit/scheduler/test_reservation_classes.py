@@ -21,7 +21,9 @@ MAINT = Reservation("maint", NOW + 100, NOW + 3700, ("cs2-01", "cs2-02"), maint=
 ALICE = Reservation("alice", NOW - 10, NOW + 1000, ("cs2-04",), users=("alice",))
 
 
-def limited(job_id: str, systems: int, limit: float | None, user: str = "bob", at: float = 0.0) -> QueuedJob:
+def limited(
+    job_id: str, systems: int, limit: float | None, user: str = "bob", at: float = 0.0
+) -> QueuedJob:
     return dataclasses.replace(job(job_id, systems, at=at), run_limit=limit, user=user)
 
 
