@@ -17,7 +17,7 @@ import dataclasses
 import math
 import statistics
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
