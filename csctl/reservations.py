@@ -52,21 +52,12 @@ def reservations_table(found: Sequence[Reservation], now: float) -> str:
             render.timestamp(r.start) or "-",
             render.timestamp(r.end) or "-",
             ",".join(r.nodes),
-            whom(r),
+            r.audience,
             r.creator,
         ]
         for r in found
     ]
     return render.format_table(RESERVATION_COLUMNS, rows)
-
-
-def whom(r: Reservation) -> str:
-    """maint, or the users, groups (@g) and queue (queue=q) it is for."""
-    if r.maint:
-        return "maint"
-    return ",".join(
-        [*r.users, *(f"@{g}" for g in r.groups), *([f"queue={r.queue}"] * bool(r.queue))]
-    )
 
 
 def _document(r: Reservation, now: float) -> dict[str, Any]:

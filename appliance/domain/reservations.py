@@ -79,8 +79,13 @@ class Reservation:
         return "ACTIVE" if self.active(now) else "INACTIVE"
 
     @property
-    def kind(self) -> str:
-        return MAINT if self.maint else "access"
+    def audience(self) -> str:
+        """Whom it is for as csctl and the dashboard show it: `maint`, or its users, groups
+        (`@g`) and queue (`queue=q`)."""
+        if self.maint:
+            return MAINT
+        queue = [f"queue={self.queue}"] if self.queue else []
+        return ",".join([*self.users, *(f"@{g}" for g in self.groups), *queue])
 
 
 @dataclasses.dataclass(frozen=True)
