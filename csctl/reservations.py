@@ -104,7 +104,13 @@ def reservation_create(
     groups: str, queue: str,
 ) -> None:  # fmt: skip
     """Book nodes for a window [start, end); refused, naming the field, when it ends in the
-    past, overlaps a maintenance window on the same nodes, or asks more than is free."""
+    past, overlaps a maintenance window on the same nodes, or asks more than is free.
+
+    \b
+    Examples:
+      csctl reservation create fan-swap --maint --systems cs2-02 --start now+60 --duration 2:00:00
+      csctl reservation create demo --systems 2 --users alice --groups nlp --duration 8:00:00
+    """
     now = time.time()
     try:
         begins = parse_start(start, now)
@@ -127,7 +133,13 @@ def reservation_create(
 @click.pass_obj
 def reservation_list(session: Session, output: str) -> None:
     """List the reservations not ended (ended ones are dropped): NAME STATE START END NODES
-    FOR CREATOR."""
+    FOR CREATOR.
+
+    \b
+    Examples:
+      csctl reservation list
+      csctl reservation list -o yaml
+    """
     found, now = session.client().reservations(), time.time()
     if output == "json":
         say(render.to_json([_document(r, now) for r in found]))
@@ -141,7 +153,12 @@ def reservation_list(session: Session, output: str) -> None:
 @click.argument("name")
 @click.pass_obj
 def reservation_delete(session: Session, name: str) -> None:
-    """Delete reservation NAME."""
+    """Delete reservation NAME.
+
+    \b
+    Example:
+      csctl reservation delete demo
+    """
     session.client().delete_reservation(name)
     say(f"reservation/{name} deleted")
 

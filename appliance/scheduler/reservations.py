@@ -108,10 +108,15 @@ def admit_around(
 ) -> Admission | ClassAdmissions:
     """`admit_backlog` keeping the reservations (those ended are ignored)."""
     live = [r for r in reservations if r.end > now]
-    jobs = [
-        job for name in index.queues() for job in index.in_order(name) if job.job_id not in skip
-    ]
-    found = classes(jobs, live, now) if live else []
+    found: list[JobClass] = []
+    if live:  # else admission's own pass, and not even a walk of the queue before it
+        jobs = (
+            job
+            for name in index.queues()
+            for job in index.in_order(name)
+            if job.job_id not in skip
+        )
+        found = classes(jobs, live, now)
     if len(found) <= 1 and not (found and (found[0].blocked or found[0].first)):
         return admit_backlog(index, pool, book, shares, skip, limit, users, arrays, releases, now)
     everyone = frozenset(index.job_ids())
