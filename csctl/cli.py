@@ -22,6 +22,7 @@ from csctl.jobs import cancel, get
 from csctl.logs import events, log_export, logs
 from csctl.queues import queue_group
 from csctl.render import say
+from csctl.reservations import reservation_group
 from csctl.session import Session, fail
 from csctl.systems import node_alias, system_group
 
@@ -114,6 +115,7 @@ def cli(
       csctl get usage --since 7d --by queue
       csctl cancel job wsjob-abc123def456gh
       csctl hold job wsjob-abc123def456gh
+      csctl reservation create fan-swap --maint --systems cs2-02 --duration 2:00:00
     """
     ctx.obj = Session(
         server, token, certificate_authority, insecure, client_certificate, client_key
@@ -149,6 +151,7 @@ for command in (
     config,
     system_group,
     queue_group,
+    reservation_group,
     completion,
 ):
     cli.add_command(command)

@@ -16,7 +16,7 @@ from csctl.jobs import get
 from csctl.render import say
 from csctl.session import Session
 
-SYSTEM_COLUMNS = ("NAME", "STATE", "SINCE", "JOB", "REASON")
+SYSTEM_COLUMNS = ("NAME", "STATE", "SINCE", "JOB", "RESERVATION", "REASON")
 NODE_COLUMNS = ("NAME", "KIND", "STATE", "USED/CAPACITY", "JOBS", "REASON")
 GROUP_COLUMNS = ("NODEGROUP", "NODES", "OK", "ERROR", "MAINTENANCE", "DRAIN", "FREE/CAPACITY")
 _FORMATS = ("table", "json", "yaml")
@@ -34,11 +34,19 @@ def amount(kind: NodeKind, value: int) -> str:
 
 
 def systems_table(nodes: Sequence[NodeStatus], now: float | None = None) -> str:
-    """NAME STATE SINCE JOB REASON for the CS-2 systems; STATE is `in-use` for an ok system
-    held by a job, SINCE how long ago an admin set the state."""
+    """NAME STATE SINCE JOB RESERVATION REASON for the CS-2 systems; STATE is `in-use` for an
+    ok system held by a job, SINCE how long ago an admin set the state, RESERVATION the
+    reservation holding it now or next."""
     now = time.time() if now is None else now
     rows = [
-        [node.name, _system_state(node), _since(node, now), ",".join(node.jobs), node.reason]
+        [
+            node.name,
+            _system_state(node),
+            _since(node, now),
+            ",".join(node.jobs),
+            node.reservation or "-",
+            node.reason,
+        ]
         for node in nodes
         if node.kind is NodeKind.SYSTEM
     ]
@@ -116,10 +124,11 @@ def _echo(nodes: Sequence[NodeStatus], output: str, table: str) -> None:
 @_output_option
 @click.pass_obj
 def get_systems(session: Session, output: str) -> None:
-    """List the CS-2 systems: NAME STATE SINCE JOB REASON.
+    """List the CS-2 systems: NAME STATE SINCE JOB RESERVATION REASON.
 
     STATE is ok (free), in-use, drain, error or maintenance; SINCE and REASON say when and why
-    an admin set it (csctl system set-state); JOB is the job holding the system.
+    an admin set it (csctl system set-state); JOB is the job holding the system; RESERVATION
+    the reservation holding it now or next (csctl reservation list).
 
     \b
     Examples:

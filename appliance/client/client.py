@@ -31,6 +31,7 @@ from appliance.client.lease import (
     lease_holder,
 )
 from appliance.client.params import ParamsSource, load_params_yaml, prepare_submission
+from appliance.client.reservation_calls import ReservationCalls
 from appliance.client.tls import resolve_trust
 from appliance.client.user_config import DEFAULT_ADDRESS, resolve_token
 from appliance.client.watch import DETACHED_OUTAGE_SECONDS, WatchRetry, watch_job_events
@@ -52,7 +53,7 @@ _T = TypeVar("_T")
 PAGE_SIZE = 1000  # the server caps a ListJobs page at 10,000
 
 
-class ApplianceClient(ClusterCalls, HoldCalls):
+class ApplianceClient(ClusterCalls, HoldCalls, ReservationCalls):
     """A connection to the coordinator's gRPC API (`host:port`).
 
     Example:

@@ -27,6 +27,7 @@ class NodeStatus:
     jobs: tuple[str, ...] = ()
     reason: str = ""  # why an admin set the state
     since: float = 0.0  # when (Unix time; 0: never changed)
+    reservation: str = ""  # the reservation holding it now, or the next one
 
     @property
     def free(self) -> int:
@@ -46,6 +47,7 @@ def node_from_pb(msg: cluster_pb2.Node) -> NodeStatus:
         jobs=tuple(msg.jobs),
         reason=msg.reason,
         since=msg.since,
+        reservation=msg.reservation,
     )
 
 

@@ -43,6 +43,7 @@ from appliance.services.model_dirs import ModelDirs
 from appliance.services.nodes import NodeService
 from appliance.services.queues import QueueService, apply_queues_file, pool_size
 from appliance.services.replicas import ReplicaService
+from appliance.services.reservations import ReservationService
 from appliance.services.usage import UsageService
 from appliance.services.use_cases import UseCases
 from appliance.store.engine import StoreInUse, claim_sqlite, make_engine, migrate
@@ -225,6 +226,7 @@ async def _build(s: Settings, runtime: Runtime, engine: Engine, ctx: Context) ->
         limits=limits,
         arrays=jobs.arrays,
         holds=HoldService(ctx, jobs.arrays, preemption.grace_seconds),
+        reservations=ReservationService(ctx),
     )
     reconciler = Reconciler(
         ctx, backend, replicas, runtime.sweep_interval, model_dirs,

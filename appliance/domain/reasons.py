@@ -45,6 +45,9 @@ class ReasonCode(enum.StrEnum):
     # its user's admitted jobs in its queue hold the queue's cap of systems (MaxTRESPerUser)
     QUEUE_USER_SYSTEMS = "QueueUserSystemLimit"
     DEPENDENCY = "Dependency"  # waits for a job it depends on
+    # the nodes it would fit on are reserved (for maintenance, or for others) before it would
+    # end by its time limit (Slurm's ReqNodeNotAvail, Reserved for maintenance / Reservation)
+    RESERVATION = "Reservation"
     HELD_USER = "HeldUser"  # held by its user (or a member of its groups) until released
     HELD_ADMIN = "HeldAdmin"  # held by an admin: only an admin releases it
     SUSPENDED = "Suspended"  # suspended while it ran: waits, from its checkpoint, to resume
@@ -149,6 +152,11 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
     ReasonCode.QUEUE_USER_SYSTEMS: lambda p: (
         f"{p['user']}'s jobs in queue {p['queue']} hold {p['held']} of their {p['cap']} "
         f"systems (max_systems_per_user); it needs {p['systems']} and starts when theirs end"
+    ),
+    ReasonCode.RESERVATION: lambda p: (
+        ("ReqNodeNotAvail, Reserved for maintenance" if p.get("maint") else "Reserved for others")
+        + f" ({', '.join(p['names'])}) before it would end by its time limit"
+        + _with(p, "shortfall", "; {}")
     ),
     ReasonCode.DEPENDENCY: lambda p: f"waiting for {p['job']} ({p['phase']}) {p['wanted']}",
     ReasonCode.HELD_USER: lambda p: f"held by {p['by']}; csctl release job to let it run",

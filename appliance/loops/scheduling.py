@@ -4,7 +4,8 @@ A job waiting for other jobs (domain/dependencies.py) is left out of admission w
 whose dependency broke is cancelled here. A held job (domain/holds.py) is left out too, with
 its hold as its reason, and keeps its place. A queue's head that cannot fit may preempt jobs of
 its queue of lower priority, or, when it would run within its queue's quota, reclaim what
-other queues borrow (scheduler/reclaim.py).
+other queues borrow (scheduler/reclaim.py). Reservations are kept by scheduler/reservations.py
+(a head waiting for one preempts nothing).
 
 Passes are coalesced: wake-ups that arrive during a pass (a burst of submits) lead to one more
 pass, after a gap as long as the pass took (at least MIN_PASS_GAP, at most MAX_PASS_GAP): the
@@ -36,12 +37,14 @@ from appliance.domain.phase_moves import PhaseChange
 from appliance.domain.phases import Phase
 from appliance.domain.queues import QueueSpec, Quota, Source, resolve_quotas
 from appliance.domain.reasons import Reason, ReasonCode, said
+from appliance.domain.reservations import Reservation
 from appliance.scheduler.admission import Admission, admit_backlog
 from appliance.scheduler.array_caps import ArrayCaps
 from appliance.scheduler.backlog_index import BacklogIndex
 from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
 from appliance.scheduler.quotas import QuotaBook
 from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
+from appliance.scheduler.reservations import ClassAdmissions, admit_around
 from appliance.scheduler.user_caps import Holding, QueueUserCaps, UserCaps
 from appliance.services.context import Context
 from appliance.services.limits import Limits
@@ -49,6 +52,7 @@ from appliance.services.queues import pool_size
 from appliance.store.jobs import JobStore
 
 log = logging.getLogger(__name__)
+RESERVATION = ReasonCode.RESERVATION
 MIN_PASS_GAP = 0.005
 MAX_PASS_GAP = 0.1
 # Links of a dependency chain one pass cancels, when a link breaks.
@@ -75,6 +79,7 @@ class SchedulerLoop:
         # E.g. taking office: the queue and the pool as the store has them now.
         self.ctx.backlog.forget()
         self.ctx.store.forget_pool()
+        self.ctx.store.forget_reservations()
         self.ctx.metrics.forget_starts()
         wanted = self.ctx.bus.schedule_wanted
         loop = asyncio.get_running_loop()
@@ -148,7 +153,7 @@ class SchedulerLoop:
         given: dict[str, Reason],
         generation: int,
         reads: _PassReads,
-    ) -> Admission:
+    ) -> Admission | ClassAdmissions:
         """Decide on the jobs free to run, and ask for the preemptions and reclaims the heads
         need; `given` gets the reasons of the heads that wait for them. The index may have
         changed while this pass read the store (a door brought it up to date): a job that
@@ -174,9 +179,10 @@ class SchedulerLoop:
         skip = skip | self.ctx.backlog.entered_after(generation)
         users = await self._user_caps(specs)
         arrays = ArrayCaps(reads.arrays) if reads.arrays else None
-        decision = admit_backlog(
-            index, usage, book, shares, skip, limit, users, arrays, reads.releases, now
-        )
+        decision = admit_around(
+            index, usage, reads.reservations, now, book, shares, skip, limit, users, arrays,
+            reads.releases,
+        )  # fmt: skip
         # Only on a pass that admitted nothing: `usage` is then what the heads really face
         # (the next pass, at most MAX_PASS_GAP later, sees what this one admitted).
         if decision.admitted or preemption.policy == "never" or not decision.heads:
@@ -185,6 +191,8 @@ class SchedulerLoop:
             running = await self.ctx.db(store.running_jobs, min_run)
         for head in decision.heads:
             job = head.job
+            if (why := decision.why(job.job_id)) is not None and why.code is RESERVATION:
+                continue  # it waits for a reservation's window: no preemption frees that
             room = quota_room(job, running, quotas, kinds) if shared else anywhere
             if head.within_quota and shared:
                 candidates = borrowers(job, running, quotas, kinds, now)
@@ -384,6 +392,7 @@ class _PassReads:
     # Arrays capping their tasks running at once, with a task queued: (cap, tasks holding).
     arrays: dict[str, tuple[int, int]]
     releases: list[Release]  # when the jobs holding systems give them back (time limits)
+    reservations: list[Reservation]  # (cached in the store: no read while none changes)
 
 
 def _pass_reads(store: JobStore, now: float) -> _PassReads:
@@ -394,4 +403,5 @@ def _pass_reads(store: JobStore, now: float) -> _PassReads:
         store.queue_specs(),
         store.array_caps(),
         store.releases(now),
+        store.reservations(),
     )

@@ -147,13 +147,15 @@ def admit_backlog(
     arrays: ArrayCaps | None = None,
     releases: Sequence[Release] | None = None,
     now: float = 0.0,
+    first: Collection[str] = frozenset(),
 ) -> Admission:
     """`admit` on the queue as the index holds it, leaving out the jobs in `skip` (those
     waiting for other jobs); stopping once it admitted `limit` jobs (None: no limit), like
     Slurm's main scheduler stops at its queue depth, so that no pass runs long. `users`: the
     per-user caps of running systems (None: no user has one); `arrays`: the caps of arrays'
     tasks running at once (None: no array has one). `releases`: when the running jobs give
-    their systems back by their time limits, at `now` (None: no backfill by time limits)."""
+    their systems back by their time limits, at `now` (None: no backfill by time limits).
+    `first`: systems placed on before the others (scheduler/reservations.py)."""
     if book is None:
         book = QuotaBook({DEFAULT_QUEUE: _UNLIMITED}, {})
     names = _with_jobs(index, skip)
@@ -163,7 +165,7 @@ def admit_backlog(
     shares = shares or {}
     # A queue without a share (one deleted while a job was submitted to it) goes last.
     order = sorted(names, key=lambda name: (shares.get(name, math.inf), name))
-    state = _Pass(index, pool, book, skip, limit, users, arrays)
+    state = _Pass(index, pool, book, skip, limit, users, arrays, first)
     if releases is not None:
         state.releases, state.now = list(releases), now
     waiting: dict[str, Order] = {}  # queue -> order of the job before its first to borrow
@@ -198,6 +200,7 @@ class _Pass(LimitsBackfill):
         limit: int | None = None,
         users: UserCaps | None = None,
         arrays: ArrayCaps | None = None,
+        first: Collection[str] = frozenset(),
     ) -> None:
         self.index, self.book, self.skip, self.limit = index, book, skip, limit
         self.users = users
@@ -209,7 +212,7 @@ class _Pass(LimitsBackfill):
             for role, _, demand in shape
             if (kind := KIND_OF_ROLE.get(Role(role))) is not None
         }
-        self.capacity = FreeCapacity(pool, demands)
+        self.capacity = FreeCapacity(pool, demands, first)
         self.admitted: list[Decision] = []
         self.said: dict[str, Reason] = {}  # reasons of the jobs the pass looked at one by one
         self.stretches: dict[str, list[_Stretch]] = {}

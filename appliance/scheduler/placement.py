@@ -9,7 +9,7 @@ thousands of nodes places a job in time that grows with the job, not with the po
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from sortedcontainers import SortedList
 
@@ -95,7 +95,13 @@ class FreeCapacity:
     pool shrunk under running jobs has, counts as having no room.)
     """
 
-    def __init__(self, pool: Sequence[NodeUsage], demands: Iterable[tuple[NodeKind, int]]) -> None:
+    def __init__(
+        self,
+        pool: Sequence[NodeUsage],
+        demands: Iterable[tuple[NodeKind, int]],
+        first: Collection[str] = frozenset(),
+    ) -> None:
+        """`first`: systems to fill before the others (a reservation's, for its jobs)."""
         self.free = {u.node.name: u.free for u in pool}
         self.kinds = {u.node.name: u.node.kind for u in pool}
         self.usable = {
@@ -104,8 +110,14 @@ class FreeCapacity:
         self.names: dict[NodeKind, list[str]] = {kind: [] for kind in NodeKind}
         for name in sorted(self.free):
             self.names[self.kinds[name]].append(name)
-        # Systems with room, in name order; shared nodes by (most room first, name).
-        self._systems = SortedList(n for n in self.names[NodeKind.SYSTEM] if self.free[n] >= 1)
+        # Systems with room, in name order (`first` before the rest); shared nodes by (most
+        # room first, name).
+        with_room = (n for n in self.names[NodeKind.SYSTEM] if self.free[n] >= 1)
+        self._systems = (
+            SortedList(with_room, key=lambda n: (n not in first, n))
+            if first
+            else SortedList(with_room)
+        )
         self._shared = {
             kind: SortedList((-self.free[n], n) for n in self.names[kind]) for kind in SHARED_KINDS
         }

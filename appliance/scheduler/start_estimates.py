@@ -6,8 +6,10 @@ stay free for as long as it runs, and holds them that long (every job reserves, 
 delayed by one behind it, as the scheduler's backfill promises). A job whose run time is
 unknown holds its systems for good; a running job whose end is unknown never gives its
 systems back. So a queued job has no estimate when no such time exists: it needs more
-systems than are usable, or what it waits for is held by jobs of unknown end. MemoryX, SwarmX,
-quotas and dependencies are left out: it is an estimate.
+systems than are usable, or what it waits for is held by jobs of unknown end. A reservation's
+window (domain/reservations.py) is busy for the jobs it is not for: its systems are not free
+to them from its start to its end. MemoryX, SwarmX, quotas and dependencies are left out: it
+is an estimate.
 """
 
 from __future__ import annotations
@@ -28,18 +30,36 @@ class Holder:
 
 @dataclasses.dataclass(frozen=True)
 class Waiting:
-    """A queued job needing `systems`, running `seconds` once started (None: unknown)."""
+    """A queued job needing `systems`, running `seconds` once started (None: unknown);
+    `kept_from`: the reservations' windows (by name) it may not use."""
 
     job_id: str
     systems: int
     seconds: float | None
+    kept_from: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """A reservation's `systems` usable systems, busy from `start` to `end` for the jobs it
+    is not for."""
+
+    name: str
+    start: float
+    end: float
+    systems: int
 
 
 def estimate_starts(
-    now: float, usable: int, holders: Iterable[Holder], waiting: Sequence[Waiting]
+    now: float,
+    usable: int,
+    holders: Iterable[Holder],
+    waiting: Sequence[Waiting],
+    windows: Sequence[Window] = (),
 ) -> dict[str, float]:
     """Estimated start times (Unix) of the `waiting` jobs that have one, by job id. `usable`:
-    the systems in service; `holders`: the jobs holding some of them."""
+    the systems in service; `holders`: the jobs holding some of them; `windows`: the
+    reservations' (busy for the jobs kept from them)."""
     holders = list(holders)
     free_now = usable - sum(h.systems for h in holders)
     # The free systems as a step function: free[i] from times[i] to times[i + 1] (or on).
@@ -50,9 +70,22 @@ def estimate_starts(
             times.append(at)
             free.append(free[-1])
         free[-1] += holder.systems
+    for window in windows:
+        for at in (window.start, window.end):
+            if at > now:
+                _split(times, free, at)
     found: dict[str, float] = {}
     for job in waiting:
-        start = _earliest(times, free, job.systems, job.seconds)
+        kept = [w for w in windows if w.name in job.kept_from]
+        open_to = (
+            [
+                f - sum(w.systems for w in kept if w.start <= t < w.end)
+                for t, f in zip(times, free, strict=True)
+            ]
+            if kept
+            else free
+        )
+        start = _earliest(times, open_to, job.systems, job.seconds)
         if start is None:
             continue
         found[job.job_id] = start
@@ -90,10 +123,15 @@ def _reserve(
     end = math.inf if seconds is None else start + seconds
     for at in (start, end):
         if math.isfinite(at):
-            i = bisect.bisect_right(times, at) - 1
-            if times[i] != at:
-                times.insert(i + 1, at)
-                free.insert(i + 1, free[i])
+            _split(times, free, at)
     for i, at in enumerate(times):
         if start <= at < end:
             free[i] -= need
+
+
+def _split(times: list[float], free: list[int], at: float) -> None:
+    """Make `at` the start of a step (the step it falls in, split in two)."""
+    i = bisect.bisect_right(times, at) - 1
+    if times[i] != at:
+        times.insert(i + 1, at)
+        free.insert(i + 1, free[i])

@@ -7,7 +7,8 @@ submit time, all queues together) with how long each would run: from its own las
 requeued job), else from the step time it asks of the simulated backend, else from the
 coordinator's (`sim_step_seconds` with the sim backend), else unknown; and never longer than
 its time limit (domain/time_limits.py), which bounds a job whose rate is unknown too: a running
-job ends by its start plus its limit at the latest. Estimates are
+job ends by its start plus its limit at the latest. Reservations' windows are busy for the jobs
+they are not for. Estimates are
 computed at most every `max_age` seconds, and only when a door shows a queued job: like
 queue positions they are read on every call, never stored.
 """
@@ -27,7 +28,7 @@ from appliance.domain.listing import MAX_LIMIT, JobQuery
 from appliance.domain.phases import HOLDS_RESOURCES, Phase
 from appliance.domain.plan import Role
 from appliance.domain.spec import sim_step_seconds
-from appliance.scheduler.start_estimates import Holder, Waiting, estimate_starts
+from appliance.scheduler.start_estimates import Holder, Waiting, Window, estimate_starts
 from appliance.services.backlog_view import BacklogView
 from appliance.services.fair_reads import as_system
 from appliance.store.jobs import JobStore
@@ -108,12 +109,23 @@ class StartEstimates:
             for key in keys
             if (job := jobs.get(key[0])) is not None
         ]
+        live = [r for r in await self._read(self._store.reservations) if r.end > now]
+        windows = [
+            Window(r.name, r.start, r.end, sum(1 for n in r.nodes if n in usable)) for r in live
+        ]
         waiting = [
-            Waiting(entry.job_id, entry.plan.group(Role.CS2).count, self._seconds(found))
+            Waiting(
+                entry.job_id,
+                entry.plan.group(Role.CS2).count,
+                self._seconds(found),
+                frozenset(
+                    r.name for r in live if not r.admits(entry.user, entry.groups, entry.queue)
+                ),
+            )
             for entry in first
             if (found := jobs.get(entry.job_id)) is not None
         ]
-        self._found = estimate_starts(now, len(usable), holders, waiting)
+        self._found = estimate_starts(now, len(usable), holders, waiting, windows)
         self._made = time.monotonic()
         return self._found
 

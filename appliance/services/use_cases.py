@@ -18,6 +18,7 @@ from appliance.services.metrics_scrape import MetricsScrape
 from appliance.services.nodes import NodeService
 from appliance.services.queues import QueueService
 from appliance.services.replicas import ReplicaService
+from appliance.services.reservations import ReservationService
 from appliance.services.usage import UsageService
 
 
@@ -37,3 +38,4 @@ class UseCases:
     limits: Limits
     arrays: ArrayService
     holds: HoldService
+    reservations: ReservationService

@@ -17,7 +17,7 @@ import dataclasses
 import math
 import statistics
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,16 +76,30 @@ class InlineExecutor(concurrent.futures.Executor):
         return future
 
 
-def simulate(workload: Sequence[SimJob], settings: Settings, sample_every: float) -> Outcome:
-    """Run the workload to its end on a virtual clock; return every job and the samples."""
+def simulate(
+    workload: Sequence[SimJob],
+    settings: Settings,
+    sample_every: float,
+    reservations: Sequence[Mapping[str, Any]] = (),
+) -> Outcome:
+    """Run the workload to its end on a virtual clock; return every job and the samples.
+    `reservations`: booked before the first job (their fields as REST takes them; times
+    from EPOCH)."""
     loop = looptime.new_event_loop(start=0.0)
     try:
-        return loop.run_until_complete(_simulate(list(workload), settings, sample_every))
+        return loop.run_until_complete(
+            _simulate(list(workload), settings, sample_every, reservations)
+        )
     finally:
         loop.close()
 
 
-async def _simulate(workload: list[SimJob], settings: Settings, sample_every: float) -> Outcome:
+async def _simulate(
+    workload: list[SimJob],
+    settings: Settings,
+    sample_every: float,
+    reservations: Sequence[Mapping[str, Any]] = (),
+) -> Outcome:
     loop = asyncio.get_running_loop()
     # Progress writes one every ~20% of the workload's typical job, at most 10 minutes apart;
     # the chief hears a preemption's checkpoint request at its next one, so the grace covers two.
@@ -115,6 +129,8 @@ async def _simulate(workload: list[SimJob], settings: Settings, sample_every: fl
         parts = await wire(settings, runtime)
         try:
             pool = parts.ctx.store.pool()
+            for fields in reservations:
+                await parts.uses.reservations.create(fields, by=None)
             tasks = [loop.create_task(run) for run in parts.loops()]
             samples: list[Sample] = []
             try:

@@ -42,6 +42,7 @@ from appliance.store.queue_defs import QueueDefStore
 from appliance.store.replica_batches import ReplicaBatchStore
 from appliance.store.replicas import ReplicaStore
 from appliance.store.requeues import RequeueStore
+from appliance.store.reservations import ReservationStore
 from appliance.store.rows import (
     lease_of,
     plan_from_json,
@@ -95,6 +96,7 @@ class JobStore(
     LeadershipStore,
     AuditStore,
     ArrayStore,
+    ReservationStore,
 ):
     """The store of jobs: this part creates jobs and writes their phases (the one writer) and
     their placements; reading jobs is store/job_reads.py's, priority, labels and leases

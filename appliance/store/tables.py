@@ -392,3 +392,21 @@ class AuditEventRow(Base):
         Index("ix_audit_events_user_id", "user", "id"),
         Index("ix_audit_events_verb_id", "verb", "id"),
     )
+
+
+class ReservationRow(Base):
+    """Nodes booked for a window [start, end) (domain/reservations.py): for maintenance, or
+    for the jobs of its users, groups or queue. Ended ones are deleted at the next booking."""
+
+    __tablename__ = "reservations"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    start: Mapped[float] = mapped_column(Float)
+    end: Mapped[float] = mapped_column(Float, index=True)
+    nodes: Mapped[list[str]] = mapped_column(JSON)
+    maint: Mapped[bool] = mapped_column(Boolean)
+    users: Mapped[list[str]] = mapped_column(JSON)
+    groups: Mapped[list[str]] = mapped_column(JSON)
+    queue: Mapped[str] = mapped_column(String(63))
+    creator: Mapped[str] = mapped_column(String(253))
+    created_at: Mapped[float] = mapped_column(Float)

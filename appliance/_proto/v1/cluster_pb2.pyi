@@ -1049,6 +1049,7 @@ class Node(_message.Message):
     JOBS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     SINCE_FIELD_NUMBER: _builtins.int
+    RESERVATION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     kind: _builtins.str
     """"system", "memoryx" or "swarmx"."""
@@ -1060,6 +1061,8 @@ class Node(_message.Message):
     reason: _builtins.str
     """Why an admin set the state, and since when (Unix seconds; 0: never changed)."""
     since: _builtins.float
+    reservation: _builtins.str
+    """The reservation holding it now, or the next one (empty: none)."""
     @_builtins.property
     def jobs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Jobs holding part of the node."""
@@ -1075,10 +1078,11 @@ class Node(_message.Message):
         jobs: _abc.Iterable[_builtins.str] | None = ...,
         reason: _builtins.str = ...,
         since: _builtins.float = ...,
+        reservation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "jobs", b"jobs", "kind", b"kind", "name", b"name", "reason", b"reason", "since", b"since", "state", b"state", "used", b"used"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "jobs", b"jobs", "kind", b"kind", "name", b"name", "reason", b"reason", "reservation", b"reservation", "since", b"since", "state", b"state", "used", b"used"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2385,3 +2389,199 @@ class JobHoldResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobHoldResponse: _TypeAlias = JobHoldResponse  # noqa: Y015
+
+@_typing.final
+class Reservation(_message.Message):
+    """Nodes booked for [start, end) (#37)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    MAINT_FIELD_NUMBER: _builtins.int
+    USERS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    CREATOR_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    start: _builtins.float
+    """Unix seconds."""
+    end: _builtins.float
+    maint: _builtins.bool
+    """A maintenance window: no job may run into it."""
+    queue: _builtins.str
+    creator: _builtins.str
+    created_at: _builtins.float
+    state: _builtins.str
+    """"ACTIVE" within its window, else "INACTIVE"."""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def users(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Whose jobs may use it (any of them)."""
+
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        start: _builtins.float = ...,
+        end: _builtins.float = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        maint: _builtins.bool = ...,
+        users: _abc.Iterable[_builtins.str] | None = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        queue: _builtins.str = ...,
+        creator: _builtins.str = ...,
+        created_at: _builtins.float = ...,
+        state: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "creator", b"creator", "end", b"end", "groups", b"groups", "maint", b"maint", "name", b"name", "nodes", b"nodes", "queue", b"queue", "start", b"start", "state", b"state", "users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Reservation: _TypeAlias = Reservation  # noqa: Y015
+
+@_typing.final
+class CreateReservationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    DURATION_SECONDS_FIELD_NUMBER: _builtins.int
+    SYSTEMS_FIELD_NUMBER: _builtins.int
+    SYSTEM_COUNT_FIELD_NUMBER: _builtins.int
+    MEMORYX_FIELD_NUMBER: _builtins.int
+    MEMORYX_COUNT_FIELD_NUMBER: _builtins.int
+    SWARMX_FIELD_NUMBER: _builtins.int
+    SWARMX_COUNT_FIELD_NUMBER: _builtins.int
+    MAINT_FIELD_NUMBER: _builtins.int
+    USERS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Lowercase letters, digits and '-', at most 63."""
+    start: _builtins.float
+    """Unix seconds; 0: now."""
+    end: _builtins.float
+    """Unix seconds; or give duration_seconds."""
+    duration_seconds: _builtins.float
+    system_count: _builtins.int
+    memoryx_count: _builtins.int
+    swarmx_count: _builtins.int
+    maint: _builtins.bool
+    queue: _builtins.str
+    @_builtins.property
+    def systems(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Nodes by name, or a count of each kind (free of other reservations in the window)."""
+
+    @_builtins.property
+    def memoryx(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def swarmx(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def users(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        start: _builtins.float = ...,
+        end: _builtins.float = ...,
+        duration_seconds: _builtins.float = ...,
+        systems: _abc.Iterable[_builtins.str] | None = ...,
+        system_count: _builtins.int = ...,
+        memoryx: _abc.Iterable[_builtins.str] | None = ...,
+        memoryx_count: _builtins.int = ...,
+        swarmx: _abc.Iterable[_builtins.str] | None = ...,
+        swarmx_count: _builtins.int = ...,
+        maint: _builtins.bool = ...,
+        users: _abc.Iterable[_builtins.str] | None = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        queue: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_seconds", b"duration_seconds", "end", b"end", "groups", b"groups", "maint", b"maint", "memoryx", b"memoryx", "memoryx_count", b"memoryx_count", "name", b"name", "queue", b"queue", "start", b"start", "swarmx", b"swarmx", "swarmx_count", b"swarmx_count", "system_count", b"system_count", "systems", b"systems", "users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateReservationRequest: _TypeAlias = CreateReservationRequest  # noqa: Y015
+
+@_typing.final
+class ListReservationsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListReservationsRequest: _TypeAlias = ListReservationsRequest  # noqa: Y015
+
+@_typing.final
+class ListReservationsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESERVATIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def reservations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reservation]: ...
+    def __init__(
+        self,
+        *,
+        reservations: _abc.Iterable[Global___Reservation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reservations", b"reservations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListReservationsResponse: _TypeAlias = ListReservationsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteReservationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteReservationRequest: _TypeAlias = DeleteReservationRequest  # noqa: Y015
+
+@_typing.final
+class DeleteReservationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteReservationResponse: _TypeAlias = DeleteReservationResponse  # noqa: Y015

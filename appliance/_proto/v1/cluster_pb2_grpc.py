@@ -180,6 +180,21 @@ class ClusterServiceStub:
                 request_serializer=appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.SerializeToString,
                 response_deserializer=appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.FromString,
                 _registered_method=True)
+        self.CreateReservation = channel.unary_unary(
+                '/appliance.v1.ClusterService/CreateReservation',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.CreateReservationRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.Reservation.FromString,
+                _registered_method=True)
+        self.ListReservations = channel.unary_unary(
+                '/appliance.v1.ClusterService/ListReservations',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.ListReservationsRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.ListReservationsResponse.FromString,
+                _registered_method=True)
+        self.DeleteReservation = channel.unary_unary(
+                '/appliance.v1.ClusterService/DeleteReservation',
+                request_serializer=appliance_dot_v1_dot_cluster__pb2.DeleteReservationRequest.SerializeToString,
+                response_deserializer=appliance_dot_v1_dot_cluster__pb2.DeleteReservationResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -399,6 +414,28 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateReservation(self, request, context):
+        """Admins: book nodes for a window, for maintenance or for named users, groups or a queue
+        (#37; Slurm's scontrol create reservation). Refused naming the field, nothing stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListReservations(self, request, context):
+        """Anyone: the reservations not ended, by start.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteReservation(self, request, context):
+        """Admins: delete one by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -546,6 +583,21 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.ResumeJob,
                     request_deserializer=appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.FromString,
                     response_serializer=appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.SerializeToString,
+            ),
+            'CreateReservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateReservation,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.CreateReservationRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.Reservation.SerializeToString,
+            ),
+            'ListReservations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReservations,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.ListReservationsRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.ListReservationsResponse.SerializeToString,
+            ),
+            'DeleteReservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteReservation,
+                    request_deserializer=appliance_dot_v1_dot_cluster__pb2.DeleteReservationRequest.FromString,
+                    response_serializer=appliance_dot_v1_dot_cluster__pb2.DeleteReservationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1332,6 +1384,87 @@ class ClusterService:
             '/appliance.v1.ClusterService/ResumeJob',
             appliance_dot_v1_dot_cluster__pb2.JobHoldRequest.SerializeToString,
             appliance_dot_v1_dot_cluster__pb2.JobHoldResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateReservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/CreateReservation',
+            appliance_dot_v1_dot_cluster__pb2.CreateReservationRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.Reservation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListReservations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/ListReservations',
+            appliance_dot_v1_dot_cluster__pb2.ListReservationsRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.ListReservationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteReservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/appliance.v1.ClusterService/DeleteReservation',
+            appliance_dot_v1_dot_cluster__pb2.DeleteReservationRequest.SerializeToString,
+            appliance_dot_v1_dot_cluster__pb2.DeleteReservationResponse.FromString,
             options,
             channel_credentials,
             insecure,

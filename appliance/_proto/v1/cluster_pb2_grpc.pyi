@@ -111,6 +111,14 @@ class ClusterServiceStub:
     """Suspend a running job: it checkpoints, gives its systems back and waits held."""
     ResumeJob: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.JobHoldRequest, _cluster_pb2.JobHoldResponse]
     """Resume a suspended job: it is released and goes on from its checkpoint."""
+    CreateReservation: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.CreateReservationRequest, _cluster_pb2.Reservation]
+    """Admins: book nodes for a window, for maintenance or for named users, groups or a queue
+    (#37; Slurm's scontrol create reservation). Refused naming the field, nothing stored.
+    """
+    ListReservations: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ListReservationsRequest, _cluster_pb2.ListReservationsResponse]
+    """Anyone: the reservations not ended, by start."""
+    DeleteReservation: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.DeleteReservationRequest, _cluster_pb2.DeleteReservationResponse]
+    """Admins: delete one by name."""
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -195,6 +203,14 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     """Suspend a running job: it checkpoints, gives its systems back and waits held."""
     ResumeJob: _aio.UnaryUnaryMultiCallable[_cluster_pb2.JobHoldRequest, _cluster_pb2.JobHoldResponse]  # type: ignore[assignment]
     """Resume a suspended job: it is released and goes on from its checkpoint."""
+    CreateReservation: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CreateReservationRequest, _cluster_pb2.Reservation]  # type: ignore[assignment]
+    """Admins: book nodes for a window, for maintenance or for named users, groups or a queue
+    (#37; Slurm's scontrol create reservation). Refused naming the field, nothing stored.
+    """
+    ListReservations: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ListReservationsRequest, _cluster_pb2.ListReservationsResponse]  # type: ignore[assignment]
+    """Anyone: the reservations not ended, by start."""
+    DeleteReservation: _aio.UnaryUnaryMultiCallable[_cluster_pb2.DeleteReservationRequest, _cluster_pb2.DeleteReservationResponse]  # type: ignore[assignment]
+    """Admins: delete one by name."""
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     """Cluster management: what csctl, the Python client and programs call."""
@@ -450,5 +466,31 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.JobHoldResponse, _abc.Awaitable[_cluster_pb2.JobHoldResponse]]:
         """Resume a suspended job: it is released and goes on from its checkpoint."""
+
+    @_abc_1.abstractmethod
+    def CreateReservation(
+        self,
+        request: _cluster_pb2.CreateReservationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.Reservation, _abc.Awaitable[_cluster_pb2.Reservation]]:
+        """Admins: book nodes for a window, for maintenance or for named users, groups or a queue
+        (#37; Slurm's scontrol create reservation). Refused naming the field, nothing stored.
+        """
+
+    @_abc_1.abstractmethod
+    def ListReservations(
+        self,
+        request: _cluster_pb2.ListReservationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.ListReservationsResponse, _abc.Awaitable[_cluster_pb2.ListReservationsResponse]]:
+        """Anyone: the reservations not ended, by start."""
+
+    @_abc_1.abstractmethod
+    def DeleteReservation(
+        self,
+        request: _cluster_pb2.DeleteReservationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.DeleteReservationResponse, _abc.Awaitable[_cluster_pb2.DeleteReservationResponse]]:
+        """Admins: delete one by name."""
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

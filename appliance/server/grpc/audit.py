@@ -45,6 +45,8 @@ MUTATING: dict[str, tuple[str, str]] = {
     "ReleaseJob": ("release", "job"),
     "SuspendJob": ("suspend", "job"),
     "ResumeJob": ("resume", "job"),
+    "CreateReservation": ("create-reservation", "reservation"),
+    "DeleteReservation": ("delete-reservation", "reservation"),
 }
 # The kind of object a read's `name` names (its `job_id` names a job).
 _NAMED = {"GetNodeEvents": "node"}

@@ -23,6 +23,7 @@ from appliance.protocol.arrays import array_view_to_pb
 from appliance.protocol.cancels import result_to_pb, selection_from_pb
 from appliance.protocol.limits import limits_to_pb
 from appliance.protocol.queues import queue_to_pb, usage_to_pb
+from appliance.protocol.reservations import request_fields, reservation_to_pb
 from appliance.server.grpc import summaries
 from appliance.server.grpc.authn import caller
 from appliance.server.grpc.errors import Ctx, stream, unary
@@ -48,6 +49,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.limits = uses.limits
         self.arrays = uses.arrays
         self.holds = uses.holds
+        self.reservations = uses.reservations
         self.listing = jobs.listing(summaries.serialized, summaries.MAX_CACHED, summaries.KEEPING)
 
     @unary
@@ -162,7 +164,11 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     async def ListNodes(
         self, request: cluster_pb2.ListNodesRequest, context: Ctx
     ) -> cluster_pb2.ListNodesResponse:
-        nodes = [_node_to_pb(usage, jobs) for usage, jobs in await self.jobs.nodes()]
+        held = await self.reservations.holding()
+        nodes = [
+            _node_to_pb(usage, jobs, held.get(usage.node.name, ""))
+            for usage, jobs in await self.jobs.nodes()
+        ]
         return cluster_pb2.ListNodesResponse(nodes=nodes)
 
     @unary
@@ -301,6 +307,29 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     ) -> cluster_pb2.JobHoldResponse:
         return _hold_to_pb(await self.holds.release(request.job_id, by=caller(), resume=True))
 
+    @unary
+    async def CreateReservation(
+        self, request: cluster_pb2.CreateReservationRequest, context: Ctx
+    ) -> cluster_pb2.Reservation:
+        made = await self.reservations.create(request_fields(request), by=caller())
+        return reservation_to_pb(made, self.reservations.now())
+
+    @unary
+    async def ListReservations(
+        self, request: cluster_pb2.ListReservationsRequest, context: Ctx
+    ) -> cluster_pb2.ListReservationsResponse:
+        found, now = await self.reservations.list(), self.reservations.now()
+        return cluster_pb2.ListReservationsResponse(
+            reservations=[reservation_to_pb(r, now) for r in found]
+        )
+
+    @unary
+    async def DeleteReservation(
+        self, request: cluster_pb2.DeleteReservationRequest, context: Ctx
+    ) -> cluster_pb2.DeleteReservationResponse:
+        await self.reservations.delete(request.name, by=caller())
+        return cluster_pb2.DeleteReservationResponse()
+
 
 def _hold_to_pb(outcome: HoldOutcome) -> cluster_pb2.JobHoldResponse:
     return cluster_pb2.JobHoldResponse(
@@ -327,9 +356,10 @@ def query_from_request(msg: cluster_pb2.ListJobsRequest, by: Principal | None = 
     )
 
 
-def _node_to_pb(usage: NodeUsage, jobs: list[str]) -> cluster_pb2.Node:
+def _node_to_pb(usage: NodeUsage, jobs: list[str], reservation: str = "") -> cluster_pb2.Node:
     node = usage.node
     return cluster_pb2.Node(
         name=node.name, kind=node.kind.value, state=node.state.value, capacity=node.capacity,
         used=usage.used, jobs=jobs, reason=node.reason, since=node.since,
+        reservation=reservation,
     )  # fmt: skip

@@ -29,6 +29,7 @@ from appliance.server.rest.metrics import LatencyMiddleware
 from appliance.server.rest.models import ReadyOut, StatusOut
 from appliance.server.rest.nodes import nodes_router
 from appliance.server.rest.queues import queues_router
+from appliance.server.rest.reservations import reservations_router
 from appliance.server.rest.standby import StandbyRefusal
 from appliance.services.use_cases import UseCases
 
@@ -83,6 +84,7 @@ def create_app(
     app.include_router(logs_router(uses.logs, caller, uses.limits))
     app.include_router(limits_router(uses.limits, caller))
     app.include_router(arrays_router(uses.arrays, caller))
+    app.include_router(reservations_router(uses.reservations, caller))
 
     @app.get("/healthz", tags=["health"], response_model=StatusOut)
     async def healthz() -> StatusOut:

@@ -39,10 +39,11 @@ VERBS = {
     "delete_queue": "delete-queue", "cancel": "cancel", "set_priority": "set-priority",
     "label": "label", "log_in": "login", "log_out": "logout", "hold_job": "hold",
     "release_job": "release", "suspend_job": "suspend", "resume_job": "resume",
-    "hold": "hold", "release": "release",
+    "hold": "hold", "release": "release", "create_reservation": "create-reservation",
+    "delete_reservation": "delete-reservation",
 }  # fmt: skip
 QUIET = frozenset({"heartbeat"})
-_KINDS = {"job_id": "job", "nodes": "node", "queues": "queue"}
+_KINDS = {"job_id": "job", "nodes": "node", "queues": "queue", "reservations": "reservation"}
 
 
 def name_verb(request: Request, verb: str) -> None:

@@ -19,7 +19,7 @@ from appliance.domain.selectors import LabelSelector, parse_selector
 from appliance.domain.spec import Priority
 from appliance.domain.usage import UsageBy
 from appliance.server.web.fields import one_of
-from appliance.server.web.render import PREFIX, HtmlRoute, age, page
+from appliance.server.web.render import PREFIX, HtmlRoute, age, page, rfc3339
 from appliance.server.web.session import Sessions
 from appliance.server.web.summaries import (
     KIND_NAMES,
@@ -107,9 +107,16 @@ def pages_router(uses: UseCases, sessions: Sessions) -> APIRouter:
             for kind in NodeKind
         ]
         queued = await listed(JobQuery(phases=frozenset({Phase.QUEUED}), limit=MAX_SHOWN))
+        now = uses.reservations.now()
+        reservations = [
+            {"name": r.name, "state": r.state(now), "start": rfc3339(r.start),
+             "end": rfc3339(r.end), "nodes": ", ".join(r.nodes), "audience": r.audience}
+            for r in await uses.reservations.list()
+        ]  # fmt: skip
         context = {
             "groups": groups, "totals": kind_totals([u for u, _ in nodes]),
             "waiting": waiting_for(queued, MAX_SHOWN), "title": "Cluster",
+            "reservations": reservations,
         }  # fmt: skip
         return page(request, "cluster.html", context)
 

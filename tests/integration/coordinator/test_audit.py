@@ -108,6 +108,14 @@ def test_a_scripted_run_leaves_one_record_per_action_and_refusal(cluster: Cluste
         stub.SetNodeState(
             pb.SetNodeStateRequest(name="cs2-04", state="drain"), metadata=_as(t["root"])
         )
+        booking = pb.CreateReservationRequest(
+            name="fans", system_count=1, maint=True, duration_seconds=60
+        )
+        stub.CreateReservation(booking, metadata=_as(t["root"]))
+        fans = pb.DeleteReservationRequest(name="fans")
+        refused = _refused(lambda: stub.DeleteReservation(fans, metadata=_as(t["bob"])))
+        assert refused is grpc.StatusCode.PERMISSION_DENIED
+        stub.DeleteReservation(fans, metadata=_as(t["root"]))
         # Reads that succeed leave no record.
         stub.GetJob(pb.GetJobRequest(job_id=a.id), metadata=_as(t["alice"]))
         stub.ListJobs(pb.ListJobsRequest(), metadata=_as(t["bob"]))
@@ -132,6 +140,9 @@ def test_a_scripted_run_leaves_one_record_per_action_and_refusal(cluster: Cluste
         ("bob", Door.GRPC, "cancel", f"job/{b.id}", Outcome.ALLOWED),
         ("root", Door.GRPC, "set-queue", "queue/nlp", Outcome.ALLOWED),
         ("root", Door.GRPC, "node-drain", "node/cs2-04", Outcome.ALLOWED),
+        ("root", Door.GRPC, "create-reservation", "reservation/fans", Outcome.ALLOWED),
+        ("bob", Door.GRPC, "delete-reservation", "reservation/fans", Outcome.REFUSED),
+        ("root", Door.GRPC, "delete-reservation", "reservation/fans", Outcome.ALLOWED),
         ("", Door.GRPC, "list-jobs", "", Outcome.REFUSED),
         ("alice", Door.GRPC, "submit", "job", Outcome.REFUSED),
         ("alice", Door.REST, "cancel", f"job/{a.id}", Outcome.ALLOWED),

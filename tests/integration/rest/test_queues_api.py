@@ -4,6 +4,7 @@ stored."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -253,3 +254,56 @@ def test_a_queues_caps_per_user_are_set_shown_and_kept(
     with _client(running, tokens["root"]) as root:
         for job in submitted:
             root.post(f"/api/v1/jobs/{job.json()['id']}/cancel", json={})
+
+
+def test_only_admins_book_reservations_through_rest_and_grpc(
+    secured: tuple[RunningCoordinator, dict[str, str]],
+) -> None:
+    running, tokens = secured
+    now = time.time()
+    window = {"start": now + 3600, "end": now + 7200}
+    with _client(running, tokens["alice"]) as alice, _client(running, tokens["root"]) as root:
+        body = {"name": "fans", "systems": ["cs2-02"], "maint": True, **window}
+        assert _error(alice.post("/api/v1/reservations", json=body), 403)["field"] == "name"
+        for bad, field in (
+            ({"start": now - 7200, "end": now - 3600}, "end"),
+            ({"systems": ["cs2-99"]}, "systems"),
+            ({"systems": 9}, "systems"),
+            ({"name": "Fans!"}, "name"),
+        ):
+            error = _error(root.post("/api/v1/reservations", json=body | bad), 422)
+            assert error["field"] == field and "\n" not in error["message"], (bad, error)
+        assert alice.get("/api/v1/reservations").json()["reservations"] == []
+        made = root.post("/api/v1/reservations", json=body)
+        assert made.status_code == 201, made.text
+        assert made.json()["nodes"] == ["cs2-02"] and made.json()["state"] == "INACTIVE"
+        over = {"name": "team", "systems": ["cs2-02"], "users": ["alice"], **window}
+        assert _error(root.post("/api/v1/reservations", json=over), 409)["field"] == "start"
+        listed = alice.get("/api/v1/reservations").json()["reservations"]
+        assert [r["name"] for r in listed] == ["fans"]
+    with secure_channel(running.address) as channel:
+        stub = cluster_pb2_grpc.ClusterServiceStub(channel)
+
+        def call(method: Any, request: Any, user: str) -> Any:
+            return method(request, metadata=[bearer_metadata(tokens[user])], timeout=30)
+
+        request = cluster_pb2.CreateReservationRequest(
+            name="team", system_count=1, users=["alice"], **window
+        )
+        with pytest.raises(grpc.RpcError) as denied:
+            call(stub.CreateReservation, request, "bob")
+        assert denied.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        made = call(stub.CreateReservation, request, "root")
+        assert list(made.nodes) == ["cs2-01"] and made.creator == "root"
+        nodes = {
+            n.name: n.reservation
+            for n in call(stub.ListNodes, cluster_pb2.ListNodesRequest(), "bob").nodes
+        }
+        assert (nodes["cs2-01"], nodes["cs2-02"], nodes["cs2-03"]) == ("team", "fans", "")
+        with pytest.raises(grpc.RpcError) as refused:
+            call(stub.DeleteReservation, cluster_pb2.DeleteReservationRequest(name="team"), "bob")
+        assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        for name in ("team", "fans"):
+            call(stub.DeleteReservation, cluster_pb2.DeleteReservationRequest(name=name), "root")
+        listed = call(stub.ListReservations, cluster_pb2.ListReservationsRequest(), "bob")
+        assert list(listed.reservations) == []

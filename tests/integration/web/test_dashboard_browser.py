@@ -160,8 +160,13 @@ def test_an_admin_drains_a_system_from_the_cluster_picture(
     browser: Any, dashboard: Dashboard, shots: Path
 ) -> None:
     dashboard.park()
-    log_in(browser, dashboard, "root")
-    browser.get(f"{dashboard.base_url}/ui/cluster")
+    booked = {"name": "fans", "systems": ["cs2-03"], "maint": True, "duration": 3600}
+    with dashboard.api("root") as api:
+        assert api.post("/api/v1/reservations", json=booked).status_code == 201
+        log_in(browser, dashboard, "root")
+        browser.get(f"{dashboard.base_url}/ui/cluster")
+        assert "cs2-03" in text(browser, "tr[data-reservation='fans'] td.nodes")  # its window
+        assert api.delete("/api/v1/reservations/fans").status_code == 204
     tile = "li[data-node='cs2-02']"
     assert state_of(browser, "cs2-02") == "maintenance"
     assert len(browser.find_elements(By.CSS_SELECTOR, "li.tile")) == 4 + 4 + 2 + 2  # + workers

@@ -46,6 +46,7 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
             for node in default_pool()
         ]  # fmt: skip
         self.heartbeats: dict[str, int] = {}
+        self.reservations: list[cluster_pb2.Reservation] = []
         self._changed = threading.Condition()
         self._break_watch_after: int | None = None
         self._refused_watches = 0
@@ -187,6 +188,31 @@ class FakeClusterService(cluster_pb2_grpc.ClusterServiceServicer):
     def ListNodes(self, request: cluster_pb2.ListNodesRequest, context: object) -> object:
         self._record("ListNodes", request)
         return cluster_pb2.ListNodesResponse(nodes=self.nodes)
+
+    def CreateReservation(
+        self, request: cluster_pb2.CreateReservationRequest, context: object
+    ) -> object:
+        self._record("CreateReservation", request)
+        nodes = list(request.systems) or [
+            f"cs2-{i:02d}" for i in range(1, request.system_count + 1)
+        ]
+        made = cluster_pb2.Reservation(
+            name=request.name,
+            start=request.start or 1e9,
+            end=request.end or 2e9,
+            nodes=nodes,
+            maint=request.maint,
+            users=list(request.users),
+            creator="root",
+            state="INACTIVE",
+        )
+        self.reservations.append(made)
+        return made
+
+    def ListReservations(
+        self, request: cluster_pb2.ListReservationsRequest, context: object
+    ) -> object:
+        return cluster_pb2.ListReservationsResponse(reservations=self.reservations)
 
     def HeartbeatLease(
         self, request: cluster_pb2.HeartbeatLeaseRequest, context: grpc.ServicerContext

@@ -21,6 +21,7 @@ def busy(cluster: FakeCluster) -> FakeCluster:
     nodes["cs2-03"].state = "error"
     nodes["cs2-03"].reason = "fan"
     nodes["cs2-03"].since = time.time() - 300
+    nodes["cs2-04"].reservation = "fan-swap"
     nodes["memx-01"].used = 3 << 29  # 1.5 GiB
     nodes["memx-01"].jobs.append("wsjob-a")
     nodes["swarmx-01"].used = 1
@@ -44,11 +45,11 @@ def test_get_systems(csctl: Csctl, busy: FakeCluster) -> None:
 
     assert result.exit_code == 0, result.output
     assert [line.split() for line in result.stdout.splitlines()] == [
-        ["NAME", "STATE", "SINCE", "JOB", "REASON"],
-        ["cs2-01", "in-use", "-", "wsjob-a"],
-        ["cs2-02", "maintenance", "-"],
-        ["cs2-03", "error", "5m", "ago", "fan"],
-        ["cs2-04", "ok", "-"],
+        ["NAME", "STATE", "SINCE", "JOB", "RESERVATION", "REASON"],
+        ["cs2-01", "in-use", "-", "wsjob-a", "-"],
+        ["cs2-02", "maintenance", "-", "-"],
+        ["cs2-03", "error", "5m", "ago", "-", "fan"],
+        ["cs2-04", "ok", "-", "fan-swap"],
     ]
 
 
@@ -70,7 +71,8 @@ def test_get_nodes_as_json(csctl: Csctl, busy: FakeCluster) -> None:
     nodes = json.loads(csctl("get", "nodes", "-o", "json").stdout)
 
     assert nodes[0] == {"name": "cs2-01", "kind": "system", "state": "ok", "capacity": 1,
-                        "used": 1, "jobs": ["wsjob-a"], "reason": "", "since": None}  # fmt: skip
+                        "used": 1, "jobs": ["wsjob-a"], "reason": "", "since": None,
+                        "reservation": ""}  # fmt: skip
     # A moment not happened (never changed) is null, as the REST API writes it.
 
 

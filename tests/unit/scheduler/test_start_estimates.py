@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.scheduler.start_estimates import Holder, Waiting, estimate_starts
+from appliance.scheduler.start_estimates import Holder, Waiting, Window, estimate_starts
 
 NOW = 1000.0
 
@@ -36,3 +36,15 @@ def test_unknown_ends_and_run_times_leave_jobs_without_an_estimate() -> None:
 
 def test_a_job_ending_in_the_past_gives_its_systems_back_now() -> None:
     assert estimate_starts(NOW, 2, [Holder(2, NOW - 5)], [Waiting("a", 2, 1.0)]) == {"a": NOW}
+
+
+def test_a_reservations_window_is_busy_for_the_jobs_it_is_not_for() -> None:
+    window = Window("fans", 100.0, 200.0, 2)  # 2 of 4 systems from 100 to 200
+    waiting = [
+        Waiting("kept", 3, 150.0, frozenset({"fans"})),  # 3 for 150 s: not before 200
+        Waiting("short", 2, 50.0, frozenset({"fans"})),  # ends by 100 on what is free
+        Waiting("its-own", 1, 300.0),  # the window is for it
+    ]
+    found = estimate_starts(0.0, 4, [], waiting, [window])
+    assert found == {"kept": 200.0, "short": 0.0, "its-own": 0.0}
+    assert estimate_starts(0.0, 4, [], waiting[:1]) == {"kept": 0.0}
