@@ -92,7 +92,9 @@ class SimBackend(OptionalParts):
             {r.name: r.node for r in replicas},
             num_steps=job.spec.num_steps,
             start_step=start,
-            step_seconds=self.step_seconds if step_seconds is None else step_seconds,
+            step_seconds=(self.step_seconds if step_seconds is None else step_seconds)
+            * job.spec.num_csx
+            / job.systems_running,
             checkpoint_steps=checkpoint_steps(job.spec),
             failure=self.failures.first_failure(
                 job.id, job.attempt, names, start, job.spec.num_steps
