@@ -61,6 +61,9 @@ class SimJob:
     queue: str = DEFAULT_QUEUE
     user: str = "sim"
     time_limit: float | None = None  # seconds (domain/time_limits.py); None: none
+    # Elastic (domain/elastic.py): the fewest systems it runs on, `num_csx` the most (0: fixed);
+    # `duration` is then its run time on `num_csx`, longer in proportion on fewer.
+    num_csx_min: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
