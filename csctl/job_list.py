@@ -119,10 +119,13 @@ def get_jobs(
     """List jobs, newest first: active ones unless -a is given.
 
     \b
-    Table columns: NAME AGE DURATION PHASE TYPE PRIORITY SYSTEMS USER LABELS
-    (--show-pending adds PENDING, e.g. `#2: needs 2 systems, 0 free`, and START(EST), e.g.
-    `~5m3s`: an estimate; -o wide adds REASON, e.g. `Capacity`, QUEUE, STEP, RESTARTS,
-    PENDING and START(EST)). Ages and durations as kubectl prints them. JSON and YAML list
+    Table columns: NAME AGE DURATION PHASE TYPE PRIORITY CSX SYSTEMS USER LABELS
+    (CSX: its CS-2 count; an elastic job's size now and range, `4 (2-8)`: it started on the
+    most free in its range, resumes after a requeue on what is free then, and grows back at a
+    checkpoint, reason Growing, when systems are idle and no job waits; --show-pending adds
+    PENDING, e.g. `#2: needs 2 systems, 0 free`, and START(EST), e.g. `~5m3s`: an
+    estimate; -o wide adds REASON, e.g. `Capacity`, QUEUE, STEP, RESTARTS, PENDING and
+    START(EST)). Ages and durations as kubectl prints them. JSON and YAML list
     every job without its params; `csctl get job ID` shows them. -o name prints the job ids
     alone, one a line.
 

@@ -9,6 +9,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from appliance.domain.elastic import size_text
 from appliance.domain.job import Job
 from appliance.domain.phases import Phase
 from appliance.domain.spec import JobSpec, checkpoint_path_of
@@ -25,7 +26,10 @@ from csctl.render import (
 )
 
 # `csctl get jobs`, like the real csctl's list plus the job's type and priority.
-JOB_COLUMNS = ("NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "SYSTEMS", "USER", "LABELS")
+# CSX: how many CS-2s: `8`, or an elastic job's size now and range, `4 (2-8)`.
+JOB_COLUMNS = (
+    "NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "CSX", "SYSTEMS", "USER", "LABELS",
+)  # fmt: skip
 # --show-pending adds where a queued job stands and when it is estimated to start.
 PENDING_COLUMNS = (*JOB_COLUMNS, "PENDING", "START(EST)")
 # REASON: the code of why the job waits (its pending reason), else of why it ended.
@@ -93,6 +97,10 @@ COLUMNS: dict[str, Column] = {
     "PHASE": _text(lambda j, now: j.phase.value),
     "TYPE": _text(lambda j, now: j.spec.mode.value),
     "PRIORITY": Column(lambda j, now: j.spec.priority.name, lambda j, now: j.spec.priority),
+    "CSX": Column(
+        lambda j, now: size_text(len(j.systems), j.spec.num_csx, j.spec.num_csx_min),
+        lambda j, now: (len(j.systems), j.spec.num_csx),
+    ),
     "SYSTEMS": _text(lambda j, now: ",".join(j.systems)),
     "USER": _text(lambda j, now: j.user),
     "LABELS": _text(lambda j, now: format_labels(j.spec.labels.items())),

@@ -37,6 +37,7 @@ from appliance.client.user_config import DEFAULT_ADDRESS, resolve_token
 from appliance.client.watch import DETACHED_OUTAGE_SECONDS, WatchRetry, watch_job_events
 from appliance.domain.compile import CompileReport
 from appliance.domain.dependencies import Dependency
+from appliance.domain.elastic import parse_csx_range
 from appliance.domain.errors import ApplianceError, InvalidSpec
 from appliance.domain.job import Job, JobEvent
 from appliance.domain.reasons import parse_codes
@@ -152,7 +153,7 @@ class ApplianceClient(ClusterCalls, HoldCalls, ReservationCalls):
         self,
         params: ParamsSource,
         *,
-        num_csx: int,
+        num_csx: int | str,
         num_steps: int | None = None,
         mode: str | Mode = Mode.TRAIN,
         labels: Mapping[str, str] | None = None,
@@ -167,6 +168,9 @@ class ApplianceClient(ClusterCalls, HoldCalls, ReservationCalls):
         **more_spec: Any,
     ) -> JobHandle:
         """Submit a wsjob and return a handle to it.
+
+        `num_csx`: how many CS-2 systems, or a range (`"2-8"`: elastic, domain/elastic.py, the
+        same as `num_csx=8, num_csx_min=2`).
 
         `params` is the path of a params YAML file (read here, on the user node) or the params as a
         mapping. `num_steps` and `model_dir` default to the params' runconfig.max_steps and
@@ -188,9 +192,12 @@ class ApplianceClient(ClusterCalls, HoldCalls, ReservationCalls):
         detached = self.detach if detach is None else detach
         detached = detached or bool(more_spec.get("array") or more_spec.get("sweep"))
         settled = prepare_submission(params, num_steps, model_dir)
+        most, fewest = parse_csx_range(num_csx)
+        if fewest:
+            more_spec = {**more_spec, "num_csx_min": fewest}
         spec = validate_spec(
             params_yaml=settled.params_yaml,
-            num_csx=num_csx,
+            num_csx=most,
             num_steps=settled.num_steps,
             mode=mode,
             labels=labels,

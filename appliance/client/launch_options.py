@@ -25,7 +25,7 @@ class LaunchOptions:
     """The launcher's command line, parsed."""
 
     params: str
-    num_csx: int
+    num_csx: str  # N, or MIN-MAX (domain/elastic.py)
     num_steps: int
     model_dir: str
     mode: str
@@ -80,7 +80,14 @@ def spread_variadic(argv: Sequence[str]) -> list[str]:
 _OPTIONS = [
     click.option("-p", "--params", required=True, help="Params YAML file (Model Zoo style)."),
     click.option(
-        "--num_csx", type=int, default=1, show_default=True, help="CS-2 systems to run on."
+        "--num_csx",
+        default="1",
+        show_default=True,
+        metavar="N|MIN-MAX",
+        help="CS-2 systems to run on, or a range (2-8: elastic, weight streaming only): it "
+        "starts on the most that are free, resumes after a preemption on what is free then, "
+        "and grows back at a checkpoint when systems are idle and no job waits; the global "
+        "batch and the result stay those of a fixed size.",
     ),
     click.option(
         "--num_steps",

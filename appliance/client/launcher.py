@@ -49,6 +49,7 @@ from appliance.client.progress import EventPrinter, describe_progress
 from appliance.client.user_config import ConfigError
 from appliance.domain.compile import count_in_words
 from appliance.domain.display import printable
+from appliance.domain.elastic import parse_csx_range
 from appliance.domain.errors import ApplianceError, InvalidSpec
 from appliance.domain.job import JobEvent
 from appliance.domain.phases import Phase
@@ -197,7 +198,8 @@ def _compile(
     """--mode compile: print the compile report (nothing runs, nothing is reserved)."""
     try:
         _warn(params_warnings(params))
-        report = client.compile(params, num_csx=args.num_csx, num_steps=args.num_steps)
+        most = parse_csx_range(args.num_csx)[0]  # the plan of its largest size
+        report = client.compile(params, num_csx=most, num_steps=args.num_steps)
     except InvalidSpec as exc:
         return _error(exc.message, EXIT_BAD_INPUT)
     except ApplianceError as exc:

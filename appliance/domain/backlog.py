@@ -79,3 +79,5 @@ class RunningJob:
     # are reclaimed first).
     scheduled_at: float = 0.0
     created_at: float = 0.0
+    # An elastic job's plan (domain/elastic.py: its larger sizes with it); None: fixed size.
+    elastic: ReplicaPlan | None = None

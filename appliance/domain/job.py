@@ -136,6 +136,13 @@ class Job:
     # Its hold (domain/holds.py; None: not held): a queued job held waits where it is.
     hold: Hold | None = None
 
+    @property
+    def systems_running(self) -> int:
+        """The CS-2s its attempt runs on: an elastic job's size now (domain/elastic.py), the
+        systems it holds (its CS-2 replicas in a view without them); num_csx otherwise."""
+        cs2 = len(self.systems) or sum(1 for r in self.replicas if r.role is Role.CS2)
+        return cs2 or self.spec.num_csx
+
     def __str__(self) -> str:
         """`wsjob-… SUCCEEDED: chief finished all steps (step 200/200  loss 2.0091)`: what
         print() of a status shows (the repr keeps every field)."""

@@ -47,6 +47,22 @@ class ReplicaPlan:
     # What each CS-2 of the job holds on its wafer (domain/wafer.py): a system whose wafer is
     # smaller cannot run it.
     wafer_bytes: int = 0
+    # An elastic job's (domain/elastic.py): the plans of the larger sizes of its range, largest
+    # first; this plan is its smallest (what it waits for, and what the queue groups it by).
+    larger: tuple[ReplicaPlan, ...] = ()
+
+    @property
+    def systems(self) -> int:
+        """The CS-2 systems it runs on."""
+        return self.group(Role.CS2).count
+
+    def sizes(self) -> tuple[ReplicaPlan, ...]:
+        """The plans of every size it may run on, largest first (one for a fixed size)."""
+        return (*self.larger, self)
+
+    def of_size(self, systems: int) -> ReplicaPlan:
+        """The plan of its range that runs on `systems` CS-2s (this one when none does)."""
+        return next((p for p in self.larger if p.systems == systems), self)
 
     @functools.cached_property
     def shape(self) -> tuple[tuple[str, int, int], ...]:
@@ -66,8 +82,32 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
     pipelined job: chief and one CS-2 only), and for a job that reads a data set, worker x
     num_csx * num_workers_per_csx (one slot each).
 
-    Raises InsufficientCapacity when the plan can never fit the pool, whatever else runs.
+    An elastic job's plan (num_csx_min) is that of its fewest systems, with the plans of its
+    larger sizes (`larger`). Raises InsufficientCapacity when the plan (of any size of the
+    range) can never fit the pool, whatever else runs.
     """
+    if not spec.num_csx_min:
+        return _plan_of_size(spec, pool)
+    if spec.typed_params.runconfig.execution_strategy == PIPELINE:
+        raise InvalidSpec(
+            f"num_csx_min={spec.num_csx_min}: a pipelined job runs on one CS-2 and cannot be "
+            "elastic; use runconfig.execution_strategy weight_streaming or one size",
+            field="num_csx_min",
+        )
+    plans = [
+        _plan_of_size(_sized(spec, n), pool) for n in range(spec.num_csx, spec.num_csx_min - 1, -1)
+    ]
+    return dataclasses.replace(plans[-1], larger=tuple(plans[:-1]))
+
+
+def _sized(spec: JobSpec, systems: int) -> JobSpec:
+    """`spec` of exactly `systems` CS-2s (its parsed params kept)."""
+    sized = dataclasses.replace(spec, num_csx=systems, num_csx_min=0)
+    sized.__dict__["typed_params"] = spec.typed_params
+    return sized
+
+
+def _plan_of_size(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
     systems = [n for n in pool if n.kind is NodeKind.SYSTEM]
     memx = [n for n in pool if n.kind is NodeKind.MEMORYX]
     swarm = [n for n in pool if n.kind is NodeKind.SWARMX]

@@ -64,6 +64,7 @@ class ReasonCode(enum.StrEnum):
     PREEMPTED = "Preempted"  # by a job of higher priority in its queue
     RECLAIMED = "Reclaimed"  # by a job of a queue whose quota it borrowed
     RESTARTING = "Restarting"  # after a retryable failure
+    GROWING = "Growing"  # an elastic job, to resume on more systems (scheduler/elastic.py)
     REQUEUE_WITHDRAWN = "RequeueWithdrawn"  # a requeue asked for is moot: the job goes on
     # Why a job ended.
     COMPLETED = "Completed"
@@ -181,6 +182,10 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
         f"preempted by {p['by']} ({p['priority']}): queue {p['queue']} reclaims its quota"
     ),
     ReasonCode.RESTARTING: _restarting,
+    ReasonCode.GROWING: lambda p: (
+        f"requeued at a checkpoint to grow from {p['systems']} to {p['to']} CS-2 systems "
+        "(idle, and no job waits for them)"
+    ),
     ReasonCode.REQUEUE_WITHDRAWN: lambda p: f"{p['asked']} withdrawn: {p['why']}",
     ReasonCode.COMPLETED: lambda p: (
         "chief finished all steps" + (" while the coordinator was away" if p.get("away") else "")

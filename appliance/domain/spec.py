@@ -18,6 +18,7 @@ from appliance.domain.arrays import MAX_ARRAY_CHARS, TASK_ID_PLACEHOLDER, array_
 from appliance.domain.bounded_yaml import check_nesting, load_bounded
 from appliance.domain.dependencies import Dependency, parse_dependencies
 from appliance.domain.display import hidden_character
+from appliance.domain.elastic import checked_csx_min
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import MAX_STEPS as MAX_STEPS  # re-exported: the doors bound it
 from appliance.domain.params import Params, parse_params
@@ -90,7 +91,9 @@ class JobSpec:
     params_yaml: str = field(
         metadata=about("The params as submitted (empty in list views).", storage=COLUMN)
     )
-    num_csx: int = field(metadata=about("How many CS-2 systems to run on."))
+    num_csx: int = field(
+        metadata=about("How many CS-2 systems to run on (an elastic job's most: num_csx_min).")
+    )
     num_steps: int = field(metadata=about("Training steps to run."))
     mode: Mode = field(default=Mode.TRAIN, metadata=about("What to run."))
     labels: Mapping[str, str] = field(
@@ -156,6 +159,15 @@ class JobSpec:
             '{"optimizer.learning_rate": "1e-3,3e-3", "train_input.batch_size": "64,128"}.'
         ),
     )
+    # Elastic (domain/elastic.py): it runs on as many systems as are free between this and
+    # num_csx, and may shrink and grow across requeues; the global batch stays the same.
+    num_csx_min: int = field(
+        default=0,
+        metadata=about(
+            "Elastic: the fewest CS-2 systems it may run on, num_csx the most (csctl and the "
+            "launcher: --num_csx 2-8); 0 = exactly num_csx. Weight streaming only."
+        ),
+    )
     # Submitted held (Slurm's sbatch -H): the job's hold itself is the store's (domain/holds.py).
     hold: bool = field(
         default=False,
@@ -214,6 +226,7 @@ def validate_spec(
     sweep: Mapping[str, str] | None = None,
     hold: bool = False,
     time_limit: str = "",
+    num_csx_min: int = 0,
 ) -> JobSpec:
     """Check every field and return a JobSpec, or raise InvalidSpec naming the first bad field.
 
@@ -224,6 +237,7 @@ def validate_spec(
         params_yaml = yaml.safe_dump(dict(params_yaml), sort_keys=False) if params_yaml else ""
     if isinstance(num_csx, bool) or not isinstance(num_csx, int) or num_csx <= 0:
         raise InvalidSpec(f"num_csx must be a positive integer, got {num_csx}", field="num_csx")
+    num_csx_min = checked_csx_min(num_csx_min, num_csx)
     if isinstance(num_steps, bool) or not isinstance(num_steps, int):
         raise InvalidSpec(f"num_steps must be an integer, got {num_steps!r}", field="num_steps")
     if not 0 < num_steps <= MAX_STEPS:
@@ -284,6 +298,7 @@ def validate_spec(
         sweep=dict(sweep or {}),
         hold=hold,
         time_limit=format_time_limit(parse_time_limit(time_limit)) if time_limit else "",
+        num_csx_min=num_csx_min,
     )
     if array or sweep:  # checked before anything is expanded (services/arrays.py expands)
         if not isinstance(array, str):

@@ -38,6 +38,7 @@ from appliance.domain.phases import Phase
 from appliance.domain.queues import QueueSpec, Quota, Source, resolve_quotas
 from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.domain.reservations import Reservation
+from appliance.loops.growing import Growing
 from appliance.scheduler.admission import Admission, admit_backlog
 from appliance.scheduler.array_caps import ArrayCaps
 from appliance.scheduler.backlog_index import BacklogIndex
@@ -74,6 +75,7 @@ class SchedulerLoop:
         self.preemption = preemption
         self.limits = limits
         self._capped = False
+        self.growing = Growing(ctx, preemption)  # elastic jobs (scheduler/elastic.py)
 
     async def run(self) -> None:
         # E.g. taking office: the queue and the pool as the store has them now.
@@ -117,6 +119,7 @@ class SchedulerLoop:
         generation = view.generation
         if not len(index):
             view.publish(_NOTHING, {}, generation)
+            await self.growing.maybe_grow()
             return 0
         # On the reader thread: a pass's reads need not wait behind the writes of replicas
         # and phases queued for the writer (everything it decides on was committed first).
@@ -132,6 +135,8 @@ class SchedulerLoop:
         self._capped = decision.capped
         view.publish(decision, given, generation)
         if not decision.admitted:
+            if not decision.heads and not decision.capped:  # no job waits that could run
+                await self.growing.maybe_grow()
             return 0
         submitted = [index.get(d.job_id) for d in decision.admitted]
         changes = await self.ctx.schedule_many(

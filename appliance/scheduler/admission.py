@@ -242,7 +242,7 @@ class _Pass(LimitsBackfill):
                     return
                 placements, complete = self.capacity.place(job.plan)
                 if complete:
-                    self._admit(job, need, placements)
+                    self._admit(job, *self._grown(job, need, placements, borrow=False))
                     if self.capped:
                         return
                 else:
@@ -274,7 +274,8 @@ class _Pass(LimitsBackfill):
                 after = following  # stepped over: its user holds their cap
                 continue
             placements, _ = self.capacity.place(job.plan)
-            self._admit(job, self.need(job.plan.shape), placements)
+            need = self.need(job.plan.shape)
+            self._admit(job, *self._grown(job, need, placements, borrow=False))
             if self.capped:
                 return
             after = following
@@ -292,7 +293,7 @@ class _Pass(LimitsBackfill):
             why = "" if within else self.book.why_not_borrow(name, need)
             placements, complete = self.capacity.place(job.plan) if not why else ([], False)
             if complete:
-                self._admit(job, need, placements)
+                self._admit(job, *self._grown(job, need, placements, borrow=True))
                 if self.capped:
                     return
                 continue
@@ -304,6 +305,27 @@ class _Pass(LimitsBackfill):
             self._block(job, need, placements, reason, within_quota=within, holds=not why)
             self._stretch(name, job.order, None, self.heads[name], borrowing=True)
             return
+
+    def _grown(
+        self, job: QueuedJob, need: Need, placements: list[Placement], *, borrow: bool
+    ) -> tuple[Need, list[Placement]]:
+        """An elastic job that fits on its fewest systems starts on the most of its range that
+        fit now (within its queue's quota, or what it may borrow when `borrow`, and its user's
+        cap); a fixed-size job as it is."""
+        for plan in job.plan.larger:  # largest first
+            bigger = self.need(plan.shape)
+            name = job.queue
+            allowed = self.book.within(name, bigger) or (
+                borrow and not self.book.why_not_borrow(name, bigger)
+            )
+            if not allowed or never_fits(name, self.book.quotas[name], bigger):
+                continue
+            if self._capped(job, bigger) is not None:
+                continue
+            got, complete = self.capacity.place(plan)
+            if complete:
+                return bigger, got
+        return need, placements
 
     @property
     def capped(self) -> bool:

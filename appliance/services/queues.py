@@ -208,7 +208,8 @@ class QueueService:
             pool = await self.ctx.db(self.ctx.store.pool)
         systems, memoryx = pool_size(pool)
         quota = resolve_quotas(specs, systems, memoryx, strict=False).get(name)
-        why = never_fits(name, quota, Need.of(plan)) if quota is not None else ""
+        most = plan.sizes()[0]  # an elastic job's largest size must fit too
+        why = never_fits(name, quota, Need.of(most)) if quota is not None else ""
         if why:
             raise InvalidSpec(f"the job can never run: {why}", field="num_csx")
 

@@ -228,6 +228,7 @@ def _spec(job: SimJob) -> JobSpec:
     return validate_spec(
         params_yaml=PARAMS % max(1, steps // 10),
         num_csx=job.num_csx,
+        num_csx_min=job.num_csx_min,
         num_steps=steps,
         priority=job.priority,
         queue=job.queue,

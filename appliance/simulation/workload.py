@@ -4,7 +4,8 @@ queue and a user, from a generator or read from a trace file.
 A trace is CSV, one of two shapes, told apart by its header line:
 
 - Ours, comma-separated: `submit_time,num_csx,duration,priority,queue,user,time_limit` (the last
-  four may be empty or missing: P2, `default`, `sim`, no limit). Times are seconds or ISO 8601;
+  four may be empty or missing: P2, `default`, `sim`, no limit); num_csx a count or an elastic
+  job's range `2-8` (its duration is then that on 8). Times are seconds or ISO 8601;
   durations and time limits seconds or Slurm's `[D-]HH:MM:SS`; priorities P0-P3 or 0-3.
 - A Slurm accounting export, `sacct --parsable2 -o JobID,Submit,Start,End,Elapsed,NNodes,
   Partition,QOS,User,State` (any order, more columns allowed; `|`-separated): Submit is the
@@ -61,6 +62,9 @@ class SimJob:
     queue: str = DEFAULT_QUEUE
     user: str = "sim"
     time_limit: float | None = None  # seconds (domain/time_limits.py); None: none
+    # Elastic (domain/elastic.py): the fewest systems it runs on, `num_csx` the most (0: fixed);
+    # `duration` is then its run time on `num_csx`, longer in proportion on fewer.
+    num_csx_min: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,15 +239,29 @@ def _our_row(row: Mapping[str, str | None], line: int) -> SimJob:
             "duration, priority, queue, user; or use a sacct --parsable2 export)",
             field="trace",
         )
+    most, fewest = _range(row.get("num_csx"), line)
     return SimJob(
         submit_at=_time(row.get("submit_time"), line, "submit_time"),
-        num_csx=_count(row.get("num_csx"), line, "num_csx"),
+        num_csx=most,
         duration=_duration(row.get("duration"), line, "duration"),
         priority=_priority(row.get("priority"), line),
         queue=_name(row.get("queue"), line, "queue", DEFAULT_QUEUE),
         user=_name(row.get("user"), line, "user", "sim"),
         time_limit=_limit(row.get("time_limit"), line, "time_limit"),
+        num_csx_min=fewest,
     )
+
+
+def _range(value: str | None, line: int) -> tuple[int, int]:
+    """num_csx as N, or an elastic job's MIN-MAX (domain/elastic.py): (most, fewest or 0)."""
+    text = (value or "").strip()
+    if "-" not in text:
+        return _count(text, line, "num_csx"), 0
+    low, _, high = text.partition("-")
+    most, fewest = _count(high, line, "num_csx"), _count(low, line, "num_csx")
+    if fewest > most:
+        raise _bad(line, "num_csx", text, "a range MIN-MAX with MIN at most MAX")
+    return most, fewest if fewest < most else 0
 
 
 def _slurm_header(columns: Sequence[str]) -> None:

@@ -237,7 +237,7 @@ class JobStore(
             conn = s.connection()
             moves = []
             for job_id, placements in decisions:
-                systems = [p.node for p in placements if p.role is Role.CS2]
+                systems = systems_of(placements)
                 reason = said(ReasonCode.ADMITTED, systems=", ".join(systems))
                 columns = {"systems": ",".join(systems)}
                 moves.append(PhaseMove(job_id, Phase.SCHEDULED, reason, Phase.QUEUED, columns))
@@ -261,9 +261,10 @@ class JobStore(
                     for p in placements
                 )
                 node_of = {p.replica: p.node for p in placements}
+                plan = plans[job_id].of_size(len(systems_of(placements)))  # elastic: its size
                 replica_rows += (
                     _pending_replica(job_id, name, role, index, node_of.get(name, "mgmt"))
-                    for name, role, index in plans[job_id].replica_names()
+                    for name, role, index in plan.replica_names()
                 )
             conn.execute(insert(PlacementRow), placement_rows)
             conn.execute(insert(ReplicaRow), replica_rows)
@@ -298,6 +299,11 @@ def _array_columns(task: TaskOf | None) -> dict[str, object]:
         "array_id": task.array_id, "array_index": task.index, "array_cap": task.cap,
         "array_overrides": dict(task.overrides),
     }  # fmt: skip
+
+
+def systems_of(placements: Sequence[Placement]) -> list[str]:
+    """The CS-2 systems of a job's placements (an elastic job's size is their number)."""
+    return [p.node for p in placements if p.role is Role.CS2]
 
 
 def _pending_replica(

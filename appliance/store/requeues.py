@@ -26,7 +26,7 @@ from appliance.domain.requeues import RequeueRequest, StopState
 from appliance.domain.spec import Priority
 from appliance.store.base import StoreBase, in_chunks
 from appliance.store.phase_writes import write_phases
-from appliance.store.rows import spec_of
+from appliance.store.rows import PLAN_AS_READ, plan_from_json, spec_of
 from appliance.store.tables import HOLDING_PHASES, JobEventRow, JobRow, PlacementRow
 
 # Preemptions waiting for the victim's checkpoint, with their preemptor: built once (a sweep
@@ -252,7 +252,7 @@ class RequeueStore(StoreBase):
             JobRow.id, JobRow.priority, JobRow.spec, JobRow.preemptions, JobRow.phase,
             JobRow.attempt,
             JobRow.started_at, JobRow.scheduled_at, JobRow.progress, JobRow.stop_reason,
-            JobRow.preempted_by, JobRow.queue, JobRow.created_at,
+            JobRow.preempted_by, JobRow.queue, JobRow.created_at, PLAN_AS_READ,
         ).where(JobRow.phase.in_(HOLDING_PHASES))  # fmt: skip
         holdings: dict[str, list[tuple[str, int]]] = {}
         with self._sessions() as s:
@@ -286,6 +286,7 @@ class RequeueStore(StoreBase):
                     queue=r.queue,
                     scheduled_at=r.scheduled_at,
                     created_at=r.created_at,
+                    elastic=plan_from_json(r.plan) if spec.get("num_csx_min") else None,
                 )
             )
         return running

@@ -3,6 +3,7 @@ replicas, events."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import operator
@@ -124,11 +125,22 @@ def lease_of(seconds: float, expires_at: float, holder: str) -> Lease | None:
 
 
 def plan_to_json(plan: ReplicaPlan) -> dict[str, Any]:
-    return {
+    """The plan's column; an elastic job's larger sizes under `larger` (each its groups and
+    wafer bytes: the model's bytes are the same)."""
+    data: dict[str, Any] = {
         "model_bytes": plan.model_bytes,
         "wafer_bytes": plan.wafer_bytes,
-        "groups": [[g.role.value, g.count, g.demand] for g in plan.groups],
+        "groups": _groups_to_json(plan),
     }
+    if plan.larger:
+        data["larger"] = [
+            {"groups": _groups_to_json(p), "wafer_bytes": p.wafer_bytes} for p in plan.larger
+        ]
+    return data
+
+
+def _groups_to_json(plan: ReplicaPlan) -> list[list[Any]]:
+    return [[g.role.value, g.count, g.demand] for g in plan.groups]
 
 
 def plan_from_json(data: str | Mapping[str, Any] | None) -> ReplicaPlan:
@@ -138,9 +150,21 @@ def plan_from_json(data: str | Mapping[str, Any] | None) -> ReplicaPlan:
     assert data is not None
     if isinstance(data, str):
         return _plan_of_text(data)
-    groups = tuple((str(r), int(c), int(d)) for r, c, d in data["groups"])
+    model_bytes = int(data["model_bytes"])
     # A plan stored before the wafer had a size (#34) needs none of it.
-    return _plan_of(groups, int(data["model_bytes"]), int(data.get("wafer_bytes", 0)))
+    plan = _plan_of(_groups_of(data["groups"]), model_bytes, int(data.get("wafer_bytes", 0)))
+    larger = data.get("larger")
+    if not larger:
+        return plan
+    sizes = tuple(
+        _plan_of(_groups_of(p["groups"]), model_bytes, int(p.get("wafer_bytes", 0)))
+        for p in larger
+    )
+    return dataclasses.replace(plan, larger=sizes)
+
+
+def _groups_of(groups: Any) -> tuple[tuple[str, int, int], ...]:
+    return tuple((str(r), int(c), int(d)) for r, c, d in groups)
 
 
 PLAN_AS_READ = type_coerce(JobRow.plan, Text).label("plan")

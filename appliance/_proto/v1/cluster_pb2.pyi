@@ -97,6 +97,7 @@ class JobSpec(_message.Message):
     SWEEP_FIELD_NUMBER: _builtins.int
     HOLD_FIELD_NUMBER: _builtins.int
     TIME_LIMIT_FIELD_NUMBER: _builtins.int
+    NUM_CSX_MIN_FIELD_NUMBER: _builtins.int
     params_yaml: _builtins.str
     """The params YAML (Model Zoo style: model, train_input, optimizer, runconfig sections)."""
     num_csx: _builtins.int
@@ -125,6 +126,10 @@ class JobSpec(_message.Message):
     time_limit: _builtins.str
     """How long it may run, as Slurm's --time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS);
     empty: its queue's default. Only time running counts, summed over attempts.
+    """
+    num_csx_min: _builtins.int
+    """Elastic (#37): the fewest CS-2 systems it may run on, num_csx the most; 0 = exactly
+    num_csx. It starts on the most that are free and may shrink and grow across requeues.
     """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
@@ -155,10 +160,11 @@ class JobSpec(_message.Message):
         sweep: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         hold: _builtins.bool = ...,
         time_limit: _builtins.str = ...,
+        num_csx_min: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "max_restarts", b"max_restarts", "preemptible", b"preemptible"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "array", b"array", "comment", b"comment", "depends_on", b"depends_on", "hold", b"hold", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue", "sweep", b"sweep", "time_limit", b"time_limit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts", "_preemptible", b"_preemptible", "array", b"array", "comment", b"comment", "depends_on", b"depends_on", "hold", b"hold", "labels", b"labels", "max_restarts", b"max_restarts", "mode", b"mode", "model_dir", b"model_dir", "num_csx", b"num_csx", "num_csx_min", b"num_csx_min", "num_steps", b"num_steps", "params_yaml", b"params_yaml", "preemptible", b"preemptible", "priority", b"priority", "queue", b"queue", "sweep", b"sweep", "time_limit", b"time_limit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_restarts: _TypeAlias = _typing.Literal["max_restarts"]  # noqa: Y015
     _WhichOneofArgType__max_restarts: _TypeAlias = _typing.Literal["_max_restarts", b"_max_restarts"]  # noqa: Y015

@@ -11,7 +11,8 @@ Invariants:
 - Replicas die with the coordinator's process: `adopt` after a restart finds none, and the
   reconciler treats the jobs that held them as lost (retried as its restart policy says).
 - The job's step time is its label appliance.io/sim-step-seconds, else the backend's; the label
-  is checked at submit (domain/spec.py), so a bad one here fails the launch naming it.
+  is checked at submit (domain/spec.py), so a bad one here fails the launch naming it. An
+  elastic job's is that on its most systems, longer in proportion on fewer (domain/elastic.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from appliance.backends.sim.training import EXIT_TERMINATED, SimulatedAttempt
 from appliance.domain.bounded_yaml import load_bounded
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.job import Job, Replica
+from appliance.domain.plan import Role
 from appliance.domain.spec import JobSpec, sim_step_seconds
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,8 @@ class SimBackend(OptionalParts):
             {r.name: r.node for r in replicas},
             num_steps=job.spec.num_steps,
             start_step=start,
-            step_seconds=self.step_seconds if step_seconds is None else step_seconds,
+            step_seconds=(self.step_seconds if step_seconds is None else step_seconds)
+            * _slower(job, replicas),
             checkpoint_steps=checkpoint_steps(job.spec),
             failure=self.failures.first_failure(
                 job.id, job.attempt, names, start, job.spec.num_steps
@@ -175,3 +178,12 @@ def _checkpoint_steps(params_yaml: str) -> int | None:
     runconfig = load_bounded(params_yaml, "params").get("runconfig") or {}
     every = runconfig.get("checkpoint_steps") if isinstance(runconfig, dict) else None
     return every if isinstance(every, int) and every > 0 else None
+
+
+def _slower(job: Job, replicas: Sequence[Replica]) -> float:
+    """How much longer an elastic job's step takes on fewer CS-2s than its most (the same
+    work shared by fewer: the step time asked of the simulation is on `num_csx`); 1 else."""
+    if not job.spec.num_csx_min:
+        return 1.0
+    systems = sum(1 for r in replicas if r.role is Role.CS2) or job.systems_running
+    return job.spec.num_csx / systems

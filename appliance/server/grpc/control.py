@@ -35,7 +35,7 @@ class ReplicaControlServicer(control_pb2_grpc.ReplicaControlServicer):
         return control_pb2.Topology(
             job_id=job.id,
             params_yaml=job.spec.params_yaml,
-            num_csx=job.spec.num_csx,
+            num_csx=job.systems_running,
             num_steps=job.spec.num_steps,
             mode=convert.mode_to_pb(job.spec.mode),
             model_dir=job.spec.model_dir,

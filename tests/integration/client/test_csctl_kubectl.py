@@ -160,7 +160,8 @@ def test_columns_sort_by_no_headers_and_name(csctl: Csctl, labelled: dict[str, s
     table = csctl("get", "jobs")
     header, *rows = table.stdout.splitlines()
     assert header.split() == [
-        "NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "SYSTEMS", "USER", "LABELS",
+        "NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "CSX", "SYSTEMS", "USER",
+        "LABELS",
     ]  # fmt: skip
     cells = {row.split()[0]: row.split() for row in rows}
     assert cells[labelled["cv"]][2:6] == ["-", "QUEUED", "eval", "P2"]

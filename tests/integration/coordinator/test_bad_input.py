@@ -33,6 +33,9 @@ def stub(coordinator: RunningCoordinator) -> Iterator[cluster_pb2_grpc.ClusterSe
         yield cluster_pb2_grpc.ClusterServiceStub(channel)
 
 
+PIPELINED = "model: {name: fc_mnist}\nrunconfig: {execution_strategy: pipeline}\n"
+
+
 def _spec(**fields: object) -> pb.JobSpec:
     values: dict[str, object] = {"params_yaml": GOOD, "num_csx": 1, "num_steps": 10}
     values.update(fields)
@@ -43,6 +46,10 @@ BAD_SPECS = [
     ("num_csx", _spec(num_csx=0), "num_csx must be a positive integer"),
     ("num_csx", _spec(num_csx=-3), "num_csx must be a positive integer"),
     ("num_csx", _spec(num_csx=5), "more than the 4 CS-2 systems"),
+    ("num_csx", _spec(num_csx=6, num_csx_min=2), "more than the 4 CS-2 systems"),  # elastic
+    ("num_csx_min", _spec(num_csx=2, num_csx_min=3), "num_csx_min must be from 1 to num_csx"),
+    ("num_csx_min", _spec(num_csx=4, num_csx_min=-1), "num_csx_min must be from 1 to num_csx"),
+    ("num_csx_min", _spec(num_csx=2, num_csx_min=1, params_yaml=PIPELINED), "cannot be elastic"),
     ("num_steps", _spec(num_steps=0), "num_steps must be between"),
     ("num_steps", _spec(num_steps=10**12), "num_steps must be between"),
     ("mode", _spec(mode=42), "mode 42 is not a known mode"),

@@ -34,12 +34,13 @@ def test_get_jobs_prints_the_csctl_table_newest_first(csctl: Csctl, cluster: Fak
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
     assert header.split() == [
-        "NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "SYSTEMS", "USER", "LABELS",
+        "NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "CSX", "SYSTEMS", "USER",
+        "LABELS",
     ]  # fmt: skip
     assert [row.split() for row in rows] == [
-        [newest.id, "5m5s", "-", "QUEUED", "train", "P2", "alice"],
-        [new.id, "18h", "-", "QUEUED", "train", "P2", "bob"],
-        [old.id, "3d", "-", "RUNNING", "train", "P2", "cs2-0,cs2-1", "alice",
+        [newest.id, "5m5s", "-", "QUEUED", "train", "P2", "1", "alice"],
+        [new.id, "18h", "-", "QUEUED", "train", "P2", "1", "bob"],
+        [old.id, "3d", "-", "RUNNING", "train", "P2", "1", "cs2-0,cs2-1", "alice",
          "model=gpt3,team=nlp"],
     ]  # fmt: skip
     assert rows[0].index("alice") == header.index("USER")
@@ -92,9 +93,9 @@ def test_wide_adds_reason_queue_step_restarts_pending_and_start(
     assert header.split()[-6:] == ["REASON", "QUEUE", "STEP", "RESTARTS", "PENDING", "START(EST)"]
     queued = next(r for r in rows if "QUEUED" in r)
     cancelled = next(r for r in rows if "CANCELLED" in r)
-    assert queued.split()[5:11] == ["P2", "alice", "Capacity", "default", "0/10", "0"]
+    assert queued.split()[5:12] == ["P2", "1", "alice", "Capacity", "default", "0/10", "0"]
     assert queued.endswith("   #2: needs 4 systems, 2 free   -")
-    assert cancelled.split()[6:8] == ["alice", "CancelledByAdmin"]
+    assert cancelled.split()[7:9] == ["alice", "CancelledByAdmin"]
 
 
 def test_json_and_yaml_lists_parse_back(csctl: Csctl, cluster: FakeCluster) -> None:
