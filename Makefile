@@ -44,8 +44,10 @@ demo: $(RUN_STAMP)  ## start the appliance (SQLite + local processes) and run a 
 serve: $(RUN_STAMP)
 	$(BIN)/appliance serve $(PORTS)
 
+# --durations: the slowest tests at the end of every run, so that CI's log says where its time
+# goes (CI must stay under 45 minutes on a fresh 2-core machine).
 test: $(STAMP) $(TEST_ASSETS)  ## unit, integration (SQLite and PostgreSQL) and end-to-end tests
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
 
 test-unit: $(STAMP)  ## the unit tier alone: no servers, about a minute (make test runs it too)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m unit
