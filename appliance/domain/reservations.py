@@ -5,7 +5,8 @@ groups or a queue (only their jobs may use the nodes then, and their jobs use th
 A request names its nodes or counts them (systems, MemoryX, SwarmX); a count is turned into
 names at creation: nodes of that kind free of other reservations in the window, in name
 order. Every field is bounded before it is parsed and refused with one sentence naming it.
-Refused: a window ending in the past, start not before end, a window over MAX_WINDOW_SECONDS,
+Refused: a window ending in the past, a start in the past (but for START_SLACK_SECONDS, taken
+as now), start not before end, a window over MAX_WINDOW_SECONDS,
 unknown nodes, a count over what is free, a window overlapping a maintenance reservation on
 the same nodes (and a maintenance one overlapping any reservation on its nodes), a name in
 use. A reservation that has ended is dropped: it is not listed and blocks nothing (its name
@@ -29,6 +30,9 @@ MAX_WINDOW_SECONDS = 366 * 86400  # a year (a leap one included)
 MAX_NAMES = 64  # users or groups one reservation lists
 MAX_NODES = 4096  # nodes one reservation names or counts
 MAX_RESERVATIONS = 1000  # reservations not yet ended, in all
+# A start up to this far in the past is taken as now (the caller's clock may lag, or `now+1`
+# was computed a moment ago); one further back is refused (as Slurm's MAX_RESV_DELAY).
+START_SLACK_SECONDS = 600
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PRINCIPAL_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,253}$")
 # The request's fields of nodes by kind: names, or a count.
@@ -116,9 +120,12 @@ def check_request(fields: Mapping[str, Any], now: float) -> ReservationRequest:
         raise InvalidSpec("give end or duration, not both", field="duration")
     if not end and not duration:
         raise InvalidSpec("end or duration is required", field="end")
-    end = end or start + duration
-    if end <= now:
+    if end and end <= now:
         raise InvalidSpec("end is in the past: a reservation must end after now", field="end")
+    if start < now - START_SLACK_SECONDS:
+        raise InvalidSpec("start is in the past: give now or a later time", field="start")
+    start = max(start, now)
+    end = end or start + duration
     if start >= end:
         raise InvalidSpec("start must be before end", field="start")
     if end - start > MAX_WINDOW_SECONDS:
@@ -135,7 +142,10 @@ def check_request(fields: Mapping[str, Any], now: float) -> ReservationRequest:
         elif value:
             names[kind] = _names(value, field, MAX_NODES, re.compile(r"^[A-Za-z0-9_.-]{1,253}$"))
     if not names.get(NodeKind.SYSTEM) and not counts.get(NodeKind.SYSTEM):
-        raise InvalidSpec("systems is required: names or a count of CS-2 systems", field="systems")
+        raise InvalidSpec(
+            "systems is required: names of CS-2 systems, or a count of at least 1",
+            field="systems",
+        )
     maint = fields.get("maint", False)
     if not isinstance(maint, bool):
         raise InvalidSpec("maint must be true or false", field="maint")
@@ -148,7 +158,10 @@ def check_request(fields: Mapping[str, Any], now: float) -> ReservationRequest:
         except InvalidSpec as exc:
             raise InvalidSpec(exc.message, field="queue") from None
     if maint and (users or groups or queue):
-        raise InvalidSpec("a maintenance reservation is for nobody: no users", field="users")
+        given = "users" if users else "groups" if groups else "queue"
+        raise InvalidSpec(
+            f"a maintenance reservation is for nobody: give no {given} with maint", field=given
+        )
     if not maint and not (users or groups or queue):
         raise InvalidSpec(
             "say whom it is for (users, groups or queue), or make it maint", field="users"

@@ -36,6 +36,7 @@ def request(**fields: Any) -> dict[str, Any]:
         ({"name": "x" * 64}, "name"),
         ({"start": NOW - 500, "end": NOW - 100}, "end"),
         ({"start": NOW + 300, "end": NOW + 200}, "start"),
+        ({"start": NOW - 3600}, "start"),  # a window begun long ago: not booked from then
         ({"end": NOW + 2 * MAX_WINDOW_SECONDS}, "end"),
         ({"end": None}, "end"),
         ({"end": NOW + 200, "duration": 60}, "duration"),
@@ -47,6 +48,7 @@ def request(**fields: Any) -> dict[str, Any]:
         ({"memoryx": ["x" * 300]}, "memoryx"),
         ({"maint": "yes"}, "maint"),
         ({"users": ["alice"]}, "users"),  # maintenance is for nobody
+        ({"queue": "research"}, "queue"),
         ({"maint": False}, "users"),  # for somebody, then
         ({"maint": False, "users": ["a b"]}, "users"),
         ({"maint": False, "groups": ["g"] * 65}, "groups"),
@@ -63,6 +65,11 @@ def test_a_bad_field_is_refused_naming_it(fields: dict[str, Any], field: str) ->
 def test_a_duration_or_no_start_makes_the_window_from_now() -> None:
     checked = check_request(request(start=None, end=None, duration=3600), NOW)
     assert (checked.start, checked.end) == (NOW, NOW + 3600)
+
+
+def test_a_start_a_little_in_the_past_is_taken_as_now() -> None:
+    checked = check_request(request(start=NOW - 30, end=None, duration=60), NOW)
+    assert (checked.start, checked.end) == (NOW, NOW + 60)
 
 
 def test_a_count_becomes_the_names_of_nodes_free_of_other_reservations() -> None:
