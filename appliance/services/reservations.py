@@ -18,6 +18,7 @@ from appliance.domain.reservations import (
     holding,
 )
 from appliance.services.context import Context
+from appliance.services.queues import find_queue
 
 
 class ReservationService:
@@ -30,6 +31,8 @@ class ReservationService:
         ctx = self._ctx
         now = ctx.clock()
         request = check_request(fields, now)
+        if request.queue:  # a reservation for a queue no job can be in is a mistake
+            find_queue(await ctx.read(ctx.store.queue_specs), request.queue)
         pool = await ctx.db(ctx.store.pool)
         creator = by.user if by is not None else ANONYMOUS_USER
         booked = await ctx.db(

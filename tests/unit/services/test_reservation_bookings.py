@@ -39,6 +39,17 @@ async def test_only_admins_book_and_nothing_is_stored_on_a_refusal(ctx: Context)
         await reservations.delete("fans", by=ROOT)
 
 
+async def test_a_reservation_for_a_queue_that_does_not_exist_is_refused(ctx: Context) -> None:
+    reservations = ReservationService(ctx)
+    team = {"name": "team", "systems": 1, "queue": "nosuchqueue", "duration": 3600}
+    with pytest.raises(InvalidSpec) as refused:
+        await reservations.create(team, by=ROOT)
+    assert refused.value.field == "queue" and "the queues are default" in refused.value.message
+    assert await reservations.list() == []
+    made = await reservations.create({**team, "queue": "default"}, by=ROOT)
+    assert made.audience == "queue=default"
+
+
 async def test_an_ended_reservation_is_dropped_from_the_list(ctx: Context, clock: Clock) -> None:
     reservations = ReservationService(ctx)
     await reservations.create(MAINT, by=ROOT)
