@@ -93,14 +93,14 @@ def _reserved(p: Mapping[str, Any]) -> str:
     """Which reservations keep a job off the nodes it would fit on: the maintenance ones
     (`maint`, Slurm's "ReqNodeNotAvail, Reserved for maintenance") and the others' (`names`)."""
     maint, others = p.get("maint") or (), p.get("names") or ()
-    said = [f"Reserved for maintenance ({', '.join(maint)})"] if maint else []
-    said += [f"Reserved for others ({', '.join(others)})"] if others else []
+    said = [f"maintenance ({', '.join(maint)})"] if maint else []
+    said += [f"others ({', '.join(others)})"] if others else []
     when = (
         "; with no time limit it would run into them"
         if p.get("unlimited")
         else " before it would end by its time limit"
     )
-    return ("ReqNodeNotAvail, " if maint else "") + " and ".join(said) + when
+    return ("ReqNodeNotAvail, " if maint else "") + "Reserved for " + " and for ".join(said) + when
 
 
 def _behind(p: Mapping[str, Any]) -> str:

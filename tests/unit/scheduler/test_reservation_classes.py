@@ -91,6 +91,6 @@ def test_the_reason_names_maintenance_and_others_reservations_apart() -> None:
     why = result.why("big")
     assert why is not None and why.code is ReasonCode.RESERVATION
     assert why.message.startswith(
-        "ReqNodeNotAvail, Reserved for maintenance (maint) and Reserved for others (alice) "
+        "ReqNodeNotAvail, Reserved for maintenance (maint) and for others (alice) "
         "before it would end by its time limit"
     )
