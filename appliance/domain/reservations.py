@@ -207,9 +207,12 @@ def book(
     existing: Sequence[Reservation],
     by: str,
     now: float,
+    busy_until: Mapping[str, float] | None = None,
 ) -> Reservation:
     """The reservation `request` makes on `pool`, beside the `existing` ones (those ended are
-    ignored): counts turned into names of nodes free of other reservations in the window.
+    ignored): counts turned into names of nodes free of other reservations in the window,
+    those whose running job ends by its time limit before the window first (`busy_until`:
+    node -> that end, inf for a job with none; a booking does not stop a running job).
     InvalidSpec for an unknown node, InsufficientCapacity for a count over what is free,
     Conflict for a name in use or an overlap with (or of) a maintenance reservation."""
     current = [r for r in existing if r.end > now]
@@ -231,8 +234,12 @@ def book(
             nodes.append(node)
         count = request.counts.get(kind, 0)
         if count:
-            free = [n.name for n in pool if n.kind is kind and n.name not in booked]
-            free = [n for n in free if n not in nodes]
+            free = [
+                n.name for n in pool
+                if n.kind is kind and n.name not in booked and n.name not in nodes
+            ]  # fmt: skip
+            if busy_until:  # stable: in name order within each of the two
+                free.sort(key=lambda n: busy_until.get(n, -math.inf) > request.start)
             if count > len(free):
                 raise InsufficientCapacity(
                     f"{field}: {count} asked, {len(free)} free of other reservations "

@@ -85,6 +85,14 @@ def test_a_count_becomes_the_names_of_nodes_free_of_other_reservations() -> None
     assert with_memoryx.nodes == ("cs2-01", "cs2-02", "memx-01", "memx-02", "swarmx-02")
 
 
+def test_a_count_takes_nodes_whose_running_job_ends_before_the_window_first() -> None:
+    running = {"cs2-01": float("inf"), "cs2-02": NOW + 150, "cs2-03": NOW + 50}
+    made = book(check_request(request(systems=2), NOW), POOL, [], "root", NOW, running)
+    assert made.nodes == ("cs2-03", "cs2-04")  # cs2-01's job has no limit, cs2-02's ends late
+    made = book(check_request(request(systems=3), NOW), POOL, [], "root", NOW, running)
+    assert made.nodes == ("cs2-03", "cs2-04", "cs2-01")  # then in name order
+
+
 def test_refusals_of_booking() -> None:
     maint = Reservation("m", NOW + 150, NOW + 300, ("cs2-03",), maint=True)
     user = Reservation("u", NOW, NOW + 500, ("cs2-01",), users=("alice",))

@@ -71,3 +71,14 @@ async def test_a_job_running_into_maintenance_waits_and_runs_once_it_is_deleted(
     assert "Reserved for maintenance (fans)" in job.pending_reason
     await reservations.delete("fans", by=ROOT)
     assert await loop.run_once() == 1
+
+
+async def test_a_count_leaves_a_system_whose_job_would_run_into_the_window(
+    ctx: Context,
+) -> None:
+    job_id = "wsjob-runsforever00"
+    create(ctx, new_jobs([job_id], num_csx=1), NOW)  # no time limit: runs into any window
+    assert await SchedulerLoop(ctx).run_once() == 1
+    [held] = shown(ctx, job_id).systems
+    made = await ReservationService(ctx).create({**MAINT, "systems": 1}, by=ROOT)
+    assert made.nodes != (held,)  # an idle system, not the one the job will not give back
