@@ -86,19 +86,22 @@ def classes(
     """The jobs' classes in the order admission serves them: those with reserved nodes first,
     then each by its first job in queue order."""
     members: dict[tuple[frozenset[str], frozenset[str]], list[QueuedJob]] = {}
-    said_by: dict[tuple[frozenset[str], frozenset[str]], tuple[tuple[str, ...], ...]] = {}
+    said_by: dict[tuple[frozenset[str], frozenset[str]], tuple[str, ...]] = {}
+    maint_by: dict[tuple[frozenset[str], frozenset[str]], tuple[str, ...]] = {}
     for job in jobs:
-        blocked, by, maint_by = blocked_for(job, reservations, now)
+        blocked, by, maint = blocked_for(job, reservations, now)
         key = (blocked, reserved_for(job, reservations, now))
         members.setdefault(key, []).append(job)
-        said_by.setdefault(key, (by, maint_by))
+        said_by.setdefault(key, by)
+        maint_by.setdefault(key, maint)
     ordered = sorted(members.items(), key=lambda kv: (not kv[0][1], min(j.order for j in kv[1])))
     return [
         JobClass(
             blocked,
             first,
             frozenset(j.job_id for j in jobs_of),
-            *said_by[(blocked, first)],
+            said_by[(blocked, first)],
+            maint_by[(blocked, first)],
             frozenset(j.job_id for j in jobs_of if j.run_limit is None),
         )
         for (blocked, first), jobs_of in ordered
