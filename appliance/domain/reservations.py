@@ -7,7 +7,8 @@ names at creation: nodes of that kind free of other reservations in the window, 
 order. Every field is bounded before it is parsed and refused with one sentence naming it.
 Refused: a window ending in the past, a start in the past (but for START_SLACK_SECONDS, taken
 as now), start not before end, a window over MAX_WINDOW_SECONDS,
-unknown nodes, a count over what is free, a window overlapping a maintenance reservation on
+unknown nodes, a count over what is free, a maintenance window on a node whose running job
+would run into it by its time limit, a window overlapping a maintenance reservation on
 the same nodes (and a maintenance one overlapping any reservation on its nodes), a name in
 use. A reservation that has ended is dropped: it is not listed and blocks nothing (its name
 may be used again).
@@ -212,7 +213,8 @@ def book(
     """The reservation `request` makes on `pool`, beside the `existing` ones (those ended are
     ignored): counts turned into names of nodes free of other reservations in the window,
     those whose running job ends by its time limit before the window first (`busy_until`:
-    node -> that end, inf for a job with none; a booking does not stop a running job).
+    node -> that end, inf for a job with none; a booking does not stop a running job). A
+    maintenance one takes no node whose running job would run into it (Conflict for a name).
     InvalidSpec for an unknown node, InsufficientCapacity for a count over what is free,
     Conflict for a name in use or an overlap with (or of) a maintenance reservation."""
     current = [r for r in existing if r.end > now]
@@ -226,24 +228,36 @@ def book(
     overlapping = [r for r in current if r.overlaps(request.start, request.end)]
     booked = {node for r in overlapping for node in r.nodes}
     nodes: list[str] = []
+    ends = busy_until or {}
+
+    def runs_into(node: str) -> bool:  # its running job's limit reaches the window
+        return ends.get(node, -math.inf) > request.start
+
     for kind, field in NODE_FIELDS.items():
         for node in request.names.get(kind, ()):
             if kinds.get(node) is not kind:
                 what = "no such node" if node not in kinds else f"not a {field} node"
                 raise InvalidSpec(f"{field}: {node}: {what}", field=field)
+            if request.maint and runs_into(node):  # as Slurm's "Requested nodes are busy"
+                raise Conflict(
+                    f"{field}: {node} runs a job whose time limit (or lack of one) reaches "
+                    "the window: start it after that job ends, or requeue the job first",
+                    field=field,
+                )
             nodes.append(node)
         count = request.counts.get(kind, 0)
         if count:
             free = [
                 n.name for n in pool
                 if n.kind is kind and n.name not in booked and n.name not in nodes
+                and not (request.maint and runs_into(n.name))
             ]  # fmt: skip
-            if busy_until:  # stable: in name order within each of the two
-                free.sort(key=lambda n: busy_until.get(n, -math.inf) > request.start)
+            free.sort(key=runs_into)  # stable: in name order within each of the two
             if count > len(free):
                 raise InsufficientCapacity(
                     f"{field}: {count} asked, {len(free)} free of other reservations "
-                    "in that window",
+                    + ("and of jobs running into it " if request.maint else "")
+                    + "in that window",
                     field=field,
                 )
             nodes += free[:count]

@@ -37,7 +37,7 @@ class ReservationService:
         if request.queue:  # a reservation for a queue no job can be in is a mistake
             find_queue(await ctx.read(ctx.store.queue_specs), request.queue)
         pool = await ctx.db(ctx.store.pool)
-        busy = await self._busy_until(now) if request.counts else None
+        busy = await self._busy_until(now) if request.counts or request.maint else None
         creator = by.user if by is not None else ANONYMOUS_USER
         booked = await ctx.db(
             ctx.store.book_reservation,
@@ -49,7 +49,8 @@ class ReservationService:
 
     async def _busy_until(self, now: float) -> dict[str, float]:
         """Each CS-2 system a job holds -> when that job ends by its time limit (inf: it has
-        none): a count books those free before the window last."""
+        none): a count books those free before the window last, maintenance none of those
+        busy in it."""
         ctx = self._ctx
         holding_query = JobQuery(phases=frozenset(HOLDS_RESOURCES), limit=MAX_LIMIT)
         keys, _ = await ctx.read(ctx.store.list_job_keys, holding_query)

@@ -89,8 +89,20 @@ def test_a_count_takes_nodes_whose_running_job_ends_before_the_window_first() ->
     running = {"cs2-01": float("inf"), "cs2-02": NOW + 150, "cs2-03": NOW + 50}
     made = book(check_request(request(systems=2), NOW), POOL, [], "root", NOW, running)
     assert made.nodes == ("cs2-03", "cs2-04")  # cs2-01's job has no limit, cs2-02's ends late
-    made = book(check_request(request(systems=3), NOW), POOL, [], "root", NOW, running)
+    team = request(systems=3, maint=False, users=["alice"])
+    made = book(check_request(team, NOW), POOL, [], "root", NOW, running)
     assert made.nodes == ("cs2-03", "cs2-04", "cs2-01")  # then in name order
+    with pytest.raises(InsufficientCapacity):  # maintenance never takes a node busy in it
+        book(check_request(request(systems=3), NOW), POOL, [], "root", NOW, running)
+
+
+def test_maintenance_on_a_node_whose_job_would_run_into_it_is_refused() -> None:
+    running = {"cs2-01": float("inf"), "cs2-03": NOW + 50}
+    with pytest.raises(Conflict) as refused:
+        book(check_request(request(systems=["cs2-01"]), NOW), POOL, [], "root", NOW, running)
+    assert refused.value.field == "systems" and "cs2-01 runs a job" in refused.value.message
+    made = book(check_request(request(systems=["cs2-03"]), NOW), POOL, [], "root", NOW, running)
+    assert made.nodes == ("cs2-03",)  # its job ends before the window
 
 
 def test_refusals_of_booking() -> None:

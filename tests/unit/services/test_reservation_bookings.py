@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.domain.auth import Principal
-from appliance.domain.errors import InvalidSpec, NotFound, PermissionDenied
+from appliance.domain.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
 from appliance.domain.phases import Phase
 from appliance.domain.reasons import ReasonCode
 from appliance.loops.scheduling import SchedulerLoop
@@ -82,3 +82,6 @@ async def test_a_count_leaves_a_system_whose_job_would_run_into_the_window(
     [held] = shown(ctx, job_id).systems
     made = await ReservationService(ctx).create({**MAINT, "systems": 1}, by=ROOT)
     assert made.nodes != (held,)  # an idle system, not the one the job will not give back
+    with pytest.raises(Conflict) as refused:  # nor by name: the job would run into it
+        await ReservationService(ctx).create({**MAINT, "name": "fan", "systems": [held]}, by=ROOT)
+    assert refused.value.field == "systems"
