@@ -4,6 +4,8 @@ groups or a queue; anyone lists them. `csctl get systems` shows each system's.""
 
 from __future__ import annotations
 
+import contextlib
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,18 +22,28 @@ from csctl.session import Session
 
 RESERVATION_COLUMNS = ("NAME", "STATE", "START", "END", "NODES", "FOR", "CREATOR")
 _FORMATS = ("table", "json", "yaml")
+_AGO = re.compile(r"[0-9.]+\s*[smhdw]")  # get usage's "a duration ago"
 
 
-def parse_start(text: str, now: float, field: str = "start") -> float:
-    """`now` (0: the coordinator's now), `now+DURATION` (a duration as Slurm writes a time
-    limit: `now+30` is in half an hour, `now+1-00:00:00` tomorrow), a date or date-time, or
-    Unix seconds; InvalidSpec naming `field` otherwise."""
+def parse_moment(text: str, now: float, field: str = "start") -> float:
+    """`now`, `now+DURATION` (a duration as Slurm writes a time limit: `now+30` is in half an
+    hour, `now+1-00:00:00` tomorrow), a date or date-time (local time unless it names a zone),
+    or Unix seconds; InvalidSpec naming `field` otherwise. A bare duration (`2h`) is refused:
+    for `get usage --since` it means ago, which no reservation window wants."""
     text = text.strip()
     if text == "now":
-        return 0.0
+        return now
     if text.startswith("now+"):
         return now + parse_time_limit(text[4:], field)
-    return parse_when(text, now, field)
+    if not _AGO.fullmatch(text):
+        with contextlib.suppress(InvalidSpec):
+            return parse_when(text, now, field)
+    raise InvalidSpec(
+        f"{field} {text[:40]!r} is not a time: use now, now+DURATION (now+90 is in 90 "
+        "minutes, now+1-00:00:00 in a day), a date such as 2026-12-01 (or 2026-12-01T09:00), "
+        "or Unix seconds",
+        field=field,
+    )
 
 
 def parse_nodes(text: str | None, field: str) -> int | list[str] | None:
@@ -87,8 +99,14 @@ def reservation_group() -> None:
 
 @reservation_group.command("create")
 @click.argument("name")
-@click.option("--start", default="now", show_default=True, help="now, now+DURATION, a date.")
-@click.option("--end", help="A date or date-time, or Unix seconds.")
+@click.option(
+    "--start",
+    default="now",
+    show_default=True,
+    help="now; now+DURATION (now+90: in 90 minutes; now+1-00:00:00); a date or date-time "
+    "(2026-12-01T09:00, local time); or Unix seconds.",
+)
+@click.option("--end", help="As --start: now+8:00:00, 2026-12-01T17:00, or Unix seconds.")
 @click.option("--duration", help="Instead of --end: 2:00:00, 1-00:00:00, 90 (minutes).")
 @click.option("--systems", required=True, help="A count (2), or names (cs2-01,cs2-02).")
 @click.option("--memoryx", help="A count, or names of MemoryX nodes.")
@@ -113,8 +131,9 @@ def reservation_create(
     """
     now = time.time()
     try:
-        begins = parse_start(start, now)
-        ends = parse_when(end, now, "end") if end else 0.0
+        # `now` is left to the coordinator's clock (0), which may differ from this one's.
+        begins = 0.0 if start.strip() == "now" else parse_moment(start, now, "start")
+        ends = parse_moment(end, now, "end") if end else 0.0
         lasts = parse_time_limit(duration, "duration") if duration else 0.0
     except InvalidSpec as exc:
         raise click.UsageError(exc.message) from None

@@ -90,6 +90,20 @@ def _with(params: Mapping[str, Any], key: str, template: str) -> str:
     return template.format(value) if value else ""
 
 
+def _reserved(p: Mapping[str, Any]) -> str:
+    """Which reservations keep a job off the nodes it would fit on: the maintenance ones
+    (`maint`, Slurm's "ReqNodeNotAvail, Reserved for maintenance") and the others' (`names`)."""
+    maint, others = p.get("maint") or (), p.get("names") or ()
+    said = [f"maintenance ({', '.join(maint)})"] if maint else []
+    said += [f"others ({', '.join(others)})"] if others else []
+    when = (
+        "; with no time limit it would run into them"
+        if p.get("unlimited")
+        else " before it would end by its time limit"
+    )
+    return ("ReqNodeNotAvail, " if maint else "") + "Reserved for " + " and for ".join(said) + when
+
+
 def _behind(p: Mapping[str, Any]) -> str:
     head = f"{p['head']} ({p['priority']}, {_plural(p['systems'], 'system')})"
     where = _with(p, "queue", " in queue {}")
@@ -154,11 +168,7 @@ _MESSAGES: dict[ReasonCode, Callable[[Mapping[str, Any]], str]] = {
         f"{p['user']}'s jobs in queue {p['queue']} hold {p['held']} of their {p['cap']} "
         f"systems (max_systems_per_user); it needs {p['systems']} and starts when theirs end"
     ),
-    ReasonCode.RESERVATION: lambda p: (
-        ("ReqNodeNotAvail, Reserved for maintenance" if p.get("maint") else "Reserved for others")
-        + f" ({', '.join(p['names'])}) before it would end by its time limit"
-        + _with(p, "shortfall", "; {}")
-    ),
+    ReasonCode.RESERVATION: lambda p: _reserved(p) + _with(p, "shortfall", "; {}"),
     ReasonCode.DEPENDENCY: lambda p: f"waiting for {p['job']} ({p['phase']}) {p['wanted']}",
     ReasonCode.HELD_USER: lambda p: f"held by {p['by']}; csctl release job to let it run",
     ReasonCode.HELD_ADMIN: lambda p: f"held by {p['by']} (an admin); an admin releases it",

@@ -5,8 +5,10 @@ groups or a queue (only their jobs may use the nodes then, and their jobs use th
 A request names its nodes or counts them (systems, MemoryX, SwarmX); a count is turned into
 names at creation: nodes of that kind free of other reservations in the window, in name
 order. Every field is bounded before it is parsed and refused with one sentence naming it.
-Refused: a window ending in the past, start not before end, a window over MAX_WINDOW_SECONDS,
-unknown nodes, a count over what is free, a window overlapping a maintenance reservation on
+Refused: a window ending in the past, a start in the past (but for START_SLACK_SECONDS, taken
+as now), start not before end, a window over MAX_WINDOW_SECONDS,
+unknown nodes, a count over what is free, a maintenance window on a node whose running job
+would run into it by its time limit, a window overlapping a maintenance reservation on
 the same nodes (and a maintenance one overlapping any reservation on its nodes), a name in
 use. A reservation that has ended is dropped: it is not listed and blocks nothing (its name
 may be used again).
@@ -29,6 +31,9 @@ MAX_WINDOW_SECONDS = 366 * 86400  # a year (a leap one included)
 MAX_NAMES = 64  # users or groups one reservation lists
 MAX_NODES = 4096  # nodes one reservation names or counts
 MAX_RESERVATIONS = 1000  # reservations not yet ended, in all
+# A start up to this far in the past is taken as now (the caller's clock may lag, or `now+1`
+# was computed a moment ago); one further back is refused (as Slurm's MAX_RESV_DELAY).
+START_SLACK_SECONDS = 600
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PRINCIPAL_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,253}$")
 # The request's fields of nodes by kind: names, or a count.
@@ -116,9 +121,12 @@ def check_request(fields: Mapping[str, Any], now: float) -> ReservationRequest:
         raise InvalidSpec("give end or duration, not both", field="duration")
     if not end and not duration:
         raise InvalidSpec("end or duration is required", field="end")
-    end = end or start + duration
-    if end <= now:
+    if end and end <= now:
         raise InvalidSpec("end is in the past: a reservation must end after now", field="end")
+    if start < now - START_SLACK_SECONDS:
+        raise InvalidSpec("start is in the past: give now or a later time", field="start")
+    start = max(start, now)
+    end = end or start + duration
     if start >= end:
         raise InvalidSpec("start must be before end", field="start")
     if end - start > MAX_WINDOW_SECONDS:
@@ -135,7 +143,10 @@ def check_request(fields: Mapping[str, Any], now: float) -> ReservationRequest:
         elif value:
             names[kind] = _names(value, field, MAX_NODES, re.compile(r"^[A-Za-z0-9_.-]{1,253}$"))
     if not names.get(NodeKind.SYSTEM) and not counts.get(NodeKind.SYSTEM):
-        raise InvalidSpec("systems is required: names or a count of CS-2 systems", field="systems")
+        raise InvalidSpec(
+            "systems is required: names of CS-2 systems, or a count of at least 1",
+            field="systems",
+        )
     maint = fields.get("maint", False)
     if not isinstance(maint, bool):
         raise InvalidSpec("maint must be true or false", field="maint")
@@ -148,7 +159,10 @@ def check_request(fields: Mapping[str, Any], now: float) -> ReservationRequest:
         except InvalidSpec as exc:
             raise InvalidSpec(exc.message, field="queue") from None
     if maint and (users or groups or queue):
-        raise InvalidSpec("a maintenance reservation is for nobody: no users", field="users")
+        given = "users" if users else "groups" if groups else "queue"
+        raise InvalidSpec(
+            f"a maintenance reservation is for nobody: give no {given} with maint", field=given
+        )
     if not maint and not (users or groups or queue):
         raise InvalidSpec(
             "say whom it is for (users, groups or queue), or make it maint", field="users"
@@ -194,9 +208,13 @@ def book(
     existing: Sequence[Reservation],
     by: str,
     now: float,
+    busy_until: Mapping[str, float] | None = None,
 ) -> Reservation:
     """The reservation `request` makes on `pool`, beside the `existing` ones (those ended are
-    ignored): counts turned into names of nodes free of other reservations in the window.
+    ignored): counts turned into names of nodes free of other reservations in the window,
+    those whose running job ends by its time limit before the window first (`busy_until`:
+    node -> that end, inf for a job with none; a booking does not stop a running job). A
+    maintenance one takes no node whose running job would run into it (Conflict for a name).
     InvalidSpec for an unknown node, InsufficientCapacity for a count over what is free,
     Conflict for a name in use or an overlap with (or of) a maintenance reservation."""
     current = [r for r in existing if r.end > now]
@@ -210,20 +228,36 @@ def book(
     overlapping = [r for r in current if r.overlaps(request.start, request.end)]
     booked = {node for r in overlapping for node in r.nodes}
     nodes: list[str] = []
+    ends = busy_until or {}
+
+    def runs_into(node: str) -> bool:  # its running job's limit reaches the window
+        return ends.get(node, -math.inf) > request.start
+
     for kind, field in NODE_FIELDS.items():
         for node in request.names.get(kind, ()):
             if kinds.get(node) is not kind:
                 what = "no such node" if node not in kinds else f"not a {field} node"
                 raise InvalidSpec(f"{field}: {node}: {what}", field=field)
+            if request.maint and runs_into(node):  # as Slurm's "Requested nodes are busy"
+                raise Conflict(
+                    f"{field}: {node} runs a job whose time limit (or lack of one) reaches "
+                    "the window: start it after that job ends, or requeue the job first",
+                    field=field,
+                )
             nodes.append(node)
         count = request.counts.get(kind, 0)
         if count:
-            free = [n.name for n in pool if n.kind is kind and n.name not in booked]
-            free = [n for n in free if n not in nodes]
+            free = [
+                n.name for n in pool
+                if n.kind is kind and n.name not in booked and n.name not in nodes
+                and not (request.maint and runs_into(n.name))
+            ]  # fmt: skip
+            free.sort(key=runs_into)  # stable: in name order within each of the two
             if count > len(free):
                 raise InsufficientCapacity(
                     f"{field}: {count} asked, {len(free)} free of other reservations "
-                    "in that window",
+                    + ("and of jobs running into it " if request.maint else "")
+                    + "in that window",
                     field=field,
                 )
             nodes += free[:count]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance._proto.v1 import cluster_pb2
+from appliance.domain.errors import InvalidSpec
 from appliance.domain.reservations import Reservation
 
 
@@ -36,6 +37,8 @@ def request_fields(msg: cluster_pb2.CreateReservationRequest) -> dict[str, Any]:
         ("memoryx", msg.memoryx, msg.memoryx_count),
         ("swarmx", msg.swarmx, msg.swarmx_count),
     ):
+        if names and count:  # proto3 cannot say "one of a list and a count": say it here
+            raise InvalidSpec(f"give {field} as names or as a count, not both", field=field)
         fields[field] = list(names) if names else int(count)
     return fields
 

@@ -35,31 +35,37 @@ from appliance.scheduler.user_caps import UserCaps
 
 @dataclasses.dataclass(frozen=True)
 class JobClass:
-    """Jobs that may not use `blocked` now (for the reservations named `by`; `maint`: one of
-    them is a maintenance one) and are placed first on `first` (reserved for them)."""
+    """Jobs that may not use `blocked` now (for the maintenance reservations named
+    `maint_by` and the others' named `by`) and are placed first on `first` (reserved for
+    them); `unlimited`: those of its jobs with no time limit (said in why they wait)."""
 
     blocked: frozenset[str]
     first: frozenset[str]
     job_ids: frozenset[str]
     by: tuple[str, ...] = ()
-    maint: bool = False
+    maint_by: tuple[str, ...] = ()
+    unlimited: frozenset[str] = frozenset()
+
+    @property
+    def maint(self) -> bool:
+        """Whether a maintenance reservation keeps its jobs off nodes."""
+        return bool(self.maint_by)
 
 
 def blocked_for(
     job: QueuedJob, reservations: Iterable[Reservation], now: float
-) -> tuple[frozenset[str], tuple[str, ...], bool]:
-    """(nodes, reservations' names, any of them maintenance) the job may not use if it started
-    now and ran its whole remaining limit."""
+) -> tuple[frozenset[str], tuple[str, ...], tuple[str, ...]]:
+    """(nodes, names of the reservations for others, names of the maintenance ones) the job
+    may not use if it started now and ran its whole remaining limit."""
     end = math.inf if job.run_limit is None else now + job.run_limit
     nodes: set[str] = set()
     names: list[str] = []
-    maint = False
+    maint: list[str] = []
     for r in reservations:
         if r.overlaps(now, end) and not r.admits(job.user, job.groups, job.queue):
             nodes.update(r.nodes)
-            names.append(r.name)
-            maint = maint or r.maint
-    return frozenset(nodes), tuple(names), maint
+            (maint if r.maint else names).append(r.name)
+    return frozenset(nodes), tuple(names), tuple(maint)
 
 
 def reserved_for(
@@ -80,15 +86,24 @@ def classes(
     """The jobs' classes in the order admission serves them: those with reserved nodes first,
     then each by its first job in queue order."""
     members: dict[tuple[frozenset[str], frozenset[str]], list[QueuedJob]] = {}
-    said_by: dict[tuple[frozenset[str], frozenset[str]], tuple[tuple[str, ...], bool]] = {}
+    said_by: dict[tuple[frozenset[str], frozenset[str]], tuple[str, ...]] = {}
+    maint_by: dict[tuple[frozenset[str], frozenset[str]], tuple[str, ...]] = {}
     for job in jobs:
         blocked, by, maint = blocked_for(job, reservations, now)
         key = (blocked, reserved_for(job, reservations, now))
         members.setdefault(key, []).append(job)
-        said_by.setdefault(key, (by, maint))
+        said_by.setdefault(key, by)
+        maint_by.setdefault(key, maint)
     ordered = sorted(members.items(), key=lambda kv: (not kv[0][1], min(j.order for j in kv[1])))
     return [
-        JobClass(blocked, first, frozenset(j.job_id for j in jobs_of), *said_by[(blocked, first)])
+        JobClass(
+            blocked,
+            first,
+            frozenset(j.job_id for j in jobs_of),
+            said_by[(blocked, first)],
+            maint_by[(blocked, first)],
+            frozenset(j.job_id for j in jobs_of if j.run_limit is None),
+        )
         for (blocked, first), jobs_of in ordered
     ]
 
@@ -169,8 +184,8 @@ class ClassAdmissions:
         why = part.why(job_id)
         if why is not None and why.code is ReasonCode.CAPACITY and job_class.blocked:
             return said(
-                ReasonCode.RESERVATION, names=job_class.by, maint=job_class.maint,
-                shortfall=why.params.get("shortfall", ""),
+                ReasonCode.RESERVATION, names=job_class.by, maint=job_class.maint_by,
+                unlimited=job_id in job_class.unlimited, shortfall=why.params.get("shortfall", ""),
             )  # fmt: skip
         return why
 

@@ -5,6 +5,7 @@ which of the file and a run-time change wins)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,21 @@ SETTABLE = (
     *USER_CAPS,
     "default_time_limit", "max_time_limit",
 )  # fmt: skip
+
+
+def find_queue(specs: Sequence[QueueSpec], name: str) -> QueueSpec:
+    """The queue `name` of `specs` if it takes new jobs (a submit's, a reservation's), else
+    InvalidSpec naming `queue`: one that does not exist, or was dropped from the queues file."""
+    spec = next((q for q in specs if q.name == name), None)
+    if spec is None:
+        known = ", ".join(q.name for q in specs)
+        raise InvalidSpec(f"queue {name} does not exist; the queues are {known}", field="queue")
+    if spec.source is Source.KEPT:
+        raise InvalidSpec(
+            f"queue {name} was dropped from the queues file and takes no new jobs",
+            field="queue",
+        )
+    return spec
 
 
 def pool_size(pool: list[Node]) -> tuple[int, int]:
@@ -181,18 +197,7 @@ class QueueService:
         kept = store.cached_queue_specs()
         spec = kept.get(name) if kept is not None else None
         if spec is None or spec.source is Source.KEPT:
-            specs = await self.ctx.read(store.queue_specs)
-            spec = next((q for q in specs if q.name == name), None)
-            known = ", ".join(q.name for q in specs)
-        if spec is None:
-            raise InvalidSpec(
-                f"queue {name} does not exist; the queues are {known}", field="queue"
-            )
-        if spec.source is Source.KEPT:
-            raise InvalidSpec(
-                f"queue {name} was dropped from the queues file and takes no new jobs",
-                field="queue",
-            )
+            spec = find_queue(await self.ctx.read(store.queue_specs), name)
         check_may_submit_to(by, spec)
         return spec
 

@@ -5,11 +5,14 @@ keeps them from its next pass (scheduler/reservations.py)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from appliance.domain.auth import ANONYMOUS_USER, Principal
 from appliance.domain.errors import NotFound, PermissionDenied
+from appliance.domain.listing import MAX_LIMIT, JobQuery
+from appliance.domain.phases import HOLDS_RESOURCES
 from appliance.domain.reservations import (
     Reservation,
     book,
@@ -18,6 +21,7 @@ from appliance.domain.reservations import (
     holding,
 )
 from appliance.services.context import Context
+from appliance.services.queues import find_queue
 
 
 class ReservationService:
@@ -30,15 +34,32 @@ class ReservationService:
         ctx = self._ctx
         now = ctx.clock()
         request = check_request(fields, now)
+        if request.queue:  # a reservation for a queue no job can be in is a mistake
+            find_queue(await ctx.read(ctx.store.queue_specs), request.queue)
         pool = await ctx.db(ctx.store.pool)
+        busy = await self._busy_until(now) if request.counts or request.maint else None
         creator = by.user if by is not None else ANONYMOUS_USER
         booked = await ctx.db(
             ctx.store.book_reservation,
-            lambda existing: book(request, pool, existing, creator, now),
+            lambda existing: book(request, pool, existing, creator, now, busy),
             now,
         )
         ctx.bus.wake_scheduler()
         return booked
+
+    async def _busy_until(self, now: float) -> dict[str, float]:
+        """Each CS-2 system a job holds -> when that job ends by its time limit (inf: it has
+        none): a count books those free before the window last, maintenance none of those
+        busy in it."""
+        ctx = self._ctx
+        holding_query = JobQuery(phases=frozenset(HOLDS_RESOURCES), limit=MAX_LIMIT)
+        keys, _ = await ctx.read(ctx.store.list_job_keys, holding_query)
+        busy: dict[str, float] = {}
+        for job in await ctx.read(ctx.store.job_summaries, [key[0] for key in keys]):
+            limit = job.spec.time_limit_seconds
+            began = job.started_at or now  # not started yet: from now at the earliest
+            busy.update(dict.fromkeys(job.systems, math.inf if limit is None else began + limit))
+        return busy
 
     async def list(self) -> list[Reservation]:
         """The reservations not ended, by start (ended ones are dropped)."""

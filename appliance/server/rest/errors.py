@@ -116,14 +116,15 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 _UNION_MEMBERS = frozenset({"int", "float", "str", "bool", "bytes", "none", "list", "dict"})
 _UNION_MEMBER_KINDS = (
     "constrained-", "function-", "lax-or-strict", "json-or-python", "is-instance", "literal[",
-    "nullable[", "union[", "tagged-union[",
+    "nullable[", "union[", "tagged-union[", "list[", "dict[",
 )  # fmt: skip
 
 
 def _field_path(loc: Sequence[object]) -> list[str]:
     """A problem's place without the union member pydantic tried (`max_systems_per_user.int`
     is the field `max_systems_per_user`): a member's tag is a type name or one of pydantic's
-    kinds (`constrained-str`, `literal['unlimited']`); a label key is kept as it is."""
+    kinds (`constrained-str`, `literal['unlimited']`, `list[constrained-str]`); a label key is
+    kept as it is."""
     return [
         str(part)
         for part in loc

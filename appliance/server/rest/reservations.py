@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Response
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from appliance.domain.auth import Principal
 from appliance.domain.reservations import MAX_NAMES, MAX_NODES, Reservation
@@ -37,7 +37,7 @@ class ReservationIn(BaseModel):
     systems: Nodes = Field(description="CS-2 systems' names, or a count.")
     memoryx: Nodes | None = Field(default=None, description="MemoryX nodes, or a count.")
     swarmx: Nodes | None = Field(default=None, description="SwarmX nodes, or a count.")
-    maint: bool = Field(default=False, description="Maintenance: no job may run into it.")
+    maint: StrictBool = Field(default=False, description="Maintenance: no job may run into it.")
     users: list[Name] = Field(default_factory=list, max_length=MAX_NAMES)
     groups: list[Name] = Field(default_factory=list, max_length=MAX_NAMES)
     queue: Annotated[str, StringConstraints(max_length=63)] = ""

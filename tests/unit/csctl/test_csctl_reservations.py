@@ -10,7 +10,7 @@ from fake_cluster_service import FakeCluster
 
 from appliance._proto.v1 import cluster_pb2
 from appliance.domain.errors import InvalidSpec
-from csctl.reservations import parse_nodes, parse_start
+from csctl.reservations import parse_moment, parse_nodes
 
 
 def test_create_sends_the_window_and_nodes_and_list_shows_them(
@@ -55,9 +55,30 @@ def test_a_bad_start_is_refused_naming_it_before_anything_is_sent(
 
 
 def test_parsing_starts_and_nodes() -> None:
-    assert parse_start("now", 100.0) == 0.0
-    assert parse_start("now+1-00:00:00", 100.0) == 100.0 + 86400
-    assert parse_start("1700000000", 0.0) == 1700000000.0
+    assert parse_moment("now", 100.0) == 100.0
+    assert parse_moment("now+1-00:00:00", 100.0) == 100.0 + 86400
+    assert parse_moment("1700000000", 0.0) == 1700000000.0
     with pytest.raises(InvalidSpec):
-        parse_start("now+forever", 0.0)
+        parse_moment("now+forever", 0.0)
     assert parse_nodes("3", "systems") == 3 and parse_nodes("a, b", "systems") == ["a", "b"]
+
+
+@pytest.mark.parametrize("when", ["12h", "30d", "2 w"])
+def test_a_bare_duration_is_refused_not_read_as_ago(when: str) -> None:
+    with pytest.raises(InvalidSpec) as refused:
+        parse_moment(when, 1_000_000.0, "end")
+    assert refused.value.field == "end" and "now+DURATION" in refused.value.message
+
+
+def test_end_takes_now_plus_a_duration_and_start_now_is_the_coordinators(
+    csctl: Csctl, cluster: FakeCluster
+) -> None:
+    before = time.time()
+    result = csctl(
+        "reservation", "create", "demo", "--systems", "1", "--users", "alice",
+        "--end", "now+2:00:00",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    [sent] = cluster.service.requests_of("CreateReservation")
+    assert isinstance(sent, cluster_pb2.CreateReservationRequest)
+    assert sent.start == 0.0 and before + 7200 <= sent.end <= time.time() + 7200

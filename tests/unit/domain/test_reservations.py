@@ -36,6 +36,7 @@ def request(**fields: Any) -> dict[str, Any]:
         ({"name": "x" * 64}, "name"),
         ({"start": NOW - 500, "end": NOW - 100}, "end"),
         ({"start": NOW + 300, "end": NOW + 200}, "start"),
+        ({"start": NOW - 3600}, "start"),  # a window begun long ago: not booked from then
         ({"end": NOW + 2 * MAX_WINDOW_SECONDS}, "end"),
         ({"end": None}, "end"),
         ({"end": NOW + 200, "duration": 60}, "duration"),
@@ -47,6 +48,7 @@ def request(**fields: Any) -> dict[str, Any]:
         ({"memoryx": ["x" * 300]}, "memoryx"),
         ({"maint": "yes"}, "maint"),
         ({"users": ["alice"]}, "users"),  # maintenance is for nobody
+        ({"queue": "research"}, "queue"),
         ({"maint": False}, "users"),  # for somebody, then
         ({"maint": False, "users": ["a b"]}, "users"),
         ({"maint": False, "groups": ["g"] * 65}, "groups"),
@@ -65,6 +67,11 @@ def test_a_duration_or_no_start_makes_the_window_from_now() -> None:
     assert (checked.start, checked.end) == (NOW, NOW + 3600)
 
 
+def test_a_start_a_little_in_the_past_is_taken_as_now() -> None:
+    checked = check_request(request(start=NOW - 30, end=None, duration=60), NOW)
+    assert (checked.start, checked.end) == (NOW, NOW + 60)
+
+
 def test_a_count_becomes_the_names_of_nodes_free_of_other_reservations() -> None:
     taken = Reservation("team", NOW, NOW + 1000, ("cs2-01",), users=("alice",))
     made = book(
@@ -76,6 +83,26 @@ def test_a_count_becomes_the_names_of_nodes_free_of_other_reservations() -> None
         check_request(request(memoryx=2, swarmx=["swarmx-02"]), NOW), POOL, [], "r", NOW
     )
     assert with_memoryx.nodes == ("cs2-01", "cs2-02", "memx-01", "memx-02", "swarmx-02")
+
+
+def test_a_count_takes_nodes_whose_running_job_ends_before_the_window_first() -> None:
+    running = {"cs2-01": float("inf"), "cs2-02": NOW + 150, "cs2-03": NOW + 50}
+    made = book(check_request(request(systems=2), NOW), POOL, [], "root", NOW, running)
+    assert made.nodes == ("cs2-03", "cs2-04")  # cs2-01's job has no limit, cs2-02's ends late
+    team = request(systems=3, maint=False, users=["alice"])
+    made = book(check_request(team, NOW), POOL, [], "root", NOW, running)
+    assert made.nodes == ("cs2-03", "cs2-04", "cs2-01")  # then in name order
+    with pytest.raises(InsufficientCapacity):  # maintenance never takes a node busy in it
+        book(check_request(request(systems=3), NOW), POOL, [], "root", NOW, running)
+
+
+def test_maintenance_on_a_node_whose_job_would_run_into_it_is_refused() -> None:
+    running = {"cs2-01": float("inf"), "cs2-03": NOW + 50}
+    with pytest.raises(Conflict) as refused:
+        book(check_request(request(systems=["cs2-01"]), NOW), POOL, [], "root", NOW, running)
+    assert refused.value.field == "systems" and "cs2-01 runs a job" in refused.value.message
+    made = book(check_request(request(systems=["cs2-03"]), NOW), POOL, [], "root", NOW, running)
+    assert made.nodes == ("cs2-03",)  # its job ends before the window
 
 
 def test_refusals_of_booking() -> None:

@@ -72,6 +72,7 @@ def test_a_user_reservation_is_used_first_by_its_user_and_not_by_others() -> Non
     assert systems_of(result, "alices") == ["cs2-04"]  # its reserved system first
     why = result.why("bobs")  # three systems are not enough for bob
     assert why is not None and why.code is ReasonCode.RESERVATION
+    assert why.message.startswith("Reserved for others (alice); with no time limit")
     others = [limited("bobs", 1, None, at=1), limited("carols", 2, None, user="carol", at=2)]
     result = admit_around(BacklogIndex(others), pool(4), [ALICE], NOW)
     assert systems_of(result, "bobs") == ["cs2-01"]
@@ -82,3 +83,14 @@ def test_the_limit_of_admissions_holds_across_classes() -> None:
     queue = [limited("alices", 1, None, user="alice"), limited("bobs", 1, None, at=1)]
     result = admit_around(BacklogIndex(queue), pool(4), [ALICE], NOW, limit=1)
     assert [d.job_id for d in result.admitted] == ["alices"] and result.capped
+
+
+def test_the_reason_names_maintenance_and_others_reservations_apart() -> None:
+    waiting = [limited("big", 4, 500.0)]
+    result = admit_around(BacklogIndex(waiting), pool(4), [MAINT, ALICE], NOW)
+    why = result.why("big")
+    assert why is not None and why.code is ReasonCode.RESERVATION
+    assert why.message.startswith(
+        "ReqNodeNotAvail, Reserved for maintenance (maint) and for others (alice) "
+        "before it would end by its time limit"
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.domain.auth import Principal
-from appliance.domain.errors import InvalidSpec, NotFound, PermissionDenied
+from appliance.domain.errors import Conflict, InvalidSpec, NotFound, PermissionDenied
 from appliance.domain.phases import Phase
 from appliance.domain.reasons import ReasonCode
 from appliance.loops.scheduling import SchedulerLoop
@@ -39,6 +39,17 @@ async def test_only_admins_book_and_nothing_is_stored_on_a_refusal(ctx: Context)
         await reservations.delete("fans", by=ROOT)
 
 
+async def test_a_reservation_for_a_queue_that_does_not_exist_is_refused(ctx: Context) -> None:
+    reservations = ReservationService(ctx)
+    team = {"name": "team", "systems": 1, "queue": "nosuchqueue", "duration": 3600}
+    with pytest.raises(InvalidSpec) as refused:
+        await reservations.create(team, by=ROOT)
+    assert refused.value.field == "queue" and "the queues are default" in refused.value.message
+    assert await reservations.list() == []
+    made = await reservations.create({**team, "queue": "default"}, by=ROOT)
+    assert made.audience == "queue=default"
+
+
 async def test_an_ended_reservation_is_dropped_from_the_list(ctx: Context, clock: Clock) -> None:
     reservations = ReservationService(ctx)
     await reservations.create(MAINT, by=ROOT)
@@ -60,3 +71,17 @@ async def test_a_job_running_into_maintenance_waits_and_runs_once_it_is_deleted(
     assert "Reserved for maintenance (fans)" in job.pending_reason
     await reservations.delete("fans", by=ROOT)
     assert await loop.run_once() == 1
+
+
+async def test_a_count_leaves_a_system_whose_job_would_run_into_the_window(
+    ctx: Context,
+) -> None:
+    job_id = "wsjob-runsforever00"
+    create(ctx, new_jobs([job_id], num_csx=1), NOW)  # no time limit: runs into any window
+    assert await SchedulerLoop(ctx).run_once() == 1
+    [held] = shown(ctx, job_id).systems
+    made = await ReservationService(ctx).create({**MAINT, "systems": 1}, by=ROOT)
+    assert made.nodes != (held,)  # an idle system, not the one the job will not give back
+    with pytest.raises(Conflict) as refused:  # nor by name: the job would run into it
+        await ReservationService(ctx).create({**MAINT, "name": "fan", "systems": [held]}, by=ROOT)
+    assert refused.value.field == "systems"
