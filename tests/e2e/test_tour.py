@@ -41,9 +41,12 @@ def test_killed_replica_shows_exit_code_in_csctl_yaml(served: str) -> None:
         assert table.returncode == 0
         header, row = table.stdout.splitlines()[:2]
         assert header.split() == [
-            "NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "SYSTEMS", "USER", "LABELS",
+            "NAME", "AGE", "DURATION", "PHASE", "TYPE", "PRIORITY", "CSX", "SYSTEMS", "USER",
+            "LABELS",
         ]  # fmt: skip
-        assert row.split()[0] == job.id and row.split()[3] == "RUNNING" and "t=e2e" in row
+        cells = row.split()
+        assert cells[0] == job.id and cells[3] == "RUNNING" and "t=e2e" in row
+        assert cells[6] == "2" and len(cells[7].split(",")) == 2  # CSX, then the systems
 
         cs2 = next(r for r in job.status.replicas if r.name == "cs2-0")
         os.kill(cs2.pid, signal.SIGKILL)
