@@ -53,7 +53,8 @@ def test_a_system_in_error_requeues_its_job_and_takes_no_new_one_until_ok(
         wait_until(lambda: "needs 4 systems, 3 free" in wide.status.pending_reason, 30,
                    "the 4-system job to wait for cs2-02")  # fmt: skip
         table = csctl(address, "get", "systems")
-        assert re.search(r"^cs2-02\s+error\s+\S+ ago\s+fan$", table, re.MULTILINE), table
+        # JOB empty, RESERVATION "-", REASON fan
+        assert re.search(r"^cs2-02\s+error\s+\S+ ago\s+-\s+fan$", table, re.MULTILINE), table
         events = csctl(address, "system", "events", "cs2-02")
         assert re.search(r"error\s+anonymous\s+fan", events), events
         csctl(address, "system", "set-state", "cs2-02", "ok")
