@@ -35,7 +35,7 @@ from appliance.domain.fair_share import Usage, weighted_share
 from appliance.domain.inventory import NodeKind, NodeUsage
 from appliance.domain.phase_moves import PhaseChange
 from appliance.domain.phases import Phase
-from appliance.domain.queues import QueueSpec, Quota, Source, resolve_quotas
+from appliance.domain.queues import QueueSpec, Source, resolve_quotas
 from appliance.domain.reasons import Reason, ReasonCode, said
 from appliance.domain.reservations import Reservation
 from appliance.loops.growing import Growing
@@ -177,9 +177,20 @@ class SchedulerLoop:
         # What runs (every holding job and its placements: hundreds of rows on a big pool)
         # is read only when a pass decides on it: quotas, or preemption.
         min_run = preemption.min_run_seconds
-        running = await self.ctx.db(store.running_jobs, min_run) if shared else None
-        book = QuotaBook(quotas, queue_holdings(running or [], kinds)) if shared else None
-        shares = await self._shares(quotas, size, now) if shared else {}
+        running: list[RunningJob] | None = None
+        book: QuotaBook | None = None
+        shares: dict[str, float] = {}
+        if shared:
+            half_life = settings.fair_share_half_life_seconds
+            # One trip to the store's writer, not three: each waits behind the writes queued
+            # for it (replicas, phases), and with queues every pass made those trips.
+            held, used = await self.ctx.db(_quota_reads, store, now, half_life, min_run)
+            book = QuotaBook(quotas, queue_holdings(held, kinds))
+            running = held
+            shares = {
+                name: weighted_share(used.get(name, Usage()), *size, quota.weight)
+                for name, quota in quotas.items()
+            }
         limit = settings.max_admissions
         skip = skip | self.ctx.backlog.entered_after(generation)
         users = await self._user_caps(specs)
@@ -236,19 +247,6 @@ class SchedulerLoop:
         )
         holdings = {key: Holding(*counts) for key, counts in in_queues.items()}
         return UserCaps(held, cap_of, queue_caps, holdings)
-
-    async def _shares(
-        self, quotas: Mapping[str, Quota], size: tuple[int, int], now: float
-    ) -> dict[str, float]:
-        """Each queue's weighted fair share (domain/fair_share.py)."""
-        store = self.ctx.store
-        half_life = self.settings.fair_share_half_life_seconds
-        await self.ctx.db(store.fold_usage, now, half_life)
-        used = await self.ctx.db(store.queue_usage, now, half_life)
-        return {
-            name: weighted_share(used.get(name, Usage()), *size, quota.weight)
-            for name, quota in quotas.items()
-        }
 
     async def _dependencies(
         self, states: list[DependencyState]
@@ -398,6 +396,16 @@ class _PassReads:
     arrays: dict[str, tuple[int, int]]
     releases: list[Release]  # when the jobs holding systems give them back (time limits)
     reservations: list[Reservation]  # (cached in the store: no read while none changes)
+
+
+def _quota_reads(
+    store: JobStore, now: float, half_life: float, min_run: float
+) -> tuple[list[RunningJob], dict[str, Usage]]:
+    """What a pass over queues reads besides `_pass_reads`, in one trip to the store's writer
+    (the fold of ended attempts into the queues' usage writes): what runs, as preemption and
+    the quota book see it, and each queue's decayed usage (domain/fair_share.py)."""
+    store.fold_usage(now, half_life)
+    return store.running_jobs(min_run), store.queue_usage(now, half_life)
 
 
 def _pass_reads(store: JobStore, now: float) -> _PassReads:

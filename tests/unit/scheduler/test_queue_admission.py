@@ -174,3 +174,47 @@ def test_reclaim_spares_a_protected_or_unpreemptible_borrower() -> None:
     q = {"default": Quota(0, 0), "nlp": Quota(1, GIB), "vision": Quota(1, GIB)}
     assert borrowers(head, running, q, kinds, now=100) == []  # the borrower is protected
     assert [c.job_id for c in borrowers(head, running, q, kinds, now=300)] == ["nlp-2"]
+
+
+def test_a_large_head_gets_its_queues_quota_within_a_few_passes_while_small_jobs_arrive() -> None:
+    """Kueue's baseline in small (#38): three queues of 4 systems that borrow; every pass each
+    queue gets five more 1-system P3 jobs (more than the cohort runs), each running one pass. A
+    4-system P1 job of nlp (its whole quota) starts within two passes: its queue starts
+    nothing behind it and no other queue borrows what nlp's jobs give back."""
+    from appliance.domain.inventory import Node, NodeUsage
+    from appliance.domain.plan import ReplicaGroup, ReplicaPlan, Role
+    from appliance.scheduler.admission import admit_backlog
+    from appliance.scheduler.backlog_index import BacklogIndex
+
+    def plan(systems: int) -> ReplicaPlan:
+        groups = (ReplicaGroup(Role.CHIEF, 1), ReplicaGroup(Role.CS2, systems, demand=1))
+        return ReplicaPlan(groups=groups, model_bytes=0)
+
+    names = ("nlp", "vision", "speech")
+    limits = {n: Quota(4, 0, borrow_systems=8) for n in names} | {"default": Quota(0, 0)}
+    nodes = [Node(f"cs2-{i:02d}", NodeKind.SYSTEM, 1) for i in range(12)]
+    index = BacklogIndex()
+    running: dict[str, tuple[str, list[str]]] = {}  # job -> (queue, systems), for one pass
+    large_at = None
+    for n in range(12):
+        for queue in names:
+            for k in range(5):
+                at = float(n * 10 + k)
+                index.put(QueuedJob(f"{queue}-{n}-{k}", Priority.P3, at, plan(1), queue))
+        if n == 4:
+            index.put(QueuedJob("nlp-large", Priority.P1, float(n * 10 + 5), plan(4), "nlp"))
+        busy = {s for _, systems in running.values() for s in systems}
+        held: dict[str, Need] = {}
+        for queue, systems in running.values():
+            held[queue] = held.get(queue, Need(0, 0)).plus(Need(len(systems), 0))
+        pool_ = [NodeUsage(node, int(node.name in busy)) for node in nodes]
+        result = admit_backlog(index, pool_, QuotaBook(limits, held), {q: 0.0 for q in names})
+        running = {}  # the last pass's jobs have ended
+        for decision in result.admitted:
+            job_ = index.get(decision.job_id)
+            assert job_ is not None
+            index.remove(decision.job_id)
+            running[decision.job_id] = (job_.queue, [p.node for p in decision.placements])
+            if decision.job_id == "nlp-large":
+                large_at = n
+    assert large_at is not None and large_at - 4 <= 2
