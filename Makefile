@@ -46,13 +46,8 @@ serve: $(RUN_STAMP)
 
 # --durations: the slowest tests at the end of every run, so that CI's log says where its time
 # goes (CI must stay under 45 minutes on a fresh 2-core machine).
-# Two processes (tests/conftest.py keeps a test file's tests, and every test of a kube-apiserver
-# or a node, in one), then the few tests that look at the whole host, alone.
-TEST_PROCESSES ?= 2
 test: $(STAMP) $(TEST_ASSETS)  ## unit, integration (SQLite and PostgreSQL) and end-to-end tests
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30 -m "not serial" \
-	  -n $(TEST_PROCESSES) --dist loadscope --no-loadscope-reorder
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
 
 test-unit: $(STAMP)  ## the unit tier alone: no servers, about a minute (make test runs it too)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m unit

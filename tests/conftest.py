@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -82,27 +81,8 @@ def dead_address() -> Iterator[str]:
         yield f"127.0.0.1:{held.getsockname()[1]}"
 
 
-_fuzz_lines: list[str] = []
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item,
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A fuzz test's lines travel on its report, so they reach the summary from an xdist
-    worker as from this process."""
-    report = yield
-    report.user_properties.extend(("fuzz", line) for line in fuzz_report.LINES)
-    fuzz_report.LINES.clear()
-    return report
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _fuzz_lines.extend(str(line) for key, line in report.user_properties if key == "fuzz")
-
-
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for line in _fuzz_lines:
+    for line in fuzz_report.LINES:
         terminalreporter.write_line(line)
     if _skipped_postgres:
         terminalreporter.write_line(f"PostgreSQL tests skipped: {_skipped_postgres[0]}")
@@ -119,32 +99,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         asked = item.get_closest_marker("timeout")
         seconds = asked.args[0] if asked and asked.args else timing.budget_of(item.path)
         item.add_marker(pytest.mark.timeout(seconds * timing.SLOWDOWN), append=False)
-    # The longest group first, so that it is not what a parallel run waits for at its end.
-    items.sort(key=lambda item: process_group(item.nodeid) != KUBE_GROUP)
-
-
-KUBE_GROUP = "kube"
-_KUBE_FILES = ("tests/node/", "tests/integration/kubernetes/")
-
-
-def process_group(nodeid: str) -> str:
-    """Which tests `make test` runs in one process (pytest-xdist): a test file's tests
-    together (its module-wide fixtures are set up once), and every test of a kube-apiserver
-    or a real node in one group, one after another: a node owns the host's chains, bridge
-    and cgroups, and both take minutes to bring up once per process."""
-    if nodeid.startswith(_KUBE_FILES):
-        return KUBE_GROUP
-    return nodeid.split("::", 1)[0]
-
-
-@pytest.hookimpl(optionalhook=True, tryfirst=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """pytest-xdist's scheduling by scope, with `process_group` as the scope (its own
-    `--dist loadgroup` marks do not take on pytest 9.2, whose node ids it cannot suffix)."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ByProcessGroup(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
-        def _split_scope(self, nodeid: str) -> str:
-            return process_group(nodeid)
-
-    return ByProcessGroup(config, log)

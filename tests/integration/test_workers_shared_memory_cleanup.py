@@ -61,7 +61,6 @@ ROLES = [
 ]
 
 
-@pytest.mark.serial  # /dev/shm is the host's: no other test may run meanwhile
 @pytest.mark.parametrize("role", ROLES)
 async def test_a_replica_killed_at_random_leaves_no_shared_memory(
     tmp_path: Path, role: str

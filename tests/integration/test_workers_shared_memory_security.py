@@ -106,7 +106,6 @@ async def as_nobody(request: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-@pytest.mark.serial  # /dev/shm is the host's: no other test may run meanwhile
 @needs_root
 async def test_a_hostile_local_user_reaches_nothing_of_a_running_job(tmp_path: Path) -> None:
     before = dev_shm()
