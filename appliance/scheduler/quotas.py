@@ -67,7 +67,7 @@ class QuotaBook:
         # What the lending queues leave idle of their quotas and what all queues borrow,
         # summed once and kept up to date by `add`: asking whether a queue may borrow costs
         # the same with 30 queues as with 2 (a pass asks once per queue and job that borrows).
-        self._totals: tuple[int, Need, Need] | None = None
+        self._totals: tuple[Need, Need] | None = None
 
     @property
     def shared(self) -> bool:
@@ -82,16 +82,13 @@ class QuotaBook:
         before = self.used[queue]
         self.used[queue] = after = before.plus(need)
         if self._totals is not None:
-            count, idle, borrowed = self._totals
-            idle, borrowed = self._moved(queue, before, after, idle, borrowed)
-            self._totals = (count, idle, borrowed)
+            self._totals = self._moved(queue, before, after, *self._totals)
 
     def _sums(self) -> tuple[Need, Need]:
         """(idle to lend, borrowed) over every queue, as `used` has them now."""
-        if self._totals is None or self._totals[0] != len(self.quotas):  # a queue was added
-            idle = self._idle_to_lend(self.used)
-            self._totals = (len(self.quotas), idle, self._borrowed(self.used))
-        return self._totals[1], self._totals[2]
+        if self._totals is None:
+            self._totals = (self._idle_to_lend(self.used), self._borrowed(self.used))
+        return self._totals
 
     def _moved(
         self, queue: str, before: Need, after: Need, idle: Need, borrowed: Need
