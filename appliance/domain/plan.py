@@ -32,6 +32,45 @@ PlanShape = tuple[tuple[str, int, int], ...]
 
 
 @dataclasses.dataclass(frozen=True)
+class PoolShape:
+    """What a plan needs of the pool: how many nodes of each kind and the largest of each.
+    Made once per pool (`pool_shape`) by a caller that plans many jobs on one pool: planning
+    walked a 1,050-node pool five times per submit (#38)."""
+
+    systems: int
+    largest_wafer: int  # bytes, the largest CS-2 wafer's
+    memoryx: int
+    memoryx_bytes: int  # the largest MemoryX node's
+    swarmx: int
+    fanout: int  # the largest SwarmX node's ports
+    worker_slots: int
+
+
+def pool_shape(pool: Sequence[Node]) -> PoolShape:
+    """The pool's shape, in one pass over its nodes."""
+    count = dict.fromkeys(NodeKind, 0)
+    largest = dict.fromkeys(NodeKind, 0)
+    slots = 0
+    for node in pool:
+        kind = node.kind
+        count[kind] += 1
+        size = node.wafer_bytes if kind is NodeKind.SYSTEM else node.capacity
+        if size > largest[kind]:
+            largest[kind] = size
+        if kind is NodeKind.WORKER:
+            slots += node.capacity
+    return PoolShape(
+        systems=count[NodeKind.SYSTEM], largest_wafer=largest[NodeKind.SYSTEM],
+        memoryx=count[NodeKind.MEMORYX], memoryx_bytes=largest[NodeKind.MEMORYX],
+        swarmx=count[NodeKind.SWARMX], fanout=largest[NodeKind.SWARMX], worker_slots=slots,
+    )  # fmt: skip
+
+
+# A pool as its nodes, or its shape made once for many plans.
+Pool = Sequence[Node] | PoolShape
+
+
+@dataclasses.dataclass(frozen=True)
 class ReplicaGroup:
     role: Role
     count: int
@@ -77,7 +116,7 @@ class ReplicaPlan:
         return [(f"{g.role}-{i}", g.role, i) for g in self.groups for i in range(g.count)]
 
 
-def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
+def plan_replicas(spec: JobSpec, pool: Pool) -> ReplicaPlan:
     """chief x1, cs2 x num_csx, memoryx x M (model bytes over node capacity), swarmx x S (a
     pipelined job: chief and one CS-2 only), and for a job that reads a data set, worker x
     num_csx * num_workers_per_csx (one slot each).
@@ -86,8 +125,9 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
     larger sizes (`larger`). Raises InsufficientCapacity when the plan (of any size of the
     range) can never fit the pool, whatever else runs.
     """
+    shape = pool if isinstance(pool, PoolShape) else pool_shape(pool)
     if not spec.num_csx_min:
-        return _plan_of_size(spec, pool)
+        return _plan_of_size(spec, shape)
     if spec.typed_params.runconfig.execution_strategy == PIPELINE:
         raise InvalidSpec(
             f"num_csx_min={spec.num_csx_min}: a pipelined job runs on one CS-2 and cannot be "
@@ -95,7 +135,8 @@ def plan_replicas(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
             field="num_csx_min",
         )
     plans = [
-        _plan_of_size(_sized(spec, n), pool) for n in range(spec.num_csx, spec.num_csx_min - 1, -1)
+        _plan_of_size(_sized(spec, n), shape)
+        for n in range(spec.num_csx, spec.num_csx_min - 1, -1)
     ]
     return dataclasses.replace(plans[-1], larger=tuple(plans[:-1]))
 
@@ -107,28 +148,25 @@ def _sized(spec: JobSpec, systems: int) -> JobSpec:
     return sized
 
 
-def _plan_of_size(spec: JobSpec, pool: Sequence[Node]) -> ReplicaPlan:
-    systems = [n for n in pool if n.kind is NodeKind.SYSTEM]
-    memx = [n for n in pool if n.kind is NodeKind.MEMORYX]
-    swarm = [n for n in pool if n.kind is NodeKind.SWARMX]
-    if spec.num_csx > len(systems):
+def _plan_of_size(spec: JobSpec, pool: PoolShape) -> ReplicaPlan:
+    if spec.num_csx > pool.systems:
         raise InsufficientCapacity(
-            f"num_csx={spec.num_csx} is more than the {len(systems)} CS-2 systems in the "
-            f"cluster; ask for at most {len(systems)}",
+            f"num_csx={spec.num_csx} is more than the {pool.systems} CS-2 systems in the "
+            f"cluster; ask for at most {pool.systems}",
             field="num_csx",
         )
     parsed = spec.typed_params
     model_bytes = models.memory_bytes(parsed)
     strategy = parsed.runconfig.execution_strategy
     need = wafer_needs(parsed, spec.num_csx, strategy)
-    _check_wafer(need, strategy, max(n.wafer_bytes for n in systems))
+    _check_wafer(need, strategy, pool.largest_wafer)
     if strategy == PIPELINE:
         groups = _pipelined_groups(spec)
     else:
-        groups = _streaming_groups(spec, model_bytes, memx, swarm)
+        groups = _streaming_groups(spec, model_bytes, pool)
     workers = parsed.input_workers(spec.num_csx, spec.mode)
     if workers:
-        slots = sum(n.capacity for n in pool if n.kind is NodeKind.WORKER)
+        slots = pool.worker_slots
         if workers > slots:
             raise InsufficientCapacity(
                 f"the job needs {workers} input workers (num_csx={spec.num_csx} x "
@@ -168,28 +206,28 @@ def _pipelined_groups(spec: JobSpec) -> tuple[ReplicaGroup, ...]:
 
 
 def _streaming_groups(
-    spec: JobSpec, model_bytes: int, memx: Sequence[Node], swarm: Sequence[Node]
+    spec: JobSpec, model_bytes: int, pool: PoolShape
 ) -> tuple[ReplicaGroup, ...]:
     """chief, num_csx CS-2s, the MemoryX that hold the model's bytes, the SwarmX that fan out
     to the CS-2s."""
-    if not memx or not swarm:
+    if not pool.memoryx or not pool.swarmx:
         raise InsufficientCapacity("the cluster has no MemoryX or no SwarmX nodes")
-    node_bytes = max(n.capacity for n in memx)
+    node_bytes, memx = pool.memoryx_bytes, pool.memoryx
     memx_count = max(1, math.ceil(model_bytes / node_bytes))
-    if memx_count > len(memx):
+    if memx_count > memx:
         raise InsufficientCapacity(
             f"the model needs {model_bytes} bytes of MemoryX but the cluster has "
-            f"{node_bytes * len(memx)} ({len(memx)} nodes of {node_bytes}); make it smaller",
+            f"{node_bytes * memx} ({memx} nodes of {node_bytes}); make it smaller",
             field="params",
         )
     per_memx = math.ceil(model_bytes / memx_count)
 
-    fanout = max(n.capacity for n in swarm)
+    fanout = pool.fanout
     swarm_count = math.ceil(spec.num_csx / fanout)
-    if swarm_count > len(swarm):
+    if swarm_count > pool.swarmx:
         raise InsufficientCapacity(
             f"num_csx={spec.num_csx} needs {swarm_count} SwarmX nodes of {fanout} ports but the "
-            f"cluster has {len(swarm)}",
+            f"cluster has {pool.swarmx}",
             field="num_csx",
         )
     per_swarm = math.ceil(spec.num_csx / swarm_count)

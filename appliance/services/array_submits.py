@@ -14,10 +14,9 @@ from appliance.domain.auth import Principal
 from appliance.domain.backlog import QueuedJob
 from appliance.domain.holds import hold_by
 from appliance.domain.ids import new_job_id
-from appliance.domain.inventory import Node
 from appliance.domain.job import Job
 from appliance.domain.params_keys import notes_of
-from appliance.domain.plan import ReplicaPlan, plan_replicas
+from appliance.domain.plan import Pool, ReplicaPlan, plan_replicas
 from appliance.domain.queues import QueueSpec
 from appliance.domain.reasons import Reason
 from appliance.domain.spec import JobSpec, Mode, checkpoint_path_of
@@ -34,7 +33,7 @@ Blocking = Callable[..., Awaitable[Any]]
 _Planned = tuple[ArrayTask, JobSpec, ReplicaPlan, "str | None", tuple[Reason, ...]]
 
 
-def plan_tasks(spec: JobSpec, pool: list[Node]) -> tuple[int, list[_Planned]]:
+def plan_tasks(spec: JobSpec, pool: Pool) -> tuple[int, list[_Planned]]:
     """The array's cap and its tasks, each with its spec, plan, the checkpoint it starts from
     and its params' warnings (one process's work for the whole array)."""
     cap, tasks = task_specs(spec)
@@ -69,7 +68,7 @@ class ArraySubmits:
         user: str,
         by: Principal | None,
         queue: QueueSpec,
-        pool: list[Node],
+        pool: Pool,
         count: int,
         *,
         door: Door,

@@ -23,7 +23,7 @@ from appliance.domain.ids import new_job_id
 from appliance.domain.inventory import Node, NodeUsage
 from appliance.domain.job import Job, JobEvent, without_details
 from appliance.domain.params_keys import notes_of
-from appliance.domain.plan import ReplicaPlan, plan_replicas
+from appliance.domain.plan import Pool, PoolShape, ReplicaPlan, plan_replicas, pool_shape
 from appliance.domain.queues import QueueSpec
 from appliance.domain.reasons import Reason
 from appliance.domain.spec import (
@@ -65,7 +65,7 @@ Blocking = Callable[..., Awaitable[Any]]
 
 
 def plan_submission(
-    spec: JobSpec, pool: list[Node]
+    spec: JobSpec, pool: Pool
 ) -> tuple[ReplicaPlan, str | None, tuple[Reason, ...]]:
     """The job's replicas, the checkpoint it resumes from and the warnings its params give
     (keys accepted but not used): one parse of the params."""
@@ -98,6 +98,7 @@ class JobService(JobControls):
         self._cancels = CancelBatcher(ctx)
         self._views = JobViewCache()
         self._offload = Offload()
+        self._shape: tuple[list[Node], PoolShape] | None = None  # the kept pool's shape
         self._blocking = blocking
         self.model_dirs = model_dirs
         self.data_dirs = data_dirs or DataDirs(model_dirs, shared=False)
@@ -189,14 +190,14 @@ class JobService(JobControls):
                     "`csctl get array`",
                     field="lease_seconds",
                 )
-            pool, count = await self._pool(), task_count(spec)
+            pool, count = await self._pool_shape(), task_count(spec)
             jobs = await self._arrays.submit(
                 spec, user, by, queue, pool, count, door=door, refuse_never_runs=refuse_never_runs
             )
             return jobs[0]
         size = len(spec.params_yaml)
         plan, resume, warnings = await self._offload.run(
-            size, "params", plan_submission, spec, await self._pool()
+            size, "params", plan_submission, spec, await self._pool_shape()
         )
         if refuse_never_runs:
             await self._queues.check_can_run(queue, plan)
@@ -283,6 +284,14 @@ class JobService(JobControls):
         if pool is None:
             pool = await self._ctx.db(self._ctx.store.pool)
         return pool
+
+    async def _pool_shape(self) -> PoolShape:
+        """The pool's shape (what planning needs), made once per pool the store keeps."""
+        pool = await self._pool()
+        made = self._shape
+        if made is None or made[0] is not pool:
+            made = self._shape = (pool, pool_shape(pool))
+        return made[1]
 
     async def get(self, job_id: str, *, by: Principal | None = None) -> Job:
         """The job's full view, or without its details (params, replicas' addresses, pids and

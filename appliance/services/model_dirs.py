@@ -35,6 +35,8 @@ from appliance.domain.errors import InvalidSpec, PermissionDenied, Unavailable
 from appliance.domain.spec import JobSpec, with_checkpoint_path
 from appliance.safe_paths import UnsafePath, check_job_dir, check_job_file
 
+MAX_USER_DIRS_KEPT = 10_000  # users whose directory's path is kept made (then all dropped)
+
 
 class ModelDirs:
     def __init__(
@@ -50,9 +52,15 @@ class ModelDirs:
         # Owners' directories this coordinator made (or found): a submit into one needs no
         # disk I/O. A launch makes sure it is still there (ensure_owner_dir).
         self._made: set[Path] = set()
+        self._user_dirs: dict[str, Path] = {}  # user -> users/<user> (pathlib joins are slow)
 
     def user_dir(self, user: str) -> Path:
-        return self.root / "users" / user
+        made = self._user_dirs.get(user)
+        if made is None:
+            if len(self._user_dirs) >= MAX_USER_DIRS_KEPT:
+                self._user_dirs.clear()
+            made = self._user_dirs[user] = self.root / "users" / user
+        return made
 
     def group_dir(self, group: str) -> Path:
         return self.root / "groups" / group
@@ -71,7 +79,10 @@ class ModelDirs:
         restricted = by is not None and not by.admin
         groups = by.groups if by is not None else ()
         if not spec.model_dir:
-            model_dir = self.user_dir(user) / job_id
+            owner = self.user_dir(user)
+            if owner in self._made and not checkpoint:  # the common case: nothing to check
+                return dataclasses.replace(spec, model_dir=f"{owner}/{job_id}")
+            model_dir = owner / job_id
         else:
             model_dir = self.owned(
                 spec.model_dir, user, groups, "model_dir", restricted=restricted

@@ -38,6 +38,18 @@ def test_a_job_without_a_model_dir_writes_in_its_users_own_directory(dirs: Model
     assert made.is_dir() and stat.S_IMODE(made.stat().st_mode) == 0o750
 
 
+def test_once_the_users_directory_is_made_a_submit_is_placed_alike_and_still_checked(
+    dirs: ModelDirs,
+) -> None:
+    dirs.place(spec(), None, "alice", JOB, ALICE)  # makes users/alice
+    again = dirs.place(spec(), None, "alice", "wsjob-modeldirs00002", ALICE)
+    assert again.model_dir == str(dirs.root / "users" / "alice" / "wsjob-modeldirs00002")
+    bobs = str(dirs.root / "users" / "bob" / "run" / "checkpoint_10.npz")
+    with pytest.raises(PermissionDenied) as refused:
+        dirs.place(spec(checkpoint=bobs), bobs, "alice", JOB, ALICE)
+    assert refused.value.field == "checkpoint_path"
+
+
 def test_a_user_writes_in_their_own_their_groups_and_allowed_directories(
     dirs: ModelDirs, tmp_path: Path
 ) -> None:
