@@ -119,7 +119,9 @@ def _consistent_end(client: ApplianceClient, victim_id: str, others: list[str]) 
 
 def test_killed_after_the_checkpoint_request(serve: Serve) -> None:
     with ApplianceClient(serve.address, detach=True) as client:
-        victim = client.submit(params=PARAMS, num_csx=4, num_steps=2_000, priority="p3")
+        # Its chief is stopped right after step 50: 600 steps leave it most of its run to do
+        # after the restart (every step after the requeue's checkpoint is waited for).
+        victim = client.submit(params=PARAMS, num_csx=4, num_steps=600, priority="p3")
         wait_until(lambda: victim.status.progress.step >= 50, 60, "the P3 job to train")
         chief = psutil.Process(_pid(victim, "chief-0"))
         chief.suspend()  # it cannot answer the request until the next coordinator runs
@@ -138,7 +140,8 @@ def test_killed_after_the_checkpoint_request(serve: Serve) -> None:
 
 def test_killed_during_the_teardown_of_a_restart(serve: Serve) -> None:
     with ApplianceClient(serve.address, detach=True) as client:
-        job = client.submit(params=PARAMS, num_csx=2, num_steps=2_000, max_restarts=1)
+        # Killed just after step 250 (past the checkpoint at 200): 800 leave a margin of 500.
+        job = client.submit(params=PARAMS, num_csx=2, num_steps=800, max_restarts=1)
         wait_until(lambda: job.status.progress.step >= 250, 60, "a checkpoint to be written")
         held = psutil.Process(_pid(job, "memoryx-0"))
         held.suspend()  # it cannot exit on the teardown's SIGTERM: the teardown waits
@@ -157,7 +160,9 @@ def test_killed_during_the_teardown_of_a_restart(serve: Serve) -> None:
 
 def test_killed_after_the_requeue(serve: Serve) -> None:
     with ApplianceClient(serve.address, detach=True) as client:
-        victim = client.submit(params=PARAMS, num_csx=4, num_steps=1_500, priority="p3")
+        # The victim is preempted a second or so after step 50; its steps after the resume are
+        # only waited for. The P1 job must still run after the restart: it keeps its 1,500.
+        victim = client.submit(params=PARAMS, num_csx=4, num_steps=600, priority="p3")
         wait_until(lambda: victim.status.progress.step >= 50, 60, "the P3 job to train")
         urgent = client.submit(params=PARAMS, num_csx=2, num_steps=1_500, priority="p1")
         wait_until(lambda: urgent.status.phase is Phase.RUNNING, 60, "the P1 job to run")

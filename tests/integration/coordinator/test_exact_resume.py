@@ -21,9 +21,11 @@ from tests.integration.coordinator.harness import RunningCoordinator, serving, w
 from tests.integration.coordinator.same_run import assert_same_run
 from tests.model_specs import ADAMW, FC, GPT, SGD
 
-# Enough steps that the preemption (about 2 s) lands before the last one: fc_mnist runs over
-# 100 steps/s and GPT over 50 here (a victim at its last step is left to finish instead).
-STEPS = {"gpt": 480, "fc": 1500}
+# Enough steps that the interruption lands well before the last one (a victim at its last step
+# is left to finish instead): a run's timeline had GPT (about 40 steps/s) killed by step 90 and
+# checkpointed for the preemption at step 93, fc_mnist (about 90 steps/s) at step 100; these
+# leave 3 and 6 times that.
+STEPS = {"gpt": 300, "fc": 600}
 
 
 def _params(model: dict[str, Any], optimizer: dict[str, Any]) -> dict[str, Any]:

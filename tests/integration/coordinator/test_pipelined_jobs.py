@@ -12,14 +12,16 @@ from pathlib import Path
 import pytest
 
 from appliance.client import ApplianceClient
+from appliance.domain.job import Job
 from appliance.domain.phases import Phase
 from tests.integration.coordinator.harness import RunningCoordinator, serving, wait_until
 from tests.integration.coordinator.same_run import assert_same_run
 from tests.model_specs import ADAMW, GPT
 
 # Enough steps that the interruption lands well before the last one (a pipelined GPT step
-# moves no weights: a few hundred steps a second here).
-STEPS = 3000
+# moves no weights: about 200 steps a second here; a run's timeline had the kill land by step
+# 100 and the preemption's checkpoint at step 150, so 1000 leaves over 6 times that).
+STEPS = 1000
 PARAMS = copy.deepcopy(GPT)
 PARAMS["optimizer"] = ADAMW
 PARAMS["runconfig"] = {
@@ -37,16 +39,21 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCoo
         yield running
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(coordinator: RunningCoordinator) -> Job:
+    """The run nobody interrupted, trained once for both interruptions: the same spec on the
+    same machine gives the same numbers bit for bit, so one reference serves them both."""
+    with ApplianceClient(coordinator.address, detach=True) as client:
+        return client.submit(params=PARAMS, num_csx=1, num_steps=STEPS).wait(timeout=120)
+
+
 @pytest.mark.parametrize("interruption", ["killed", "preempted"])
 def test_a_pipelined_job_is_two_replicas_and_resumes_exactly(
-    coordinator: RunningCoordinator, interruption: str
+    coordinator: RunningCoordinator, uninterrupted: Job, interruption: str
 ) -> None:
+    assert uninterrupted.phase is Phase.SUCCEEDED, uninterrupted.reason
+    assert sorted(r.name for r in uninterrupted.replicas) == ["chief-0", "cs2-0"]
     with ApplianceClient(coordinator.address, detach=True) as client:
-        reference = client.submit(params=PARAMS, num_csx=1, num_steps=STEPS)
-        uninterrupted = reference.wait(timeout=120)
-        assert uninterrupted.phase is Phase.SUCCEEDED, uninterrupted.reason
-        assert sorted(r.name for r in uninterrupted.replicas) == ["chief-0", "cs2-0"]
-
         job = client.submit(
             params=PARAMS, num_csx=1, num_steps=STEPS, priority="p3", max_restarts=1
         )

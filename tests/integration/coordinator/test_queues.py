@@ -49,8 +49,11 @@ def test_a_queue_below_its_quota_reclaims_the_systems_another_borrows(
 ) -> None:
     address = coordinator.address
     with ApplianceClient(address, detach=True) as client:
-        first = client.submit(params=PARAMS, num_csx=2, num_steps=4000, queue="nlp")
-        borrower = client.submit(params=PARAMS, num_csx=2, num_steps=3000, queue="nlp")
+        # Steps sized from a run's timeline (about 50 steps/s each while three jobs share two
+        # cores): the borrower is reclaimed at about step 250, and `first` must still be
+        # running when `after` is read (about step 750); each has 3x that.
+        first = client.submit(params=PARAMS, num_csx=2, num_steps=2500, queue="nlp")
+        borrower = client.submit(params=PARAMS, num_csx=2, num_steps=1000, queue="nlp")
         for job in (first, borrower):
             wait_until(lambda job=job: job.status.progress.step >= 20, 120, "nlp's jobs to run")
         before = csctl(address, "get", "queues")
@@ -58,8 +61,9 @@ def test_a_queue_below_its_quota_reclaims_the_systems_another_borrows(
         assert (nlp["QUOTA"], nlp["USED"], nlp["BORROWED"], nlp["RUNNING"]) == ("2", "4", "2", "2")
         assert (vision["USED"], vision["LENT"]) == ("0", "2")
 
-        # Long enough to be still running when csctl reads the queues on a busy machine.
-        arrival = client.submit(params=PARAMS, num_csx=2, num_steps=1500, queue="vision")
+        # Long enough to be still running when csctl reads the queues on a busy machine (it
+        # trains about 12 s, csctl reads within 2 s of its start).
+        arrival = client.submit(params=PARAMS, num_csx=2, num_steps=600, queue="vision")
         wait_until(
             lambda: arrival.status.phase is Phase.RUNNING, 60, "vision's job to run within seconds"
         )
