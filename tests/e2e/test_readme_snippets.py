@@ -56,8 +56,9 @@ def test_ctrl_c_in_the_kubernetes_client_snippet_cancels_the_job_at_once(
     snippet = snippet.replace('"127.0.0.1:50051"', repr(serving.address))
     snippet = snippet.replace("num_steps=200", "num_steps=1_000_000")  # still running at Ctrl-C
     proc = subprocess.Popen(
-        [sys.executable, "-c", snippet], cwd=tmp_path, stdout=subprocess.PIPE, text=True
-    )
+        [sys.executable, "-c", snippet], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     assert proc.stdout is not None
     try:
         submitted = proc.stdout.readline()
@@ -67,8 +68,8 @@ def test_ctrl_c_in_the_kubernetes_client_snippet_cancels_the_job_at_once(
             job = client.job(job_id)
             wait_until(lambda: job.status.phase is Phase.RUNNING, 60, "the job to run")
             proc.send_signal(signal.SIGINT)  # Ctrl-C
-            out, _ = proc.communicate(timeout=30)
-            assert f"cancelled {job_id}" in out, out
+            out, err = proc.communicate(timeout=30)
+            assert f"cancelled {job_id}" in out, f"stdout: {out}\nstderr: {err}"
             final = job.status
             assert final.phase is Phase.CANCELLED
             assert "Ctrl-C in the client" in final.reason, final.reason

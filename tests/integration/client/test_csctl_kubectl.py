@@ -250,13 +250,18 @@ def test_watch_prints_the_list_then_each_change(
         new = observer.submit(params=params_file, num_csx=1, num_steps=5, labels={"w": "3"}).id
         line = watch.until(lambda line: line.startswith(new), "the new job")
         assert line[column:].split()[0] == "QUEUED"
+        # Each watcher hears of a change before the next is made: changes that reach a slow
+        # watcher together are shown once, in their latest state (as kubectl's watch may).
+        names.until(lambda line: line == new, "the name of the new job")
         observer.set_priority(new, "p1")
         line = watch.until(lambda line: line.startswith(new), "the new priority")
         assert line.split()[5] == "P1"
+        names.until(lambda line: line == new, "the name of the job given a new priority")
         observer.cancel_job(other)  # not selected: never printed
         observer.cancel_job(new)
         line = watch.until(lambda line: line.startswith(new), "the cancel")
         assert line[column:].split()[0] == "CANCELLED"
+        names.until(lambda line: line == new, "the name of the cancelled job")
         observer.update_labels(old, {"x": "y"})
         line = watch.until(lambda line: line.startswith(old), "the new label")
         assert "w=1,x=y" in line
