@@ -1,4 +1,4 @@
-"""A gate against the next submit regression, cheap enough for every CI run (~80 s).
+"""A gate against the next submit regression, cheap enough for every CI run (~50 s).
 
 Absolute rates move between machines and with what else runs, so the gate judges a ratio: the
 coordinator's CPU time per submitted job (every thread, read from /proc; 50 gRPC clients
