@@ -142,10 +142,17 @@ def run(
         done_before = db.execute(succeeded).fetchone()[0]
         spy = _py_spy(coordinator.pid, py_spy) if py_spy else None
         deadline = time.monotonic() + 120 + measure
-        done = 0
-        while time.monotonic() < deadline and done < measure:
+        done, grew, queued_left = 0, time.monotonic(), -1
+        # Also stops when none of the queued jobs has ended for 10 s (the probe's own jobs go
+        # on ending): jobs that ended while the systems were coming back (slow on a loaded
+        # machine) are not there to be measured.
+        left = f"SELECT count(*) FROM jobs WHERE phase != 'SUCCEEDED' AND created_at < {reopened}"
+        while time.monotonic() < deadline and done < measure and time.monotonic() - grew < 10:
             time.sleep(0.25)  # polling the store from outside, not synchronising anything
             done = db.execute(succeeded).fetchone()[0] - done_before
+            now_left = db.execute(left).fetchone()[0]
+            grew = time.monotonic() if now_left != queued_left else grew
+            queued_left = now_left
         cpu = _cpu_per_job(cpu_before, coordinator.thread_cpu(), done)
         if spy is not None:
             spy.send_signal(signal.SIGINT)

@@ -136,9 +136,7 @@ class ReplicaEventHandling:
             event = events[at]
             if event.kind is ReplicaEventKind.STARTED:
                 run = _run_of(events, at, ReplicaEventKind.STARTED)
-                await asyncio.gather(
-                    *(self.replicas.started(e.job_id, e.replica, e.pid) for e in run)
-                )
+                await self.replicas.started_all([(e.job_id, e.replica, e.pid) for e in run])
                 at += len(run)
                 continue
             if event.job_id in self.requeues.tasks:

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Sequence
+from typing import TypeVar
 
 from appliance.domain.data_plane import data_plane_line
 from appliance.domain.errors import (
@@ -39,6 +40,8 @@ from appliance.store.replica_batches import (
 from appliance.store.replicas import DataPlane
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+A = TypeVar("A")
 # How long a heartbeat's answer may wait for its data-plane line to be written.
 DATA_PLANE_WRITE_SECONDS = 1.0
 
@@ -63,8 +66,12 @@ class ReplicaService:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._registrations = GroupCommit[Registration, Registered](self._register_batch)
-        self._starts = GroupCommit[Started, None](self._start_batch)
+        # A request is a gang (a job's replicas that ask together) or a single replica: one
+        # future and one place in the batch per job, not per replica.
+        self._registrations = GroupCommit[Sequence[Registration], list[Registered | Exception]](
+            self._register_batch
+        )
+        self._starts = GroupCommit[Sequence[Started], None](self._start_batch)
         self._exits = GroupCommit[JobExits, ExitsWritten](self._exit_batch)
         self._progress = GroupCommit[Report, Reported](self._progress_batch)
         # The replicas of jobs that run together wait, and ask what to do, together: their
@@ -79,32 +86,54 @@ class ReplicaService:
         self, job_id: str, attempt: int, replica: str, address: str, pid: int
     ) -> None:
         """A replica serves at `address`; the job runs when all of its replicas have said so."""
-        answer = await self._registrations.write(
-            Registration(job_id, attempt, replica, address, pid)
-        )
-        if answer.taken is not None:
-            raise Conflict(
-                f"{replica} of {job_id} is already registered at {answer.taken}; "
-                "a replica registers once"
-            )
-        # A complete gang of a job still SCHEDULED: its launch moves it on when it is
-        # INITIALIZING (start_if_all_ready); of one INITIALIZING: moved in the same write.
+        await self.register_gang(job_id, attempt, [(replica, address, pid)])
+
+    async def register_gang(
+        self, job_id: str, attempt: int, replicas: Sequence[tuple[str, str, int]]
+    ) -> bool:
+        """Replicas of `attempt` (name, address, pid) that register together, in one request of
+        the group commit, each decided as if alone (store/replica_batches.py); raises the first
+        refusal. True when their write moved the job to RUNNING (it completed the gang of a job
+        INITIALIZING); else the job runs once its launch or the last replica moves it.
+
+        A complete gang of a job still SCHEDULED: its launch moves it on when it is
+        INITIALIZING (start_if_all_ready); of one INITIALIZING: moved in the same write."""
+        gang = [Registration(job_id, attempt, name, addr, pid) for name, addr, pid in replicas]
+        running = False
+        for asked, answer in zip(gang, await self._registrations.write(gang), strict=True):
+            if isinstance(answer, Exception):
+                raise answer
+            if answer.taken is not None:
+                raise Conflict(
+                    f"{asked.replica} of {job_id} is already registered at {answer.taken}; "
+                    "a replica registers once"
+                )
+            running = running or answer.change is not None
+        return running
 
     async def started(self, job_id: str, replica: str, pid: int | None) -> None:
         """The backend started `replica` (PENDING -> STARTED; its pid recorded)."""
-        await self._starts.write((job_id, replica, pid))
+        await self.started_all([(job_id, replica, pid)])
+
+    async def started_all(self, started: Sequence[Started]) -> None:
+        """Replicas the backend started together (a job's gang): one request of the group
+        commit, written with the others' as `started` is."""
+        await self._starts.write(started)
 
     async def record_exits(self, job_id: str, exits: Sequence[ReplicaExit]) -> ExitsWritten:
         """Record a job's replica exits, in order, as far as JobStore.record_exits may."""
         return await self._exits.write((job_id, exits))
 
-    async def _register_batch(self, batch: list[Registration]) -> list[Registered | Exception]:
-        return await self.ctx.write_phases(
-            self.ctx.store.register_replicas, batch, self.ctx.clock()
+    async def _register_batch(
+        self, batch: list[Sequence[Registration]]
+    ) -> list[list[Registered | Exception]]:
+        answers = await self.ctx.write_phases(
+            self.ctx.store.register_replicas, _flat(batch), self.ctx.clock()
         )
+        return _unflat(batch, answers)
 
-    async def _start_batch(self, batch: list[Started]) -> list[None]:
-        await self.ctx.db(self.ctx.store.mark_started, batch)
+    async def _start_batch(self, batch: list[Sequence[Started]]) -> list[None]:
+        await self.ctx.db(self.ctx.store.mark_started, _flat(batch))
         return [None] * len(batch)
 
     async def _read_states(self, job_ids: list[str]) -> list[StopState | None]:
@@ -238,6 +267,19 @@ class ReplicaService:
         self._data_plane_said[key] = (attempt, line)
         if len(self._data_plane_said) > MAX_DATA_PLANES_KEPT:
             del self._data_plane_said[next(iter(self._data_plane_said))]
+
+
+def _flat(requests: Sequence[Sequence[T]]) -> list[T]:
+    return [item for request in requests for item in request]
+
+
+def _unflat(requests: Sequence[Sequence[object]], answers: Sequence[A]) -> list[list[A]]:
+    """`answers` (one per item of the flattened `requests`) cut back into one list each."""
+    cut, at = [], 0
+    for request in requests:
+        cut.append(list(answers[at : at + len(request)]))
+        at += len(request)
+    return cut
 
 
 def directive_from(job_id: str, attempt: int, state: StopState | None) -> Directive:

@@ -9,6 +9,7 @@ own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from appliance.domain.job import Progress
@@ -27,10 +28,13 @@ class Directive(Protocol):
 class ReplicaCalls(Protocol):
     """What a job's replicas ask of the coordinator (appliance/services/replicas.py)."""
 
-    async def register(
-        self, job_id: str, attempt: int, replica: str, address: str, pid: int
-    ) -> None:
-        """The replica of `attempt` is ready; the job runs once all of its replicas are."""
+    async def register_gang(
+        self, job_id: str, attempt: int, replicas: Sequence[tuple[str, str, int]]
+    ) -> bool:
+        """The replicas of `attempt` (name, address, pid) are ready, each registered as if
+        alone but in one call (a simulated gang is ready at once: a call each cost the
+        coordinator a future and a place in a batch per replica, not per job); the job runs
+        once all of its replicas are. True when this call moved it to RUNNING."""
 
     async def wait_running(self, job_id: str, attempt: int, wait_seconds: float) -> None:
         """Return once `attempt` runs; DeadlineExceeded after `wait_seconds` (ask again),

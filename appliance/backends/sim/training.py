@@ -19,7 +19,6 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -102,14 +101,11 @@ class SimulatedAttempt:
         """Register every replica, wait for the job to run, then train to the end (or until
         stopped, failed or cancelled by a teardown)."""
         try:
-            # Each replica registers on its own, as real ones (separate processes) do.
-            await asyncio.gather(
-                *(
-                    self._calls.register(self.job_id, self.attempt, name, f"sim:{name}", 0)
-                    for name in sorted(self.alive)
-                )
-            )
-            if await self._running():
+            # The gang registers in one call: each replica is still recorded on its own (its
+            # address, READY), in one request of the coordinator's group commit.
+            gang = [(name, f"sim:{name}", 0) for name in sorted(self.alive)]
+            running = await self._calls.register_gang(self.job_id, self.attempt, gang)
+            if running or await self._running():
                 await self._train()
         except ApplianceError as exc:  # the attempt is over, or the store is away for long
             # The replicas wait for their teardown, as real ones wait to be stopped.

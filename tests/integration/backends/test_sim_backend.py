@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import heapq
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -77,10 +78,11 @@ class RecordingCalls:
         self.answer = Answer()
         self.reads = 0
 
-    async def register(
-        self, job_id: str, attempt: int, replica: str, address: str, pid: int
-    ) -> None:
-        self.registered.append((job_id, attempt, replica))
+    async def register_gang(
+        self, job_id: str, attempt: int, replicas: Sequence[tuple[str, str, int]]
+    ) -> bool:
+        self.registered.extend((job_id, attempt, name) for name, _, _ in replicas)
+        return True
 
     async def wait_running(self, job_id: str, attempt: int, wait_seconds: float) -> None:
         return None

@@ -44,6 +44,25 @@ async def test_the_job_runs_when_its_last_replica_registers(
         await replicas.register(JOB, 1, "cs2-9", "127.0.0.1:2", 42)
 
 
+async def test_a_gang_registers_in_one_call_and_says_when_it_made_the_job_run(
+    ctx: Context, replicas: ReplicaService
+) -> None:
+    """The simulated backend's gang: one request of the group commit per job, each replica
+    recorded (READY, its address) as if alone, and True only from the call that moved the
+    job to RUNNING; a refusal of one replica is raised."""
+    names = [r.name for r in ctx.store.replicas(JOB)]
+    assert not await replicas.register_gang(JOB, 1, [(names[0], "sim:a", 0)])
+    assert ctx.store.get_job(JOB).phase is Phase.INITIALIZING
+    rest = [(name, "sim:a", 0) for name in names[1:]]
+    assert await replicas.register_gang(JOB, 1, rest)
+    job = ctx.store.get_job(JOB)
+    assert job.phase is Phase.RUNNING
+    assert {(r.phase.value, r.address) for r in job.replicas} == {("READY", "sim:a")}
+    assert not await replicas.register_gang(JOB, 1, rest)  # a retried call: recorded already
+    with pytest.raises(Conflict, match=f"{names[1]} of .* is already registered at sim:a"):
+        await replicas.register_gang(JOB, 1, [(names[1], "sim:b", 0)])
+
+
 async def test_a_job_still_starting_after_the_wait_is_not_yet_not_a_conflict(
     ctx: Context, replicas: ReplicaService
 ) -> None:
