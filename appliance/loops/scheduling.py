@@ -42,7 +42,14 @@ from appliance.loops.growing import Growing
 from appliance.scheduler.admission import Admission, admit_backlog
 from appliance.scheduler.array_caps import ArrayCaps
 from appliance.scheduler.backlog_index import BacklogIndex
-from appliance.scheduler.preemption import Preemption, Room, anywhere, choose_victims
+from appliance.scheduler.preemption import (
+    PoolFree,
+    Preemption,
+    Room,
+    anywhere,
+    choose_victims,
+    exempt_in_the_way,
+)
 from appliance.scheduler.quotas import QuotaBook
 from appliance.scheduler.reclaim import borrowers, holding, queue_holdings, quota_room
 from appliance.scheduler.reservations import ClassAdmissions, admit_around
@@ -205,6 +212,7 @@ class SchedulerLoop:
             return decision
         if running is None:
             running = await self.ctx.db(store.running_jobs, min_run)
+        pool = PoolFree.of(usage)  # once for every head's search
         for head in decision.heads:
             job = head.job
             if (why := decision.why(job.job_id)) is not None and why.code is RESERVATION:
@@ -212,13 +220,13 @@ class SchedulerLoop:
             room = quota_room(job, running, quotas, kinds) if shared else anywhere
             if head.within_quota and shared:
                 candidates = borrowers(job, running, quotas, kinds, now)
-                chosen = choose_victims(job, running, usage, now, candidates, room, fewest=False)
+                chosen = choose_victims(job, running, pool, now, candidates, room, fewest=False)
                 if chosen is not None:
                     given[job.job_id] = await self._reclaim_for(job, chosen, running, kinds)
                     continue
             # A head always has its reason (a blocked job is said to wait when it is made one).
             waits = decision.why(job.job_id) or said(ReasonCode.CAPACITY, shortfall="")
-            given[job.job_id] = await self._preempt_for(job, running, usage, waits, room)
+            given[job.job_id] = await self._preempt_for(job, running, pool, waits, room)
         return decision
 
     async def _user_caps(self, specs: Sequence[QueueSpec]) -> UserCaps | None:
@@ -310,7 +318,7 @@ class SchedulerLoop:
         self,
         head: QueuedJob,
         running: list[RunningJob],
-        usage: Sequence[NodeUsage],
+        pool: PoolFree,
         waits: Reason,
         room: Room,
     ) -> Reason:
@@ -318,9 +326,9 @@ class SchedulerLoop:
         returns the head's pending reason: whom it waits for, else `waits` (with the jobs
         that would make room but may not be preempted, when there are)."""
         now = self.ctx.clock()
-        chosen = choose_victims(head, running, usage, now, room=room)
+        chosen = choose_victims(head, running, pool, now, room=room)
         if chosen is None:
-            exempt = _exempt(head, running, usage, now, room)
+            exempt = exempt_in_the_way(head, running, pool, now, room)
             return waits.but(exempt=exempt) if exempt else waits
         reason = said(ReasonCode.PREEMPTED, by=head.job_id, priority=head.priority.name)
         await self._request(head, chosen.victims, reason, running)
@@ -330,33 +338,6 @@ class SchedulerLoop:
             victims=tuple((v.job_id, v.priority.name) for v in stopping),
             checkpoint=any(v.checkpointable for v in stopping),
         )
-
-
-def _exempt(
-    head: QueuedJob,
-    running: Sequence[RunningJob],
-    usage: Sequence[NodeUsage],
-    now: float,
-    room: Room,
-) -> tuple[tuple[str, float], ...]:
-    """The jobs that may not be preempted (opted out: until 0; preempted recently: until
-    when they may be again) that keep the head waiting, to add to its reason (the `exempt`
-    note); none when they are not what keeps it waiting."""
-    freed = [
-        dataclasses.replace(r, preemptible=True, protected_until=0.0)
-        if int(r.priority) > int(head.priority) and not r.stopping
-        else r
-        for r in running
-    ]
-    chosen = choose_victims(head, freed, usage, now, room=room)
-    if chosen is None or not chosen.victims:
-        return ()
-    exempt = {r.job_id: r for r in running if not r.preemptible or r.protected_until > now}
-    return tuple(
-        (v.job_id, exempt[v.job_id].protected_until if exempt[v.job_id].preemptible else 0.0)
-        for v in chosen.victims
-        if v.job_id in exempt
-    )
 
 
 class _Trace:

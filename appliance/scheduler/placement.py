@@ -54,6 +54,28 @@ def fit(
     return placements, shortfall
 
 
+def fits(
+    plan: ReplicaPlan, free: Mapping[str, int], names: Mapping[NodeKind, Sequence[str]]
+) -> bool:
+    """Whether `fit` would place all of the plan (`names`: the nodes of each kind), without
+    placing it: a group alone on its kind fits when its nodes have room for `count` replicas
+    between them, whichever node each would go to; kinds shared by groups are fitted."""
+    groups = [(KIND_OF_ROLE[g.role], g) for g in plan.groups if g.role in KIND_OF_ROLE]
+    kinds = [kind for kind, _ in groups]
+    if len(set(kinds)) < len(kinds):
+        by_name = {n: kind for kind in set(kinds) for n in names.get(kind, ())}
+        return not fit(plan, dict(free), by_name)[1]
+    for kind, group in groups:
+        nodes = names.get(kind, ())
+        if group.demand > 0:
+            room = sum(max(0, free[n] // group.demand) for n in nodes)
+        else:  # a replica of no demand goes to any node not used beyond its capacity
+            room = group.count if any(free[n] >= group.demand for n in nodes) else 0
+        if room < group.count:
+            return False
+    return True
+
+
 def shortfall_of(
     group: ReplicaGroup, free: Mapping[str, int], kinds: Mapping[str, NodeKind], kind: NodeKind
 ) -> str:

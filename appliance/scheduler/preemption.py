@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 
 from appliance.domain.backlog import QueuedJob, RunningJob
 from appliance.domain.inventory import NodeKind, NodeState, NodeUsage
-from appliance.scheduler.placement import fit
+from appliance.scheduler.placement import fits
 
 SEARCH_BUDGET = 2_000
 
@@ -48,10 +48,33 @@ def anywhere(victims: Sequence[RunningJob]) -> bool:
     return True
 
 
+@dataclasses.dataclass(frozen=True)
+class PoolFree:
+    """The pool as a preemption search reads it: the nodes in service, the nodes of each
+    kind, every node's free room. Made once per pass (`of`) for all of its heads: on a pool
+    of a thousand nodes, making it again for each head (twice for one that waits on exempt
+    jobs) cost a pass about as much as its admissions."""
+
+    usable: Set[str]
+    names: Mapping[NodeKind, Sequence[str]]
+    free: Mapping[str, int]
+
+    @classmethod
+    def of(cls, pool: Sequence[NodeUsage]) -> PoolFree:
+        names: dict[NodeKind, list[str]] = {}
+        for u in pool:
+            names.setdefault(u.node.kind, []).append(u.node.name)
+        return cls(
+            frozenset(u.node.name for u in pool if u.node.state is NodeState.OK),
+            names,
+            {u.node.name: u.free for u in pool},
+        )
+
+
 def choose_victims(
     head: QueuedJob,
     running: Sequence[RunningJob],
-    pool: Sequence[NodeUsage],
+    pool: Sequence[NodeUsage] | PoolFree,
     now: float,
     candidates: Sequence[RunningJob] | None = None,
     room: Room = anywhere,
@@ -63,13 +86,12 @@ def choose_victims(
     whether its queue's quota lets it run once those are gone (besides fitting the pool).
     `fewest`: prefer the fewest victims over the candidates' order (a reclaim takes them in
     order, just enough)."""
-    usable = {u.node.name for u in pool if u.node.state is NodeState.OK}
-    kinds: dict[str, NodeKind] = {u.node.name: u.node.kind for u in pool}
-    free = {u.node.name: u.free for u in pool}
+    view = pool if isinstance(pool, PoolFree) else PoolFree.of(pool)
+    usable, names, free = view.usable, view.names, dict(view.free)
     stopping = [r for r in running if r.stopping]
     for job in stopping:
         _give_back(free, job, usable)
-    if _fits(head, free, kinds) and room(()):
+    if _fits(head, free, names) and room(()):
         mine = tuple(r for r in stopping if r.preempted_by == head.job_id)
         return Preemption((), mine) if mine else None
     if candidates is None:
@@ -85,13 +107,48 @@ def choose_victims(
             ),
             key=lambda r: (-int(r.priority), r.at_risk, r.job_id),
         )
-    search = _Search(head, free, kinds, usable, room)
+    search = _Search(head, free, names, usable, room)
     greedy = search.greedy(candidates)
     if greedy is None:
         return None
     chosen = (search.smallest(candidates, len(greedy)) if fewest else None) or greedy
     waiting = tuple(r for r in stopping if r.preempted_by == head.job_id)
     return Preemption(tuple(chosen), waiting)
+
+
+def exempt_in_the_way(
+    head: QueuedJob,
+    running: Sequence[RunningJob],
+    pool: Sequence[NodeUsage] | PoolFree,
+    now: float,
+    room: Room = anywhere,
+) -> tuple[tuple[str, float], ...]:
+    """The jobs that may not be preempted (opted out: until 0; preempted recently: until
+    when they may be again) that keep the head waiting, to add to its reason (the `exempt`
+    note); none when they are not what keeps it waiting: the victims it would choose were
+    they all fair game. No search when none of the head's candidates is exempt."""
+
+    def exempt(r: RunningJob) -> bool:
+        return not r.preemptible or r.protected_until > now
+
+    def candidate(r: RunningJob) -> bool:
+        return not r.stopping and r.queue == head.queue and int(r.priority) > int(head.priority)
+
+    if not any(candidate(r) and exempt(r) for r in running):
+        return ()
+    freed = [
+        dataclasses.replace(r, preemptible=True, protected_until=0.0) if candidate(r) else r
+        for r in running
+    ]
+    chosen = choose_victims(head, freed, pool, now, room=room)
+    if chosen is None or not chosen.victims:
+        return ()
+    held = {r.job_id: r for r in running if exempt(r)}
+    return tuple(
+        (v.job_id, held[v.job_id].protected_until if held[v.job_id].preemptible else 0.0)
+        for v in chosen.victims
+        if v.job_id in held
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,15 +158,15 @@ class _Search:
 
     head: QueuedJob
     free: dict[str, int]
-    kinds: dict[str, NodeKind]
-    usable: set[str]
+    names: Mapping[NodeKind, Sequence[str]]
+    usable: Set[str]
     room: Room
 
     def makes_room(self, victims: Sequence[RunningJob]) -> bool:
         scratch = dict(self.free)
         for job in victims:
             _give_back(scratch, job, self.usable)
-        return _fits(self.head, scratch, self.kinds) and self.room(victims)
+        return _fits(self.head, scratch, self.names) and self.room(victims)
 
     def greedy(self, candidates: Sequence[RunningJob]) -> list[RunningJob] | None:
         """Candidates in order until the head fits, then those it can do without handed
@@ -141,11 +198,11 @@ class _Search:
         return None
 
 
-def _fits(head: QueuedJob, free: dict[str, int], kinds: dict[str, NodeKind]) -> bool:
-    return not fit(head.plan, free, kinds)[1]
+def _fits(head: QueuedJob, free: dict[str, int], names: Mapping[NodeKind, Sequence[str]]) -> bool:
+    return fits(head.plan, free, names)
 
 
-def _give_back(free: dict[str, int], job: RunningJob, usable: set[str], sign: int = 1) -> None:
+def _give_back(free: dict[str, int], job: RunningJob, usable: Set[str], sign: int = 1) -> None:
     for node, amount in job.holdings:
         if node in usable:  # a node out of service gives nothing back
             free[node] = free.get(node, 0) + sign * amount

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from hypothesis import given, settings
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 from appliance.domain.backlog import QueuedJob, RunningJob
 from appliance.domain.inventory import NodeState, NodeUsage
 from appliance.domain.spec import Priority
-from appliance.scheduler.preemption import choose_victims
+from appliance.scheduler.preemption import PoolFree, choose_victims, exempt_in_the_way
 from tests.unit.scheduler.test_gang_admission import GIB, job, pool
 
 NOW = 1000.0
@@ -156,3 +157,80 @@ def test_victims_always_make_room_and_are_all_strictly_lower_priority(
     # Minimal: handing back any one victim leaves the head short.
     for v in chosen.victims:
         assert freed - (len(v.holdings) - 2) < wanted
+
+
+def test_the_exempt_jobs_a_head_waits_on_are_named_with_until_when() -> None:
+    head = job("wsjob-head", 4, priority=Priority.P1)
+    fresh = running("wsjob-fresh", ["cs2-01", "cs2-02"], protected_until=NOW + 30)
+    kept = running("wsjob-kept", ["cs2-03", "cs2-04"], preemptible=False)
+    jobs = [fresh, kept]
+    assert choose_victims(head, jobs, usage_of(jobs), NOW) is None
+    named = exempt_in_the_way(head, jobs, usage_of(jobs), NOW)
+    assert sorted(named) == [("wsjob-fresh", NOW + 30), ("wsjob-kept", 0.0)]
+    assert exempt_in_the_way(head, [kept], usage_of([kept]), NOW) == (("wsjob-kept", 0.0),)
+    # Not what keeps it waiting: the head would not fit even with both gone.
+    assert (
+        exempt_in_the_way(job("wsjob-big", 5, priority=Priority.P1), jobs, usage_of(jobs), NOW)
+        == ()
+    )
+
+
+def _exempt_reference(
+    head: QueuedJob, jobs: Sequence[RunningJob], usage: Sequence[NodeUsage]
+) -> tuple[tuple[str, float], ...]:
+    """The search as it was before `exempt_in_the_way` learned to skip it: every job of lower
+    priority made fair game, whatever its queue."""
+    freed = [
+        dataclasses.replace(r, preemptible=True, protected_until=0.0)
+        if int(r.priority) > int(head.priority) and not r.stopping
+        else r
+        for r in jobs
+    ]
+    chosen = choose_victims(head, freed, usage, NOW)
+    if chosen is None or not chosen.victims:
+        return ()
+    exempt = {r.job_id: r for r in jobs if not r.preemptible or r.protected_until > NOW}
+    return tuple(
+        (v.job_id, exempt[v.job_id].protected_until if exempt[v.job_id].preemptible else 0.0)
+        for v in chosen.victims
+        if v.job_id in exempt
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(list(Priority)),
+            st.integers(1, 2),
+            st.sampled_from(["default", "other"]),
+            st.booleans(),  # preemptible
+            st.sampled_from([0.0, NOW, NOW + 5]),  # protected until
+            st.booleans(),  # stopping
+        ),
+        max_size=4,
+    ),
+    st.sampled_from(list(Priority)),
+    st.integers(1, 4),
+    st.sets(st.sampled_from(["cs2-01", "cs2-02", "cs2-03", "cs2-04"]), max_size=2),
+)
+def test_the_pool_made_once_per_pass_decides_as_the_pool_itself(
+    specs: list[tuple[Priority, int, str, bool, float, bool]],
+    head_priority: Priority,
+    wanted: int,
+    broken: set[str],
+) -> None:
+    jobs, free = [], [f"cs2-{i:02d}" for i in range(1, 5)]
+    for n, (priority, size, queue, preemptible, until, stopping) in enumerate(specs):
+        if len(free) < size:
+            break
+        held, free = free[:size], free[size:]
+        jobs.append(
+            running(f"wsjob-r{n}", held, priority, queue=queue, preemptible=preemptible,
+                    protected_until=until, stopping=stopping)
+        )  # fmt: skip
+    head = job("wsjob-head", wanted, priority=head_priority)
+    usage = usage_of(jobs, states=dict.fromkeys(broken, NodeState.ERROR))
+    view = PoolFree.of(usage)
+    assert choose_victims(head, jobs, view, NOW) == choose_victims(head, jobs, usage, NOW)
+    assert exempt_in_the_way(head, jobs, view, NOW) == _exempt_reference(head, jobs, usage)
