@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from appliance.domain.arrays import MAX_ARRAY_CHARS, TASK_ID_PLACEHOLDER, array_tasks, as_a_task
+from appliance.domain.arrays import MAX_ARRAY_CHARS, TASK_ID_PLACEHOLDER, array_tasks
 from appliance.domain.bounded_yaml import check_nesting, load_bounded
 from appliance.domain.dependencies import Dependency, parse_dependencies
 from appliance.domain.display import hidden_character
@@ -22,6 +22,10 @@ from appliance.domain.elastic import checked_csx_min
 from appliance.domain.errors import InvalidSpec
 from appliance.domain.params import MAX_STEPS as MAX_STEPS  # re-exported: the doors bound it
 from appliance.domain.params import Params, parse_params
+from appliance.domain.params_check import MAX_PARAMS_BYTES as MAX_PARAMS_BYTES  # re-exported
+from appliance.domain.params_check import PARAMS_SECTIONS as PARAMS_SECTIONS
+from appliance.domain.params_check import checked_params as checked_params
+from appliance.domain.params_check import validate_params as validate_params
 from appliance.domain.queues import DEFAULT_QUEUE, validate_queue_name
 from appliance.domain.spec_fields import Storage, about
 from appliance.domain.time_limits import (
@@ -59,8 +63,6 @@ class Priority(enum.IntEnum):
             ) from None
 
 
-PARAMS_SECTIONS = frozenset({"model", "train_input", "eval_input", "optimizer", "runconfig"})
-MAX_PARAMS_BYTES = 1 << 20
 MAX_LABELS = 64
 MAX_MODEL_DIR = 4096
 MAX_RESTARTS = 100
@@ -355,48 +357,6 @@ def parse_mode(mode: str | Mode) -> Mode:
     except ValueError:
         choices = ", ".join(m.value for m in Mode)
         raise InvalidSpec(f"mode {mode!r} is not one of {choices}", field="mode") from None
-
-
-def validate_params(params_yaml: str) -> dict[str, Any]:
-    """The params file must be a YAML mapping of Model Zoo sections with a `model` section.
-    An array's params may say `${array_task_id}` where a number goes: they are checked with an
-    index there, and returned as given (each task's are checked with its own index,
-    domain/array_specs.py)."""
-    return checked_params(params_yaml)[0]
-
-
-def checked_params(params_yaml: str) -> tuple[dict[str, Any], Params | None]:
-    """`validate_params`, with the params typed as it checked them (None when they name an
-    array task's index: what was checked then is a task's, not theirs)."""
-    if not params_yaml.strip():
-        raise InvalidSpec("params is empty; pass a params YAML file", field="params")
-    try:
-        encoded = params_yaml.encode()
-    except UnicodeEncodeError:  # a lone surrogate, as a JSON \udcff escape can carry
-        raise InvalidSpec("params is not valid Unicode text", field="params") from None
-    if len(encoded) > MAX_PARAMS_BYTES:
-        raise InvalidSpec(
-            f"params is larger than {MAX_PARAMS_BYTES} bytes; keep data out of the params file",
-            field="params",
-        )
-    params = load_bounded(params_yaml, "params")
-    if not isinstance(params, dict):
-        raise InvalidSpec("params must be a YAML mapping of sections", field="params")
-    unknown = sorted(str(k) for k in params if k not in PARAMS_SECTIONS)
-    if unknown:
-        allowed = ", ".join(sorted(PARAMS_SECTIONS))
-        raise InvalidSpec(
-            f"params has unknown section(s) {', '.join(unknown)}; allowed: {allowed}",
-            field="params",
-        )
-    for section, value in params.items():
-        if value is not None and not isinstance(value, dict):
-            raise InvalidSpec(f"params section {section!r} must be a mapping", field="params")
-    if not params.get("model"):
-        raise InvalidSpec("params needs a non-empty `model` section", field="params")
-    task = as_a_task(params, params_yaml)
-    typed = parse_params(task)  # keys and values of every section
-    return params, typed if task is params else None
 
 
 def validate_labels(labels: Mapping[str, str]) -> dict[str, str]:
