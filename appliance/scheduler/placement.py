@@ -9,6 +9,7 @@ thousands of nodes places a job in time that grows with the job, not with the po
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from sortedcontainers import SortedList
@@ -266,13 +267,10 @@ class FreeCapacity:
             if kind is None or kind is NodeKind.SYSTEM:
                 continue
             missing = group.count - sum(1 for p in placements if p.role is group.role)
-            candidates = sorted(
-                (
-                    n
-                    for n in self.names[kind]
-                    if self.free[n] > 0 and self.usable[n] >= group.demand
-                ),
-                key=lambda n: (-self.free[n], n),
-            )
-            for node in candidates[:missing]:
+            if missing <= 0:  # (most heads: they lack systems, not shared room)
+                continue
+            free, usable = self.free, self.usable
+            room = (n for n in self.names[kind] if free[n] > 0 and usable[n] >= group.demand)
+            candidates = heapq.nsmallest(missing, room, key=lambda n: (-free[n], n))
+            for node in candidates:
                 self.set(node, 0)
