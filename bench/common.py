@@ -303,6 +303,20 @@ def kill_workers(data_dir: Path) -> int:
     return killed
 
 
+def cpu_ms_per_job(
+    before: dict[str, float], after: dict[str, float], jobs: int
+) -> dict[str, float]:
+    """The coordinator's CPU ms per job done, by thread name (tids folded; `main` runs the
+    event loop), busiest first: the figure a loaded machine moves least."""
+    by_name: dict[str, float] = {}
+    for thread, seconds in after.items():
+        name = thread.split("/")[0]
+        by_name[name] = by_name.get(name, 0.0) + seconds - before.get(thread, 0.0)
+    per_job = {name: round(1000 * s / max(jobs, 1), 2) for name, s in by_name.items() if s > 0}
+    total = round(1000 * sum(by_name.values()) / max(jobs, 1), 2)
+    return {"all": total, **dict(sorted(per_job.items(), key=lambda item: -item[1]))}
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of a non-empty sample."""
     ordered = sorted(values)

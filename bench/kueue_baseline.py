@@ -56,6 +56,7 @@ from bench.common import (
     WORK,
     CoordinatorProcess,
     code_tree,
+    cpu_ms_per_job,
     emit,
     fresh_dir,
     percentile,
@@ -182,6 +183,7 @@ def run(
     load = os.getloadavg()[0]
     with CoordinatorProcess(data_dir, extra_env=env, tree=tree, profile=profile) as coordinator:
         address = coordinator.wait_address()
+        cpu_before = coordinator.thread_cpu()
         out = spawn.Queue()
         start = time.time() + 1.0  # every submitter connected by then
         shares = [
@@ -207,6 +209,7 @@ def run(
         ):
             time.sleep(0.25)  # polling the store from outside, not synchronising anything
         load_end = os.getloadavg()[0]
+        cpu = cpu_ms_per_job(cpu_before, coordinator.thread_cpu(), len(events))
         rows = db.execute(
             "SELECT j.id, json_extract(j.labels, '$.\"kueue-class\"'), j.created_at, j.phase,"
             " (SELECT min(e.time) FROM job_events e WHERE e.job_id = j.id"
@@ -220,7 +223,7 @@ def run(
         db.close()
     passes = [json.loads(line) for line in trace.read_text().splitlines()]
     result = _result(tree, scale, rows, passes, lags, start, (load, load_end))
-    return {**result, "submits_failed": failed}
+    return {**result, "submits_failed": failed, "coordinator_cpu_ms_per_workload": cpu}
 
 
 def _result(

@@ -40,6 +40,7 @@ from bench.common import (
     WORK,
     CoordinatorProcess,
     code_tree,
+    cpu_ms_per_job,
     emit,
     fresh_dir,
     percentile,
@@ -153,7 +154,7 @@ def run(
             now_left = db.execute(left).fetchone()[0]
             grew = time.monotonic() if now_left != queued_left else grew
             queued_left = now_left
-        cpu = _cpu_per_job(cpu_before, coordinator.thread_cpu(), done)
+        cpu = cpu_ms_per_job(cpu_before, coordinator.thread_cpu(), done)
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(60)
@@ -216,16 +217,6 @@ def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # py-spy attaches (not synchronising: the samples start when they do)
     return spy
-
-
-def _cpu_per_job(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, float]:
-    """CPU ms per job done, by thread name (tids folded), busiest first."""
-    by_name: dict[str, float] = {}
-    for thread, seconds in after.items():
-        name = thread.split("/")[0]
-        by_name[name] = by_name.get(name, 0.0) + seconds - before.get(thread, 0.0)
-    per_job = {name: round(1000 * s / max(jobs, 1), 2) for name, s in by_name.items() if s > 0}
-    return dict(sorted(per_job.items(), key=lambda item: -item[1]))
 
 
 def _summary(values: list[float]) -> dict[str, float]:
