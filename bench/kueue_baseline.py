@@ -209,7 +209,7 @@ def run(
         ):
             time.sleep(0.25)  # polling the store from outside, not synchronising anything
         load_end = os.getloadavg()[0]
-        cpu = cpu_ms_per_job(cpu_before, coordinator.thread_cpu(), len(events))
+        cpu = cpu_ms_per_job(cpu_before, coordinator.thread_cpu(), len(events) - failed)
         rows = db.execute(
             "SELECT j.id, json_extract(j.labels, '$.\"kueue-class\"'), j.created_at, j.phase,"
             " (SELECT min(e.time) FROM job_events e WHERE e.job_id = j.id"

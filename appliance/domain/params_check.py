@@ -26,9 +26,12 @@ def validate_params(params_yaml: str) -> dict[str, Any]:
 
 # Submits repeat the same params text (a team's model, an array's tasks, jobs resubmitted):
 # each of the last PARAMS_KEPT texts is parsed and checked once (~0.3 ms, a tenth of a
-# submit's CPU); each caller gets its own copy of the mapping. Longer texts: every time.
+# submit's CPU); each caller gets its own copy of the mapping. Longer texts are checked every
+# time: a few KiB of YAML can parse to a few hundred KiB of objects (a list of short strings),
+# so at most ~64 x 0.2 MB is kept. (The coordinator checks texts under 2 KiB itself; longer
+# ones go to the checker processes of services/offload.py, each with its own copy of this.)
 PARAMS_KEPT = 64
-PARAMS_KEPT_CHARS = 64 << 10
+PARAMS_KEPT_CHARS = 4 << 10
 
 
 def checked_params(params_yaml: str) -> tuple[dict[str, Any], Params | None]:

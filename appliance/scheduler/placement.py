@@ -85,8 +85,8 @@ def shortfall_of(
         available = sum(1 for n, k in kinds.items() if k is kind and free[n] >= 1)
         return lacks(kind, group.count, group.demand, available)
     demand = group.demand
-    fits = sum(free[n] // demand for n, k in kinds.items() if k is kind and demand > 0)
-    return lacks(kind, group.count, demand, fits)
+    room = sum(free[n] // demand for n, k in kinds.items() if k is kind and demand > 0)
+    return lacks(kind, group.count, demand, room)
 
 
 def lacks(kind: NodeKind, count: int, demand: int, available: int) -> str:

@@ -66,7 +66,7 @@ class PoolFree:
             names.setdefault(u.node.kind, []).append(u.node.name)
         return cls(
             frozenset(u.node.name for u in pool if u.node.state is NodeState.OK),
-            names,
+            {kind: tuple(nodes) for kind, nodes in names.items()},
             {u.node.name: u.free for u in pool},
         )
 

@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 from appliance.domain.backlog import QueuedJob, RunningJob
 from appliance.domain.inventory import NodeState, NodeUsage
 from appliance.domain.spec import Priority
-from appliance.scheduler.preemption import PoolFree, choose_victims, exempt_in_the_way
+from appliance.scheduler.preemption import (
+    PoolFree,
+    Room,
+    anywhere,
+    choose_victims,
+    exempt_in_the_way,
+)
 from tests.unit.scheduler.test_gang_admission import GIB, job, pool
 
 NOW = 1000.0
@@ -176,7 +182,7 @@ def test_the_exempt_jobs_a_head_waits_on_are_named_with_until_when() -> None:
 
 
 def _exempt_reference(
-    head: QueuedJob, jobs: Sequence[RunningJob], usage: Sequence[NodeUsage]
+    head: QueuedJob, jobs: Sequence[RunningJob], usage: Sequence[NodeUsage], room: Room
 ) -> tuple[tuple[str, float], ...]:
     """The search as it was before `exempt_in_the_way` learned to skip it: every job of lower
     priority made fair game, whatever its queue."""
@@ -186,7 +192,7 @@ def _exempt_reference(
         else r
         for r in jobs
     ]
-    chosen = choose_victims(head, freed, usage, NOW)
+    chosen = choose_victims(head, freed, usage, NOW, room=room)
     if chosen is None or not chosen.victims:
         return ()
     exempt = {r.job_id: r for r in jobs if not r.preemptible or r.protected_until > NOW}
@@ -213,12 +219,16 @@ def _exempt_reference(
     st.sampled_from(list(Priority)),
     st.integers(1, 4),
     st.sets(st.sampled_from(["cs2-01", "cs2-02", "cs2-03", "cs2-04"]), max_size=2),
+    st.sampled_from([1, 12, 15]),  # the head's MemoryX GiB: 16 on the pool, 1 per job held
+    st.sampled_from(["anywhere", "two at most", "only the other queue"]),
 )
 def test_the_pool_made_once_per_pass_decides_as_the_pool_itself(
     specs: list[tuple[Priority, int, str, bool, float, bool]],
     head_priority: Priority,
     wanted: int,
     broken: set[str],
+    memx_gib: int,
+    rule: str,
 ) -> None:
     jobs, free = [], [f"cs2-{i:02d}" for i in range(1, 5)]
     for n, (priority, size, queue, preemptible, until, stopping) in enumerate(specs):
@@ -229,8 +239,20 @@ def test_the_pool_made_once_per_pass_decides_as_the_pool_itself(
             running(f"wsjob-r{n}", held, priority, queue=queue, preemptible=preemptible,
                     protected_until=until, stopping=stopping)
         )  # fmt: skip
-    head = job("wsjob-head", wanted, priority=head_priority)
+    head = job("wsjob-head", wanted, priority=head_priority, memx_bytes=memx_gib * GIB)
     usage = usage_of(jobs, states=dict.fromkeys(broken, NodeState.ERROR))
     view = PoolFree.of(usage)
-    assert choose_victims(head, jobs, view, NOW) == choose_victims(head, jobs, usage, NOW)
-    assert exempt_in_the_way(head, jobs, view, NOW) == _exempt_reference(head, jobs, usage)
+    room = ROOMS[rule]
+    assert choose_victims(head, jobs, view, NOW, room=room) == choose_victims(
+        head, jobs, usage, NOW, room=room
+    )
+    assert exempt_in_the_way(head, jobs, view, NOW, room) == _exempt_reference(
+        head, jobs, usage, room
+    )
+
+
+ROOMS: dict[str, Room] = {
+    "anywhere": anywhere,
+    "two at most": lambda victims: len(victims) <= 2,
+    "only the other queue": lambda victims: all(v.queue == "other" for v in victims),
+}
