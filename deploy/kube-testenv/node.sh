@@ -294,6 +294,9 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "0%", imagefs.availabl
   nodefs.inodesFree: "0%"}
 rotateCertificates: false
 serializeImagePulls: false
+# A Secret's or ConfigMap's new content reaches the pods' volumes at the pods' next sync: every
+# 10 s instead of the default minute (a renewed certificate in tests/node is taken sooner).
+syncFrequency: 10s
 EOF
   spawn kubelet "$KUBELET" --config "$dir/kubelet/config.yaml" \
     --kubeconfig "$dir/node.kubeconfig" --root-dir "$dir/kubelet" \
@@ -521,12 +524,18 @@ iptables conntrack containernetworking-plugins docker.io)"
   start_containerd
   static_image "$PAUSE_IMAGE" "$PAUSE" /pause
   static_image "$COREDNS_IMAGE" "$COREDNS" /coredns
-  for name in "$@"; do load_image "$name"; done  # Docker's, e.g. appliance:dev
+  # Docker's images (e.g. appliance:dev, ~20 s to copy) while the control plane starts: no pod
+  # needs them before `up` returns.
+  local loading
+  (for name in "$@"; do load_image "$name"; done) &
+  loading=$!
   start_control_plane
   start_node
   log "node $NODE_NAME Ready after $((SECONDS - started)) s"
   start_addons
   log "CoreDNS ready after $((SECONDS - started)) s"
+  wait "$loading" || die "copying the images $* into containerd failed"
+  log "images copied after $((SECONDS - started)) s"
   up_done=true
   {
     echo "KUBECONFIG=$dir/admin.kubeconfig"
