@@ -418,7 +418,7 @@ down() {
   if [ -e "$dir/pids/kube-apiserver" ] && [ -e "$dir/pids/kubelet" ]; then
     # The kubelet stops every pod's containers and sandbox (CNI DEL, the netns removed).
     # SIGKILL (0 s of grace) for what leaves nothing on the host: all of its state is in DIR,
-    # removed below. kube-apiserver never finished its graceful shutdown within 15 s.
+    # removed below (kube-apiserver's graceful shutdown took 10-15 s of each teardown).
     stop_pid kube-controller-manager 0
     stop_pid kube-scheduler 0
     kubectl_ delete pods --all-namespaces --all --grace-period=0 --force --wait=false \
@@ -526,18 +526,12 @@ iptables conntrack containernetworking-plugins docker.io)"
   start_containerd
   static_image "$PAUSE_IMAGE" "$PAUSE" /pause
   static_image "$COREDNS_IMAGE" "$COREDNS" /coredns
-  # Docker's images (e.g. appliance:dev, ~20 s to copy) while the control plane starts: no pod
-  # needs them before `up` returns.
-  local loading
-  (for name in "$@"; do load_image "$name"; done) &
-  loading=$!
+  for name in "$@"; do load_image "$name"; done  # Docker's, e.g. appliance:dev
   start_control_plane
   start_node
   log "node $NODE_NAME Ready after $((SECONDS - started)) s"
   start_addons
   log "CoreDNS ready after $((SECONDS - started)) s"
-  wait "$loading" || die "copying the images $* into containerd failed"
-  log "images copied after $((SECONDS - started)) s"
   up_done=true
   {
     echo "KUBECONFIG=$dir/admin.kubeconfig"
