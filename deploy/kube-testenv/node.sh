@@ -294,6 +294,9 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "0%", imagefs.availabl
   nodefs.inodesFree: "0%"}
 rotateCertificates: false
 serializeImagePulls: false
+# A Secret's or ConfigMap's new content reaches the pods' volumes at the pods' next sync: every
+# 10 s instead of the default minute (a renewed certificate in tests/node is taken sooner).
+syncFrequency: 10s
 EOF
   spawn kubelet "$KUBELET" --config "$dir/kubelet/config.yaml" \
     --kubeconfig "$dir/node.kubeconfig" --root-dir "$dir/kubelet" \
@@ -414,8 +417,10 @@ down() {
   [ -e "$dir/.node-sh" ] || die "$dir was not made by \`$0 up\`; nothing to tear down"
   if [ -e "$dir/pids/kube-apiserver" ] && [ -e "$dir/pids/kubelet" ]; then
     # The kubelet stops every pod's containers and sandbox (CNI DEL, the netns removed).
-    stop_pid kube-controller-manager
-    stop_pid kube-scheduler
+    # SIGKILL (0 s of grace) for what leaves nothing on the host: all of its state is in DIR,
+    # removed below (kube-apiserver's graceful shutdown took 10-15 s of each teardown).
+    stop_pid kube-controller-manager 0
+    stop_pid kube-scheduler 0
     kubectl_ delete pods --all-namespaces --all --grace-period=0 --force --wait=false \
       >/dev/null 2>&1
     local deadline=$((SECONDS + 30))
@@ -423,7 +428,7 @@ down() {
       [ -n "$(ctr_ tasks ls -q 2>/dev/null)" ]; do sleep 0.2; done
   fi
   stop_pid kubelet
-  stop_pid kube-proxy
+  stop_pid kube-proxy 0  # its chains are removed below
   if [ -e "$dir/pids/containerd" ]; then
     local task
     for task in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s KILL "$task" 2>/dev/null; done
@@ -434,8 +439,8 @@ down() {
   for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $dir/containerd/containerd.sock"); do
     kill -KILL "$pid" 2>/dev/null
   done
-  stop_pid kube-apiserver
-  stop_pid etcd
+  stop_pid kube-apiserver 0
+  stop_pid etcd 0
   # Mounts under DIR (pod volumes, container root filesystems), deepest first.
   awk -v prefix="$dir/" 'index($2, prefix) == 1 {print $2}' /proc/self/mounts | sort -r |
     xargs -r -n1 umount -l 2>/dev/null

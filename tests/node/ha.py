@@ -92,8 +92,9 @@ class HaRelease:
 
 
 @contextlib.contextmanager
-def ha_release(node: RealNode, namespace: str) -> Iterator[HaRelease]:
-    """PostgreSQL for the pods, the chart with `replicas: 2` on it, then everything removed."""
+def ha_release(node: RealNode, namespace: str, *values: str) -> Iterator[HaRelease]:
+    """PostgreSQL for the pods, the chart with `replicas: 2` on it (and `values`, more of
+    helm's --set), then everything removed."""
     also_on = (node.env["NODE_IP"], node.env["POD_CIDR"])
     with postgres_server(also_on=also_on) as server, server.fresh_database() as database:
         url = make_url(database).set(drivername="postgresql", host=node.env["NODE_IP"])
@@ -110,7 +111,7 @@ def ha_release(node: RealNode, namespace: str) -> Iterator[HaRelease]:
             "install", "appliance", str(CHART), "--namespace", namespace, *trust,
             "--set", "image.pullPolicy=Never", "--set", "replicas=2",
             "--set", "database.existingSecret=appliance-db", "--set-json",
-            f"replicaResources={SMALL}",
+            f"replicaResources={SMALL}", *values,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         try:

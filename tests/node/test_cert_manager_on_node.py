@@ -137,7 +137,7 @@ def test_the_coordinator_serves_and_runs_jobs_under_the_ca_cert_manager_issued(
         wait_for(
             lambda: _served_issuer(http_port, root) == "CN=appliance CA 2",
             "the certificate of the renewed intermediate served",
-            timeout=240,  # the kubelet syncs a Secret's volume within about a minute
+            timeout=240,  # the kubelet syncs a Secret's volume at its pod syncs (node.sh: 10 s)
         )
     again = coordinator_pod(node, NAMESPACE)
     assert again["metadata"]["name"] == pod["metadata"]["name"]  # type: ignore[index]

@@ -25,6 +25,11 @@ from tests.kube.node import RealNode, wait_for
 from tests.node.conftest import coordinator_pod, replace_coordinator
 
 PARAMS = REPO / "examples" / "params_fc_mnist.yaml"
+# ~30 steps/s for a 2-CS-2 job of PARAMS on CI's node: ~13 s, several times the few seconds
+# from its containers running to a kill, and what a restarted attempt runs again from step 0.
+KILLED_STEPS = 400
+# ~35 s: long enough to outlive the coordinator's replacement (~15 s), adopted mid-run.
+ADOPTED_STEPS = 1000
 CSCTL = Path(sys.executable).parent / "csctl"
 
 
@@ -141,7 +146,7 @@ def test_a_replica_killed_by_the_runtime_fails_or_restarts_its_job(
         ApplianceClient(f"127.0.0.1:{grpc_port}", token=release) as client,
     ):
         job = client.submit(
-            params=str(PARAMS), num_csx=2, num_steps=1500, max_restarts=max_restarts
+            params=str(PARAMS), num_csx=2, num_steps=KILLED_STEPS, max_restarts=max_restarts
         )
         wait_for(lambda: _all_running(node, namespace, job.id, 5), "5 running containers")
         pod = next(
@@ -176,7 +181,7 @@ def test_a_deleted_coordinator_pod_is_replaced_and_adopts_the_running_job(
         ApplianceClient(f"127.0.0.1:{grpc_port}", token=release) as client,
     ):
         before = {j.id for j in client.list_jobs(all=True)}
-        job = client.submit(params=str(PARAMS), num_csx=2, num_steps=1500, detach=True)
+        job = client.submit(params=str(PARAMS), num_csx=2, num_steps=ADOPTED_STEPS, detach=True)
         wait_for(lambda: _all_running(node, namespace, job.id, 5), "5 running containers")
     new = replace_coordinator(node, namespace, old)
     # The port-forward died with the old pod (the README says so): a new one reaches the new.

@@ -47,11 +47,12 @@ CLAIM = "data-sets"
 MODEL_DIRS = "model-dirs"
 STORE = "store"
 STEPS = 400
-# ~200 steps/s on the node, and its progress lags by a moment: long enough that the kill lands
-# mid-run (a worker that dies once the chief has all its batches does not fail the job).
-KILL_STEPS = 1500
-# Long enough to outlive a coordinator's replacement (~15 s).
-ADOPT_STEPS = 4000
+# ~65 steps/s for a 2-CS-2 job with its 2 input workers on CI's node (7 containers on 2 CPUs),
+# and its progress lags by a moment: long enough that the kill lands mid-run (a worker that
+# dies once the chief has all its batches does not fail the job), ~15 s.
+KILL_STEPS = 1000
+# Long enough to outlive a coordinator's replacement (~15 s): ~38 s.
+ADOPT_STEPS = 2500
 
 
 def _params(train: Path, evaluation: Path) -> dict[str, Any]:
