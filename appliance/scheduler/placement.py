@@ -69,7 +69,7 @@ def fits(
     for kind, group in groups:
         nodes = names.get(kind, ())
         if group.demand > 0:
-            room = sum(max(0, free[n] // group.demand) for n in nodes)
+            room = sum(_slots(free[n], group.demand) for n in nodes)
         else:  # a replica of no demand goes to any node not used beyond its capacity
             room = group.count if any(free[n] >= group.demand for n in nodes) else 0
         if room < group.count:

@@ -91,20 +91,12 @@ def choose_victims(
     stopping = [r for r in running if r.stopping]
     for job in stopping:
         _give_back(free, job, usable)
-    if _fits(head, free, names) and room(()):
+    if fits(head.plan, free, names) and room(()):
         mine = tuple(r for r in stopping if r.preempted_by == head.job_id)
         return Preemption((), mine) if mine else None
     if candidates is None:
         candidates = sorted(
-            (
-                r
-                for r in running
-                if not r.stopping
-                and r.queue == head.queue
-                and r.preemptible
-                and int(r.priority) > int(head.priority)
-                and r.protected_until <= now
-            ),
+            (r for r in running if _below(head, r) and not _exempt(r, now)),
             key=lambda r: (-int(r.priority), r.at_risk, r.job_id),
         )
     search = _Search(head, free, names, usable, room)
@@ -127,23 +119,16 @@ def exempt_in_the_way(
     when they may be again) that keep the head waiting, to add to its reason (the `exempt`
     note); none when they are not what keeps it waiting: the victims it would choose were
     they all fair game. No search when none of the head's candidates is exempt."""
-
-    def exempt(r: RunningJob) -> bool:
-        return not r.preemptible or r.protected_until > now
-
-    def candidate(r: RunningJob) -> bool:
-        return not r.stopping and r.queue == head.queue and int(r.priority) > int(head.priority)
-
-    if not any(candidate(r) and exempt(r) for r in running):
+    if not any(_below(head, r) and _exempt(r, now) for r in running):
         return ()
     freed = [
-        dataclasses.replace(r, preemptible=True, protected_until=0.0) if candidate(r) else r
+        dataclasses.replace(r, preemptible=True, protected_until=0.0) if _below(head, r) else r
         for r in running
     ]
     chosen = choose_victims(head, freed, pool, now, room=room)
     if chosen is None or not chosen.victims:
         return ()
-    held = {r.job_id: r for r in running if exempt(r)}
+    held = {r.job_id: r for r in running if _exempt(r, now)}
     return tuple(
         (v.job_id, held[v.job_id].protected_until if held[v.job_id].preemptible else 0.0)
         for v in chosen.victims
@@ -166,7 +151,7 @@ class _Search:
         scratch = dict(self.free)
         for job in victims:
             _give_back(scratch, job, self.usable)
-        return _fits(self.head, scratch, self.names) and self.room(victims)
+        return fits(self.head.plan, scratch, self.names) and self.room(victims)
 
     def greedy(self, candidates: Sequence[RunningJob]) -> list[RunningJob] | None:
         """Candidates in order until the head fits, then those it can do without handed
@@ -198,8 +183,15 @@ class _Search:
         return None
 
 
-def _fits(head: QueuedJob, free: dict[str, int], names: Mapping[NodeKind, Sequence[str]]) -> bool:
-    return fits(head.plan, free, names)
+def _below(head: QueuedJob, r: RunningJob) -> bool:
+    """A job the head may preempt unless it is exempt: of its queue, of lower priority, not
+    stopping already."""
+    return not r.stopping and r.queue == head.queue and int(r.priority) > int(head.priority)
+
+
+def _exempt(r: RunningJob, now: float) -> bool:
+    """Opted out of preemption, or preempted recently (protected until its minimum run)."""
+    return not r.preemptible or r.protected_until > now
 
 
 def _give_back(free: dict[str, int], job: RunningJob, usable: Set[str], sign: int = 1) -> None:
