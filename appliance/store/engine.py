@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 from pathlib import Path
 from typing import IO, Any
 
@@ -15,8 +16,14 @@ from sqlalchemy import Engine, create_engine, event
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for any SQLAlchemy URL; SQLite gets WAL, foreign keys and a busy timeout."""
+# What this process's PostgreSQL sessions are called (application_name): a leader records it
+# on taking office, and the next leader ends the sessions so named (store/leadership.py).
+SESSION_NAME = f"appliance-{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def make_engine(url: str, *, session_name: str = SESSION_NAME) -> Engine:
+    """An engine for any SQLAlchemy URL; SQLite gets WAL, foreign keys and a busy timeout;
+    PostgreSQL sessions carry `session_name` as their application_name."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -31,7 +38,13 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=10,
+        connect_args={"application_name": session_name},
+    )
 
 
 def alembic_config(engine: Engine) -> Config:

@@ -4,16 +4,24 @@ taking office (raising the fence, store/fence.py, to the new leader's epoch)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 
-from sqlalchemy import Engine, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, insert, select, text, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from appliance.domain.leadership import LeaseRecord
 from appliance.store.base import StoreBase
 from appliance.store.fence import FENCE
 from appliance.store.tables import CoordinatorLeaseRow, LeaderFenceRow
+
+log = logging.getLogger(__name__)
+_END_SESSIONS = text(
+    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND application_name = :name "
+    "AND pid <> pg_backend_pid()"
+)
 
 
 class LeadershipStore(StoreBase):
@@ -21,14 +29,51 @@ class LeadershipStore(StoreBase):
 
     def take_office(self, epoch: int, holder: str, now: float) -> bool:
         """Raise the fence to `epoch`; False if it is there or beyond already (a newer leader
-        took office: this one must not act)."""
+        took office: this one must not act).
+
+        On PostgreSQL the previous officeholder's sessions are ended first. One paused (SIGSTOP,
+        a frozen VM) between a write and its commit still holds that write's locks: the
+        fence's row (FOR SHARE) would keep this update waiting, a job's row every write to that
+        job, for as long as the pause lasts. Ended, its open transactions roll back, as the
+        fence would have refused them on waking; its pool connects again if it ever wakes."""
+        sessions = ""
+        if self.engine.dialect.name == "postgresql":
+            sessions = self._end_sessions_of_the_last_leader()
         with self._sessions.begin() as s:
             result = s.execute(
                 update(LeaderFenceRow)
                 .where(LeaderFenceRow.name == FENCE, LeaderFenceRow.epoch < epoch)
-                .values(epoch=epoch, holder=holder, since=now)
+                .values(epoch=epoch, holder=holder, since=now, sessions=sessions)
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def _end_sessions_of_the_last_leader(self) -> str:
+        """End the sessions named as the fence's holder's (not ours); our sessions' name."""
+        with self.engine.connect() as conn:
+            ours = conn.execute(text("SELECT current_setting('application_name')")).scalar_one()
+            last = conn.execute(
+                select(LeaderFenceRow.sessions).where(LeaderFenceRow.name == FENCE)
+            ).scalar_one_or_none()
+            if last and last != ours:
+                try:
+                    ended = conn.execute(_END_SESSIONS, {"name": last}).scalar_one()
+                except DBAPIError as exc:  # e.g. another role's, without pg_signal_backend
+                    log.warning(
+                        "cannot end the last leader's database sessions (%s): a paused "
+                        "leader's open transactions hold their locks until it wakes",
+                        str(exc.orig).strip().splitlines()[0],
+                    )
+                    conn.rollback()
+                    ended = 0
+                if ended:
+                    log.warning(
+                        "ended %d database session(s) of the last leader (%s), still open: "
+                        "what they had not committed rolled back",
+                        ended,
+                        last,
+                    )
+            conn.commit()
+        return str(ours)[:63]
 
     def leader_in_office(self) -> tuple[str, int]:
         """Who took office last, and under which epoch ('' and 0 before anyone did)."""

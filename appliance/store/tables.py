@@ -363,6 +363,9 @@ class LeaderFenceRow(Base):
     epoch: Mapped[int] = mapped_column(BigInteger)
     holder: Mapped[str] = mapped_column(String(253))
     since: Mapped[float] = mapped_column(Float)
+    # The application_name of the holder's PostgreSQL sessions (store/engine.py), which the
+    # next leader ends on taking office; "" on SQLite.
+    sessions: Mapped[str] = mapped_column(String(63), server_default="")
 
 
 class AuditEventRow(Base):
