@@ -44,10 +44,11 @@ demo: $(RUN_STAMP)  ## start the appliance (SQLite + local processes) and run a 
 serve: $(RUN_STAMP)
 	$(BIN)/appliance serve $(PORTS)
 
-# --durations: the slowest tests at the end of every run, so that CI's log says where its time
-# goes (CI must stay under 45 minutes on a fresh 2-core machine).
+# The real-node tier in a pytest process of its own beside the rest (tests/tiers.py); each
+# prints its slowest tests (--durations), so that CI's log says where its time goes (CI must stay
+# under 45 minutes on a fresh 2-core machine). `make test ARGS="-x -k name"` passes arguments.
 test: $(STAMP) $(TEST_ASSETS)  ## unit, integration (SQLite and PostgreSQL) and end-to-end tests
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
+	$(BIN)/python -m tests.tiers $(ARGS)
 
 test-unit: $(STAMP)  ## the unit tier alone: no servers, about a minute (make test runs it too)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m unit
