@@ -5,9 +5,9 @@ Kubernetes backend's tests against a kube-apiserver, one after the other, each i
 process of its own; the main lane runs everything else. Both mostly wait on other processes (a
 kubelet, containerd and pods; `appliance serve`, launchers and replicas), so on CI's 2 cores the
 two lanes take about as long as the longer one (one after the other: ~2,800 s; side by side,
-the real-node tier alone beside the rest: ~2,400 s). The beside lane writes to a file, shown after the main lane's
-output once both are done. The exit status is the first failure (main lane first). Arguments
-go to every pytest run (e.g. `-x`, `-k name`). Ctrl-C stops both lanes.
+the real-node tier alone beside the rest: ~2,400 s). The beside lane writes to a file, shown
+after the main lane's output once both are done. The exit status is the first failure (main
+lane first). Arguments go to every pytest run (e.g. `-x`, `-k name`). Ctrl-C stops both lanes.
 """
 
 from __future__ import annotations
