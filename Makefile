@@ -44,10 +44,10 @@ demo: $(RUN_STAMP)  ## start the appliance (SQLite + local processes) and run a 
 serve: $(RUN_STAMP)
 	$(BIN)/appliance serve $(PORTS)
 
-# Two lanes side by side (tests/tiers.py): the real-node, end-to-end and kube-apiserver tiers,
-# one after the other, beside everything else. Each run prints its slowest tests (--durations), so that CI's
-# log says where its time goes (CI must stay under 45 minutes on a fresh 2-core machine).
-# `make test ARGS="-x -k name"` passes arguments to every run.
+# Two lanes side by side (tests/tiers.py): the real-node tier beside everything else. Each run
+# prints its slowest tests (--durations), so that CI's log says where its time goes (CI must
+# stay under 45 minutes on a fresh 2-core machine). `make test ARGS="-x -k name"` passes
+# arguments to every run.
 test: $(STAMP) $(TEST_ASSETS)  ## unit, integration (SQLite and PostgreSQL) and end-to-end tests
 	$(BIN)/python -m tests.tiers $(ARGS)
 
