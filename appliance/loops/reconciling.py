@@ -21,7 +21,7 @@ from appliance.config import (
     RestartSettings,
     TimeLimitSettings,
 )
-from appliance.domain.job import Job, JobEvent, ReplicaPhase
+from appliance.domain.job import Job, ReplicaPhase
 from appliance.domain.phases import Phase
 from appliance.domain.plan import CHIEF_REPLICA
 from appliance.domain.reasons import ReasonCode, said
@@ -155,9 +155,13 @@ class Reconciler(ReplicaEventHandling):
         also take jobs off nodes out of service, cancel jobs whose lease expired and fail jobs
         stuck initializing."""
         store = self.ctx.store
-        view = await self.ctx.db(_sweep_view, store, list(self.active), self.ctx.clock())
-        for withdrawn in view.withdrawn:
+        # The one write first, on the writer; then the reads on a reader thread: they see it
+        # and every write whose call returned (a launch's INITIALIZING among them), and the
+        # writer, which every registration, progress report and exit queues for, is spared
+        # reads of every active job's phase and every SCHEDULED job's view on each sweep.
+        for withdrawn in await self.ctx.db(store.withdraw_moot_preemptions, self.ctx.clock()):
             self.ctx.bus.publish(withdrawn)
+        view = await self.ctx.read(_sweep_view, store, list(self.active))
         requests = view.requests
         self.requeues.when_ready(requests, now=self.ctx.clock())
         for job_id, phase in view.phases.items():
@@ -284,16 +288,14 @@ class Reconciler(ReplicaEventHandling):
 
 @dataclasses.dataclass(frozen=True)
 class _SweepView:
-    withdrawn: list[JobEvent]  # preemptions withdrawn as moot
     requests: list[RequeueRequest]
     phases: dict[str, Phase]  # of the jobs this coordinator runs
     scheduled: list[Job]  # every SCHEDULED job, full view
 
 
-def _sweep_view(store: JobStore, active: list[str], now: float) -> _SweepView:
-    """What a sweep reads, in one trip to the store's thread (each read as before)."""
-    withdrawn = store.withdraw_moot_preemptions(now)
+def _sweep_view(store: JobStore, active: list[str]) -> _SweepView:
+    """What a sweep reads, in one trip to a reader thread (each read as before)."""
     requests = store.requeue_requests()
     phases = store.phases_of(active)
     scheduled = store.get_jobs(store.job_ids_in([Phase.SCHEDULED]))
-    return _SweepView(withdrawn, requests, phases, scheduled)
+    return _SweepView(requests, phases, scheduled)

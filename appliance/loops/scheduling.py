@@ -189,9 +189,11 @@ class SchedulerLoop:
         shares: dict[str, float] = {}
         if shared:
             half_life = settings.fair_share_half_life_seconds
-            # One trip to the store's writer, not three: each waits behind the writes queued
-            # for it (replicas, phases), and with queues every pass made those trips.
-            held, used = await self.ctx.db(_quota_reads, store, now, half_life, min_run)
+            # The fold of ended attempts into the queues' usage is a write; what runs and the
+            # usage are read after it on a reader thread (which sees it), not on the writer
+            # that every registration, progress report and exit waits for.
+            await self.ctx.db(store.fold_usage, now, half_life)
+            held, used = await self.ctx.read(_quota_reads, store, now, half_life, min_run)
             book = QuotaBook(quotas, queue_holdings(held, kinds))
             running = held
             shares = {
@@ -211,7 +213,7 @@ class SchedulerLoop:
         if decision.admitted or preemption.policy == "never" or not decision.heads:
             return decision
         if running is None:
-            running = await self.ctx.db(store.running_jobs, min_run)
+            running = await self.ctx.read(store.running_jobs, min_run)
         pool = PoolFree.of(usage)  # once for every head's search
         for head in decision.heads:
             job = head.job
@@ -382,10 +384,9 @@ class _PassReads:
 def _quota_reads(
     store: JobStore, now: float, half_life: float, min_run: float
 ) -> tuple[list[RunningJob], dict[str, Usage]]:
-    """What a pass over queues reads besides `_pass_reads`, in one trip to the store's writer
-    (the fold of ended attempts into the queues' usage writes): what runs, as preemption and
-    the quota book see it, and each queue's decayed usage (domain/fair_share.py)."""
-    store.fold_usage(now, half_life)
+    """What a pass over queues reads besides `_pass_reads`, once the ended attempts are folded
+    into their queues' usage: what runs, as preemption and the quota book see it, and each
+    queue's decayed usage (domain/fair_share.py)."""
     return store.running_jobs(min_run), store.queue_usage(now, half_life)
 
 

@@ -297,9 +297,10 @@ async def test_a_queues_caps_per_user_keep_a_users_jobs_waiting_and_others_go_on
 async def test_a_pass_over_queues_makes_one_trip_to_the_stores_writer_before_deciding(
     ctx: Context, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What runs, the fold of ended attempts and the queues' usage are read in one trip to the
-    writer (each trip waits behind the writes queued for it: with 30 queues and a deep
-    backlog, three trips made passes of ~0.7 s, #38); the only other is the decisions'."""
+    """Only the fold of ended attempts goes to the writer before deciding (each trip waits
+    behind the writes queued for it: with 30 queues and a deep backlog, three trips made
+    passes of ~0.7 s, #38); what runs and the queues' usage are read on a reader thread after
+    it. The only other trip to the writer is the decisions'."""
     _queues(ctx, nlp=1.0, vision=1.0)
     _submit(ctx, "wsjob-nlp0000aaaaaaaa", "nlp", 2, at=NOW)
     trips: list[str] = []
@@ -311,4 +312,4 @@ async def test_a_pass_over_queues_makes_one_trip_to_the_stores_writer_before_dec
 
     monkeypatch.setattr(ctx, "db", counted)
     assert await SchedulerLoop(ctx).run_once() == 1
-    assert trips == ["_quota_reads", "schedule_many"]
+    assert trips == ["fold_usage", "schedule_many"]
