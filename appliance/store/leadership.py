@@ -38,7 +38,7 @@ class LeadershipStore(StoreBase):
         fence would have refused them on waking; its pool connects again if it ever wakes."""
         sessions = ""
         if self.engine.dialect.name == "postgresql":
-            sessions = self._end_sessions_of_the_last_leader()
+            sessions = self._end_sessions_of_the_last_leader(epoch)
         with self._sessions.begin() as s:
             result = s.execute(
                 update(LeaderFenceRow)
@@ -47,13 +47,17 @@ class LeadershipStore(StoreBase):
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    def _end_sessions_of_the_last_leader(self) -> str:
-        """End the sessions named as the fence's holder's (not ours); our sessions' name."""
+    def _end_sessions_of_the_last_leader(self, epoch: int) -> str:
+        """End the sessions named as the fence's holder's (not ours), unless a leader newer
+        than `epoch` holds it (this one will not take office); our sessions' name."""
         with self.engine.connect() as conn:
             ours = conn.execute(text("SELECT current_setting('application_name')")).scalar_one()
-            last = conn.execute(
-                select(LeaderFenceRow.sessions).where(LeaderFenceRow.name == FENCE)
-            ).scalar_one_or_none()
+            fence = conn.execute(
+                select(LeaderFenceRow.epoch, LeaderFenceRow.sessions).where(
+                    LeaderFenceRow.name == FENCE
+                )
+            ).first()
+            last = fence.sessions if fence is not None and fence.epoch < epoch else ""
             if last and last != ours:
                 try:
                     ended = conn.execute(_END_SESSIONS, {"name": last}).scalar_one()
@@ -73,7 +77,7 @@ class LeadershipStore(StoreBase):
                         last,
                     )
             conn.commit()
-        return str(ours)[:63]
+        return str(ours)
 
     def leader_in_office(self) -> tuple[str, int]:
         """Who took office last, and under which epoch ('' and 0 before anyone did)."""
